@@ -1,0 +1,83 @@
+/*
+ * chunk: the 64-byte unit of zone memory and its free list.
+ *
+ * An entry's chunks are linked through `next`, which is also the link of
+ * the free list.  Allocation takes the first n chunks of the free list as
+ * they are already linked, so it costs two journalled writes whatever n
+ * is; freeing splices a whole chain back the same way.
+ */
+
+#ifndef CHUNK_H
+#define CHUNK_H
+
+#include "zone.h"
+
+#define CHUNK_HEAD_DATA   16
+#define CHUNK_CONT_DATA   60
+
+#define ENTRY_PINNED      0x01   /* stored by add: never evicted while live */
+#define ENTRY_REFERENCED  0x02   /* read since it last passed the LRU tail */
+
+typedef struct {
+    uint32_t  next;        /* next chunk of this entry (or of the free list) */
+    uint32_t  hnext;       /* next entry in the hash chain */
+    uint32_t  lru_prev;
+    uint32_t  lru_next;
+    uint32_t  hash;
+    uint32_t  value_len;   /* string values */
+    uint32_t  user_flags;
+    uint16_t  key_len;
+    uint8_t   vtype;
+    uint8_t   eflags;
+    uint64_t  expires;     /* monotonic ms, 0 = never */
+    uint64_t  num;         /* number (double bits) or boolean */
+    char      data[CHUNK_HEAD_DATA];   /* key, then string value */
+} entry_t;
+
+typedef struct {
+    uint32_t  next;
+    char      data[CHUNK_CONT_DATA];
+} cont_t;
+
+static inline void *
+chunk_at(const zone_t *z, uint32_t i)
+{
+    return z->chunks + (size_t) i * ZONE_CHUNK_SIZE;
+}
+
+static inline entry_t *
+entry_at(const zone_t *z, uint32_t i)
+{
+    return (entry_t *) chunk_at(z, i);
+}
+
+static inline uint32_t
+chunks_for(size_t bytes)
+{
+    if (bytes <= CHUNK_HEAD_DATA) {
+        return 1;
+    }
+    return 1 + (uint32_t) ((bytes - CHUNK_HEAD_DATA + CHUNK_CONT_DATA - 1)
+                           / CHUNK_CONT_DATA);
+}
+
+/* Journalled write of a 32-bit zone word. */
+#define ZW32(z, word, v)  journal_w32(&(z)->hdr->journal, (z)->base, \
+                                      &(word), (v))
+#define ZW64(z, word, v)  journal_w64(&(z)->hdr->journal, (z)->base, \
+                                      &(word), (v))
+
+void chunk_format(zone_t *z);
+/* First of n linked chunks, or 0 when fewer than n are free. */
+uint32_t chunk_alloc(zone_t *z, uint32_t n);
+void chunk_free(zone_t *z, uint32_t first);
+
+/* Copy bytes in or out of an entry's data stream (key then value). */
+void chunk_write(zone_t *z, uint32_t head, size_t off, const char *src,
+    size_t len);
+void chunk_read(const zone_t *z, uint32_t head, size_t off, char *dst,
+    size_t len);
+int chunk_equal(const zone_t *z, uint32_t head, size_t off, const char *s,
+    size_t len);
+
+#endif /* CHUNK_H */

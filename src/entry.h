@@ -1,0 +1,52 @@
+/*
+ * entry: one dictionary entry as a whole: finding it, linking it into the
+ * hash chain and the LRU list, writing a new one (evicting if allowed) and
+ * removing one.  Callers hold the zone mutex and commit the journal.
+ */
+
+#ifndef ENTRY_H
+#define ENTRY_H
+
+#include "chunk.h"
+#include "shmlock.h"
+
+static inline int
+entry_expired(const entry_t *e, int64_t now)
+{
+    return e->expires != 0 && (int64_t) e->expires <= now;
+}
+
+static inline int64_t
+entry_deadline(int64_t now, int64_t exptime_ms)
+{
+    return exptime_ms > 0 ? now + exptime_ms : 0;
+}
+
+/* Entry index (0: none); *link gets the word that points at it. */
+uint32_t entry_lookup(const zone_t *z, const char *key, size_t klen,
+    uint32_t hash, uint32_t **link);
+/* The hash-chain word pointing at entry i. */
+uint32_t *entry_link(const zone_t *z, uint32_t i);
+
+void entry_lru_unlink(zone_t *z, uint32_t i);
+void entry_lru_push(zone_t *z, uint32_t i);
+void entry_remove(zone_t *z, uint32_t i);
+
+/*
+ * Writes key = v as a new entry, replacing entry `old` (0: none).  May evict
+ * (never `old`, never a live pinned entry; with `safe`, expired ones only).
+ */
+int entry_put(zone_t *z, uint32_t old, const char *key, size_t klen,
+    uint32_t hash, const shmlock_value_t *v, int64_t expires, int pinned,
+    int safe, int64_t now, int *forcible);
+
+int entry_value_equal(const zone_t *z, uint32_t i, const shmlock_value_t *v);
+void entry_value_out(const zone_t *z, uint32_t i, shmlock_value_t *out);
+
+/* Eviction, see evict.c: frees chunks until `need` are free. */
+void evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
+    int64_t now);
+void evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t now,
+    int *forcible);
+
+#endif /* ENTRY_H */

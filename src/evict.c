@@ -1,0 +1,61 @@
+#include "entry.h"
+
+/*
+ * Walks from the LRU tail towards the head freeing expired entries, until
+ * `need` chunks are free or `scan` entries were looked at (0: no limit).
+ */
+void
+evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
+    int64_t now)
+{
+    dict_state_t  *d = &z->hdr->dict;
+    uint32_t       i = d->lru_tail, prev, seen = 0;
+
+    while (i != 0 && d->free_count < need && (scan == 0 || seen < scan)) {
+        prev = entry_at(z, i)->lru_prev;
+        seen++;
+        if (i != keep && entry_expired(entry_at(z, i), now)) {
+            entry_remove(z, i);
+            journal_commit(&z->hdr->journal);
+        }
+        i = prev;
+    }
+}
+
+/*
+ * CLOCK over the LRU list: the tail entry is evicted unless it is pinned
+ * (stored by add and live) or was read since it last reached the tail; those
+ * go back to the head.  Each entry is looked at most twice, so "no memory"
+ * comes only when nothing evictable is left.
+ */
+void
+evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t now, int *forcible)
+{
+    dict_state_t  *d = &z->hdr->dict;
+    uint64_t       budget = 2 * (uint64_t) d->nentries + 2;
+    uint32_t       i;
+    entry_t       *e;
+
+    while (d->free_count < need && budget-- > 0 && d->lru_tail != 0) {
+        i = d->lru_tail;
+        e = entry_at(z, i);
+
+        if (entry_expired(e, now) && i != keep) {
+            entry_remove(z, i);
+
+        } else if (i == keep || (e->eflags & ENTRY_PINNED)) {
+            entry_lru_unlink(z, i);
+            entry_lru_push(z, i);
+
+        } else if (e->eflags & ENTRY_REFERENCED) {
+            e->eflags &= ~ENTRY_REFERENCED;   /* a hint: no journal needed */
+            entry_lru_unlink(z, i);
+            entry_lru_push(z, i);
+
+        } else {
+            entry_remove(z, i);
+            *forcible = 1;
+        }
+        journal_commit(&z->hdr->journal);
+    }
+}

@@ -1,0 +1,174 @@
+/*
+ * lua-resty-shmlock: the public C ABI.
+ *
+ * Everything the Lua layer (or any C program) calls is declared here and
+ * nowhere else.  Functions return an int status (SHMLOCK_OK or one of the
+ * codes below, see shmlock_strerror()) and pass results through
+ * out-parameters.  No function allocates memory on the hot path, takes more
+ * than 8 arguments, or prints anything.
+ */
+
+#ifndef SHMLOCK_H
+#define SHMLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHMLOCK_API  __attribute__((visibility("default")))
+
+enum {
+    SHMLOCK_OK = 0,
+    SHMLOCK_NOT_FOUND,      /* "not found" */
+    SHMLOCK_EXISTS,         /* "exists" */
+    SHMLOCK_NO_MEMORY,      /* "no memory" */
+    SHMLOCK_NOT_A_NUMBER,   /* "not a number" */
+    SHMLOCK_CHANGED,        /* "changed" (cas/cad) */
+    SHMLOCK_BAD_NAME,       /* "bad zone name" */
+    SHMLOCK_BAD_SIZE,       /* "bad size" */
+    SHMLOCK_INCOMPATIBLE,   /* "incompatible zone" */
+    SHMLOCK_SYSTEM,         /* a system call failed: see shmlock_errno() */
+    SHMLOCK_CORRUPT,        /* verify() found a broken structure */
+    SHMLOCK_BUSY,           /* trylock: held by someone else */
+    SHMLOCK_AGAIN,          /* output buffer too small: the size needed is
+                               returned, call again with a larger buffer */
+    SHMLOCK_TIMEOUT,        /* a wait timed out */
+    SHMLOCK_VALUE_TOO_LARGE /* "value too large" */
+};
+
+/* Value types, numbered as Lua's (and ngx.shared.DICT's) type tags. */
+enum {
+    SHMLOCK_TNIL = 0,
+    SHMLOCK_TBOOLEAN = 1,
+    SHMLOCK_TNUMBER = 3,
+    SHMLOCK_TSTRING = 4
+};
+
+/* Store operations (bit set), as ngx.shared.DICT's. */
+enum {
+    SHMLOCK_OP_SET = 0,
+    SHMLOCK_OP_ADD = 1,
+    SHMLOCK_OP_REPLACE = 2,
+    SHMLOCK_OP_SAFE = 4
+};
+
+#define SHMLOCK_NAME_MAX   64
+#define SHMLOCK_KEY_MAX    65535
+#define SHMLOCK_MIN_SIZE   (32 * 1024)
+
+typedef struct shmlock_zone_s  shmlock_zone_t;
+
+/*
+ * A value crossing the ABI.  In: type, str/len (strings), num (numbers,
+ * booleans as 0/1), flags.  Out (get): type, len, num, flags, stale; string
+ * bytes go to the caller's buffer.
+ */
+typedef struct {
+    int           type;
+    uint32_t      flags;
+    double        num;
+    const char   *str;
+    size_t        len;
+    int           stale;
+} shmlock_value_t;
+
+
+/* ---- zones ---- */
+
+/*
+ * Create the zone `name` (size bytes) under `dir` (NULL: $SHMLOCK_DIR, else
+ * /dev/shm), or attach to it if it exists (its real size is kept).
+ */
+SHMLOCK_API int shmlock_zone_open(const char *dir, const char *name,
+    size_t name_len, size_t size, shmlock_zone_t **out);
+SHMLOCK_API void shmlock_zone_close(shmlock_zone_t *zone);
+SHMLOCK_API int shmlock_zone_destroy(const char *dir, const char *name,
+    size_t name_len);
+SHMLOCK_API size_t shmlock_zone_size(shmlock_zone_t *zone);
+SHMLOCK_API int shmlock_zone_name_ok(const char *name, size_t len);
+
+SHMLOCK_API const char *shmlock_strerror(int rc);
+SHMLOCK_API int shmlock_errno(void);   /* errno of the last SHMLOCK_SYSTEM */
+
+
+/* ---- dictionary (ngx.shared.DICT semantics; times in milliseconds) ---- */
+
+SHMLOCK_API int shmlock_dict_store(shmlock_zone_t *zone, int op,
+    const char *key, size_t key_len, const shmlock_value_t *val,
+    int64_t exptime_ms, int *forcible);
+
+/* On SHMLOCK_AGAIN, out->len holds the string length needed. */
+SHMLOCK_API int shmlock_dict_get(shmlock_zone_t *zone, const char *key,
+    size_t key_len, int get_stale, shmlock_value_t *out, char *buf,
+    size_t buf_size);
+
+SHMLOCK_API int shmlock_dict_incr(shmlock_zone_t *zone, const char *key,
+    size_t key_len, double *value, int has_init, double init,
+    int64_t init_ttl_ms, int *forcible);
+
+SHMLOCK_API int shmlock_dict_ttl(shmlock_zone_t *zone, const char *key,
+    size_t key_len, int64_t *ttl_ms);
+SHMLOCK_API int shmlock_dict_expire(shmlock_zone_t *zone, const char *key,
+    size_t key_len, int64_t exptime_ms);
+
+SHMLOCK_API int shmlock_dict_cas(shmlock_zone_t *zone, const char *key,
+    size_t key_len, const shmlock_value_t *old, const shmlock_value_t *val,
+    int64_t exptime_ms, int *forcible);
+SHMLOCK_API int shmlock_dict_cad(shmlock_zone_t *zone, const char *key,
+    size_t key_len, const shmlock_value_t *old);
+
+SHMLOCK_API void shmlock_dict_flush_all(shmlock_zone_t *zone);
+/* max_count 0 = all; returns the number freed */
+SHMLOCK_API int shmlock_dict_flush_expired(shmlock_zone_t *zone,
+    int max_count);
+
+/*
+ * Live keys, at most max_count (0 = all), written to buf as a sequence of
+ * (uint32_t length, bytes).  *count gets the number of keys, *used the bytes
+ * written; SHMLOCK_AGAIN with *used = bytes needed when buf is too small.
+ */
+SHMLOCK_API int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count,
+    char *buf, size_t buf_size, int *count, size_t *used);
+
+SHMLOCK_API size_t shmlock_dict_capacity(shmlock_zone_t *zone);
+SHMLOCK_API size_t shmlock_dict_free_space(shmlock_zone_t *zone);
+
+/* Walks every structure; on SHMLOCK_CORRUPT, msg says what is broken. */
+SHMLOCK_API int shmlock_dict_verify(shmlock_zone_t *zone, char *msg,
+    size_t msg_size);
+
+
+/* ---- time, hashing, key wait words (used by the lock layer) ---- */
+
+SHMLOCK_API int64_t shmlock_now_ms(void);
+SHMLOCK_API uint32_t shmlock_hash(const char *key, size_t len);
+
+/*
+ * Per-key wake-up: a fixed array of 32-bit sequence words in the zone,
+ * indexed by key hash.  A waiter reads the word, re-checks its condition,
+ * then sleeps while the word still holds that value; a releaser bumps the
+ * word and wakes the sleepers.  Spurious wake-ups are possible.
+ */
+SHMLOCK_API uint32_t shmlock_wait_seq(shmlock_zone_t *zone, uint32_t hash);
+SHMLOCK_API int shmlock_wait(shmlock_zone_t *zone, uint32_t hash,
+    uint32_t seq, int64_t timeout_us);
+SHMLOCK_API void shmlock_wake(shmlock_zone_t *zone, uint32_t hash);
+
+
+/* ---- processes ---- */
+
+SHMLOCK_API int shmlock_self_pid(void);
+/* Start time of a process in clock ticks since boot (0 if unknown). */
+SHMLOCK_API uint64_t shmlock_proc_start(int pid);
+/* 1 if the process pid is running and (if start != 0) started at start. */
+SHMLOCK_API int shmlock_proc_alive(int pid, uint64_t start);
+
+
+/* ---- test hooks (used by the crash tests; harmless otherwise) ---- */
+
+/* SIGKILL this process at its n-th journalled write from now (0: never). */
+SHMLOCK_API void shmlock_test_crash_at(int n);
+/* Take / release the zone's internal mutex directly. */
+SHMLOCK_API void shmlock_test_mutex_lock(shmlock_zone_t *zone);
+SHMLOCK_API void shmlock_test_mutex_unlock(shmlock_zone_t *zone);
+
+#endif /* SHMLOCK_H */

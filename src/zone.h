@@ -1,0 +1,76 @@
+/*
+ * zone: the layout of a shared-memory zone and the per-process handle.
+ *
+ *   [ header | hash buckets | wait words | chunks ]
+ *
+ * Everything in the zone is addressed by offsets or 32-bit chunk indices,
+ * never by pointers: each process maps the zone at its own address.  The
+ * header starts with a magic string, the layout version and the size, so a
+ * foreign, older or truncated file is refused rather than trusted.
+ */
+
+#ifndef ZONE_H
+#define ZONE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "journal.h"
+#include "shmtx.h"
+
+#define ZONE_MAGIC        "SHMLOCK"    /* 7 chars + NUL */
+#define ZONE_LAYOUT       1
+#define ZONE_CHUNK_SIZE   64
+#define ZONE_WAIT_WORDS   1024
+
+/* The dictionary's structural words: every write goes through the journal. */
+typedef struct {
+    uint32_t  free_head;     /* free chunk list, linked through chunk.next */
+    uint32_t  free_count;
+    uint32_t  lru_head;      /* most recently written entry */
+    uint32_t  lru_tail;
+    uint32_t  nentries;
+    uint32_t  pad[11];
+} dict_state_t;
+
+typedef struct {
+    char          magic[8];
+    uint32_t      layout;
+    uint32_t      hdr_size;
+    uint64_t      size;          /* bytes of the whole zone file */
+    uint32_t      chunk_size;
+    uint32_t      nchunks;       /* usable chunks: indices 1..nchunks */
+    uint32_t      nbuckets;      /* a power of two */
+    uint32_t      wait_words;
+    uint64_t      buckets_off;
+    uint64_t      waits_off;
+    uint64_t      chunks_off;    /* offset of (unused) chunk 0 */
+    uint32_t      pad0[2];
+
+    shmtx_t       mutex;         /* own cache line */
+    dict_state_t  dict;          /* own cache line */
+    journal_t     journal;
+} zone_hdr_t;
+
+struct shmlock_zone_s {
+    zone_hdr_t    *hdr;
+    char          *base;
+    uint64_t       size;
+    uint32_t      *buckets;
+    uint32_t       bucket_mask;
+    uint32_t       nchunks;
+    char          *chunks;
+    uint32_t      *wait_seq;      /* ZONE_WAIT_WORDS sequence words */
+    uint32_t      *wait_sleepers; /* ZONE_WAIT_WORDS sleeper counts */
+};
+
+typedef struct shmlock_zone_s  zone_t;
+
+/* Lays out an empty zone of `size` bytes at base (size already checked). */
+void zone_format(char *base, uint64_t size);
+/* Checks a mapped file's header; 0 when it is one of ours, intact. */
+int zone_check(const char *base, uint64_t size);
+/* Fills the process-local handle from a checked header. */
+void zone_attach(zone_t *z, char *base, uint64_t size);
+
+#endif /* ZONE_H */
