@@ -1,4 +1,5 @@
 #include "chunk.h"
+#include "hash.h"
 
 #include <string.h>
 
@@ -140,7 +141,7 @@ chunk_equal(const zone_t *z, uint32_t head, size_t off, const char *s,
     while (len > 0) {
         p = chunk_data(z, c, head, &room, in);
         n = len < room ? len : room;
-        if (memcmp(p, s, n) != 0) {
+        if (!bytes_equal(p, s, n)) {
             return 0;
         }
         s += n;

@@ -81,7 +81,7 @@ entry_remove(zone_t *z, uint32_t i)
 }
 
 static uint32_t
-entry_alloc(zone_t *z, uint32_t n, uint32_t keep, int safe, int64_t now,
+entry_alloc(zone_t *z, uint32_t n, uint32_t keep, int safe, int64_t *now,
     int *forcible)
 {
     uint32_t  c;
@@ -130,7 +130,7 @@ entry_fill(zone_t *z, uint32_t c, const char *key, size_t klen,
 int
 entry_put(zone_t *z, uint32_t old, const char *key, size_t klen,
     uint32_t hash, const shmlock_value_t *v, int64_t expires, int pinned,
-    int safe, int64_t now, int *forcible)
+    int safe, int64_t *now, int *forcible)
 {
     dict_state_t  *d = &z->hdr->dict;
     uint32_t       c, *link;

@@ -9,17 +9,32 @@
 
 #include "chunk.h"
 #include "shmlock.h"
+#include "sys.h"
+
+/*
+ * The clock is read lazily: most operations touch only entries that never
+ * expire, and reading the clock would cost as much as the operation.
+ * *now == 0 means "not read yet".
+ */
+static inline int64_t
+entry_now(int64_t *now)
+{
+    if (*now == 0) {
+        *now = sys_now_ms();
+    }
+    return *now;
+}
 
 static inline int
-entry_expired(const entry_t *e, int64_t now)
+entry_expired(const entry_t *e, int64_t *now)
 {
-    return e->expires != 0 && (int64_t) e->expires <= now;
+    return e->expires != 0 && (int64_t) e->expires <= entry_now(now);
 }
 
 static inline int64_t
-entry_deadline(int64_t now, int64_t exptime_ms)
+entry_deadline(int64_t *now, int64_t exptime_ms)
 {
-    return exptime_ms > 0 ? now + exptime_ms : 0;
+    return exptime_ms > 0 ? entry_now(now) + exptime_ms : 0;
 }
 
 /* Entry index (0: none); *link gets the word that points at it. */
@@ -38,15 +53,15 @@ void entry_remove(zone_t *z, uint32_t i);
  */
 int entry_put(zone_t *z, uint32_t old, const char *key, size_t klen,
     uint32_t hash, const shmlock_value_t *v, int64_t expires, int pinned,
-    int safe, int64_t now, int *forcible);
+    int safe, int64_t *now, int *forcible);
 
 int entry_value_equal(const zone_t *z, uint32_t i, const shmlock_value_t *v);
 void entry_value_out(const zone_t *z, uint32_t i, shmlock_value_t *out);
 
 /* Eviction, see evict.c: frees chunks until `need` are free. */
 void evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
-    int64_t now);
-void evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t now,
+    int64_t *now);
+void evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now,
     int *forcible);
 
 #endif /* ENTRY_H */

@@ -6,7 +6,7 @@
  */
 void
 evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
-    int64_t now)
+    int64_t *now)
 {
     dict_state_t  *d = &z->hdr->dict;
     uint32_t       i = d->lru_tail, prev, seen = 0;
@@ -29,7 +29,7 @@ evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
  * comes only when nothing evictable is left.
  */
 void
-evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t now, int *forcible)
+evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now, int *forcible)
 {
     dict_state_t  *d = &z->hdr->dict;
     uint64_t       budget = 2 * (uint64_t) d->nentries + 2;

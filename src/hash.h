@@ -17,25 +17,80 @@ hash_mix(uint64_t h, uint64_t k)
     return h ^ (h >> 29);
 }
 
+static inline uint64_t
+hash_load64(const char *p)
+{
+    uint64_t  v;
+
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint64_t
+hash_load32(const char *p)
+{
+    uint32_t  v;
+
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/*
+ * The tail is read with overlapping loads rather than copied byte by byte
+ * into a word: the byte copy costs a store-forwarding stall on every call.
+ */
 static inline uint32_t
 hash_bytes(const char *p, size_t n)
 {
     uint64_t  h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t) n * 0xff51afd7ed558ccdULL);
     uint64_t  k;
+    size_t    i;
 
-    for ( ; n >= 8; p += 8, n -= 8) {
-        memcpy(&k, p, 8);
-        h = hash_mix(h, k);
-    }
-    if (n > 0) {
+    if (n >= 8) {
+        for (i = 0; i + 8 < n; i += 8) {
+            h = hash_mix(h, hash_load64(p + i));
+        }
+        k = hash_load64(p + n - 8);
+    } else if (n >= 4) {
+        k = hash_load32(p) | (hash_load32(p + n - 4) << 32);
+    } else if (n > 0) {
+        k = (uint64_t) (unsigned char) p[0]
+            | ((uint64_t) (unsigned char) p[n >> 1] << 8)
+            | ((uint64_t) (unsigned char) p[n - 1] << 16);
+    } else {
         k = 0;
-        memcpy(&k, p, n);
-        h = hash_mix(h, k);
     }
+    h = hash_mix(h, k);
     h ^= h >> 32;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
     return (uint32_t) h;
+}
+
+/* Equality of short byte strings without a call to memcmp. */
+static inline int
+bytes_equal(const char *a, const char *b, size_t n)
+{
+    size_t  i;
+
+    if (n >= 8) {
+        for (i = 0; i + 8 < n; i += 8) {
+            if (hash_load64(a + i) != hash_load64(b + i)) {
+                return 0;
+            }
+        }
+        return hash_load64(a + n - 8) == hash_load64(b + n - 8);
+    }
+    if (n >= 4) {
+        return hash_load32(a) == hash_load32(b)
+               && hash_load32(a + n - 4) == hash_load32(b + n - 4);
+    }
+    for (i = 0; i < n; i++) {
+        if (a[i] != b[i]) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 #endif /* HASH_H */

@@ -4,49 +4,20 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static int  crash_countdown;
+int  journal_crash_countdown;
 
 void
 journal_crash_at(int n)
 {
-    crash_countdown = n;
+    journal_crash_countdown = n;
 }
 
-static void
-journal_append(journal_t *j, char *base, void *word, uint32_t width,
-    uint64_t old)
+void
+journal_crash_now(void)
 {
-    uint32_t  n = j->count;
-
-    if (n >= JOURNAL_MAX) {
-        /* an operation wrote more words than designed for: a bug; dying
-         * here leaves the records so far for the next holder to undo */
-        abort();
-    }
-    j->rec[n].off = (uint32_t) ((char *) word - base);
-    j->rec[n].width = width;
-    j->rec[n].old = old;
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    *(volatile uint32_t *) &j->count = n + 1;
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
-
-    if (__builtin_expect(crash_countdown != 0, 0) && --crash_countdown == 0) {
+    if (--journal_crash_countdown == 0) {
         kill(getpid(), SIGKILL);
     }
-}
-
-void
-journal_w32(journal_t *j, char *base, uint32_t *word, uint32_t v)
-{
-    journal_append(j, base, word, 4, *word);
-    *(volatile uint32_t *) word = v;
-}
-
-void
-journal_w64(journal_t *j, char *base, uint64_t *word, uint64_t v)
-{
-    journal_append(j, base, word, 8, *word);
-    *(volatile uint64_t *) word = v;
 }
 
 int

@@ -34,8 +34,47 @@ typedef struct {
     journal_rec_t  rec[JOURNAL_MAX];
 } journal_t;
 
-void journal_w32(journal_t *j, char *base, uint32_t *word, uint32_t v);
-void journal_w64(journal_t *j, char *base, uint64_t *word, uint64_t v);
+extern int  journal_crash_countdown;
+void journal_crash_now(void);
+
+static inline void
+journal_append(journal_t *j, char *base, void *word, uint32_t width,
+    uint64_t old)
+{
+    uint32_t  n = j->count;
+
+    if (__builtin_expect(n >= JOURNAL_MAX, 0)) {
+        /* an update wrote more words than designed for: a bug.  Dying here
+         * leaves the records so far for the next holder to undo. */
+        __builtin_trap();
+    }
+    j->rec[n].off = (uint32_t) ((char *) word - base);
+    j->rec[n].width = width;
+    j->rec[n].old = old;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    *(volatile uint32_t *) &j->count = n + 1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+
+    if (__builtin_expect(journal_crash_countdown != 0, 0)) {
+        journal_crash_now();
+    }
+}
+
+static inline void
+journal_w32(journal_t *j, char *base, uint32_t *word, uint32_t v)
+{
+    journal_append(j, base, word, 4, *word);
+    *word = v;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+static inline void
+journal_w64(journal_t *j, char *base, uint64_t *word, uint64_t v)
+{
+    journal_append(j, base, word, 8, *word);
+    *word = v;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
 
 static inline void
 journal_commit(journal_t *j)

@@ -21,7 +21,7 @@ shdict_format(zone_t *z)
 /* Like ngx.shared.DICT, every store first drops a couple of expired
  * entries from the LRU tail, so expired data does not linger. */
 static void
-shdict_reclaim_tail(zone_t *z, int64_t now)
+shdict_reclaim_tail(zone_t *z, int64_t *now)
 {
     evict_expired(z, UINT32_MAX, 0, 2, now);
 }
@@ -30,21 +30,21 @@ int
 shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *v, int64_t exptime_ms, int *forcible)
 {
-    int64_t    now = sys_now_ms();
+    int64_t    now = 0;
     uint32_t   i, *link;
     entry_t   *e;
     int        pinned, rc;
 
     *forcible = 0;
-    shdict_reclaim_tail(z, now);
+    shdict_reclaim_tail(z, &now);
 
     i = entry_lookup(z, key, klen, hash, &link);
     if (i != 0) {
         e = entry_at(z, i);
-        if ((op & SHMLOCK_OP_ADD) && !entry_expired(e, now)) {
+        if ((op & SHMLOCK_OP_ADD) && !entry_expired(e, &now)) {
             return SHMLOCK_EXISTS;
         }
-        if ((op & SHMLOCK_OP_REPLACE) && entry_expired(e, now)) {
+        if ((op & SHMLOCK_OP_REPLACE) && entry_expired(e, &now)) {
             return SHMLOCK_NOT_FOUND;
         }
         if (v->type == SHMLOCK_TNIL) {
@@ -66,8 +66,8 @@ shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
         pinned = op & SHMLOCK_OP_ADD;
     }
 
-    rc = entry_put(z, i, key, klen, hash, v, entry_deadline(now, exptime_ms),
-                   pinned, op & SHMLOCK_OP_SAFE, now, forcible);
+    rc = entry_put(z, i, key, klen, hash, v, entry_deadline(&now, exptime_ms),
+                   pinned, op & SHMLOCK_OP_SAFE, &now, forcible);
     COMMIT(z);
     return rc;
 }
@@ -76,6 +76,7 @@ int
 shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
 {
+    int64_t    now = 0;
     uint32_t   i, *link;
     entry_t   *e;
 
@@ -86,7 +87,7 @@ shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
         return SHMLOCK_OK;
     }
     e = entry_at(z, i);
-    if (entry_expired(e, sys_now_ms())) {
+    if (entry_expired(e, &now)) {
         if (!get_stale) {
             out->type = SHMLOCK_TNIL;
             return SHMLOCK_OK;
@@ -112,7 +113,7 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
     double *value, int has_init, double init, int64_t init_ttl_ms,
     int *forcible)
 {
-    int64_t          now = sys_now_ms();
+    int64_t          now = 0;
     uint32_t         i, *link;
     entry_t         *e;
     double           num;
@@ -120,10 +121,10 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int              rc;
 
     *forcible = 0;
-    shdict_reclaim_tail(z, now);
+    shdict_reclaim_tail(z, &now);
 
     i = entry_lookup(z, key, klen, hash, &link);
-    if (i != 0 && !entry_expired(e = entry_at(z, i), now)) {
+    if (i != 0 && !entry_expired(e = entry_at(z, i), &now)) {
         if (e->vtype != SHMLOCK_TNUMBER) {
             return SHMLOCK_NOT_A_NUMBER;
         }
@@ -144,8 +145,8 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
     memset(&v, 0, sizeof(v));
     v.type = SHMLOCK_TNUMBER;
     v.num = init + *value;
-    rc = entry_put(z, i, key, klen, hash, &v, entry_deadline(now, init_ttl_ms),
-                   0, 0, now, forcible);
+    rc = entry_put(z, i, key, klen, hash, &v, entry_deadline(&now, init_ttl_ms),
+                   0, 0, &now, forcible);
     COMMIT(z);
     if (rc == SHMLOCK_OK) {
         *value = v.num;
@@ -157,15 +158,15 @@ int
 shdict_ttl(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int64_t *ttl_ms)
 {
-    int64_t    now = sys_now_ms();
+    int64_t    now = 0;
     uint32_t   i, *link;
     entry_t   *e;
 
     i = entry_lookup(z, key, klen, hash, &link);
-    if (i == 0 || entry_expired(e = entry_at(z, i), now)) {
+    if (i == 0 || entry_expired(e = entry_at(z, i), &now)) {
         return SHMLOCK_NOT_FOUND;
     }
-    *ttl_ms = e->expires == 0 ? 0 : (int64_t) e->expires - now;
+    *ttl_ms = e->expires == 0 ? 0 : (int64_t) e->expires - entry_now(&now);
     return SHMLOCK_OK;
 }
 
@@ -173,15 +174,15 @@ int
 shdict_expire(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int64_t exptime_ms)
 {
-    int64_t    now = sys_now_ms();
+    int64_t    now = 0;
     uint32_t   i, *link;
     entry_t   *e;
 
     i = entry_lookup(z, key, klen, hash, &link);
-    if (i == 0 || entry_expired(e = entry_at(z, i), now)) {
+    if (i == 0 || entry_expired(e = entry_at(z, i), &now)) {
         return SHMLOCK_NOT_FOUND;
     }
-    ZW64(z, e->expires, (uint64_t) entry_deadline(now, exptime_ms));
+    ZW64(z, e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
     COMMIT(z);
     return SHMLOCK_OK;
 }
@@ -195,14 +196,14 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *old, const shmlock_value_t *v, int64_t exptime_ms,
     int *forcible)
 {
-    int64_t    now = sys_now_ms();
+    int64_t    now = 0;
     uint32_t   i, *link;
     entry_t   *e;
     int        rc, live;
 
     *forcible = 0;
     i = entry_lookup(z, key, klen, hash, &link);
-    live = i != 0 && !entry_expired(entry_at(z, i), now);
+    live = i != 0 && !entry_expired(entry_at(z, i), &now);
 
     if (old->type == SHMLOCK_TNIL) {
         if (live) {
@@ -212,7 +213,7 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
             return SHMLOCK_OK;
         }
         rc = entry_put(z, i, key, klen, hash, v,
-                       entry_deadline(now, exptime_ms), 1, 0, now, forcible);
+                       entry_deadline(&now, exptime_ms), 1, 0, &now, forcible);
         COMMIT(z);
         return rc;
     }
@@ -231,13 +232,13 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
     }
     if (entry_value_equal(z, i, v)) {
         /* same value (a lock extending its expiry): no new chunks needed */
-        ZW64(z, e->expires, (uint64_t) entry_deadline(now, exptime_ms));
+        ZW64(z, e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
         ZW32(z, e->user_flags, v->flags);
         COMMIT(z);
         return SHMLOCK_OK;
     }
-    rc = entry_put(z, i, key, klen, hash, v, entry_deadline(now, exptime_ms),
-                   e->eflags & ENTRY_PINNED, 0, now, forcible);
+    rc = entry_put(z, i, key, klen, hash, v, entry_deadline(&now, exptime_ms),
+                   e->eflags & ENTRY_PINNED, 0, &now, forcible);
     COMMIT(z);
     return rc;
 }
@@ -246,10 +247,11 @@ int
 shdict_cad(zone_t *z, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *old)
 {
+    int64_t    now = 0;
     uint32_t   i, *link;
 
     i = entry_lookup(z, key, klen, hash, &link);
-    if (i == 0 || entry_expired(entry_at(z, i), sys_now_ms())) {
+    if (i == 0 || entry_expired(entry_at(z, i), &now)) {
         return SHMLOCK_NOT_FOUND;
     }
     if (!entry_value_equal(z, i, old)) {
@@ -279,11 +281,12 @@ shdict_flush_expired(zone_t *z, int max_count)
 {
     int64_t   now = sys_now_ms();
     uint32_t  i = z->hdr->dict.lru_tail, prev;
+
     int       freed = 0;
 
     while (i != 0 && (max_count <= 0 || freed < max_count)) {
         prev = entry_at(z, i)->lru_prev;
-        if (entry_expired(entry_at(z, i), now)) {
+        if (entry_expired(entry_at(z, i), &now)) {
             entry_remove(z, i);
             COMMIT(z);
             freed++;
@@ -297,7 +300,7 @@ int
 shdict_get_keys(zone_t *z, int max_count, char *buf, size_t buf_size,
     int *count, size_t *used)
 {
-    int64_t    now = sys_now_ms();
+    int64_t    now = 0;
     uint32_t   i, len;
     size_t     need = 0;
     int        n = 0;
@@ -305,7 +308,7 @@ shdict_get_keys(zone_t *z, int max_count, char *buf, size_t buf_size,
 
     for (i = z->hdr->dict.lru_head; i != 0; i = e->lru_next) {
         e = entry_at(z, i);
-        if (entry_expired(e, now)) {
+        if (entry_expired(e, &now)) {
             continue;
         }
         if (max_count > 0 && n >= max_count) {

@@ -16,17 +16,6 @@ shmtx_init(shmtx_t *mtx)
     mtx->takeovers = 0;
 }
 
-int
-shmtx_trylock(shmtx_t *mtx, uint32_t pid)
-{
-    uint32_t  free = 0;
-
-    /* a plain load first keeps the cache line shared while it is held */
-    return __atomic_load_n(&mtx->lock, __ATOMIC_RELAXED) == 0
-           && __atomic_compare_exchange_n(&mtx->lock, &free, pid, 0,
-                                          __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
-}
-
 /*
  * The owner is only suspected dead once the same pid has held the word
  * across a whole sleep: a live holder keeps the mutex for a microsecond, so
@@ -48,7 +37,7 @@ shmtx_take_over(shmtx_t *mtx, uint32_t owner, uint32_t pid)
 }
 
 void
-shmtx_lock(shmtx_t *mtx, uint32_t pid)
+shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
 {
     uint32_t  owner, suspect = 0;
     int       n, i;
@@ -85,8 +74,7 @@ shmtx_lock(shmtx_t *mtx, uint32_t pid)
         }
         suspect = owner;
 
-        /* Dekker with shmtx_unlock: waiters++ before the kernel re-reads the
-         * word, so an unlock either sees us counted or we see it free. */
+        /* counted before the kernel re-reads the word: see shmtx_unlock */
         __atomic_add_fetch(&mtx->waiters, 1, __ATOMIC_SEQ_CST);
         sys_futex_wait(&mtx->lock, owner, SHMTX_SLEEP_US);
         __atomic_sub_fetch(&mtx->waiters, 1, __ATOMIC_SEQ_CST);
@@ -94,14 +82,7 @@ shmtx_lock(shmtx_t *mtx, uint32_t pid)
 }
 
 void
-shmtx_unlock(shmtx_t *mtx, uint32_t pid)
+shmtx_wake(shmtx_t *mtx)
 {
-    uint32_t  expected = pid;
-
-    if (__atomic_compare_exchange_n(&mtx->lock, &expected, 0, 0,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)
-        && __atomic_load_n(&mtx->waiters, __ATOMIC_SEQ_CST) != 0)
-    {
-        sys_futex_wake(&mtx->lock, 1);
-    }
+    sys_futex_wake(&mtx->lock, 1);
 }

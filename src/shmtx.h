@@ -19,8 +19,44 @@ typedef struct {
 } shmtx_t;
 
 void shmtx_init(shmtx_t *mtx);
-int shmtx_trylock(shmtx_t *mtx, uint32_t pid);
-void shmtx_lock(shmtx_t *mtx, uint32_t pid);
-void shmtx_unlock(shmtx_t *mtx, uint32_t pid);
+void shmtx_lock_slow(shmtx_t *mtx, uint32_t pid);
+void shmtx_wake(shmtx_t *mtx);
+
+static inline int
+shmtx_trylock(shmtx_t *mtx, uint32_t pid)
+{
+    uint32_t  free = 0;
+
+    /* a plain load first keeps the cache line shared while it is held */
+    return __atomic_load_n(&mtx->lock, __ATOMIC_RELAXED) == 0
+           && __atomic_compare_exchange_n(&mtx->lock, &free, pid, 0,
+                                          __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+static inline void
+shmtx_lock(shmtx_t *mtx, uint32_t pid)
+{
+    if (!shmtx_trylock(mtx, pid)) {
+        shmtx_lock_slow(mtx, pid);
+    }
+}
+
+/*
+ * Dekker with the sleepers: the word is released with a full barrier before
+ * the sleeper count is read, and a sleeper counts itself before the kernel
+ * re-reads the word, so either we see it counted or it sees the word free.
+ */
+static inline void
+shmtx_unlock(shmtx_t *mtx, uint32_t pid)
+{
+    uint32_t  expected = pid;
+
+    if (__atomic_compare_exchange_n(&mtx->lock, &expected, 0, 0,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)
+        && __atomic_load_n(&mtx->waiters, __ATOMIC_SEQ_CST) != 0)
+    {
+        shmtx_wake(mtx);
+    }
+}
 
 #endif /* SHMTX_H */

@@ -17,13 +17,13 @@
  * on every lock, so it is cached here and refreshed in the child after a
  * fork (nginx forks its workers after init_by_lua has opened zones).
  */
-static uint32_t  cached_pid;
+uint32_t  sys_cached_pid;
 static pthread_once_t  pid_once = PTHREAD_ONCE_INIT;
 
 static void
 pid_refresh(void)
 {
-    cached_pid = (uint32_t) getpid();
+    sys_cached_pid = (uint32_t) getpid();
 }
 
 static void
@@ -34,12 +34,10 @@ pid_init(void)
 }
 
 uint32_t
-sys_pid(void)
+sys_pid_slow(void)
 {
-    if (__builtin_expect(cached_pid == 0, 0)) {
-        pthread_once(&pid_once, pid_init);
-    }
-    return cached_pid;
+    pthread_once(&pid_once, pid_init);
+    return sys_cached_pid;
 }
 
 int64_t

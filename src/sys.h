@@ -9,7 +9,16 @@
 
 #include <stdint.h>
 
-uint32_t sys_pid(void);
+extern uint32_t  sys_cached_pid;
+uint32_t sys_pid_slow(void);
+
+static inline uint32_t
+sys_pid(void)
+{
+    uint32_t  pid = sys_cached_pid;
+
+    return __builtin_expect(pid != 0, 1) ? pid : sys_pid_slow();
+}
 int64_t sys_now_ms(void);
 int64_t sys_now_us(void);
 int sys_ncpu(void);

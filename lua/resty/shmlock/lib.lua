@@ -1,0 +1,135 @@
+-- resty.shmlock.lib: the C core, declared and loaded once per process.
+--
+-- The library is looked for, in order: $SHMLOCK_LIB; libshmlock.so at the
+-- root of the checkout this file belongs to (after `make`); then
+-- package.cpath (after `luarocks make`).  A failure names every place tried.
+
+local ffi = require "ffi"
+
+local getenv = os.getenv
+local io_open = io.open
+local concat = table.concat
+
+ffi.cdef[[
+typedef struct shmlock_zone_s shmlock_zone_t;
+
+typedef struct {
+    int           type;
+    uint32_t      flags;
+    double        num;
+    const char   *str;
+    size_t        len;
+    int           stale;
+} shmlock_value_t;
+
+int shmlock_zone_open(const char *dir, const char *name, size_t name_len,
+    size_t size, shmlock_zone_t **out);
+void shmlock_zone_close(shmlock_zone_t *zone);
+int shmlock_zone_destroy(const char *dir, const char *name, size_t name_len);
+size_t shmlock_zone_size(shmlock_zone_t *zone);
+int shmlock_zone_name_ok(const char *name, size_t len);
+const char *shmlock_strerror(int rc);
+int shmlock_errno(void);
+
+int shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
+    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
+    int *forcible);
+int shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
+    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size);
+int shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
+    double *value, int has_init, double init, int64_t init_ttl_ms,
+    int *forcible);
+int shmlock_dict_ttl(shmlock_zone_t *zone, const char *key, size_t key_len,
+    int64_t *ttl_ms);
+int shmlock_dict_expire(shmlock_zone_t *zone, const char *key,
+    size_t key_len, int64_t exptime_ms);
+int shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
+    const shmlock_value_t *old, const shmlock_value_t *val,
+    int64_t exptime_ms, int *forcible);
+int shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
+    const shmlock_value_t *old);
+void shmlock_dict_flush_all(shmlock_zone_t *zone);
+int shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count);
+int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
+    size_t buf_size, int *count, size_t *used);
+size_t shmlock_dict_capacity(shmlock_zone_t *zone);
+size_t shmlock_dict_free_space(shmlock_zone_t *zone);
+int shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size);
+
+int64_t shmlock_now_ms(void);
+uint32_t shmlock_hash(const char *key, size_t len);
+uint32_t shmlock_wait_seq(shmlock_zone_t *zone, uint32_t hash);
+int shmlock_wait(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
+    int64_t timeout_us);
+void shmlock_wake(shmlock_zone_t *zone, uint32_t hash);
+
+int shmlock_self_pid(void);
+uint64_t shmlock_proc_start(int pid);
+int shmlock_proc_alive(int pid, uint64_t start);
+
+void shmlock_test_crash_at(int n);
+void shmlock_test_mutex_lock(shmlock_zone_t *zone);
+void shmlock_test_mutex_unlock(shmlock_zone_t *zone);
+
+char *strerror(int errnum);
+]]
+
+local function exists(path)
+    local f = io_open(path, "rb")
+    if f then
+        f:close()
+        return true
+    end
+    return false
+end
+
+local function checkout_lib()
+    local src = debug.getinfo(1, "S").source
+    if src:sub(1, 1) ~= "@" then
+        return nil
+    end
+    local root = src:sub(2):match("^(.-)lua/resty/shmlock/lib%.lua$")
+    if not root then
+        return nil
+    end
+    if root == "" then
+        root = "./"
+    end
+    return root .. "libshmlock.so"
+end
+
+local function load()
+    local tried = {}
+    local candidates = { getenv("SHMLOCK_LIB"), checkout_lib() }
+
+    for i = 1, 2 do
+        local path = candidates[i]
+        if path and path ~= "" then
+            if exists(path) then
+                local ok, lib = pcall(ffi.load, path)
+                if ok then
+                    return lib
+                end
+                tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
+            else
+                tried[#tried + 1] = path .. " (absent)"
+            end
+        end
+    end
+
+    local path, err = package.searchpath("libshmlock", package.cpath)
+    if path then
+        local ok, lib = pcall(ffi.load, path)
+        if ok then
+            return lib
+        end
+        tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
+    else
+        tried[#tried + 1] = "package.cpath:" .. err
+    end
+
+    error("resty.shmlock: cannot load libshmlock.so (run `make` in the "
+          .. "checkout or `luarocks make`); tried: " .. concat(tried, "; "), 2)
+end
+
+return load()

@@ -1,0 +1,527 @@
+-- resty.shmlock.shdict: a named shared-memory dictionary any process of
+-- the same user on the host can open, with ngx.shared.DICT's methods.
+--
+-- Argument checks and error strings follow lua-resty-core's shdict.lua:
+-- runtime conditions return nil/false plus a message, programmer misuse
+-- (a bad exptime, a call on something that is not a dict) raises.
+
+local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
+
+local ffi_new = ffi.new
+local ffi_str = ffi.string
+local ffi_gc = ffi.gc
+local type = type
+local tostring = tostring
+local tonumber = tonumber
+local error = error
+local setmetatable = setmetatable
+
+local OK = 0
+local NOT_FOUND = 1
+local SYSTEM = 9
+local CORRUPT = 10
+local AGAIN = 12
+
+local T_NIL, T_BOOLEAN, T_NUMBER, T_STRING = 0, 1, 3, 4
+local OP_SET, OP_ADD, OP_REPLACE, OP_SAFE = 0, 1, 2, 4
+
+local KEY_MAX = 65535
+local DEFAULT_SIZE = 1024 * 1024
+
+local _M = { _VERSION = "0.1.0" }
+local methods = {}
+local mt = { __index = methods }
+
+-- per-call scratch space, allocated once
+local val = ffi_new("shmlock_value_t")
+local old = ffi_new("shmlock_value_t")
+local forcible = ffi_new("int[1]")
+local num_buf = ffi_new("double[1]")
+local ttl_buf = ffi_new("int64_t[1]")
+local count_buf = ffi_new("int[1]")
+local used_buf = ffi_new("size_t[1]")
+local zone_out = ffi_new("shmlock_zone_t *[1]")
+local msg_buf = ffi_new("char[256]")
+local str_size = 4096
+local str_buf = ffi_new("char[?]", str_size)
+
+local zones = {}     -- name -> dict opened by this process
+
+local errors = {}
+for rc = 1, 14 do
+    errors[rc] = ffi_str(C.shmlock_strerror(rc))
+end
+
+local function sys_error(what)
+    return what .. ": " .. ffi_str(C.strerror(C.shmlock_errno()))
+end
+
+local function zone_of(self)
+    local zone = type(self) == "table" and self._zone
+    if not zone then
+        error('bad "zone" argument', 3)
+    end
+    return zone
+end
+
+-- returns the key as a string, or nil and the error
+local function check_key(key)
+    if key == nil then
+        return nil, "nil key"
+    end
+    if type(key) ~= "string" then
+        key = tostring(key)
+    end
+    local len = #key
+    if len == 0 then
+        return nil, "empty key"
+    end
+    if len > KEY_MAX then
+        return nil, "key too long"
+    end
+    return key
+end
+
+-- fills a shmlock_value_t; false for a type we cannot store
+local function fill(v, value, flags)
+    local typ = type(value)
+    v.flags = flags or 0
+    if typ == "string" then
+        v.type = T_STRING
+        v.str = value
+        v.len = #value
+    elseif typ == "number" then
+        v.type = T_NUMBER
+        v.num = value
+    elseif value == nil then
+        v.type = T_NIL
+    elseif typ == "boolean" then
+        v.type = T_BOOLEAN
+        v.num = value and 1 or 0
+    else
+        return false
+    end
+    return true
+end
+
+local function check_exptime(exptime, level)
+    if not exptime then
+        return 0
+    end
+    if type(exptime) ~= "number" or exptime < 0 then
+        error('bad "exptime" argument', level + 1)
+    end
+    return exptime * 1000
+end
+
+local function store(self, op, key, value, exptime, flags)
+    local zone = zone_of(self)
+    exptime = check_exptime(exptime, 3)
+    if flags ~= nil and type(flags) ~= "number" then
+        error('bad "flags" argument', 3)
+    end
+
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    if not fill(val, value, flags) then
+        return nil, "bad value type"
+    end
+
+    forcible[0] = 0
+    local rc = C.shmlock_dict_store(zone, op, key, #key, val, exptime,
+                                    forcible)
+    if rc == OK then
+        return true, nil, forcible[0] == 1
+    end
+    return false, errors[rc], forcible[0] == 1
+end
+
+local function grow(len)
+    str_size = tonumber(len)
+    str_buf = ffi_new("char[?]", str_size)
+end
+
+local function get(self, key, stale)
+    local zone = zone_of(self)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+
+    local rc = C.shmlock_dict_get(zone, key, #key, stale, val, str_buf,
+                                  str_size)
+    if rc == AGAIN then
+        grow(val.len)
+        rc = C.shmlock_dict_get(zone, key, #key, stale, val, str_buf,
+                                str_size)
+    end
+    if rc ~= OK then
+        -- the value grew between the two calls: one more try, then give up
+        if rc == AGAIN then
+            grow(val.len)
+            rc = C.shmlock_dict_get(zone, key, #key, stale, val, str_buf,
+                                    str_size)
+        end
+        if rc ~= OK then
+            return nil, errors[rc]
+        end
+    end
+
+    local typ = val.type
+    if typ == T_NIL then
+        return nil
+    end
+
+    local value
+    if typ == T_STRING then
+        value = ffi_str(str_buf, val.len)
+    elseif typ == T_NUMBER then
+        value = tonumber(val.num)
+    else
+        value = val.num ~= 0
+    end
+
+    local flags = tonumber(val.flags)
+    if stale == 1 then
+        return value, flags ~= 0 and flags or nil, val.stale == 1
+    end
+    if flags ~= 0 then
+        return value, flags
+    end
+    return value
+end
+
+
+-- syntax: value, flags = dict:get(key)
+function methods.get(self, key)
+    return get(self, key, 0)
+end
+
+-- syntax: value, flags, stale = dict:get_stale(key)
+function methods.get_stale(self, key)
+    return get(self, key, 1)
+end
+
+-- syntax: ok, err, forcible = dict:set(key, value, exptime?, flags?)
+function methods.set(self, key, value, exptime, flags)
+    return store(self, OP_SET, key, value, exptime, flags)
+end
+
+function methods.safe_set(self, key, value, exptime, flags)
+    return store(self, OP_SET + OP_SAFE, key, value, exptime, flags)
+end
+
+function methods.add(self, key, value, exptime, flags)
+    return store(self, OP_ADD, key, value, exptime, flags)
+end
+
+function methods.safe_add(self, key, value, exptime, flags)
+    return store(self, OP_ADD + OP_SAFE, key, value, exptime, flags)
+end
+
+function methods.replace(self, key, value, exptime, flags)
+    return store(self, OP_REPLACE, key, value, exptime, flags)
+end
+
+function methods.delete(self, key)
+    return store(self, OP_SET, key, nil)
+end
+
+-- syntax: newval, err, forcible = dict:incr(key, value, init?, init_ttl?)
+function methods.incr(self, key, value, init, init_ttl)
+    local zone = zone_of(self)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+
+    if type(value) ~= "number" then
+        local n = tonumber(value)
+        if not n then
+            return nil, "not a number"
+        end
+        value = n
+    end
+
+    if init ~= nil then
+        local typ = type(init)
+        if typ ~= "number" then
+            init = tonumber(init)
+            if not init then
+                error("bad init arg: number expected, got " .. typ, 2)
+            end
+        end
+    end
+
+    if init_ttl ~= nil then
+        local typ = type(init_ttl)
+        if typ ~= "number" then
+            init_ttl = tonumber(init_ttl)
+            if not init_ttl then
+                error("bad init_ttl arg: number expected, got " .. typ, 2)
+            end
+        end
+        if init_ttl < 0 then
+            error('bad "init_ttl" argument', 2)
+        end
+        if not init then
+            error('must provide "init" when providing "init_ttl"', 2)
+        end
+    else
+        init_ttl = 0
+    end
+
+    num_buf[0] = value
+    forcible[0] = 0
+    local rc = C.shmlock_dict_incr(zone, key, #key, num_buf,
+                                   init and 1 or 0, init or 0,
+                                   init_ttl * 1000, forcible)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    if not init then
+        return tonumber(num_buf[0])
+    end
+    return tonumber(num_buf[0]), nil, forcible[0] == 1
+end
+
+-- syntax: ttl, err = dict:ttl(key)
+function methods.ttl(self, key)
+    local zone = zone_of(self)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    local rc = C.shmlock_dict_ttl(zone, key, #key, ttl_buf)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return tonumber(ttl_buf[0]) / 1000
+end
+
+-- syntax: ok, err = dict:expire(key, exptime)
+function methods.expire(self, key, exptime)
+    local zone = zone_of(self)
+    if type(exptime) ~= "number" or exptime < 0 then
+        error('bad "exptime" argument', 2)
+    end
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    local rc = C.shmlock_dict_expire(zone, key, #key, exptime * 1000)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return true
+end
+
+-- syntax: ok, err, forcible = dict:cas(key, old_value, new_value, exptime?,
+--                                      flags?)
+function methods.cas(self, key, old_value, new_value, exptime, flags)
+    local zone = zone_of(self)
+    exptime = check_exptime(exptime, 2)
+    if flags ~= nil and type(flags) ~= "number" then
+        error('bad "flags" argument', 2)
+    end
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    if not fill(old, old_value, 0) or not fill(val, new_value, flags) then
+        return nil, "bad value type"
+    end
+    forcible[0] = 0
+    local rc = C.shmlock_dict_cas(zone, key, #key, old, val, exptime,
+                                  forcible)
+    if rc ~= OK then
+        return nil, errors[rc], forcible[0] == 1
+    end
+    return true, nil, forcible[0] == 1
+end
+
+-- syntax: ok, err = dict:cad(key, old_value)
+function methods.cad(self, key, old_value)
+    local zone = zone_of(self)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    if old_value == nil or not fill(old, old_value, 0) then
+        return nil, "bad value type"
+    end
+    local rc = C.shmlock_dict_cad(zone, key, #key, old)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return true
+end
+
+function methods.flush_all(self)
+    C.shmlock_dict_flush_all(zone_of(self))
+end
+
+-- syntax: freed = dict:flush_expired(max_count?)
+function methods.flush_expired(self, max_count)
+    local zone = zone_of(self)
+    if max_count ~= nil and type(max_count) ~= "number" then
+        error('bad "max_count" argument', 2)
+    end
+    return tonumber(C.shmlock_dict_flush_expired(zone, max_count or 0))
+end
+
+-- syntax: keys = dict:get_keys(max_count?)   (default 1024, 0 = all)
+function methods.get_keys(self, max_count)
+    local zone = zone_of(self)
+    if max_count == nil then
+        max_count = 1024
+    elseif type(max_count) ~= "number" or max_count < 0 then
+        error('bad "max_count" argument', 2)
+    end
+
+    local rc = C.shmlock_dict_get_keys(zone, max_count, str_buf, str_size,
+                                       count_buf, used_buf)
+    while rc == AGAIN do
+        grow(used_buf[0])
+        rc = C.shmlock_dict_get_keys(zone, max_count, str_buf, str_size,
+                                     count_buf, used_buf)
+    end
+
+    local keys = {}
+    local pos = 0
+    for i = 1, count_buf[0] do
+        local len = ffi.cast("uint32_t *", str_buf + pos)[0]
+        keys[i] = ffi_str(str_buf + pos + 4, len)
+        pos = pos + 4 + len
+    end
+    return keys
+end
+
+function methods.capacity(self)
+    return tonumber(C.shmlock_dict_capacity(zone_of(self)))
+end
+
+function methods.free_space(self)
+    return tonumber(C.shmlock_dict_free_space(zone_of(self)))
+end
+
+-- syntax: ok, err = dict:verify()
+function methods.verify(self)
+    local rc = C.shmlock_dict_verify(zone_of(self), msg_buf, 256)
+    if rc == OK then
+        return true
+    end
+    if rc == CORRUPT then
+        return nil, ffi_str(msg_buf)
+    end
+    return nil, errors[rc]
+end
+
+
+local units = { [""] = 1, k = 1024, m = 1024 * 1024, g = 1024 * 1024 * 1024 }
+
+local function parse_size(size)
+    if size == nil then
+        return DEFAULT_SIZE
+    end
+    if type(size) == "number" then
+        if size ~= size or size <= 0 or size % 1 ~= 0 then
+            return nil
+        end
+        return size
+    end
+    if type(size) ~= "string" then
+        return nil
+    end
+    local digits, unit = size:match("^%s*(%d+)%s*([kKmMgG]?)%s*$")
+    if not digits then
+        return nil
+    end
+    return tonumber(digits) * units[unit:lower()]
+end
+
+local function check_name(name)
+    return type(name) == "string" and C.shmlock_zone_name_ok(name, #name) == 1
+end
+
+-- syntax: dict, err = shdict.open(name, opts?)
+--   opts.size: bytes, or "64k" / "10m" / "1g" (default "1m")
+--   opts.dir:  directory of the zone files (default $SHMLOCK_DIR or /dev/shm)
+function _M.open(name, opts)
+    if not check_name(name) then
+        return nil, "bad zone name"
+    end
+    if opts ~= nil and type(opts) ~= "table" then
+        error('bad "opts" argument', 2)
+    end
+    local dir = opts and opts.dir
+    if dir ~= nil and type(dir) ~= "string" then
+        error('bad "opts.dir" argument', 2)
+    end
+
+    local size = parse_size(opts and opts.size)
+    if not size then
+        return nil, "bad size"
+    end
+
+    local id = (dir or "") .. "\0" .. name
+    local dict = zones[id]
+    if dict then
+        return dict
+    end
+
+    local rc = C.shmlock_zone_open(dir, name, #name, size, zone_out)
+    if rc ~= OK then
+        if rc == SYSTEM then
+            return nil, sys_error("failed to open zone \"" .. name .. "\"")
+        end
+        return nil, errors[rc]
+    end
+
+    dict = setmetatable({
+        _zone = ffi_gc(zone_out[0], C.shmlock_zone_close),
+        name = name,
+        dir = dir,
+    }, mt)
+    zones[id] = dict
+    return dict
+end
+
+-- the dict this process opened under `name` (nil if none)
+function _M.opened(name, dir)
+    return zones[(dir or "") .. "\0" .. tostring(name)]
+end
+
+-- syntax: ok, err = shdict.destroy(name, opts?)
+function _M.destroy(name, opts)
+    if not check_name(name) then
+        return nil, "bad zone name"
+    end
+    local dir = opts and opts.dir
+    local rc = C.shmlock_zone_destroy(dir, name, #name)
+    zones[(dir or "") .. "\0" .. name] = nil
+    if rc == OK then
+        return true
+    end
+    if rc == NOT_FOUND then
+        return nil, "not found"
+    end
+    if rc == SYSTEM then
+        return nil, sys_error("failed to destroy zone \"" .. name .. "\"")
+    end
+    return nil, errors[rc]
+end
+
+_M.methods = methods
+
+return _M
