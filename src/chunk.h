@@ -3,7 +3,7 @@
  *
  * An entry's chunks are linked through `next`, which is also the link of
  * the free list.  Allocation takes the first n chunks of the free list as
- * they are already linked, so it costs two journalled writes whatever n
+ * they are already linked, so it costs three word writes whatever n
  * is; freeing splices a whole chain back the same way.
  */
 
@@ -11,11 +11,13 @@
 #define CHUNK_H
 
 #include "zone.h"
+#include "zw.h"
 
 #define CHUNK_HEAD_DATA   16
 #define CHUNK_CONT_DATA   60
 
-#define ENTRY_PINNED      0x01   /* stored by add: never evicted while live */
+#define ENTRY_PINNED      0x01   /* stored by add: never evicted while live,
+                                    and kept out of the LRU list */
 #define ENTRY_REFERENCED  0x02   /* read since it last passed the LRU tail */
 
 typedef struct {
@@ -61,11 +63,6 @@ chunks_for(size_t bytes)
                            / CHUNK_CONT_DATA);
 }
 
-/* Journalled write of a 32-bit zone word. */
-#define ZW32(z, word, v)  journal_w32(&(z)->hdr->journal, (z)->base, \
-                                      &(word), (v))
-#define ZW64(z, word, v)  journal_w64(&(z)->hdr->journal, (z)->base, \
-                                      &(word), (v))
 
 void chunk_format(zone_t *z);
 /* First of n linked chunks, or 0 when fewer than n are free. */

@@ -60,6 +60,15 @@ entry_lru_push(zone_t *z, uint32_t i)
 
     ZW32(z, e->lru_prev, 0);
     ZW32(z, e->lru_next, d->lru_head);
+    entry_lru_link_head(z, i);
+}
+
+/* The entry's own links are set; hook it in front of the head. */
+void
+entry_lru_link_head(zone_t *z, uint32_t i)
+{
+    dict_state_t  *d = &z->hdr->dict;
+
     if (d->lru_head != 0) {
         ZW32(z, entry_at(z, d->lru_head)->lru_prev, i);
     } else {
@@ -75,7 +84,9 @@ entry_remove(zone_t *z, uint32_t i)
     uint32_t      *link = entry_link(z, i);
 
     ZW32(z, *link, entry_at(z, i)->hnext);
-    entry_lru_unlink(z, i);
+    if (!(entry_at(z, i)->eflags & ENTRY_PINNED)) {
+        entry_lru_unlink(z, i);
+    }
     ZW32(z, d->nentries, d->nentries - 1);
     chunk_free(z, i);
 }
@@ -96,6 +107,10 @@ entry_alloc(zone_t *z, uint32_t n, uint32_t keep, int safe, int64_t *now,
     if (!safe) {
         evict_lru(z, n, keep, now, forcible);
     }
+    if (z->hdr->dict.free_count < n) {
+        /* expired pinned entries are not in the LRU list */
+        evict_sweep(z, n, keep, now);
+    }
     return chunk_alloc(z, n);
 }
 
@@ -106,7 +121,8 @@ entry_fill(zone_t *z, uint32_t c, const char *key, size_t klen,
     entry_t  *e = entry_at(z, c);
     double    num = v->num;
 
-    /* c is not reachable yet: plain writes, nothing to journal */
+    /* c is not reachable yet: plain writes */
+    e->lru_prev = 0;
     e->hash = hash;
     e->key_len = (uint16_t) klen;
     e->vtype = (uint8_t) v->type;
@@ -157,7 +173,9 @@ entry_put(zone_t *z, uint32_t old, const char *key, size_t klen,
         link = entry_link(z, old);
         entry_at(z, c)->hnext = entry_at(z, old)->hnext;
         ZW32(z, *link, c);
-        entry_lru_unlink(z, old);
+        if (!(entry_at(z, old)->eflags & ENTRY_PINNED)) {
+            entry_lru_unlink(z, old);
+        }
         chunk_free(z, old);
     } else {
         link = &z->buckets[hash & z->bucket_mask];
@@ -165,7 +183,10 @@ entry_put(zone_t *z, uint32_t old, const char *key, size_t klen,
         ZW32(z, *link, c);
         ZW32(z, d->nentries, d->nentries + 1);
     }
-    entry_lru_push(z, c);
+    if (!pinned) {
+        entry_at(z, c)->lru_next = d->lru_head;    /* c is fresh: no record */
+        entry_lru_link_head(z, c);
+    }
     return SHMLOCK_OK;
 }
 
@@ -202,4 +223,19 @@ entry_value_out(const zone_t *z, uint32_t i, shmlock_value_t *out)
     out->flags = e->user_flags;
     out->len = e->value_len;
     memcpy(&out->num, &e->num, sizeof(out->num));
+}
+
+void
+entry_each(zone_t *z, entry_visit_pt fn, void *ctx)
+{
+    uint32_t  b, i, next;
+
+    for (b = 0; b <= z->bucket_mask; b++) {
+        for (i = z->buckets[b]; i != 0; i = next) {
+            next = entry_at(z, i)->hnext;
+            if (fn(z, i, ctx) != 0) {
+                return;
+            }
+        }
+    }
 }

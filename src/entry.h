@@ -1,7 +1,7 @@
 /*
  * entry: one dictionary entry as a whole: finding it, linking it into the
  * hash chain and the LRU list, writing a new one (evicting if allowed) and
- * removing one.  Callers hold the zone mutex and commit the journal.
+ * removing one.  Callers hold the zone mutex.
  */
 
 #ifndef ENTRY_H
@@ -45,6 +45,7 @@ uint32_t *entry_link(const zone_t *z, uint32_t i);
 
 void entry_lru_unlink(zone_t *z, uint32_t i);
 void entry_lru_push(zone_t *z, uint32_t i);
+void entry_lru_link_head(zone_t *z, uint32_t i);
 void entry_remove(zone_t *z, uint32_t i);
 
 /*
@@ -63,5 +64,10 @@ void evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
     int64_t *now);
 void evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now,
     int *forcible);
+void evict_sweep(zone_t *z, uint32_t need, uint32_t keep, int64_t *now);
+
+/* Calls fn for every entry, bucket by bucket; fn may remove the entry. */
+typedef int (*entry_visit_pt)(zone_t *z, uint32_t i, void *ctx);
+void entry_each(zone_t *z, entry_visit_pt fn, void *ctx);
 
 #endif /* ENTRY_H */

@@ -16,7 +16,6 @@ evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
         seen++;
         if (i != keep && entry_expired(entry_at(z, i), now)) {
             entry_remove(z, i);
-            journal_commit(&z->hdr->journal);
         }
         i = prev;
     }
@@ -43,12 +42,12 @@ evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now, int *forcible)
         if (entry_expired(e, now) && i != keep) {
             entry_remove(z, i);
 
-        } else if (i == keep || (e->eflags & ENTRY_PINNED)) {
+        } else if (i == keep) {
             entry_lru_unlink(z, i);
             entry_lru_push(z, i);
 
         } else if (e->eflags & ENTRY_REFERENCED) {
-            e->eflags &= ~ENTRY_REFERENCED;   /* a hint: no journal needed */
+            e->eflags &= ~ENTRY_REFERENCED;   /* a hint only */
             entry_lru_unlink(z, i);
             entry_lru_push(z, i);
 
@@ -56,6 +55,30 @@ evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now, int *forcible)
             entry_remove(z, i);
             *forcible = 1;
         }
-        journal_commit(&z->hdr->journal);
     }
+}
+
+/*
+ * Pinned (add) entries are not in the LRU list, so expired ones are found
+ * by sweeping the buckets from a cursor kept in the zone: each sweep goes
+ * on where the last stopped, so the cost is spread over the allocations
+ * that need it.  Stops once `need` chunks are free or after a full turn.
+ */
+void
+evict_sweep(zone_t *z, uint32_t need, uint32_t keep, int64_t *now)
+{
+    dict_state_t  *d = &z->hdr->dict;
+    uint32_t       b, n, i, next;
+
+    b = d->sweep & z->bucket_mask;
+    for (n = 0; n <= z->bucket_mask && d->free_count < need; n++) {
+        for (i = z->buckets[b]; i != 0; i = next) {
+            next = entry_at(z, i)->hnext;
+            if (i != keep && entry_expired(entry_at(z, i), now)) {
+                entry_remove(z, i);
+                }
+        }
+        b = (b + 1) & z->bucket_mask;
+    }
+    ZW32(z, d->sweep, b);
 }

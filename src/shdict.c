@@ -4,8 +4,6 @@
 
 #include <string.h>
 
-#define COMMIT(z)  journal_commit(&(z)->hdr->journal)
-
 void
 shdict_format(zone_t *z)
 {
@@ -15,15 +13,20 @@ shdict_format(zone_t *z)
     memset(z->wait_seq, 0, 2 * ZONE_WAIT_WORDS * sizeof(uint32_t));
     d->lru_head = d->lru_tail = 0;
     d->nentries = 0;
+    d->sweep = 0;
     chunk_format(z);
 }
 
 /* Like ngx.shared.DICT, every store first drops a couple of expired
  * entries from the LRU tail, so expired data does not linger. */
-static void
+static inline void
 shdict_reclaim_tail(zone_t *z, int64_t *now)
 {
-    evict_expired(z, UINT32_MAX, 0, 2, now);
+    uint32_t  t = z->hdr->dict.lru_tail;
+
+    if (t != 0 && entry_at(z, t)->expires != 0) {
+        evict_expired(z, UINT32_MAX, 0, 2, now);
+    }
 }
 
 int
@@ -49,7 +52,6 @@ shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
         }
         if (v->type == SHMLOCK_TNIL) {
             entry_remove(z, i);
-            COMMIT(z);
             return SHMLOCK_OK;
         }
         /* replace keeps the entry's class; add pins; set makes evictable */
@@ -68,7 +70,6 @@ shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
 
     rc = entry_put(z, i, key, klen, hash, v, entry_deadline(&now, exptime_ms),
                    pinned, op & SHMLOCK_OP_SAFE, &now, forcible);
-    COMMIT(z);
     return rc;
 }
 
@@ -133,7 +134,6 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
         uint64_t  bits;
         memcpy(&bits, &num, sizeof(bits));
         ZW64(z, e->num, bits);
-        COMMIT(z);
         e->eflags |= ENTRY_REFERENCED;
         *value = num;
         return SHMLOCK_OK;
@@ -147,7 +147,6 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
     v.num = init + *value;
     rc = entry_put(z, i, key, klen, hash, &v, entry_deadline(&now, init_ttl_ms),
                    0, 0, &now, forcible);
-    COMMIT(z);
     if (rc == SHMLOCK_OK) {
         *value = v.num;
     }
@@ -183,7 +182,6 @@ shdict_expire(zone_t *z, const char *key, size_t klen, uint32_t hash,
         return SHMLOCK_NOT_FOUND;
     }
     ZW64(z, e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
-    COMMIT(z);
     return SHMLOCK_OK;
 }
 
@@ -214,7 +212,6 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
         }
         rc = entry_put(z, i, key, klen, hash, v,
                        entry_deadline(&now, exptime_ms), 1, 0, &now, forcible);
-        COMMIT(z);
         return rc;
     }
 
@@ -227,19 +224,16 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
     e = entry_at(z, i);
     if (v->type == SHMLOCK_TNIL) {
         entry_remove(z, i);
-        COMMIT(z);
         return SHMLOCK_OK;
     }
     if (entry_value_equal(z, i, v)) {
         /* same value (a lock extending its expiry): no new chunks needed */
         ZW64(z, e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
         ZW32(z, e->user_flags, v->flags);
-        COMMIT(z);
         return SHMLOCK_OK;
     }
     rc = entry_put(z, i, key, klen, hash, v, entry_deadline(&now, exptime_ms),
                    e->eflags & ENTRY_PINNED, 0, &now, forcible);
-    COMMIT(z);
     return rc;
 }
 
@@ -258,71 +252,94 @@ shdict_cad(zone_t *z, const char *key, size_t klen, uint32_t hash,
         return SHMLOCK_CHANGED;
     }
     entry_remove(z, i);
-    COMMIT(z);
     return SHMLOCK_OK;
+}
+
+typedef struct {
+    int64_t   now;
+    uint64_t  past;
+    int       max;
+    int       n;
+    char     *buf;
+    size_t    buf_size;
+    size_t    used;
+} visit_t;
+
+static int
+visit_expire(zone_t *z, uint32_t i, void *ctx)
+{
+    ZW64(z, entry_at(z, i)->expires, ((visit_t *) ctx)->past);
+    return 0;
 }
 
 /* As ngx.shared.DICT: marks everything expired, frees nothing. */
 void
 shdict_flush_all(zone_t *z)
 {
-    int64_t   now = sys_now_ms();
-    uint64_t  past = now > 1 ? (uint64_t) now - 1 : 1;
-    uint32_t  i;
+    visit_t  v;
+    int64_t  now = sys_now_ms();
 
-    for (i = z->hdr->dict.lru_head; i != 0; i = entry_at(z, i)->lru_next) {
-        ZW64(z, entry_at(z, i)->expires, past);
-        COMMIT(z);
+    v.past = now > 1 ? (uint64_t) now - 1 : 1;
+    entry_each(z, visit_expire, &v);
+}
+
+static int
+visit_free_expired(zone_t *z, uint32_t i, void *ctx)
+{
+    visit_t  *v = ctx;
+
+    if (entry_expired(entry_at(z, i), &v->now)) {
+        entry_remove(z, i);
+        v->n++;
     }
+    return v->max > 0 && v->n >= v->max;
 }
 
 int
 shdict_flush_expired(zone_t *z, int max_count)
 {
-    int64_t   now = sys_now_ms();
-    uint32_t  i = z->hdr->dict.lru_tail, prev;
+    visit_t  v;
 
-    int       freed = 0;
+    v.now = sys_now_ms();
+    v.max = max_count;
+    v.n = 0;
+    entry_each(z, visit_free_expired, &v);
+    return v.n;
+}
 
-    while (i != 0 && (max_count <= 0 || freed < max_count)) {
-        prev = entry_at(z, i)->lru_prev;
-        if (entry_expired(entry_at(z, i), &now)) {
-            entry_remove(z, i);
-            COMMIT(z);
-            freed++;
-        }
-        i = prev;
+static int
+visit_key(zone_t *z, uint32_t i, void *ctx)
+{
+    visit_t   *v = ctx;
+    entry_t   *e = entry_at(z, i);
+    uint32_t   len = e->key_len;
+
+    if (entry_expired(e, &v->now)) {
+        return 0;
     }
-    return freed;
+    if (v->used + sizeof(len) + len <= v->buf_size) {
+        memcpy(v->buf + v->used, &len, sizeof(len));
+        chunk_read(z, i, 0, v->buf + v->used + sizeof(len), len);
+    }
+    v->used += sizeof(len) + len;
+    v->n++;
+    return v->max > 0 && v->n >= v->max;
 }
 
 int
 shdict_get_keys(zone_t *z, int max_count, char *buf, size_t buf_size,
     int *count, size_t *used)
 {
-    int64_t    now = 0;
-    uint32_t   i, len;
-    size_t     need = 0;
-    int        n = 0;
-    entry_t   *e;
+    visit_t  v;
 
-    for (i = z->hdr->dict.lru_head; i != 0; i = e->lru_next) {
-        e = entry_at(z, i);
-        if (entry_expired(e, &now)) {
-            continue;
-        }
-        if (max_count > 0 && n >= max_count) {
-            break;
-        }
-        len = e->key_len;
-        if (need + sizeof(len) + len <= buf_size) {
-            memcpy(buf + need, &len, sizeof(len));
-            chunk_read(z, i, 0, buf + need + sizeof(len), len);
-        }
-        need += sizeof(len) + len;
-        n++;
-    }
-    *count = n;
-    *used = need;
-    return need > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
+    v.now = sys_now_ms();
+    v.max = max_count;
+    v.n = 0;
+    v.buf = buf;
+    v.buf_size = buf_size;
+    v.used = 0;
+    entry_each(z, visit_key, &v);
+    *count = v.n;
+    *used = v.used;
+    return v.used > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
 }

@@ -6,7 +6,7 @@
  * each).  All chunks come from one free list, so there is no fragmentation
  * and free_space() is exact.  Entries hang in a hash table (chained through
  * the head) and in one LRU list.  Every function here runs with the zone
- * mutex held and leaves the journal committed.
+ * mutex held.
  */
 
 #ifndef SHDICT_H
@@ -40,6 +40,8 @@ void shdict_flush_all(zone_t *z);
 int shdict_flush_expired(zone_t *z, int max_count);
 int shdict_get_keys(zone_t *z, int max_count, char *buf, size_t buf_size,
     int *count, size_t *used);
+/* Rebuilds the derived state after a dead holder: see recover.c. */
+void shdict_recover(zone_t *z);
 int shdict_verify(zone_t *z, char *msg, size_t msg_size);
 
 #endif /* SHDICT_H */

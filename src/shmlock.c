@@ -8,6 +8,7 @@
 #include "shdict.h"
 #include "shm_zone.h"
 #include "sys.h"
+#include "zw.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,10 +19,9 @@ static __thread int  last_errno;
 static inline void
 zone_lock(zone_t *z)
 {
-    shmtx_lock(&z->hdr->mutex, sys_pid());
-    /* records left in the journal mean the previous holder died mid-update */
-    if (__builtin_expect(z->hdr->journal.count != 0, 0)) {
-        journal_recover(&z->hdr->journal, z->base, z->size);
+    /* taking over a dead holder's mutex: its update may be half done */
+    if (__builtin_expect(shmtx_lock(&z->hdr->mutex, sys_pid()), 0)) {
+        shdict_recover(z);
     }
 }
 
@@ -288,7 +288,7 @@ shmlock_proc_alive(int pid, uint64_t start)
 void
 shmlock_test_crash_at(int n)
 {
-    journal_crash_at(n);
+    zw_crash_countdown = n;
 }
 
 void

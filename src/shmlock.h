@@ -165,7 +165,7 @@ SHMLOCK_API int shmlock_proc_alive(int pid, uint64_t start);
 
 /* ---- test hooks (used by the crash tests; harmless otherwise) ---- */
 
-/* SIGKILL this process at its n-th journalled write from now (0: never). */
+/* SIGKILL this process before its n-th structural write from now (0: never). */
 SHMLOCK_API void shmlock_test_crash_at(int n);
 /* Take / release the zone's internal mutex directly. */
 SHMLOCK_API void shmlock_test_mutex_lock(shmlock_zone_t *zone);

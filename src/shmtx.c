@@ -36,7 +36,7 @@ shmtx_take_over(shmtx_t *mtx, uint32_t owner, uint32_t pid)
     return 0;
 }
 
-void
+int
 shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
 {
     uint32_t  owner, suspect = 0;
@@ -44,7 +44,7 @@ shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
 
     for ( ;; ) {
         if (shmtx_trylock(mtx, pid)) {
-            return;
+            return 0;
         }
 
         if (sys_ncpu() > 1) {
@@ -53,7 +53,7 @@ shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
                     sys_cpu_pause();
                 }
                 if (shmtx_trylock(mtx, pid)) {
-                    return;
+                    return 0;
                 }
             }
         }
@@ -61,7 +61,7 @@ shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
         for (i = 0; i < SHMTX_YIELDS; i++) {
             sched_yield();
             if (shmtx_trylock(mtx, pid)) {
-                return;
+                return 0;
             }
         }
 
@@ -70,7 +70,7 @@ shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
             continue;
         }
         if (owner == suspect && shmtx_take_over(mtx, owner, pid)) {
-            return;
+            return 1;
         }
         suspect = owner;
 

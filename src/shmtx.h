@@ -3,7 +3,7 @@
  * nginx's ngx_shmtx: the word holds the owner's pid (0 = free), taken with a
  * CAS; waiters spin with PAUSE in doubling rounds, then sched_yield, then
  * sleep on the word with a shared futex.  A waiter that finds the owner
- * dead takes the word over; the caller then repairs the data (see journal.h).
+ * dead takes the word over, and the caller then repairs the data.
  */
 
 #ifndef SHMTX_H
@@ -19,7 +19,7 @@ typedef struct {
 } shmtx_t;
 
 void shmtx_init(shmtx_t *mtx);
-void shmtx_lock_slow(shmtx_t *mtx, uint32_t pid);
+int shmtx_lock_slow(shmtx_t *mtx, uint32_t pid);
 void shmtx_wake(shmtx_t *mtx);
 
 static inline int
@@ -33,12 +33,14 @@ shmtx_trylock(shmtx_t *mtx, uint32_t pid)
                                           __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
 }
 
-static inline void
+/* Returns 1 when the mutex was taken over from a dead owner. */
+static inline int
 shmtx_lock(shmtx_t *mtx, uint32_t pid)
 {
-    if (!shmtx_trylock(mtx, pid)) {
-        shmtx_lock_slow(mtx, pid);
+    if (__builtin_expect(shmtx_trylock(mtx, pid), 1)) {
+        return 0;
     }
+    return shmtx_lock_slow(mtx, pid);
 }
 
 /*

@@ -8,9 +8,9 @@
 
 /*
  * Walks every structure of the dictionary and checks that each chunk is in
- * exactly one place (the free list or one entry), the counts agree, the
- * hash chains and the LRU list hold the same entries, and each entry's key
- * hashes to its bucket.  O(size of the zone); for tests and operators.
+ * exactly one place (the free list or one entry), the counts agree, the LRU
+ * list holds exactly the unpinned entries of the hash chains, and each
+ * entry's key hashes to its bucket.  O(size of the zone); for tests and operators.
  */
 
 typedef struct {
@@ -50,77 +50,57 @@ verify_chain(verify_t *v, uint32_t first, uint8_t mark)
     return n;
 }
 
+/* Every entry, through the hash chains: chains, keys, hashes, chunk use. */
 static int
-verify_entries(verify_t *v, uint32_t *used)
+verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
 {
     zone_t    *z = v->z;
-    uint32_t   i, prev = 0, n = 0, len;
+    uint32_t   b, i, n = 0, len;
     entry_t   *e;
     char      *key;
     size_t     bytes;
 
-    for (i = z->hdr->dict.lru_head; i != 0; prev = i, i = e->lru_next) {
-        if (i > z->nchunks || v->seen[i] != 0) {
-            return verify_fail(v, "lru list reaches chunk %u twice or out of "
-                               "range", i);
-        }
-        e = entry_at(z, i);
-        if (e->lru_prev != prev) {
-            return verify_fail(v, "lru back link of entry %u", i);
-        }
-        if (e->key_len == 0 || (e->vtype != SHMLOCK_TSTRING
-                                && e->vtype != SHMLOCK_TNUMBER
-                                && e->vtype != SHMLOCK_TBOOLEAN))
-        {
-            return verify_fail(v, "entry %u has a bad key length or type", i);
-        }
-        bytes = (size_t) e->key_len
-                + (e->vtype == SHMLOCK_TSTRING ? e->value_len : 0);
-        len = verify_chain(v, i, 2);
-        if (len == 0 || len != chunks_for(bytes)) {
-            return verify_fail(v, "chunk chain of entry %u", i);
-        }
-        key = malloc(e->key_len);
-        if (key == NULL) {
-            return verify_fail(v, "out of memory while verifying");
-        }
-        chunk_read(z, i, 0, key, e->key_len);
-        if (hash_bytes(key, e->key_len) != e->hash) {
-            free(key);
-            return verify_fail(v, "entry %u key does not match its hash", i);
-        }
-        free(key);
-        *used += len;
-        n++;
-    }
-    if (prev != z->hdr->dict.lru_tail) {
-        return verify_fail(v, "lru tail");
-    }
-    if (n != z->hdr->dict.nentries) {
-        return verify_fail(v, "%u entries in the lru list, %u counted", n,
-                           z->hdr->dict.nentries);
-    }
-    return SHMLOCK_OK;
-}
-
-static int
-verify_buckets(verify_t *v)
-{
-    zone_t    *z = v->z;
-    uint32_t   b, i, n = 0;
-
     for (b = 0; b <= z->bucket_mask; b++) {
-        for (i = z->buckets[b]; i != 0; i = entry_at(z, i)->hnext) {
-            if (i > z->nchunks || v->seen[i] != 2) {
-                return verify_fail(v, "bucket %u reaches chunk %u, not a "
-                                   "listed entry", b, i);
+        for (i = z->buckets[b]; i != 0; i = e->hnext) {
+            if (i > z->nchunks || v->seen[i] != 0) {
+                return verify_fail(v, "bucket %u reaches chunk %u, out of "
+                                   "range or already used", b, i);
             }
-            if ((entry_at(z, i)->hash & z->bucket_mask) != b) {
+            e = entry_at(z, i);
+            if ((e->hash & z->bucket_mask) != b) {
                 return verify_fail(v, "entry %u in the wrong bucket", i);
             }
-            v->seen[i] = 3;
+            if (e->key_len == 0 || (e->vtype != SHMLOCK_TSTRING
+                                    && e->vtype != SHMLOCK_TNUMBER
+                                    && e->vtype != SHMLOCK_TBOOLEAN))
+            {
+                return verify_fail(v, "entry %u has a bad key length or type",
+                                   i);
+            }
+            bytes = (size_t) e->key_len
+                    + (e->vtype == SHMLOCK_TSTRING ? e->value_len : 0);
+            len = verify_chain(v, i, 2);
+            if (len == 0 || len != chunks_for(bytes)) {
+                return verify_fail(v, "chunk chain of entry %u", i);
+            }
+            key = malloc(e->key_len);
+            if (key == NULL) {
+                return verify_fail(v, "out of memory while verifying");
+            }
+            chunk_read(z, i, 0, key, e->key_len);
+            if (hash_bytes(key, e->key_len) != e->hash) {
+                free(key);
+                return verify_fail(v, "entry %u key does not match its hash",
+                                   i);
+            }
+            free(key);
+            *used += len;
+            if (!(e->eflags & ENTRY_PINNED)) {
+                (*unpinned)++;
+            }
             if (++n > z->hdr->dict.nentries) {
-                return verify_fail(v, "hash chains hold too many entries");
+                return verify_fail(v, "hash chains hold more than %u entries",
+                                   z->hdr->dict.nentries);
             }
         }
     }
@@ -131,17 +111,46 @@ verify_buckets(verify_t *v)
     return SHMLOCK_OK;
 }
 
+/* The LRU list: exactly the unpinned entries, with consistent links. */
+static int
+verify_lru(verify_t *v, uint32_t unpinned)
+{
+    zone_t    *z = v->z;
+    uint32_t   i, prev = 0, n = 0;
+    entry_t   *e;
+
+    for (i = z->hdr->dict.lru_head; i != 0; prev = i, i = e->lru_next) {
+        if (i > z->nchunks || v->seen[i] != 2) {
+            return verify_fail(v, "lru list reaches chunk %u, not an entry "
+                               "or twice", i);
+        }
+        v->seen[i] = 3;
+        e = entry_at(z, i);
+        if (e->eflags & ENTRY_PINNED) {
+            return verify_fail(v, "pinned entry %u in the lru list", i);
+        }
+        if (e->lru_prev != prev) {
+            return verify_fail(v, "lru back link of entry %u", i);
+        }
+        n++;
+    }
+    if (prev != z->hdr->dict.lru_tail) {
+        return verify_fail(v, "lru tail");
+    }
+    if (n != unpinned) {
+        return verify_fail(v, "lru list holds %u of %u evictable entries", n,
+                           unpinned);
+    }
+    return SHMLOCK_OK;
+}
+
 int
 shdict_verify(zone_t *z, char *msg, size_t msg_size)
 {
     verify_t  v = { z, NULL, msg, msg_size };
-    uint32_t  nfree, used = 0;
+    uint32_t  nfree, used = 0, unpinned = 0;
     int       rc;
 
-    if (z->hdr->journal.count != 0) {
-        return verify_fail(&v, "journal holds %u records",
-                           z->hdr->journal.count);
-    }
     v.seen = calloc((size_t) z->nchunks + 1, 1);
     if (v.seen == NULL) {
         return verify_fail(&v, "out of memory while verifying");
@@ -153,8 +162,8 @@ shdict_verify(zone_t *z, char *msg, size_t msg_size)
     } else if (nfree != z->hdr->dict.free_count) {
         rc = verify_fail(&v, "free list holds %u chunks, %u counted", nfree,
                          z->hdr->dict.free_count);
-    } else if ((rc = verify_entries(&v, &used)) == SHMLOCK_OK
-               && (rc = verify_buckets(&v)) == SHMLOCK_OK
+    } else if ((rc = verify_buckets(&v, &used, &unpinned)) == SHMLOCK_OK
+               && (rc = verify_lru(&v, unpinned)) == SHMLOCK_OK
                && nfree + used != z->nchunks)
     {
         rc = verify_fail(&v, "%u chunks lost", z->nchunks - nfree - used);

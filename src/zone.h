@@ -15,7 +15,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "journal.h"
 #include "shmtx.h"
 
 #define ZONE_MAGIC        "SHMLOCK"    /* 7 chars + NUL */
@@ -23,14 +22,16 @@
 #define ZONE_CHUNK_SIZE   64
 #define ZONE_WAIT_WORDS   1024
 
-/* The dictionary's structural words: every write goes through the journal. */
+/* The dictionary's bookkeeping: derived from the hash chains (see zw.h). */
 typedef struct {
     uint32_t  free_head;     /* free chunk list, linked through chunk.next */
     uint32_t  free_count;
-    uint32_t  lru_head;      /* most recently written entry */
+    uint32_t  lru_head;      /* most recently written evictable entry */
     uint32_t  lru_tail;
-    uint32_t  nentries;
-    uint32_t  pad[11];
+    uint32_t  nentries;      /* all entries, pinned or not */
+    uint32_t  sweep;         /* next bucket the expired-entry sweep visits */
+    uint32_t  recoveries;    /* times a dead holder's mutex was taken over */
+    uint32_t  pad[9];
 } dict_state_t;
 
 typedef struct {
@@ -49,7 +50,6 @@ typedef struct {
 
     shmtx_t       mutex;         /* own cache line */
     dict_state_t  dict;          /* own cache line */
-    journal_t     journal;
 } zone_hdr_t;
 
 struct shmlock_zone_s {
