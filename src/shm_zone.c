@@ -124,6 +124,25 @@ zone_attach_file(const char *path, zone_t **out, int *err)
     return rc;
 }
 
+/*
+ * Reserve the zone's memory now: on a tmpfs short of room, a plain
+ * ftruncate would succeed and the first write would SIGBUS instead.
+ */
+static int
+zone_reserve(int fd, uint64_t size)
+{
+    int  rc = posix_fallocate(fd, 0, (off_t) size);
+
+    if (rc == 0) {
+        return 0;
+    }
+    if (rc != EOPNOTSUPP && rc != EINVAL) {
+        errno = rc;
+        return -1;
+    }
+    return ftruncate(fd, (off_t) size);
+}
+
 /* Build a zone in a hidden file and publish it under `path` with link(2). */
 static int
 zone_create_file(const char *dir, const char *name, size_t name_len,
@@ -146,7 +165,7 @@ zone_create_file(const char *dir, const char *name, size_t name_len,
         *err = errno;
         return SHMLOCK_SYSTEM;
     }
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t) size) != 0
+    if (fchmod(fd, 0600) != 0 || zone_reserve(fd, size) != 0
         || zone_map(fd, size, &base) != 0)
     {
         *err = errno;
