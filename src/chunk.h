@@ -18,7 +18,6 @@
 
 #define ENTRY_PINNED      0x01   /* stored by add: never evicted while live,
                                     and kept out of the LRU list */
-#define ENTRY_REFERENCED  0x02   /* read since it last passed the LRU tail */
 
 typedef struct {
     uint32_t  next;        /* next chunk of this entry (or of the free list) */
@@ -51,6 +50,19 @@ static inline entry_t *
 entry_at(const zone_t *z, uint32_t i)
 {
     return (entry_t *) chunk_at(z, i);
+}
+
+/*
+ * "Read since it last reached the LRU tail" lives outside the entries, in
+ * a byte per chunk: readers without the mutex may set it on a chunk that is
+ * being reused, which must never touch the chunk itself.  A hint only.
+ */
+static inline void
+chunk_mark_read(const zone_t *z, uint32_t i)
+{
+    if (__atomic_load_n(&z->refs[i], __ATOMIC_RELAXED) == 0) {
+        __atomic_store_n(&z->refs[i], 1, __ATOMIC_RELAXED);
+    }
 }
 
 static inline uint32_t

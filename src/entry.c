@@ -123,6 +123,7 @@ entry_fill(zone_t *z, uint32_t c, const char *key, size_t klen,
 
     /* c is not reachable yet: plain writes */
     e->lru_prev = 0;
+    z->refs[c] = 0;
     e->hash = hash;
     e->key_len = (uint16_t) klen;
     e->vtype = (uint8_t) v->type;

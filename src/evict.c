@@ -46,8 +46,8 @@ evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now, int *forcible)
             entry_lru_unlink(z, i);
             entry_lru_push(z, i);
 
-        } else if (e->eflags & ENTRY_REFERENCED) {
-            e->eflags &= ~ENTRY_REFERENCED;   /* a hint only */
+        } else if (z->refs[i] != 0) {
+            z->refs[i] = 0;
             entry_lru_unlink(z, i);
             entry_lru_push(z, i);
 

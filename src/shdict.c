@@ -11,6 +11,7 @@ shdict_format(zone_t *z)
 
     memset(z->buckets, 0, (size_t) (z->bucket_mask + 1) * sizeof(uint32_t));
     memset(z->wait_seq, 0, 2 * ZONE_WAIT_WORDS * sizeof(uint32_t));
+    memset(z->refs, 0, (size_t) z->nchunks + 1);
     d->lru_head = d->lru_tail = 0;
     d->nentries = 0;
     d->sweep = 0;
@@ -103,9 +104,7 @@ shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
         }
         chunk_read(z, i, e->key_len, buf, out->len);
     }
-    if (!(e->eflags & ENTRY_REFERENCED)) {
-        e->eflags |= ENTRY_REFERENCED;    /* an eviction hint only */
-    }
+    chunk_mark_read(z, i);
     return SHMLOCK_OK;
 }
 
@@ -134,7 +133,7 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
         uint64_t  bits;
         memcpy(&bits, &num, sizeof(bits));
         ZW64(z, e->num, bits);
-        e->eflags |= ENTRY_REFERENCED;
+        chunk_mark_read(z, i);
         *value = num;
         return SHMLOCK_OK;
     }

@@ -5,6 +5,7 @@
 
 #include "shmlock.h"
 #include "hash.h"
+#include "optimistic.h"
 #include "shdict.h"
 #include "shm_zone.h"
 #include "sys.h"
@@ -22,6 +23,9 @@ zone_lock(zone_t *z)
     /* taking over a dead holder's mutex: its update may be half done */
     if (__builtin_expect(shmtx_lock(&z->hdr->mutex, sys_pid()), 0)) {
         shdict_recover(z);
+        /* it may have died with seq odd: make it even, and different */
+        __atomic_store_n(&z->hdr->seq, (z->hdr->seq | 1) + 1,
+                         __ATOMIC_RELEASE);
     }
 }
 
@@ -29,6 +33,21 @@ static inline void
 zone_unlock(zone_t *z)
 {
     shmtx_unlock(&z->hdr->mutex, sys_pid());
+}
+
+/* A change to the dictionary: mutex held, and seq odd for lock-free readers */
+static inline void
+zone_write_lock(zone_t *z)
+{
+    zone_lock(z);
+    zone_write_begin(z);
+}
+
+static inline void
+zone_write_unlock(zone_t *z)
+{
+    zone_write_end(z);
+    zone_unlock(z);
 }
 
 const char *
@@ -107,9 +126,9 @@ shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
-    zone_lock(zone);
+    zone_write_lock(zone);
     rc = shdict_store(zone, op, key, key_len, hash, val, exptime_ms, forcible);
-    zone_unlock(zone);
+    zone_write_unlock(zone);
     return rc;
 }
 
@@ -118,8 +137,16 @@ shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
 {
     uint32_t  hash = hash_bytes(key, key_len);
-    int       rc;
+    int       rc, tries;
 
+    for (tries = 0; tries < 4; tries++) {
+        rc = optimistic_get(zone, key, key_len, hash, get_stale, out, buf,
+                            buf_size);
+        if (rc != OPTIMISTIC_RETRY) {
+            return rc;
+        }
+    }
+    /* writers keep getting in the way: queue up with them */
     zone_lock(zone);
     rc = shdict_get(zone, key, key_len, hash, get_stale, out, buf, buf_size);
     zone_unlock(zone);
@@ -134,10 +161,10 @@ shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
-    zone_lock(zone);
+    zone_write_lock(zone);
     rc = shdict_incr(zone, key, key_len, hash, value, has_init, init,
                      init_ttl_ms, forcible);
-    zone_unlock(zone);
+    zone_write_unlock(zone);
     return rc;
 }
 
@@ -161,9 +188,9 @@ shmlock_dict_expire(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
-    zone_lock(zone);
+    zone_write_lock(zone);
     rc = shdict_expire(zone, key, key_len, hash, exptime_ms);
-    zone_unlock(zone);
+    zone_write_unlock(zone);
     return rc;
 }
 
@@ -175,9 +202,9 @@ shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
-    zone_lock(zone);
+    zone_write_lock(zone);
     rc = shdict_cas(zone, key, key_len, hash, old, val, exptime_ms, forcible);
-    zone_unlock(zone);
+    zone_write_unlock(zone);
     return rc;
 }
 
@@ -188,18 +215,18 @@ shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
-    zone_lock(zone);
+    zone_write_lock(zone);
     rc = shdict_cad(zone, key, key_len, hash, old);
-    zone_unlock(zone);
+    zone_write_unlock(zone);
     return rc;
 }
 
 void
 shmlock_dict_flush_all(shmlock_zone_t *zone)
 {
-    zone_lock(zone);
+    zone_write_lock(zone);
     shdict_flush_all(zone);
-    zone_unlock(zone);
+    zone_write_unlock(zone);
 }
 
 int
@@ -207,9 +234,9 @@ shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count)
 {
     int  n;
 
-    zone_lock(zone);
+    zone_write_lock(zone);
     n = shdict_flush_expired(zone, max_count);
-    zone_unlock(zone);
+    zone_write_unlock(zone);
     return n;
 }
 

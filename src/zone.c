@@ -3,49 +3,51 @@
 
 #include <string.h>
 
+#define ALIGN64(x)  (((x) + 63) & ~(uint64_t) 63)
+
 /*
- * Sizes the three arrays for a zone of `size` bytes: one 4-byte bucket per
- * chunk (rounded down to a power of two) keeps chains short however small
- * the entries are, at a cost of 1/16 of the chunk area.
+ * Sizes the arrays for a zone of `size` bytes.  Each chunk costs its 64
+ * bytes, a 4-byte bucket (the bucket count is the chunk count rounded down
+ * to a power of two, so chains stay short however small the entries are)
+ * and a 1-byte read mark.
  */
 static void
-zone_geometry(uint64_t size, uint32_t *nchunks, uint32_t *nbuckets,
-    uint64_t *buckets_off, uint64_t *waits_off, uint64_t *chunks_off)
+zone_geometry(uint64_t size, zone_geometry_t *g)
 {
-    uint64_t  hdr, avail, n, b;
+    uint64_t  hdr, waits, fixed, avail, n, b;
 
-    hdr = (sizeof(zone_hdr_t) + 63) & ~(uint64_t) 63;
-    avail = size - hdr - 2 * ZONE_WAIT_WORDS * sizeof(uint32_t)
-            - ZONE_CHUNK_SIZE;   /* chunk 0 is never used */
-    n = avail / (ZONE_CHUNK_SIZE + sizeof(uint32_t));
-    if (n > UINT32_MAX - 1) {
-        n = UINT32_MAX - 1;
-    }
+    hdr = ALIGN64(sizeof(zone_hdr_t));
+    waits = 2 * ZONE_WAIT_WORDS * sizeof(uint32_t);
+    fixed = hdr + waits + 3 * 64 + ZONE_CHUNK_SIZE;   /* slack, chunk 0 */
+    avail = size > fixed ? size - fixed : 0;
+
+    n = avail / (ZONE_CHUNK_SIZE + sizeof(uint32_t) + 1);
     for (b = 1; b * 2 <= n; b *= 2) { /* void */ }
-
-    /* the buckets take b (<= n) words: give leftover room back to chunks */
-    n = (avail - b * sizeof(uint32_t)) / ZONE_CHUNK_SIZE;
+    n = (avail - b * sizeof(uint32_t)) / (ZONE_CHUNK_SIZE + 1);
     if (n > UINT32_MAX - 1) {
         n = UINT32_MAX - 1;
     }
 
-    *nchunks = (uint32_t) n;
-    *nbuckets = (uint32_t) b;
-    *buckets_off = hdr;
-    *waits_off = hdr + b * sizeof(uint32_t);
-    *chunks_off = (*waits_off + 2 * ZONE_WAIT_WORDS * sizeof(uint32_t) + 63)
-                  & ~(uint64_t) 63;
-    if (*chunks_off + (n + 1) * ZONE_CHUNK_SIZE > size) {
-        n = (size - *chunks_off) / ZONE_CHUNK_SIZE - 1;
-        *nchunks = (uint32_t) n;
+    g->nbuckets = (uint32_t) b;
+    g->buckets_off = hdr;
+    g->waits_off = hdr + b * sizeof(uint32_t);
+    g->refs_off = ALIGN64(g->waits_off + waits);
+    for ( ;; ) {
+        g->chunks_off = ALIGN64(g->refs_off + n + 1);
+        if (g->chunks_off + (n + 1) * ZONE_CHUNK_SIZE <= size || n == 0) {
+            break;
+        }
+        n--;
     }
+    g->nchunks = (uint32_t) n;
 }
 
 void
 zone_format(char *base, uint64_t size)
 {
-    zone_hdr_t  *h = (zone_hdr_t *) base;
-    zone_t       z;
+    zone_hdr_t       *h = (zone_hdr_t *) base;
+    zone_t            z;
+    zone_geometry_t   g;
 
     memset(h, 0, sizeof(*h));
     h->layout = ZONE_LAYOUT;
@@ -53,8 +55,13 @@ zone_format(char *base, uint64_t size)
     h->size = size;
     h->chunk_size = ZONE_CHUNK_SIZE;
     h->wait_words = ZONE_WAIT_WORDS;
-    zone_geometry(size, &h->nchunks, &h->nbuckets, &h->buckets_off,
-                  &h->waits_off, &h->chunks_off);
+    zone_geometry(size, &g);
+    h->nchunks = g.nchunks;
+    h->nbuckets = g.nbuckets;
+    h->buckets_off = g.buckets_off;
+    h->waits_off = g.waits_off;
+    h->refs_off = g.refs_off;
+    h->chunks_off = g.chunks_off;
     shmtx_init(&h->mutex);
 
     zone_attach(&z, base, size);
@@ -68,8 +75,7 @@ int
 zone_check(const char *base, uint64_t size)
 {
     const zone_hdr_t  *h = (const zone_hdr_t *) base;
-    uint32_t           nchunks, nbuckets;
-    uint64_t           boff, woff, coff;
+    zone_geometry_t    g;
 
     if (size < SHDICT_MIN_ZONE || size < sizeof(zone_hdr_t)) {
         return -1;
@@ -83,10 +89,10 @@ zone_check(const char *base, uint64_t size)
     }
 
     /* the geometry is a function of the size: anything else was tampered */
-    zone_geometry(size, &nchunks, &nbuckets, &boff, &woff, &coff);
-    if (h->nchunks != nchunks || h->nbuckets != nbuckets
-        || h->buckets_off != boff || h->waits_off != woff
-        || h->chunks_off != coff)
+    zone_geometry(size, &g);
+    if (h->nchunks != g.nchunks || h->nbuckets != g.nbuckets
+        || h->buckets_off != g.buckets_off || h->waits_off != g.waits_off
+        || h->refs_off != g.refs_off || h->chunks_off != g.chunks_off)
     {
         return -1;
     }
@@ -107,4 +113,5 @@ zone_attach(zone_t *z, char *base, uint64_t size)
     z->chunks = base + h->chunks_off;
     z->wait_seq = (uint32_t *) (base + h->waits_off);
     z->wait_sleepers = z->wait_seq + ZONE_WAIT_WORDS;
+    z->refs = (uint8_t *) (base + h->refs_off);
 }

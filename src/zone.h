@@ -1,7 +1,7 @@
 /*
  * zone: the layout of a shared-memory zone and the per-process handle.
  *
- *   [ header | hash buckets | wait words | chunks ]
+ *   [ header | hash buckets | wait words | read marks | chunks ]
  *
  * Everything in the zone is addressed by offsets or 32-bit chunk indices,
  * never by pointers: each process maps the zone at its own address.  The
@@ -45,11 +45,14 @@ typedef struct {
     uint32_t      wait_words;
     uint64_t      buckets_off;
     uint64_t      waits_off;
+    uint64_t      refs_off;      /* one "recently read" byte per chunk */
     uint64_t      chunks_off;    /* offset of (unused) chunk 0 */
-    uint32_t      pad0[2];
 
     shmtx_t       mutex;         /* own cache line */
     dict_state_t  dict;          /* own cache line */
+    uint32_t      seq;           /* odd while a writer changes the dictionary:
+                                    lets get() read without the mutex */
+    uint32_t      pad1[15];
 } zone_hdr_t;
 
 struct shmlock_zone_s {
@@ -62,9 +65,19 @@ struct shmlock_zone_s {
     char          *chunks;
     uint32_t      *wait_seq;      /* ZONE_WAIT_WORDS sequence words */
     uint32_t      *wait_sleepers; /* ZONE_WAIT_WORDS sleeper counts */
+    uint8_t       *refs;          /* read marks, indexed by chunk */
 };
 
 typedef struct shmlock_zone_s  zone_t;
+
+typedef struct {
+    uint32_t  nchunks;
+    uint32_t  nbuckets;
+    uint64_t  buckets_off;
+    uint64_t  waits_off;
+    uint64_t  refs_off;
+    uint64_t  chunks_off;
+} zone_geometry_t;
 
 /* Lays out an empty zone of `size` bytes at base (size already checked). */
 void zone_format(char *base, uint64_t size);
