@@ -31,10 +31,18 @@ entry_expired(const entry_t *e, int64_t *now)
     return e->expires != 0 && (int64_t) e->expires <= entry_now(now);
 }
 
+#define ENTRY_MAX_EXPTIME  ((int64_t) 1 << 50)   /* ~35,000 years */
+
 static inline int64_t
 entry_deadline(int64_t *now, int64_t exptime_ms)
 {
-    return exptime_ms > 0 ? entry_now(now) + exptime_ms : 0;
+    if (exptime_ms <= 0) {
+        return 0;
+    }
+    if (exptime_ms > ENTRY_MAX_EXPTIME) {
+        exptime_ms = ENTRY_MAX_EXPTIME;
+    }
+    return entry_now(now) + exptime_ms;
 }
 
 /* Entry index (0: none); *link gets the word that points at it. */

@@ -17,6 +17,21 @@
 
 static __thread int  last_errno;
 
+/* The Lua layer checks keys and values before calling; C callers get a
+ * status instead of a corrupted zone. */
+#define CHECK_KEY(len)                                                       \
+    if (__builtin_expect((len) - 1 >= SHMLOCK_KEY_MAX, 0)) {                 \
+        return SHMLOCK_BAD_KEY;                                              \
+    }
+
+static inline int
+value_ok(const shmlock_value_t *v)
+{
+    return v->type == SHMLOCK_TNIL || v->type == SHMLOCK_TBOOLEAN
+           || v->type == SHMLOCK_TNUMBER
+           || (v->type == SHMLOCK_TSTRING && (v->str != NULL || v->len == 0));
+}
+
 static inline void
 zone_lock(zone_t *z)
 {
@@ -69,6 +84,8 @@ shmlock_strerror(int rc)
     case SHMLOCK_AGAIN:           return "buffer too small";
     case SHMLOCK_TIMEOUT:         return "timeout";
     case SHMLOCK_VALUE_TOO_LARGE: return "value too large";
+    case SHMLOCK_BAD_KEY:         return "bad key";
+    case SHMLOCK_BAD_VALUE:       return "bad value type";
     default:                      return "unknown error";
     }
 }
@@ -126,6 +143,10 @@ shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
+    CHECK_KEY(key_len);
+    if (!value_ok(val)) {
+        return SHMLOCK_BAD_VALUE;
+    }
     zone_write_lock(zone);
     rc = shdict_store(zone, op, key, key_len, hash, val, exptime_ms, forcible);
     zone_write_unlock(zone);
@@ -139,6 +160,7 @@ shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc, tries;
 
+    CHECK_KEY(key_len);
     for (tries = 0; tries < 4; tries++) {
         rc = optimistic_get(zone, key, key_len, hash, get_stale, out, buf,
                             buf_size);
@@ -161,6 +183,7 @@ shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
+    CHECK_KEY(key_len);
     zone_write_lock(zone);
     rc = shdict_incr(zone, key, key_len, hash, value, has_init, init,
                      init_ttl_ms, forcible);
@@ -175,6 +198,7 @@ shmlock_dict_ttl(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
+    CHECK_KEY(key_len);
     zone_lock(zone);
     rc = shdict_ttl(zone, key, key_len, hash, ttl_ms);
     zone_unlock(zone);
@@ -188,6 +212,7 @@ shmlock_dict_expire(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
+    CHECK_KEY(key_len);
     zone_write_lock(zone);
     rc = shdict_expire(zone, key, key_len, hash, exptime_ms);
     zone_write_unlock(zone);
@@ -202,6 +227,10 @@ shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
+    CHECK_KEY(key_len);
+    if (!value_ok(old) || !value_ok(val)) {
+        return SHMLOCK_BAD_VALUE;
+    }
     zone_write_lock(zone);
     rc = shdict_cas(zone, key, key_len, hash, old, val, exptime_ms, forcible);
     zone_write_unlock(zone);
@@ -215,6 +244,10 @@ shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
+    CHECK_KEY(key_len);
+    if (!value_ok(old)) {
+        return SHMLOCK_BAD_VALUE;
+    }
     zone_write_lock(zone);
     rc = shdict_cad(zone, key, key_len, hash, old);
     zone_write_unlock(zone);

@@ -32,7 +32,9 @@ enum {
     SHMLOCK_AGAIN,          /* output buffer too small: the size needed is
                                returned, call again with a larger buffer */
     SHMLOCK_TIMEOUT,        /* a wait timed out */
-    SHMLOCK_VALUE_TOO_LARGE /* "value too large" */
+    SHMLOCK_VALUE_TOO_LARGE,/* "value too large" */
+    SHMLOCK_BAD_KEY,        /* key empty or longer than SHMLOCK_KEY_MAX */
+    SHMLOCK_BAD_VALUE       /* "bad value type" */
 };
 
 /* Value types, numbered as Lua's (and ngx.shared.DICT's) type tags. */
