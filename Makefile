@@ -8,7 +8,36 @@ SRCS     = $(wildcard src/*.c)
 OBJS     = $(SRCS:src/%.c=build/%.o)
 HDRS     = $(wildcard src/*.h)
 
-.PHONY: all clean
+# The C test driver (ctest/), linked against the library it tests.
+CTEST_SRC = ctest/shmlock_test.c
+CTEST     = build/shmlock_test
+
+# AddressSanitizer + UndefinedBehaviorSanitizer variant of the library and
+# the driver.  Any report is fatal (-fno-sanitize-recover), so a test fails.
+SAN         = -fsanitize=address,undefined -fno-sanitize-recover=all \
+              -fno-omit-frame-pointer
+ASAN_CFLAGS = -O1 -g $(SAN)
+ASAN_LIB    = libshmlock-asan.so
+ASAN_OBJS   = $(SRCS:src/%.c=build-asan/%.o)
+ASAN_CTEST  = build-asan/shmlock_test
+# luajit is not built with ASan, so the runtime must be preloaded for it to
+# come first in the process (see README, "Testing").
+ASAN_RT     = $(shell $(CC) -print-file-name=libasan.so)
+ASAN_ENV    = ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
+              UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+PROVE    = prove
+VALGRIND = valgrind -q --error-exitcode=1 --leak-check=full \
+           --errors-for-leak-kinds=definite,indirect
+
+# Where `make install` puts things; luarocks passes its own INST_* dirs.
+PREFIX      ?= /usr/local
+INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
+INST_LUADIR ?= $(PREFIX)/share/lua/5.1
+
+.PHONY: all clean install deps test test-lua test-nginx test-asan \
+        test-valgrind test-install
+
 all: $(LIB)
 
 build/%.o: src/%.c $(HDRS)
@@ -18,5 +47,69 @@ build/%.o: src/%.c $(HDRS)
 $(LIB): $(OBJS)
 	$(CC) $(CFLAGS) -shared -o $@ $(OBJS) $(LDFLAGS)
 
+build-asan/%.o: src/%.c $(HDRS)
+	@mkdir -p build-asan
+	$(CC) $(ASAN_CFLAGS) $(WARN) $(PIC) -c $< -o $@
+
+$(ASAN_LIB): $(ASAN_OBJS)
+	$(CC) $(ASAN_CFLAGS) -shared -o $@ $(ASAN_OBJS) $(LDFLAGS)
+
+# $ORIGIN/..: the driver finds the library at the root of the checkout.
+$(CTEST): $(CTEST_SRC) src/shmlock.h $(LIB)
+	@mkdir -p build
+	$(CC) $(CFLAGS) $(WARN) -Isrc $(CTEST_SRC) -o $@ \
+	    -L. -l:$(LIB) -Wl,-rpath,'$$ORIGIN/..'
+
+$(ASAN_CTEST): $(CTEST_SRC) src/shmlock.h $(ASAN_LIB)
+	@mkdir -p build-asan
+	$(CC) $(ASAN_CFLAGS) $(WARN) -Isrc $(CTEST_SRC) -o $@ \
+	    -L. -l:$(ASAN_LIB) -Wl,-rpath,'$$ORIGIN/..'
+
+deps:
+	scripts/deps.sh </dev/null
+
+# The whole suite, from a fresh Debian machine: packages, build, specs,
+# nginx tests, then the same specs and the C driver under the sanitizers and
+# the C driver under valgrind.
+test:
+	scripts/deps.sh </dev/null
+	$(MAKE) all
+	$(MAKE) test-lua
+	$(MAKE) test-nginx
+	$(MAKE) test-install
+	$(MAKE) test-asan
+	$(MAKE) test-valgrind
+
+test-lua: $(LIB)
+	scripts/busted.sh
+
+test-nginx: $(LIB)
+	@if [ -n "$$(find t -name '*.t' 2>/dev/null | head -n 1)" ]; then \
+	    echo "$(PROVE) -r t/"; $(PROVE) -r t/; \
+	else \
+	    echo "test-nginx: no .t files under t/, nothing to prove"; \
+	fi
+
+test-asan: $(ASAN_LIB) $(ASAN_CTEST)
+	@rt='$(ASAN_RT)'; case "$$rt" in /*) ;; *) \
+	    echo "test-asan: $(CC) does not know libasan.so" >&2; exit 1;; esac
+	$(ASAN_ENV) $(ASAN_CTEST)
+	LD_PRELOAD='$(ASAN_RT)' $(ASAN_ENV) SHMLOCK_LIB='$(CURDIR)/$(ASAN_LIB)' \
+	    scripts/busted.sh
+
+test-valgrind: $(CTEST)
+	$(VALGRIND) $(CTEST)
+
+test-install: $(LIB)
+	scripts/test-install.sh
+
+install: $(LIB)
+	install -d '$(INST_LIBDIR)'
+	install -m 0755 $(LIB) '$(INST_LIBDIR)/$(LIB)'
+	cd lua && find resty -name '*.lua' | while read -r f; do \
+	    install -d "$(INST_LUADIR)/$$(dirname "$$f")" && \
+	    install -m 0644 "$$f" "$(INST_LUADIR)/$$f" || exit 1; \
+	done
+
 clean:
-	rm -rf build build-asan $(LIB) libshmlock-asan.so
+	rm -rf build build-asan $(LIB) $(ASAN_LIB)

@@ -1,0 +1,944 @@
+/*
+ * A C driver for libshmlock's public ABI (src/shmlock.h), run under
+ * valgrind (`make test-valgrind`) and under ASan+UBSan (`make test-asan`).
+ *
+ * It walks every exported operation, the error paths, eviction, a full
+ * zone, zone files that are not ours, and the crash paths: processes
+ * SIGKILLed in the middle of an update or while holding the zone mutex.
+ * After each phase the zone must pass verify().  Zones live in a private
+ * temporary directory that is removed at the end.
+ *
+ * usage: shmlock_test [dir]     (default: a new directory under $TMPDIR)
+ */
+
+#define _GNU_SOURCE
+#include "shmlock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                    #cond);                                                  \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+#define CHECK_RC(expr, want)                                                 \
+    do {                                                                     \
+        int  rc_ = (expr);                                                   \
+        if (rc_ != (want)) {                                                 \
+            fprintf(stderr, "%s:%d: %s returned %d (%s), want %d (%s)\n",     \
+                    __FILE__, __LINE__, #expr, rc_, shmlock_strerror(rc_),   \
+                    (want), shmlock_strerror(want));                         \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+#define KEY(s)  (s), strlen(s)
+
+static char  dir[4096];
+
+
+/* ---- helpers ---- */
+
+static void
+sleep_ms(long ms)
+{
+    struct timespec  ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) { /* void */ }
+}
+
+/*
+ * Open handles are also kept here: a forked child that _exit()s holds its
+ * parent's handles, and valgrind must find them reachable, not lost.
+ */
+static shmlock_zone_t  *open_zones[8];
+
+static shmlock_zone_t *
+open_zone(const char *name, size_t size)
+{
+    shmlock_zone_t  *z = NULL;
+    size_t           i;
+
+    CHECK_RC(shmlock_zone_open(dir, KEY(name), size, &z), SHMLOCK_OK);
+    CHECK(z != NULL);
+    for (i = 0; open_zones[i] != NULL; i++) {
+        CHECK(i + 1 < sizeof(open_zones) / sizeof(open_zones[0]));
+    }
+    open_zones[i] = z;
+    return z;
+}
+
+static void
+close_zone(shmlock_zone_t *z)
+{
+    size_t  i, n = sizeof(open_zones) / sizeof(open_zones[0]);
+
+    for (i = 0; i < n && open_zones[i] != z; i++) { /* void */ }
+    CHECK(i < n);
+    for ( ; i + 1 < n; i++) {
+        open_zones[i] = open_zones[i + 1];
+    }
+    open_zones[n - 1] = NULL;
+    shmlock_zone_close(z);
+}
+
+static void
+verify(shmlock_zone_t *z)
+{
+    char  msg[256];
+    int   rc = shmlock_dict_verify(z, msg, sizeof(msg));
+
+    if (rc != SHMLOCK_OK) {
+        fprintf(stderr, "verify: %s\n", msg);
+        exit(1);
+    }
+}
+
+static shmlock_value_t
+str_value(const char *s, size_t len, uint32_t flags)
+{
+    shmlock_value_t  v;
+
+    memset(&v, 0, sizeof(v));
+    v.type = SHMLOCK_TSTRING;
+    v.str = s;
+    v.len = len;
+    v.flags = flags;
+    return v;
+}
+
+static shmlock_value_t
+num_value(double n)
+{
+    shmlock_value_t  v;
+
+    memset(&v, 0, sizeof(v));
+    v.type = SHMLOCK_TNUMBER;
+    v.num = n;
+    return v;
+}
+
+static shmlock_value_t
+nil_value(void)
+{
+    shmlock_value_t  v;
+
+    memset(&v, 0, sizeof(v));
+    v.type = SHMLOCK_TNIL;
+    return v;
+}
+
+static int
+store(shmlock_zone_t *z, int op, const char *key, shmlock_value_t v,
+    int64_t exptime_ms)
+{
+    int  forcible = -1;
+    int  rc = shmlock_dict_store(z, op, KEY(key), &v, exptime_ms, &forcible);
+
+    CHECK(forcible == 0 || forcible == 1);
+    return rc;
+}
+
+static int
+set_str(shmlock_zone_t *z, int op, const char *key, const char *s)
+{
+    return store(z, op, key, str_value(s, strlen(s), 0), 0);
+}
+
+/* The string stored under key must be exactly s (len bytes). */
+static void
+expect_str(shmlock_zone_t *z, const char *key, const char *s, size_t len)
+{
+    shmlock_value_t  out;
+    char            *buf = malloc(len + 1);
+
+    CHECK(buf != NULL);
+    CHECK_RC(shmlock_dict_get(z, KEY(key), 0, &out, buf, len + 1),
+             SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TSTRING);
+    CHECK(out.len == len);
+    CHECK(memcmp(buf, s, len) == 0);
+    free(buf);
+}
+
+static double
+expect_num(shmlock_zone_t *z, const char *key)
+{
+    shmlock_value_t  out;
+    char             buf[8];
+
+    CHECK_RC(shmlock_dict_get(z, KEY(key), 0, &out, buf, sizeof(buf)),
+             SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TNUMBER);
+    return out.num;
+}
+
+/* The number under key, 0 when absent. */
+static double
+read_num(shmlock_zone_t *z, const char *key)
+{
+    shmlock_value_t  out;
+    char             buf[8];
+
+    CHECK_RC(shmlock_dict_get(z, KEY(key), 0, &out, buf, sizeof(buf)),
+             SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TNUMBER || out.type == SHMLOCK_TNIL);
+    return out.type == SHMLOCK_TNIL ? 0 : out.num;
+}
+
+static void
+expect_absent(shmlock_zone_t *z, const char *key)
+{
+    shmlock_value_t  out;
+    char             buf[8];
+
+    CHECK_RC(shmlock_dict_get(z, KEY(key), 0, &out, buf, sizeof(buf)),
+             SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TNIL);
+}
+
+static int
+count_keys(shmlock_zone_t *z)
+{
+    int     count = -1;
+    size_t  used = 0, size = 1 << 20;
+    char   *buf = malloc(size);
+
+    CHECK(buf != NULL);
+    CHECK_RC(shmlock_dict_get_keys(z, 0, buf, size, &count, &used),
+             SHMLOCK_OK);
+    free(buf);
+    return count;
+}
+
+static char *
+zone_file(const char *name)
+{
+    static char  path[4200];
+
+    snprintf(path, sizeof(path), "%s/shmlock.%s", dir, name);
+    return path;
+}
+
+/* Waits for a child; returns its exit status, or 128 + signal. */
+static int
+reap(pid_t pid)
+{
+    int  status;
+
+    while (waitpid(pid, &status, 0) < 0) {
+        CHECK(errno == EINTR);
+    }
+    if (WIFSIGNALED(status)) {
+        return 128 + WTERMSIG(status);
+    }
+    return WEXITSTATUS(status);
+}
+
+
+/* ---- names, sizes, zone files ---- */
+
+static void
+test_names(void)
+{
+    char             long_name[SHMLOCK_NAME_MAX + 2];
+    shmlock_zone_t  *z = NULL;
+
+    CHECK(shmlock_zone_name_ok(KEY("ok_name-1.x")) == 1);
+    CHECK(shmlock_zone_name_ok(KEY(".hidden")) == 0);
+    CHECK(shmlock_zone_name_ok(KEY("a/b")) == 0);
+    CHECK(shmlock_zone_name_ok(KEY("a b")) == 0);
+    CHECK(shmlock_zone_name_ok(KEY("")) == 0);
+
+    memset(long_name, 'n', sizeof(long_name));
+    CHECK(shmlock_zone_name_ok(long_name, SHMLOCK_NAME_MAX) == 1);
+    CHECK(shmlock_zone_name_ok(long_name, SHMLOCK_NAME_MAX + 1) == 0);
+
+    CHECK_RC(shmlock_zone_open(dir, KEY("../x"), 1 << 20, &z),
+             SHMLOCK_BAD_NAME);
+    CHECK_RC(shmlock_zone_open(dir, KEY("small"), 1024, &z), SHMLOCK_BAD_SIZE);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("a/b")), SHMLOCK_BAD_NAME);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("never-made")), SHMLOCK_NOT_FOUND);
+
+    for (int rc = SHMLOCK_OK; rc <= SHMLOCK_VALUE_TOO_LARGE; rc++) {
+        CHECK(shmlock_strerror(rc) != NULL);
+    }
+    CHECK(strcmp(shmlock_strerror(SHMLOCK_NO_MEMORY), "no memory") == 0);
+    CHECK(strcmp(shmlock_strerror(SHMLOCK_INCOMPATIBLE), "incompatible zone")
+          == 0);
+}
+
+static void
+test_zone_files(void)
+{
+    shmlock_zone_t  *a, *b;
+    struct stat      st;
+
+    a = open_zone("files", 256 * 1024);
+    CHECK(stat(zone_file("files"), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    CHECK(S_ISREG(st.st_mode));
+    CHECK(shmlock_zone_size(a) == 256 * 1024);
+
+    /* attaching with another size keeps the real one */
+    b = open_zone("files", 4 << 20);
+    CHECK(shmlock_zone_size(b) == 256 * 1024);
+    CHECK(shmlock_dict_capacity(b) == shmlock_dict_capacity(a));
+
+    CHECK_RC(set_str(a, SHMLOCK_OP_SET, "k", "from a"), SHMLOCK_OK);
+    expect_str(b, "k", KEY("from a"));
+
+    /* destroy unlinks the name; mapped users keep working */
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("files")), SHMLOCK_OK);
+    CHECK(stat(zone_file("files"), &st) != 0 && errno == ENOENT);
+    CHECK_RC(set_str(b, SHMLOCK_OP_SET, "k2", "still here"), SHMLOCK_OK);
+    expect_str(a, "k2", KEY("still here"));
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("files")), SHMLOCK_NOT_FOUND);
+    close_zone(a);
+    close_zone(b);
+
+    /* the same name now makes a new, empty zone */
+    a = open_zone("files", 64 * 1024);
+    expect_absent(a, "k");
+    CHECK(shmlock_zone_size(a) == 64 * 1024);
+    close_zone(a);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("files")), SHMLOCK_OK);
+}
+
+static void
+write_file(const char *path, size_t size, int fill)
+{
+    char  *buf = malloc(size);
+    int    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+    CHECK(buf != NULL && fd >= 0);
+    memset(buf, fill, size);
+    CHECK(write(fd, buf, size) == (ssize_t) size);
+    close(fd);
+    free(buf);
+}
+
+static void
+test_foreign_files(void)
+{
+    shmlock_zone_t  *z = NULL;
+    char             target[4300];
+
+    write_file(zone_file("garbage"), 64 * 1024, 'x');
+    CHECK_RC(shmlock_zone_open(dir, KEY("garbage"), 1 << 20, &z),
+             SHMLOCK_INCOMPATIBLE);
+    CHECK(z == NULL);
+
+    write_file(zone_file("short"), 100, 0);
+    CHECK_RC(shmlock_zone_open(dir, KEY("short"), 1 << 20, &z),
+             SHMLOCK_INCOMPATIBLE);
+
+    /* a symlink where the zone should be is never followed */
+    snprintf(target, sizeof(target), "%s/target", dir);
+    write_file(target, 64 * 1024, 0);
+    CHECK(symlink(target, zone_file("link")) == 0);
+    CHECK_RC(shmlock_zone_open(dir, KEY("link"), 64 * 1024, &z),
+             SHMLOCK_INCOMPATIBLE);
+
+    /* a zone file that is not a regular file */
+    CHECK(mkdir(zone_file("adir"), 0700) == 0);
+    CHECK(shmlock_zone_open(dir, KEY("adir"), 64 * 1024, &z) != SHMLOCK_OK);
+
+    CHECK(unlink(zone_file("garbage")) == 0);
+    CHECK(unlink(zone_file("short")) == 0);
+    CHECK(unlink(zone_file("link")) == 0);
+    CHECK(unlink(target) == 0);
+    CHECK(rmdir(zone_file("adir")) == 0);
+}
+
+
+/* ---- dictionary operations ---- */
+
+static void
+test_strings_and_types(shmlock_zone_t *z)
+{
+    shmlock_value_t  v, out;
+    char             big[5000], small[4];
+    size_t           i;
+
+    for (i = 0; i < sizeof(big); i++) {
+        big[i] = (char) ('a' + i % 26);
+    }
+
+    /* sizes around the chunk boundaries: 16 bytes in the head, 60 after */
+    for (i = 0; i < 200; i += 7) {
+        CHECK_RC(store(z, SHMLOCK_OP_SET, "s", str_value(big, i, 0), 0),
+                 SHMLOCK_OK);
+        expect_str(z, "s", big, i);
+    }
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "big", str_value(big, sizeof(big), 7),
+                   0), SHMLOCK_OK);
+    expect_str(z, "big", big, sizeof(big));
+
+    /* a buffer too small says how much is needed */
+    CHECK_RC(shmlock_dict_get(z, KEY("big"), 0, &out, small, sizeof(small)),
+             SHMLOCK_AGAIN);
+    CHECK(out.len == sizeof(big));
+    CHECK(out.flags == 7);
+
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "n", num_value(-2.5), 0), SHMLOCK_OK);
+    CHECK(expect_num(z, "n") == -2.5);
+
+    memset(&v, 0, sizeof(v));
+    v.type = SHMLOCK_TBOOLEAN;
+    v.num = 1;
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "b", v, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_get(z, KEY("b"), 0, &out, small, sizeof(small)),
+             SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TBOOLEAN && out.num != 0);
+
+    /* a key as long as allowed */
+    {
+        char  *key = malloc(SHMLOCK_KEY_MAX);
+
+        CHECK(key != NULL);
+        memset(key, 'k', SHMLOCK_KEY_MAX);
+        v = num_value(1);
+        CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, key, SHMLOCK_KEY_MAX,
+                                    &v, 0, &(int) {0}), SHMLOCK_OK);
+        CHECK_RC(shmlock_dict_get(z, key, SHMLOCK_KEY_MAX, 0, &out, small,
+                                  sizeof(small)), SHMLOCK_OK);
+        CHECK(out.type == SHMLOCK_TNUMBER && out.num == 1);
+        free(key);
+    }
+
+    verify(z);
+}
+
+static void
+test_add_replace_delete(shmlock_zone_t *z)
+{
+    CHECK_RC(set_str(z, SHMLOCK_OP_ADD, "a", "1"), SHMLOCK_OK);
+    CHECK_RC(set_str(z, SHMLOCK_OP_ADD, "a", "2"), SHMLOCK_EXISTS);
+    CHECK_RC(set_str(z, SHMLOCK_OP_ADD | SHMLOCK_OP_SAFE, "a", "2"),
+             SHMLOCK_EXISTS);
+    expect_str(z, "a", KEY("1"));
+
+    CHECK_RC(set_str(z, SHMLOCK_OP_REPLACE, "none", "x"), SHMLOCK_NOT_FOUND);
+    CHECK_RC(set_str(z, SHMLOCK_OP_REPLACE, "a", "3"), SHMLOCK_OK);
+    expect_str(z, "a", KEY("3"));
+
+    /* delete = set to nil; deleting an absent key is fine */
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "a", nil_value(), 0), SHMLOCK_OK);
+    expect_absent(z, "a");
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "a", nil_value(), 0), SHMLOCK_OK);
+    CHECK_RC(set_str(z, SHMLOCK_OP_ADD, "a", "4"), SHMLOCK_OK);
+    expect_str(z, "a", KEY("4"));
+
+    verify(z);
+}
+
+static void
+test_incr(shmlock_zone_t *z)
+{
+    double  v;
+    int     forcible;
+
+    v = 1;
+    CHECK_RC(shmlock_dict_incr(z, KEY("cnt"), &v, 0, 0, 0, &forcible),
+             SHMLOCK_NOT_FOUND);
+
+    v = 2;
+    CHECK_RC(shmlock_dict_incr(z, KEY("cnt"), &v, 1, 10, 0, &forcible),
+             SHMLOCK_OK);
+    CHECK(v == 12);
+    v = -0.5;
+    CHECK_RC(shmlock_dict_incr(z, KEY("cnt"), &v, 1, 100, 0, &forcible),
+             SHMLOCK_OK);
+    CHECK(v == 11.5);
+    CHECK(expect_num(z, "cnt") == 11.5);
+
+    CHECK_RC(set_str(z, SHMLOCK_OP_SET, "str", "abc"), SHMLOCK_OK);
+    v = 1;
+    CHECK_RC(shmlock_dict_incr(z, KEY("str"), &v, 0, 0, 0, &forcible),
+             SHMLOCK_NOT_A_NUMBER);
+
+    /* init_ttl applies to the entry incr creates */
+    v = 1;
+    CHECK_RC(shmlock_dict_incr(z, KEY("short"), &v, 1, 0, 30, &forcible),
+             SHMLOCK_OK);
+    CHECK(v == 1);
+    sleep_ms(50);
+    expect_absent(z, "short");
+
+    verify(z);
+}
+
+static void
+test_expiry(shmlock_zone_t *z)
+{
+    shmlock_value_t  out;
+    int64_t          ttl;
+    char             buf[16];
+
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "e", str_value(KEY("v"), 3), 60),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_ttl(z, KEY("e"), &ttl), SHMLOCK_OK);
+    CHECK(ttl > 0 && ttl <= 60);
+
+    CHECK_RC(set_str(z, SHMLOCK_OP_SET, "forever", "v"), SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_ttl(z, KEY("forever"), &ttl), SHMLOCK_OK);
+    CHECK(ttl == 0);
+    CHECK_RC(shmlock_dict_ttl(z, KEY("none"), &ttl), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_dict_expire(z, KEY("none"), 10), SHMLOCK_NOT_FOUND);
+
+    sleep_ms(80);
+    expect_absent(z, "e");
+    CHECK_RC(shmlock_dict_get(z, KEY("e"), 1, &out, buf, sizeof(buf)),
+             SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TSTRING && out.stale == 1 && out.flags == 3);
+    CHECK(out.len == 1 && buf[0] == 'v');
+    CHECK_RC(shmlock_dict_ttl(z, KEY("e"), &ttl), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_dict_expire(z, KEY("e"), 10), SHMLOCK_NOT_FOUND);
+
+    /* expire gives a live key a deadline, and 0 takes it away */
+    CHECK_RC(shmlock_dict_expire(z, KEY("forever"), 30), SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_ttl(z, KEY("forever"), &ttl), SHMLOCK_OK);
+    CHECK(ttl > 0 && ttl <= 30);
+    CHECK_RC(shmlock_dict_expire(z, KEY("forever"), 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_ttl(z, KEY("forever"), &ttl), SHMLOCK_OK);
+    CHECK(ttl == 0);
+
+    /* an expired key may be added again */
+    CHECK_RC(set_str(z, SHMLOCK_OP_ADD, "e", "new"), SHMLOCK_OK);
+    expect_str(z, "e", KEY("new"));
+
+    verify(z);
+}
+
+static void
+test_cas_cad(shmlock_zone_t *z)
+{
+    shmlock_value_t  one = str_value(KEY("one"), 0);
+    shmlock_value_t  two = str_value(KEY("two"), 0);
+    shmlock_value_t  nil = nil_value();
+    int              forcible;
+
+    /* old = nil: the key must be absent */
+    CHECK_RC(shmlock_dict_cas(z, KEY("c"), &nil, &one, 0, &forcible),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_cas(z, KEY("c"), &nil, &two, 0, &forcible),
+             SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_dict_cas(z, KEY("c"), &two, &one, 0, &forcible),
+             SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_dict_cas(z, KEY("c"), &one, &two, 0, &forcible),
+             SHMLOCK_OK);
+    expect_str(z, "c", KEY("two"));
+
+    /* same value again: only the deadline changes */
+    CHECK_RC(shmlock_dict_cas(z, KEY("c"), &two, &two, 1000, &forcible),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_cas(z, KEY("absent"), &one, &two, 0, &forcible),
+             SHMLOCK_NOT_FOUND);
+
+    CHECK_RC(shmlock_dict_cad(z, KEY("c"), &one), SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_dict_cad(z, KEY("c"), &two), SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_cad(z, KEY("c"), &two), SHMLOCK_NOT_FOUND);
+    expect_absent(z, "c");
+
+    verify(z);
+}
+
+static void
+test_flush_and_keys(shmlock_zone_t *z)
+{
+    char    key[32], small[8];
+    int     i, count, freed;
+    size_t  used;
+
+    shmlock_dict_flush_all(z);
+    CHECK(count_keys(z) == 0);
+    freed = shmlock_dict_flush_expired(z, 0);
+    CHECK(freed >= 0);
+    verify(z);
+
+    /* the ten that expire go last: slow runs (valgrind) must not see them
+     * expire, and be reclaimed by later stores, before they are counted */
+    for (i = 99; i >= 0; i--) {
+        snprintf(key, sizeof(key), "key%d", i);
+        CHECK_RC(store(z, i % 2 ? SHMLOCK_OP_ADD : SHMLOCK_OP_SET, key,
+                       num_value(i), i < 10 ? 200 : 0), SHMLOCK_OK);
+    }
+    CHECK(count_keys(z) == 100);
+
+    count = -1;
+    CHECK_RC(shmlock_dict_get_keys(z, 0, small, sizeof(small), &count, &used),
+             SHMLOCK_AGAIN);
+    CHECK(used > sizeof(small));
+    CHECK_RC(shmlock_dict_get_keys(z, 0, small, 0, &count, &used),
+             SHMLOCK_AGAIN);
+
+    sleep_ms(250);
+    CHECK(count_keys(z) == 90);
+    CHECK(shmlock_dict_flush_expired(z, 3) == 3);
+    CHECK(shmlock_dict_flush_expired(z, 0) == 7);
+    CHECK(shmlock_dict_flush_expired(z, 0) == 0);
+    CHECK(count_keys(z) == 90);
+
+    shmlock_dict_flush_all(z);
+    CHECK(count_keys(z) == 0);
+    CHECK(shmlock_dict_flush_expired(z, 0) == 90);
+    verify(z);
+}
+
+/* set() may evict other set() entries; add() entries stay while live. */
+static void
+test_eviction(void)
+{
+    shmlock_zone_t  *z = open_zone("evict", SHMLOCK_MIN_SIZE);
+    shmlock_value_t  v;
+    char             key[32], val[100];
+    size_t           total = shmlock_dict_free_space(z);
+    int              i, forcible, evicted = 0, pinned;
+
+    memset(val, 'v', sizeof(val));
+    v = str_value(val, sizeof(val), 0);
+    CHECK(total > 0 && total <= shmlock_dict_capacity(z));
+
+    for (i = 0; i < 2000; i++) {
+        snprintf(key, sizeof(key), "set%d", i);
+        forcible = 0;
+        CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, KEY(key), &v, 0,
+                                    &forcible), SHMLOCK_OK);
+        evicted += forcible;
+    }
+    CHECK(evicted > 0);
+    expect_str(z, "set1999", val, sizeof(val));
+    verify(z);
+
+    /* safe_set never evicts a live entry */
+    CHECK_RC(store(z, SHMLOCK_OP_SET | SHMLOCK_OP_SAFE, "safe", v, 0),
+             SHMLOCK_NO_MEMORY);
+
+    /* add() entries push the set() ones out, then fill the zone */
+    for (pinned = 0; ; pinned++) {
+        snprintf(key, sizeof(key), "add%d", pinned);
+        forcible = 0;
+        if (shmlock_dict_store(z, SHMLOCK_OP_ADD, KEY(key), &v, 0, &forcible)
+            != SHMLOCK_OK)
+        {
+            break;
+        }
+        CHECK(pinned < 2000);
+    }
+    CHECK(pinned > 10);
+    CHECK_RC(store(z, SHMLOCK_OP_ADD, "more", v, 0), SHMLOCK_NO_MEMORY);
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "more", v, 0), SHMLOCK_NO_MEMORY);
+    for (i = 0; i < pinned; i++) {
+        snprintf(key, sizeof(key), "add%d", i);
+        expect_str(z, key, val, sizeof(val));
+    }
+    CHECK(count_keys(z) >= pinned);
+    verify(z);
+
+    /* a value larger than the zone can never fit */
+    {
+        size_t  len = shmlock_dict_capacity(z) * 2;
+        char   *huge = calloc(1, len);
+
+        CHECK(huge != NULL);
+        CHECK_RC(store(z, SHMLOCK_OP_SET, "huge", str_value(huge, len, 0), 0),
+                 SHMLOCK_NO_MEMORY);
+        free(huge);
+    }
+
+    /* once the locks expire they make room again */
+    shmlock_dict_flush_all(z);
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "more", v, 0), SHMLOCK_OK);
+    shmlock_dict_flush_all(z);
+    shmlock_dict_flush_expired(z, 0);
+    CHECK(shmlock_dict_free_space(z) == total);
+    verify(z);
+
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("evict")), SHMLOCK_OK);
+}
+
+
+/* ---- processes ---- */
+
+static void
+test_processes(shmlock_zone_t *z)
+{
+    uint64_t  start = shmlock_proc_start(getpid());
+    pid_t     pid;
+
+    CHECK(shmlock_self_pid() == getpid());
+    CHECK(start != 0);
+    CHECK(shmlock_proc_alive(getpid(), start) == 1);
+    CHECK(shmlock_proc_alive(getpid(), start + 1) == 0);
+    CHECK(shmlock_proc_alive(0, 0) == 0);
+
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* the library caches the pid: a forked child must see its own */
+        _exit(shmlock_self_pid() == getpid() ? 0 : 1);
+    }
+    CHECK(reap(pid) == 0);
+    CHECK(shmlock_proc_alive(pid, 0) == 0);
+
+    /* wait words: a stale sequence returns at once, a current one waits */
+    {
+        uint32_t  h = shmlock_hash(KEY("w"));
+        uint32_t  seq = shmlock_wait_seq(z, h);
+
+        CHECK(h == shmlock_hash(KEY("w")));
+        CHECK_RC(shmlock_wait(z, h, seq, 2000), SHMLOCK_TIMEOUT);
+        shmlock_wake(z, h);
+        CHECK(shmlock_wait_seq(z, h) != seq);
+        CHECK_RC(shmlock_wait(z, h, seq, 1000000), SHMLOCK_OK);
+    }
+    CHECK(shmlock_now_ms() > 0);
+}
+
+/*
+ * A child SIGKILLed at its n-th journalled write, for every n until one
+ * run completes: each time, the next user rolls the update back and the
+ * zone verifies.  The operations cover allocation, eviction, replacement,
+ * removal, incr, cas and flush.
+ */
+static void
+crash_child_ops(shmlock_zone_t *z)
+{
+    char             big[300];
+    double           d = 1;
+    int              forcible;
+    shmlock_value_t  one = num_value(1), two = num_value(2);
+
+    memset(big, 'c', sizeof(big));
+    store(z, SHMLOCK_OP_SET, "victim", str_value(big, sizeof(big), 0), 0);
+    store(z, SHMLOCK_OP_ADD, "lock", one, 0);
+    store(z, SHMLOCK_OP_SET, "victim", num_value(5), 0);
+    shmlock_dict_incr(z, KEY("counter"), &d, 1, 0, 0, &forcible);
+    shmlock_dict_cas(z, KEY("lock"), &one, &two, 0, &forcible);
+    shmlock_dict_cad(z, KEY("lock"), &two);
+    shmlock_dict_expire(z, KEY("victim"), 10);
+    store(z, SHMLOCK_OP_SET, "victim", nil_value(), 0);
+    shmlock_dict_flush_all(z);
+    shmlock_dict_flush_expired(z, 0);
+}
+
+static void
+test_crash_in_update(void)
+{
+    shmlock_zone_t  *z = open_zone("crash", 64 * 1024);
+    char             key[32], val[80];
+    int              n, status, i;
+    pid_t            pid;
+
+    /* fill most of the zone so the child's stores must evict */
+    memset(val, 'f', sizeof(val));
+    for (i = 0; shmlock_dict_free_space(z) > 4096; i++) {
+        snprintf(key, sizeof(key), "fill%d", i);
+        CHECK_RC(store(z, SHMLOCK_OP_SET, key, str_value(val, sizeof(val), 0),
+                       0), SHMLOCK_OK);
+    }
+
+    for (n = 1; ; n++) {
+        pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            shmlock_test_crash_at(n);
+            crash_child_ops(z);
+            shmlock_test_crash_at(0);
+            _exit(0);
+        }
+        status = reap(pid);
+        CHECK(status == 0 || status == 128 + SIGKILL);
+
+        /* the next operation takes the dead child's mutex and rolls back */
+        CHECK_RC(set_str(z, SHMLOCK_OP_SET, "after", "ok"), SHMLOCK_OK);
+        verify(z);
+        if (status == 0) {
+            break;
+        }
+        CHECK(n < 10000);
+    }
+    CHECK(n > 10);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("crash")), SHMLOCK_OK);
+}
+
+/* A process that dies holding the zone mutex does not wedge the others. */
+static void
+test_dead_mutex_holder(void)
+{
+    shmlock_zone_t  *z = open_zone("dead", 64 * 1024);
+    pid_t            pid;
+    int              sync[2];
+    char             c;
+
+    CHECK(pipe(sync) == 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        shmlock_test_mutex_lock(z);
+        CHECK(write(sync[1], "x", 1) == 1);
+        kill(getpid(), SIGKILL);
+        _exit(1);
+    }
+    CHECK(read(sync[0], &c, 1) == 1);
+    CHECK(reap(pid) == 128 + SIGKILL);
+    close(sync[0]);
+    close(sync[1]);
+
+    CHECK_RC(set_str(z, SHMLOCK_OP_SET, "k", "v"), SHMLOCK_OK);
+    expect_str(z, "k", KEY("v"));
+    verify(z);
+
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("dead")), SHMLOCK_OK);
+}
+
+#define NPROC   4
+#define NITER   2000
+
+/*
+ * NPROC processes race to create the same new zone, then each runs NITER
+ * incr and NITER add-locked read-modify-write updates: both counters must
+ * end exact.
+ */
+static int
+hammer_child(int id, int start_fd)
+{
+    shmlock_zone_t  *z = NULL;
+    shmlock_value_t  one = num_value(1);
+    char             key[32], go;
+    double           d, n;
+    int              i, forcible, rc;
+
+    if (read(start_fd, &go, 1) != 1) {
+        return 2;
+    }
+    rc = shmlock_zone_open(dir, KEY("race"), 128 * 1024, &z);
+    if (rc != SHMLOCK_OK) {
+        fprintf(stderr, "child %d: open: %s\n", id, shmlock_strerror(rc));
+        return 3;
+    }
+    snprintf(key, sizeof(key), "child%d", id);
+    store(z, SHMLOCK_OP_SET, key, num_value(id), 0);
+
+    for (i = 0; i < NITER; i++) {
+        d = 1;
+        if (shmlock_dict_incr(z, KEY("incr"), &d, 1, 0, 0, &forcible)
+            != SHMLOCK_OK)
+        {
+            return 4;
+        }
+        while (store(z, SHMLOCK_OP_ADD, "lock", one, 0) != SHMLOCK_OK) {
+            sched_yield();    /* held: let the holder run (2 cores, 4 of us) */
+        }
+        n = read_num(z, "plain");
+        if (store(z, SHMLOCK_OP_SET, "plain", num_value(n + 1), 0)
+            != SHMLOCK_OK
+            || shmlock_dict_cad(z, KEY("lock"), &one) != SHMLOCK_OK)
+        {
+            return 5;
+        }
+    }
+    shmlock_zone_close(z);
+    return 0;
+}
+
+static void
+test_concurrency(void)
+{
+    shmlock_zone_t  *z;
+    pid_t            pids[NPROC];
+    int              start[2], i;
+    char             key[32];
+
+    CHECK(pipe(start) == 0);
+    for (i = 0; i < NPROC; i++) {
+        pids[i] = fork();
+        CHECK(pids[i] >= 0);
+        if (pids[i] == 0) {
+            close(start[1]);
+            _exit(hammer_child(i, start[0]));
+        }
+    }
+    close(start[0]);
+
+    /* one byte per child: they all open the new zone at once */
+    for (i = 0; i < NPROC; i++) {
+        CHECK(write(start[1], "g", 1) == 1);
+    }
+    close(start[1]);
+    for (i = 0; i < NPROC; i++) {
+        CHECK(reap(pids[i]) == 0);
+    }
+
+    z = open_zone("race", 128 * 1024);
+    for (i = 0; i < NPROC; i++) {
+        snprintf(key, sizeof(key), "child%d", i);
+        CHECK(expect_num(z, key) == i);
+    }
+    CHECK(expect_num(z, "incr") == NPROC * NITER);
+    CHECK(expect_num(z, "plain") == NPROC * NITER);
+    expect_absent(z, "lock");
+    verify(z);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("race")), SHMLOCK_OK);
+}
+
+int
+main(int argc, char **argv)
+{
+    shmlock_zone_t  *z;
+    const char      *tmp = getenv("TMPDIR");
+    int              own_dir = argc < 2;
+
+    if (own_dir) {
+        snprintf(dir, sizeof(dir), "%s/shmlock-ctest.XXXXXX",
+                 tmp && tmp[0] ? tmp : "/tmp");
+        CHECK(mkdtemp(dir) != NULL);
+    } else {
+        snprintf(dir, sizeof(dir), "%s", argv[1]);
+    }
+
+    test_names();
+    test_zone_files();
+    test_foreign_files();
+
+    z = open_zone("dict", 1 << 20);
+    test_strings_and_types(z);
+    test_add_replace_delete(z);
+    test_incr(z);
+    test_expiry(z);
+    test_cas_cad(z);
+    test_flush_and_keys(z);
+    test_processes(z);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("dict")), SHMLOCK_OK);
+
+    test_eviction();
+    test_crash_in_update();
+    test_dead_mutex_holder();
+    test_concurrency();
+
+    if (own_dir) {
+        CHECK(rmdir(dir) == 0);
+    }
+    printf("shmlock_test: all checks passed\n");
+    return 0;
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the busted specs (spec/*_spec.lua, settings in .busted) under LuaJIT,
+# from the root of the checkout.  Debian's /usr/bin/busted starts with
+# `#!/usr/bin/env lua` (lua5.x), so it is run by luajit explicitly;
+# --ignore-lua keeps it from re-executing itself per the `lua` setting in
+# .busted (which is there for people who type a bare `busted`).
+#
+# Extra arguments go to busted, e.g. scripts/busted.sh spec/01-zone_spec.lua
+# The environment passes through: SHMLOCK_LIB picks the library to test
+# (make test-asan), LD_PRELOAD and the sanitizer options reach the spec
+# processes and every process they spawn.
+
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+LUAJIT=${LUAJIT:-luajit}
+BUSTED=${BUSTED:-/usr/bin/busted}
+
+if [ $# -eq 0 ] && [ -z "$(find spec -name '*_spec.lua' 2>/dev/null | head -n 1)" ]; then
+    echo "busted: no *_spec.lua files under spec/: 0 successes, nothing run"
+    exit 0
+fi
+
+echo "busted under $("$LUAJIT" -v | head -n 1)${SHMLOCK_LIB:+, SHMLOCK_LIB=$SHMLOCK_LIB}"
+exec "$LUAJIT" "$BUSTED" --ignore-lua "$@"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Checks the rockspec: `luarocks make` into a throw-away tree, then, from a
+# directory outside the checkout and with only `luarocks path` to find
+# things, requires every installed module and uses a zone through the
+# installed libshmlock.so.
+
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$PWD
+rockspec=$(ls lua-resty-shmlock-*.rockspec | sort -V | tail -n 1)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/shmlock-install.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+tree=$work/tree
+mkdir -p "$work/elsewhere" "$work/zones"
+
+# LuaJIT is Lua 5.1 to luarocks; Debian's luarocks defaults to 5.2.
+luarocks --lua-version=5.1 make --tree "$tree" "$rockspec" >"$work/log" 2>&1 \
+    || { cat "$work/log"; echo "test-install: luarocks make failed" >&2; exit 1; }
+
+eval "$(luarocks --lua-version=5.1 --tree "$tree" path)"
+cd "$work/elsewhere"
+env -u SHMLOCK_LIB SHMLOCK_DIR="$work/zones" TREE="$tree" ROOT="$root" luajit - <<'LUA'
+local tree, root = os.getenv("TREE"), os.getenv("ROOT")
+
+local function inside(path, dir)
+    return path and path:sub(1, #dir + 1) == dir .. "/"
+end
+
+-- every module the checkout has is installed, and loads from the tree
+local modules = {}
+local find = io.popen("cd '" .. root .. "/lua' && find resty -name '*.lua'")
+for f in find:lines() do
+    modules[#modules + 1] = f:gsub("%.lua$", ""):gsub("/", ".")
+end
+find:close()
+assert(#modules >= 2, "no modules found in the checkout")
+
+for _, name in ipairs(modules) do
+    local path = package.searchpath(name, package.path)
+    assert(inside(path, tree), name .. " is not in the tree: " .. tostring(path))
+end
+local lib = package.searchpath("libshmlock", package.cpath)
+assert(inside(lib, tree), "libshmlock.so not in the tree: " .. tostring(lib))
+
+for _, name in ipairs(modules) do
+    require(name)
+end
+
+local shdict = require "resty.shmlock.shdict"
+local dict = assert(shdict.open("install_check", { size = "64k" }))
+assert(dict:set("k", "v"))
+assert(dict:get("k") == "v")
+assert(dict:verify())
+assert(shdict.destroy("install_check"))
+print("test-install: " .. #modules .. " modules and libshmlock.so load from "
+      .. tree)
+LUA
