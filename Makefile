@@ -73,12 +73,12 @@ deps:
 # the C driver under valgrind.
 test:
 	scripts/deps.sh </dev/null
-	$(MAKE) all
-	$(MAKE) test-lua
-	$(MAKE) test-nginx
-	$(MAKE) test-install
-	$(MAKE) test-asan
-	$(MAKE) test-valgrind
+	$(MAKE) --no-print-directory all
+	$(MAKE) --no-print-directory test-lua
+	$(MAKE) --no-print-directory test-nginx
+	$(MAKE) --no-print-directory test-install
+	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory test-valgrind
 
 test-lua: $(LIB)
 	scripts/busted.sh

@@ -17,8 +17,15 @@ cd "$(dirname "$0")/.."
 LUAJIT=${LUAJIT:-luajit}
 BUSTED=${BUSTED:-/usr/bin/busted}
 
+# busted itself errors out when there is nothing to run.  On a developer's
+# machine that is reported and passes; in CI a suite without specs is a
+# broken checkout, not a success.
 if [ $# -eq 0 ] && [ -z "$(find spec -name '*_spec.lua' 2>/dev/null | head -n 1)" ]; then
     echo "busted: no *_spec.lua files under spec/: 0 successes, nothing run"
+    if [ "${CI:-}" = "true" ]; then
+        echo "busted: CI=true and no specs: failing" >&2
+        exit 1
+    fi
     exit 0
 fi
 
