@@ -225,10 +225,10 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
         entry_remove(z, i);
         return SHMLOCK_OK;
     }
-    if (entry_value_equal(z, i, v)) {
-        /* same value (a lock extending its expiry): no new chunks needed */
+    if (entry_value_equal(z, i, v) && e->user_flags == v->flags) {
+        /* same value (a lock extending its expiry): one word to change, so
+         * no new chunks needed; anything more goes through a new entry */
         ZW64(z, e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
-        ZW32(z, e->user_flags, v->flags);
         return SHMLOCK_OK;
     }
     rc = entry_put(z, i, key, klen, hash, v, entry_deadline(&now, exptime_ms),
