@@ -28,6 +28,7 @@ local OP_SET, OP_ADD, OP_REPLACE, OP_SAFE = 0, 1, 2, 4
 
 local KEY_MAX = 65535
 local DEFAULT_SIZE = 1024 * 1024
+local MAX_SIZE = 2 ^ 40             -- as the C side
 
 local _M = { _VERSION = "0.1.0" }
 local methods = {}
@@ -115,11 +116,12 @@ local function check_exptime(exptime, level)
     return exptime * 1000
 end
 
+-- the public store methods tail-call this, so level 2 here is their caller
 local function store(self, op, key, value, exptime, flags)
     local zone = zone_of(self)
-    exptime = check_exptime(exptime, 3)
+    exptime = check_exptime(exptime, 2)
     if flags ~= nil and type(flags) ~= "number" then
-        error('bad "flags" argument', 3)
+        error('bad "flags" argument', 2)
     end
 
     local err
@@ -129,6 +131,9 @@ local function store(self, op, key, value, exptime, flags)
     end
     if not fill(val, value, flags) then
         return nil, "bad value type"
+    end
+    if value == nil and op ~= OP_SET and op ~= OP_SET + OP_SAFE then
+        return false, "attempt to add or replace nil values", false
     end
 
     forcible[0] = 0
@@ -244,12 +249,13 @@ function methods.incr(self, key, value, init, init_ttl)
     if type(value) ~= "number" then
         local n = tonumber(value)
         if not n then
-            return nil, "not a number"
+            error("bad value arg: number expected, got " .. type(value), 2)
         end
         value = n
     end
 
-    if init ~= nil then
+    -- as ngx.shared.DICT, a false init means no init
+    if init then
         local typ = type(init)
         if typ ~= "number" then
             init = tonumber(init)
@@ -430,12 +436,14 @@ end
 
 local units = { [""] = 1, k = 1024, m = 1024 * 1024, g = 1024 * 1024 * 1024 }
 
+-- Sizes above MAX_SIZE never reach C: converting a double beyond 2^64 to
+-- size_t wraps (2^64 + 4096 would arrive as 4096).
 local function parse_size(size)
     if size == nil then
         return DEFAULT_SIZE
     end
     if type(size) == "number" then
-        if size ~= size or size <= 0 or size % 1 ~= 0 then
+        if size ~= size or size <= 0 or size % 1 ~= 0 or size > MAX_SIZE then
             return nil
         end
         return size
@@ -447,7 +455,11 @@ local function parse_size(size)
     if not digits then
         return nil
     end
-    return tonumber(digits) * units[unit:lower()]
+    size = tonumber(digits) * units[unit:lower()]
+    if size > MAX_SIZE then
+        return nil
+    end
+    return size
 end
 
 local function check_name(name)

@@ -1,0 +1,518 @@
+-- Zones: shdict.open / shdict.destroy, from this process and from others.
+--
+-- Every test works in its own temporary directory (opts.dir), so no test
+-- touches /dev/shm or the zones of another run.  Zone files live at
+-- <dir>/shmlock.<name>.
+
+local shdict = require "resty.shmlock.shdict"
+
+local function pack(...)
+    return { n = select("#", ...), ... }
+end
+
+local function sh(cmd)
+    local p = assert(io.popen(cmd))
+    local out = p:read("*a")
+    p:close()
+    return out
+end
+
+local function trim(s)
+    return (s:gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+-- the checkout this spec belongs to, as an absolute path
+local ROOT do
+    local src = debug.getinfo(1, "S").source:sub(2)
+    local dir = src:match("^(.-)/?spec/[^/]+$") or ""
+    if dir:sub(1, 1) ~= "/" then
+        local cwd = trim(sh("pwd"))
+        dir = dir == "" and cwd or cwd .. "/" .. dir
+    end
+    ROOT = dir
+end
+
+local LUA_PATH = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua;;"
+
+local function read_file(path)
+    local f = io.open(path, "rb")
+    if not f then
+        return nil
+    end
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+
+local function write_file(path, data)
+    local f = assert(io.open(path, "wb"))
+    f:write(data)
+    f:close()
+end
+
+local function exists(path)
+    return trim(sh("test -e '" .. path .. "' && echo yes || echo no")) == "yes"
+end
+
+-- Runs `code` in a fresh LuaJIT process (with the package path of this
+-- checkout) and returns what it printed, stdout and stderr together.
+-- `prefix` goes before the luajit command in the shell (e.g. "umask 000;").
+local script_seq = 0
+local function run_child(tmp, code, prefix)
+    script_seq = script_seq + 1
+    local file = tmp .. "/child" .. script_seq .. ".lua"
+    write_file(file, code)
+    return sh((prefix or "") .. " LUA_PATH='" .. LUA_PATH .. "' luajit "
+              .. file .. " 2>&1")
+end
+
+-- A child's script opening zone `name` in `dir`, then running `body` with
+-- the dict in `d` (or printing the open error).
+local function child_script(dir, name, size, body)
+    return ([[
+local shdict = require "resty.shmlock.shdict"
+local d, err = shdict.open(%q, { dir = %q, size = %s })
+if not d then
+    print("open failed: " .. tostring(err))
+    os.exit(1)
+end
+%s
+]]):format(name, dir, size and ("%q"):format(size) or "nil", body)
+end
+
+-- Bytes that look like nothing of ours (fixed, so a failure reproduces).
+local function garbage(len)
+    local t = {}
+    for i = 1, len do
+        t[i] = string.char((i * 7919 + 13) % 251)
+    end
+    return table.concat(t)
+end
+
+
+describe("shdict zones", function()
+    local tmp, dir
+
+    before_each(function()
+        tmp = trim(sh("mktemp -d \"${TMPDIR:-/tmp}/shmlock-spec.XXXXXX\""))
+        assert(tmp:match("shmlock%-spec"), tmp)
+        dir = tmp .. "/zones"
+        assert(os.execute("mkdir '" .. dir .. "'") == 0)
+    end)
+
+    after_each(function()
+        collectgarbage()
+        collectgarbage()
+        sh("rm -rf '" .. tmp .. "'")
+    end)
+
+    local function zone_path(name)
+        return dir .. "/shmlock." .. name
+    end
+
+    describe("open()", function()
+        describe("zone names", function()
+            local bad = {
+                { "an empty string", "" },
+                { "65 characters", ("n"):rep(65) },
+                { "a leading '.'", ".hidden" },
+                { "'..'", ".." },
+                { "a '/'", "a/b" },
+                { "a path", "../escape" },
+                { "a space", "a b" },
+                { "a tab", "a\tb" },
+                { "a NUL byte", "a\0b" },
+                { "a non-ASCII letter", "caf\195\169" },
+                { "a '*'", "a*" },
+            }
+            for _, case in ipairs(bad) do
+                it("returns nil, 'bad zone name' for " .. case[1], function()
+                    assert.same({ n = 2, nil, "bad zone name" },
+                                pack(shdict.open(case[2], { dir = dir })))
+                    assert.same("", trim(sh("ls -A '" .. dir .. "'")))
+                end)
+            end
+
+            local not_strings = {
+                { "nil", nil }, { "a number", 42 }, { "a boolean", true },
+                { "a table", {} },
+            }
+            for _, case in ipairs(not_strings) do
+                it("returns nil, 'bad zone name' for " .. case[1], function()
+                    assert.same({ n = 2, nil, "bad zone name" },
+                                pack(shdict.open(case[2], { dir = dir })))
+                end)
+            end
+
+            it("accepts 64 characters of [A-Za-z0-9_.-]", function()
+                local name = ("aZ09_.-"):rep(9) .. "x"
+                assert.equal(64, #name)
+                local d, err = shdict.open(name, { dir = dir, size = "32k" })
+                assert.same({ "table", nil }, { type(d), err })
+                assert.is_true(exists(zone_path(name)))
+            end)
+
+            it("accepts a name starting with '-' or '_'", function()
+                for _, name in ipairs({ "-dash", "_under", "0digit" }) do
+                    local d, err = shdict.open(name, { dir = dir,
+                                                       size = "32k" })
+                    assert.same({ "table", nil }, { type(d), err })
+                    assert.is_true(exists(zone_path(name)))
+                end
+            end)
+        end)
+
+        describe("opts.size", function()
+            local bad = {
+                { "garbage", "lots" },
+                { "an empty string", "" },
+                { "a negative string", "-64k" },
+                { "a fractional string", "1.5m" },
+                { "an unknown unit", "64x" },
+                { "a negative number", -65536 },
+                { "zero", 0 },
+                { "the string '0'", "0" },
+                { "a fractional number", 65536.5 },
+                { "NaN", 0 / 0 },
+                { "infinity", math.huge },
+                { "less than 32k (number)", 32767 },
+                { "less than 32k (string)", "31k" },
+                { "an absurd size", "100000000000000000000" },
+                { "a number that wraps around 2^64", 2 ^ 64 + 65536 },
+                { "a string that wraps around 2^64", "18014398509482048k" },
+                { "a table", {} },
+                { "a boolean", true },
+            }
+            for _, case in ipairs(bad) do
+                it("returns nil, 'bad size' for " .. case[1], function()
+                    assert.same({ n = 2, nil, "bad size" },
+                                pack(shdict.open("sized",
+                                                 { dir = dir,
+                                                   size = case[2] })))
+                    assert.is_false(exists(zone_path("sized")))
+                end)
+            end
+
+            local good = {
+                { "a number of bytes", 65536, 65536 },
+                { "the minimum, 32k", "32k", 32768 },
+                { "'64k'", "64k", 65536 },
+                { "'10m'", "10m", 10 * 1024 * 1024 },
+                { "'64K'", "64K", 65536 },
+            }
+            for _, case in ipairs(good) do
+                it("accepts " .. case[1], function()
+                    local d = assert(shdict.open("sized", { dir = dir,
+                                                            size = case[2] }))
+                    assert.same({ n = 1, case[3] }, pack(d:capacity()))
+                    assert.equal(tostring(case[3]),
+                                 trim(sh("stat -c %s '" .. zone_path("sized")
+                                         .. "'")))
+                end)
+            end
+
+            it("defaults to 1m", function()
+                local d = assert(shdict.open("dflt", { dir = dir }))
+                assert.same({ n = 1, 1024 * 1024 }, pack(d:capacity()))
+            end)
+        end)
+
+        it("returns the same object when opened twice in a process",
+           function()
+            local a = assert(shdict.open("twice", { dir = dir, size = "64k" }))
+            local b = assert(shdict.open("twice", { dir = dir, size = "1m" }))
+            assert.is_true(rawequal(a, b))
+            assert.same({ n = 1, 65536 }, pack(b:capacity()))
+        end)
+
+        it("opens distinct zones for the same name in distinct dirs",
+           function()
+            local dir2 = tmp .. "/other"
+            assert(os.execute("mkdir '" .. dir2 .. "'") == 0)
+            local a = assert(shdict.open("same", { dir = dir, size = "32k" }))
+            local b = assert(shdict.open("same", { dir = dir2, size = "32k" }))
+            assert.is_false(rawequal(a, b))
+            a:set("k", "in a")
+            assert.same({ n = 1, nil }, pack(b:get("k")))
+            assert.same({ n = 1, "in a" }, pack(a:get("k")))
+        end)
+
+        it("uses $SHMLOCK_DIR when opts.dir is not given", function()
+            local out = run_child(tmp, [[
+local shdict = require "resty.shmlock.shdict"
+local d, err = shdict.open("envdir", { size = "32k" })
+print(type(d), err)
+print(d:set("k", "v"))
+]], "SHMLOCK_DIR='" .. dir .. "'")
+            assert.equal("table\tnil\ntrue\tnil\tfalse\n", out)
+            local d = assert(shdict.open("envdir", { dir = dir }))
+            assert.same({ n = 1, "v" }, pack(d:get("k")))
+        end)
+
+        it("lets another process attach and see the same keys", function()
+            local d = assert(shdict.open("shared", { dir = dir,
+                                                     size = "64k" }))
+            assert.same({ n = 3, true, nil, false }, pack(d:set("str", "abc")))
+            d:set("num", 42.5)
+            d:set("flagged", true, 0, 9)
+
+            local out = run_child(tmp, child_script(dir, "shared", "64k", [[
+print(d:get("str"))
+print(d:get("num"))
+print(d:get("flagged"))
+print(d:add("from_child", "hello"))
+]]))
+            assert.equal("abc\n42.5\ntrue\t9\ntrue\tnil\tfalse\n", out)
+            assert.same({ n = 1, "hello" }, pack(d:get("from_child")))
+            assert.same({ n = 1, true }, pack(d:verify()))
+        end)
+
+        it("keeps the real size when attaching with another opts.size",
+           function()
+            local d = assert(shdict.open("sized", { dir = dir,
+                                                    size = "64k" }))
+            d:set("k", 1)
+            local out = run_child(tmp, child_script(dir, "sized", "1m", [[
+print(d:capacity(), d:get("k"))
+]]))
+            assert.equal("65536\t1\n", out)
+            assert.equal("65536", trim(sh("stat -c %s '" .. zone_path("sized")
+                                          .. "'")))
+        end)
+
+        it("creates the zone file with mode 0600 whatever the umask",
+           function()
+            local out = run_child(tmp, child_script(dir, "modes", "32k",
+                                                    "print('ok')"),
+                                  "umask 000;")
+            assert.equal("ok\n", out)
+            assert.equal("600", trim(sh("stat -c %a '" .. zone_path("modes")
+                                        .. "'")))
+        end)
+
+        it("leaves nothing but the zone file in its directory", function()
+            assert(shdict.open("tidy", { dir = dir, size = "32k" }))
+            assert.equal("shmlock.tidy", trim(sh("ls -A '" .. dir .. "'")))
+        end)
+
+        describe("a file at the zone path that is not a zone", function()
+            it("returns nil, 'incompatible zone' for random bytes", function()
+                write_file(zone_path("junk"), garbage(65536))
+                assert.same({ n = 2, nil, "incompatible zone" },
+                            pack(shdict.open("junk", { dir = dir })))
+                assert.equal(garbage(65536), read_file(zone_path("junk")))
+            end)
+
+            it("returns nil, 'incompatible zone' for a short file", function()
+                write_file(zone_path("short"), "SHMLOCK\0\1\0\0\0")
+                assert.same({ n = 2, nil, "incompatible zone" },
+                            pack(shdict.open("short", { dir = dir })))
+                assert.equal("SHMLOCK\0\1\0\0\0",
+                             read_file(zone_path("short")))
+            end)
+
+            it("returns nil, 'incompatible zone' for an empty file",
+               function()
+                write_file(zone_path("empty"), "")
+                assert.same({ n = 2, nil, "incompatible zone" },
+                            pack(shdict.open("empty", { dir = dir })))
+                assert.equal("", read_file(zone_path("empty")))
+            end)
+
+            it("returns nil, 'incompatible zone' for a truncated zone",
+               function()
+                -- made by another process: a truncated mapping would fault
+                assert.equal("ok\n",
+                             run_child(tmp, child_script(dir, "cut", "1m",
+                                                         "print('ok')")))
+                assert(os.execute("truncate -s 64k '" .. zone_path("cut")
+                                  .. "'") == 0)
+                assert.same({ n = 2, nil, "incompatible zone" },
+                            pack(shdict.open("cut", { dir = dir })))
+            end)
+
+            -- header: magic[8] at 0, layout (u32) at 8, size (u64) at 16
+            local fields = {
+                { "magic", 0 }, { "layout version", 8 }, { "size", 16 },
+            }
+            for _, field in ipairs(fields) do
+                it("returns nil, 'incompatible zone' when the header's "
+                   .. field[1] .. " differs", function()
+                    assert.equal("ok\n",
+                                 run_child(tmp, child_script(dir, "hdr",
+                                                             "64k",
+                                                             "print('ok')")))
+                    local path = zone_path("hdr")
+                    local data = read_file(path)
+                    local off = field[2]
+                    local byte = data:byte(off + 1)
+                    local f = assert(io.open(path, "r+b"))
+                    f:seek("set", off)
+                    f:write(string.char(255 - byte))
+                    f:close()
+
+                    assert.same({ n = 2, nil, "incompatible zone" },
+                                pack(shdict.open("hdr", { dir = dir })))
+                end)
+            end
+        end)
+
+        describe("a symlink at the zone path", function()
+            it("is refused, and the file it points to is left alone",
+               function()
+                local target = tmp .. "/target"
+                write_file(target, "precious")
+                assert(os.execute("ln -s '" .. target .. "' '"
+                                  .. zone_path("link") .. "'") == 0)
+                assert.same({ n = 2, nil, "incompatible zone" },
+                            pack(shdict.open("link", { dir = dir,
+                                                       size = "32k" })))
+                assert.equal("precious", read_file(target))
+                assert.equal("link", trim(sh("stat -c %F '"
+                                             .. zone_path("link") .. "'"))
+                                       :match("symbolic (link)"))
+            end)
+
+            it("is refused even when it points to a valid zone", function()
+                local dir2 = tmp .. "/real"
+                assert(os.execute("mkdir '" .. dir2 .. "'") == 0)
+                assert.equal("ok\n", run_child(tmp, child_script(dir2, "real",
+                    "32k", "d:set('k', 'v') print('ok')")))
+                assert(os.execute("ln -s '" .. dir2 .. "/shmlock.real' '"
+                                  .. zone_path("alias") .. "'") == 0)
+                assert.same({ n = 2, nil, "incompatible zone" },
+                            pack(shdict.open("alias", { dir = dir })))
+            end)
+
+            it("is not followed to create a file where it points", function()
+                local target = tmp .. "/nowhere"
+                assert(os.execute("ln -s '" .. target .. "' '"
+                                  .. zone_path("dangling") .. "'") == 0)
+                assert.same({ n = 2, nil, "incompatible zone" },
+                            pack(shdict.open("dangling", { dir = dir,
+                                                           size = "32k" })))
+                assert.is_false(exists(target))
+            end)
+        end)
+
+        it("returns nil and a message naming the zone when the directory "
+           .. "does not exist", function()
+            local d, err = shdict.open("lost", { dir = tmp .. "/missing" })
+            assert.is_nil(d)
+            assert.equal('failed to open zone "lost": No such file or '
+                         .. 'directory', err)
+        end)
+
+        it("raises on a non-table opts", function()
+            local ok, err = pcall(shdict.open, "x", "64k")
+            assert.is_false(ok)
+            assert.matches('bad "opts" argument', err, 1, true)
+        end)
+
+        it("creates a new zone exactly once when processes race for it",
+           function()
+            local n = 8
+            local go = tmp .. "/go"
+            local body = ([[
+local shdict = require "resty.shmlock.shdict"
+local go, id = %q, tonumber(arg[1])
+while not io.open(go) do end
+local d, err = shdict.open("race", { dir = %q, size = "64k" })
+if not d then
+    print(id .. " open: " .. tostring(err))
+    os.exit(1)
+end
+local ok, aerr = d:add("p" .. id, id)
+print(id .. " " .. tostring(ok) .. " " .. tostring(aerr) .. " "
+      .. d:capacity())
+]]):format(go, dir)
+            local file = tmp .. "/racer.lua"
+            write_file(file, body)
+
+            local cmd = { "(" }
+            for i = 1, n do
+                cmd[#cmd + 1] = ("LUA_PATH='%s' luajit %s %d &"):format(
+                    LUA_PATH, file, i)
+            end
+            cmd[#cmd + 1] = "sleep 0.3; touch '" .. go .. "'; wait) 2>&1"
+            local out = sh(table.concat(cmd, " "))
+
+            local lines = {}
+            for line in out:gmatch("[^\n]+") do
+                lines[#lines + 1] = line
+            end
+            table.sort(lines)
+            local want = {}
+            for i = 1, n do
+                want[i] = i .. " true nil 65536"
+            end
+            table.sort(want)
+            assert.same(want, lines)
+
+            local d = assert(shdict.open("race", { dir = dir }))
+            local keys = d:get_keys(0)
+            table.sort(keys)
+            local want_keys = {}
+            for i = 1, n do
+                want_keys[i] = "p" .. i
+                assert.same({ n = 1, i }, pack(d:get("p" .. i)))
+            end
+            table.sort(want_keys)
+            assert.same(want_keys, keys)
+            assert.same({ n = 1, true }, pack(d:verify()))
+            assert.equal("shmlock.race", trim(sh("ls -A '" .. dir .. "'")))
+        end)
+    end)
+
+    describe("destroy()", function()
+        it("returns true and removes the zone file", function()
+            assert(shdict.open("gone", { dir = dir, size = "32k" }))
+            assert.same({ n = 1, true },
+                        pack(shdict.destroy("gone", { dir = dir })))
+            assert.is_false(exists(zone_path("gone")))
+        end)
+
+        it("returns nil, 'not found' for a zone that does not exist",
+           function()
+            assert.same({ n = 2, nil, "not found" },
+                        pack(shdict.destroy("never", { dir = dir })))
+        end)
+
+        it("returns nil, 'bad zone name' for a bad name", function()
+            assert.same({ n = 2, nil, "bad zone name" },
+                        pack(shdict.destroy("../x", { dir = dir })))
+            assert.same({ n = 2, nil, "bad zone name" },
+                        pack(shdict.destroy("", { dir = dir })))
+        end)
+
+        it("lets open() create a fresh, empty zone while the old object "
+           .. "keeps working", function()
+            local old = assert(shdict.open("phoenix", { dir = dir,
+                                                        size = "64k" }))
+            old:set("k", "old value")
+            assert.same({ n = 1, true },
+                        pack(shdict.destroy("phoenix", { dir = dir })))
+
+            local new = assert(shdict.open("phoenix", { dir = dir,
+                                                        size = "32k" }))
+            assert.is_false(rawequal(old, new))
+            assert.same({ n = 1, 32768 }, pack(new:capacity()))
+            assert.same({}, new:get_keys(0))
+            assert.same({ n = 1, nil }, pack(new:get("k")))
+
+            -- the old mapping is intact and still private to its users
+            assert.same({ n = 1, "old value" }, pack(old:get("k")))
+            assert.same({ n = 3, true, nil, false },
+                        pack(old:set("k2", "also old")))
+            assert.same({ n = 1, nil }, pack(new:get("k2")))
+            assert.same({ n = 1, true }, pack(old:verify()))
+            assert.same({ n = 1, true }, pack(new:verify()))
+
+            -- and another process attaching by name gets the new zone
+            local out = run_child(tmp, child_script(dir, "phoenix", nil, [[
+print(d:capacity(), d:get("k"), d:get("k2"))
+]]))
+            assert.equal("32768\tnil\tnil\n", out)
+        end)
+    end)
+end)
