@@ -1255,14 +1255,37 @@ print("done")
             assert.same({ n = 1, true }, pack(z:verify()))
         end)
 
-        -- ngx.shared.DICT rewrites a same-size value in place (or frees the
-        -- old node before allocating): overwriting a live key never needs
-        -- more room.  The C core writes the new copy before freeing the old
-        -- one, so in a full zone set() evicts an unrelated entry
-        -- (forcible = true), and with only add() entries left set() and
-        -- replace() of an existing key answer false, "no memory".
-        pending("set() and replace() of a live key need no extra room in a "
-                .. "full zone, as ngx.shared.DICT (C core: copies first)")
+        -- ngx.shared.DICT rewrites a same-size value in place: overwriting
+        -- a live key never needs more room.  Ours rewrites in place when
+        -- the new value needs as many chunks as the old (crash-safe through
+        -- the zone's undo area), so a full zone still takes overwrites.
+        it("set() of a live key in a full zone evicts nothing", function()
+            local z = zone("64k")
+            local n = fill(z, "set", "k", forcible)
+            local keys = #z:get_keys(0)
+            for i = n - 5, n do
+                if z:get("k" .. i) ~= nil then
+                    assert.same({ n = 3, true, nil, false },
+                                pack(z:set("k" .. i, i + 1000000)))
+                    assert.same({ n = 1, i + 1000000 }, pack(z:get("k" .. i)))
+                end
+            end
+            assert.equal(keys, #z:get_keys(0))
+            assert.same({ n = 1, true }, pack(z:verify()))
+        end)
+
+        it("set(), replace() and cas() of a live add() entry work in a zone "
+           .. "full of add() entries", function()
+            local z = zone("64k")
+            fill(z, "add", "a", failed)
+            assert.same({ n = 3, true, nil, false }, pack(z:set("a1", 2)))
+            assert.same({ n = 1, 2 }, pack(z:get("a1")))
+            assert.same({ n = 3, true, nil, false }, pack(z:replace("a2", 3)))
+            assert.same({ n = 1, 3 }, pack(z:get("a2")))
+            assert.same({ n = 3, true, nil, false }, pack(z:cas("a3", 3, 4)))
+            assert.same({ n = 1, 4 }, pack(z:get("a3")))
+            assert.same({ n = 1, true }, pack(z:verify()))
+        end)
 
         it("comes back to the initial free space once everything is gone",
            function()

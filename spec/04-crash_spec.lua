@@ -504,6 +504,20 @@ describe("resty.shmlock.shdict when a process dies", function()
                 expect = { true, nil, false },
             },
             {
+                name = "set of an existing string rewritten in place "
+                       .. "(same chunk count)",
+                setup = set_target(("p"):rep(150), 1000, 5),
+                op = function(d) return d:set(T, ("q"):rep(140), 0, 6) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "set of an add()ed key rewritten in place (it leaves "
+                       .. "the pinned class)",
+                setup = add_target(("r"):rep(30), 0, 2),
+                op = function(d) return d:set(T, ("t"):rep(31), 500) end,
+                expect = { true, nil, false },
+            },
+            {
                 name = "set of an existing number, to a boolean",
                 setup = set_target(12.5),
                 op = function(d) return d:set(T, false, 2000, 8) end,

@@ -162,6 +162,9 @@ entry_put(zone_t *z, uint32_t old, const char *key, size_t klen,
     if (bytes / CHUNK_CONT_DATA >= z->nchunks) {
         return SHMLOCK_NO_MEMORY;
     }
+    if (old != 0 && entry_rewrite(z, old, klen, v, expires, pinned)) {
+        return SHMLOCK_OK;
+    }
 
     c = entry_alloc(z, chunks_for(bytes), old, safe, now, forcible);
     if (c == 0) {

@@ -64,6 +64,11 @@ int entry_put(zone_t *z, uint32_t old, const char *key, size_t klen,
     uint32_t hash, const shmlock_value_t *v, int64_t expires, int pinned,
     int safe, int64_t *now, int *forcible);
 
+/* In-place rewrite of entry i (see rewrite.c); 0 when it does not fit. */
+int entry_rewrite(zone_t *z, uint32_t i, size_t klen,
+    const shmlock_value_t *v, int64_t expires, int pinned);
+void entry_rewrite_undo(zone_t *z);
+
 int entry_value_equal(const zone_t *z, uint32_t i, const shmlock_value_t *v);
 void entry_value_out(const zone_t *z, uint32_t i, shmlock_value_t *out);
 

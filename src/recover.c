@@ -72,9 +72,14 @@ void
 shdict_recover(zone_t *z)
 {
     dict_state_t  *d = &z->hdr->dict;
-    uint8_t       *seen = calloc((size_t) z->nchunks + 1, 1);
+    uint8_t       *seen;
     uint32_t       b, i, n = 0;
     entry_t       *e;
+
+    /* first the one multi-word update, so the hash chains are whole */
+    entry_rewrite_undo(z);
+
+    seen = calloc((size_t) z->nchunks + 1, 1);
 
     d->lru_head = d->lru_tail = 0;
     for (b = 0; b <= z->bucket_mask; b++) {

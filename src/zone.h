@@ -21,6 +21,22 @@
 #define ZONE_LAYOUT       1
 #define ZONE_CHUNK_SIZE   64
 #define ZONE_WAIT_WORDS   1024
+#define ZONE_UNDO_BYTES   4096
+
+/*
+ * The one update that is not published by a single word store: rewriting
+ * an entry in place (same number of chunks), which needs no free memory.
+ * The old head chunk and value bytes are saved here first; recovery puts
+ * them back if the writer died with `active` set.
+ */
+typedef struct {
+    uint32_t  active;
+    uint32_t  entry;
+    uint32_t  len;           /* saved value bytes */
+    uint32_t  pad;
+    char      head[ZONE_CHUNK_SIZE];
+    char      bytes[ZONE_UNDO_BYTES];
+} zone_undo_t;
 
 /* The dictionary's bookkeeping: derived from the hash chains (see zw.h). */
 typedef struct {
@@ -53,6 +69,7 @@ typedef struct {
     uint32_t      seq;           /* odd while a writer changes the dictionary:
                                     lets get() read without the mutex */
     uint32_t      pad1[15];
+    zone_undo_t   undo;
 } zone_hdr_t;
 
 struct shmlock_zone_s {
