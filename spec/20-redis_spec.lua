@@ -1,0 +1,662 @@
+-- resty.shmlock.redis against a real redis-server that this file starts on
+-- a free 127.0.0.1 port and stops in teardown.
+
+local server_helper = require "helpers.redis_server"
+local resty_mock = require "helpers.redis_resty_mock"
+local socket = require "socket"
+
+local now, sleep = socket.gettime, socket.sleep
+
+local redis_lock
+local server
+local raw          -- a plain lua-redis client for looking at the keys
+
+local function client(timeout)
+    return server:client(timeout)
+end
+
+-- the error f() raised, to check that misuse points at the caller's line
+local function raised(f)
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    return err
+end
+
+-- polls cond() for up to `within` seconds
+local function eventually(cond, within)
+    local deadline = now() + (within or 2)
+    while not cond() do
+        if now() > deadline then
+            return false
+        end
+        sleep(0.01)
+    end
+    return true
+end
+
+local function commandstats()
+    local stats = {}
+    local info = raw:info("commandstats")
+    for name, line in pairs(info.commandstats or {}) do
+        stats[name] = tonumber(line:match("calls=(%d+)"))
+    end
+    return stats
+end
+
+
+describe("resty.shmlock.redis", function()
+
+    setup(function()
+        server = server_helper.start()
+        raw = client()
+        redis_lock = require "resty.shmlock.redis"
+    end)
+
+    teardown(function()
+        if server then
+            server:destroy()
+        end
+    end)
+
+    before_each(function()
+        if server.pid then
+            raw:flushall()
+        end
+    end)
+
+
+    describe("new()", function()
+        it("works as module.new(client, opts) and module:new(client, opts)",
+           function()
+            local a = redis_lock.new(raw, { exptime = 7 })
+            local b = redis_lock:new(raw, { exptime = 7 })
+            assert.equal(7, a.exptime)
+            assert.equal(7, b.exptime)
+            assert.equal(0, a:lock("new"))
+            assert.equal(1, a:unlock())
+        end)
+
+        it("has resty.lock's defaults and prefix \"lock:\"", function()
+            local lock = redis_lock.new(raw)
+            assert.same({ 30, 5, 0.001, 2, 0.5, "lock:" },
+                        { lock.exptime, lock.timeout, lock.step, lock.ratio,
+                          lock.max_step, lock.prefix })
+        end)
+
+        it("clamps as resty.lock: timeout <= exptime, step <= timeout",
+           function()
+            local lock = redis_lock.new(raw, { exptime = 2, timeout = 3,
+                                               step = 4 })
+            assert.same({ 2, 2, 2 }, { lock.exptime, lock.timeout, lock.step })
+            -- no timeout given: neither is clamped (resty.lock does the same)
+            lock = redis_lock.new(raw, { exptime = 2, step = 4 })
+            assert.same({ 5, 4 }, { lock.timeout, lock.step })
+        end)
+
+        it("raises on a bad option, naming it, at the caller's line",
+           function()
+            local err = raised(function()
+                redis_lock.new(raw, { exptime = "1" })
+            end)
+            assert.matches("20%-redis_spec%.lua:%d+: opts%.exptime must be a"
+                           .. " number$", err)
+            local cases = {
+                { { timeout = -1 }, "opts.timeout must be >= 0" },
+                { { exptime = -1 }, "opts.exptime must be >= 0" },
+                { { step = 0 }, "opts.step must be > 0" },
+                { { ratio = "2" }, "opts.ratio must be a number" },
+                { { max_step = 0 }, "opts.max_step must be > 0" },
+                { { timeout = 0 / 0 }, "opts.timeout must be a number" },
+                { { prefix = 1 }, "opts.prefix must be a string" },
+                { { exptime = math.huge },
+                  "opts.exptime must be finite (0 means never expires)" },
+                { 42, "opts must be a table" },
+            }
+            for _, case in ipairs(cases) do
+                assert.has_error(function() redis_lock.new(raw, case[1]) end,
+                                 case[2])
+            end
+        end)
+
+        it("raises on something that is not a redis client", function()
+            local err = raised(function() redis_lock.new({}, {}) end)
+            assert.matches('20%-redis_spec%.lua:%d+: bad "client" argument',
+                           err)
+            assert.has_error(function() redis_lock.new(nil) end)
+            assert.has_error(function() redis_lock:new("127.0.0.1") end)
+        end)
+    end)
+
+
+    describe("lock()", function()
+        it("returns 0, nil, fence and stores its token under "
+           .. "<prefix>{key} with exptime", function()
+            local lock = redis_lock.new(raw, { exptime = 10 })
+            local elapsed, err, fence = lock:lock("k")
+            assert.same({ 0, nil, 1 }, { elapsed, err, fence })
+            assert.equal(lock.token, raw:get("lock:{k}"))
+            local pttl = raw:pttl("lock:{k}")
+            assert.is_true(pttl > 9000 and pttl <= 10000)
+            assert.equal("1", raw:get("lock:{k}:fence"))
+            assert.equal(1, lock:unlock())
+            assert.is_false(raw:exists("lock:{k}"))
+        end)
+
+        it("uses opts.prefix", function()
+            local lock = redis_lock.new(raw, { prefix = "app:" })
+            assert.equal(0, lock:lock("k"))
+            assert.is_true(raw:exists("app:{k}"))
+            assert.is_false(raw:exists("lock:{k}"))
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("with exptime 0 takes a lock that never expires", function()
+            local lock = redis_lock.new(raw, { exptime = 0 })
+            assert.equal(0, lock:lock("forever"))
+            assert.equal(-1, raw:pttl("lock:{forever}"))
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("returns nil, 'nil key' and nil, 'empty key'", function()
+            local lock = redis_lock.new(raw)
+            assert.same({ nil, "nil key" }, { lock:lock(nil) })
+            assert.same({ nil, "empty key" }, { lock:lock("") })
+        end)
+
+        it("takes a number key as its string", function()
+            local lock = redis_lock.new(raw)
+            assert.equal(0, lock:lock(42))
+            assert.is_true(raw:exists("lock:{42}"))
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("returns nil, 'locked' while this object holds a lock", function()
+            local lock = redis_lock.new(raw)
+            assert.equal(0, lock:lock("a"))
+            assert.same({ nil, "locked" }, { lock:lock("a") })
+            assert.same({ nil, "locked" }, { lock:lock("b") })
+            assert.is_false(raw:exists("lock:{b}"))
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("waits for the holder and returns the measured elapsed time",
+           function()
+            local holder = redis_lock.new(raw, { exptime = 0.2 })
+            assert.equal(0, holder:lock("w"))
+            local waiter = redis_lock.new(client(), { timeout = 2 })
+            local t0 = now()
+            local elapsed, err, fence = waiter:lock("w")
+            local took = now() - t0
+            assert.is_nil(err)
+            assert.equal(2, fence)
+            assert.is_true(elapsed >= 0.15 and elapsed < 0.8, elapsed)
+            assert.is_true(math.abs(took - elapsed) < 0.05)
+            assert.equal(1, waiter:unlock())
+        end)
+
+        it("returns nil, 'timeout' at the deadline, never sleeping past it",
+           function()
+            local holder = redis_lock.new(raw)
+            assert.equal(0, holder:lock("t"))
+            -- a large max_step: the backoff must still stop at the deadline
+            local waiter = redis_lock.new(client(), { timeout = 0.3,
+                                                      step = 0.25,
+                                                      max_step = 10 })
+            local t0 = now()
+            assert.same({ nil, "timeout" }, { waiter:lock("t") })
+            local took = now() - t0
+            assert.is_true(took >= 0.29 and took < 0.4, took)
+            assert.equal(1, holder:unlock())
+        end)
+
+        it("with timeout 0 tries once", function()
+            local holder = redis_lock.new(raw)
+            assert.equal(0, holder:lock("t0"))
+            local waiter = redis_lock.new(client(), { timeout = 0 })
+            local t0 = now()
+            assert.same({ nil, "timeout" }, { waiter:lock("t0") })
+            assert.is_true(now() - t0 < 0.05)
+            assert.equal(1, holder:unlock())
+        end)
+
+        it("returns Redis's WRONGTYPE error at once for a key that is not a"
+           .. " lock", function()
+            raw:rpush("lock:{list}", "x")
+            local lock = redis_lock.new(raw, { timeout = 2 })
+            local t0 = now()
+            assert.same({ nil, "redis error: WRONGTYPE Operation against a key"
+                               .. " holding the wrong kind of value" },
+                        { lock:lock("list") })
+            assert.is_true(now() - t0 < 0.1)
+            assert.same({ nil, "redis error: WRONGTYPE Operation against a key"
+                               .. " holding the wrong kind of value" },
+                        { lock:trylock("list") })
+            assert.equal("list", raw:type("lock:{list}"))
+        end)
+
+        it("returns the error and leaves no lock when the fence key is"
+           .. " broken", function()
+            raw:rpush("lock:{f}:fence", "x")
+            raw:set("lock:{g}:fence", "not a number")
+            local lock = redis_lock.new(raw)
+            assert.same({ nil, "redis error: WRONGTYPE Operation against a key"
+                               .. " holding the wrong kind of value" },
+                        { lock:lock("f") })
+            assert.same({ nil, "redis error: ERR value is not an integer or"
+                               .. " out of range" },
+                        { lock:lock("g") })
+            assert.is_false(raw:exists("lock:{f}"))
+            assert.is_false(raw:exists("lock:{g}"))
+            assert.same({ false, "unlocked" }, { lock:owned() })
+        end)
+    end)
+
+
+    describe("trylock()", function()
+        it("returns 0, nil, fence on a free key", function()
+            local lock = redis_lock.new(raw)
+            assert.same({ 0, nil, 1 }, { lock:trylock("try") })
+            assert.equal(lock.token, raw:get("lock:{try}"))
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("returns nil, 'timeout' at once on a held key, whatever the"
+           .. " timeout", function()
+            local holder = redis_lock.new(raw)
+            assert.equal(0, holder:lock("try"))
+            local other = redis_lock.new(client(), { timeout = 5 })
+            local t0 = now()
+            assert.same({ nil, "timeout" }, { other:trylock("try") })
+            assert.is_true(now() - t0 < 0.05)
+            assert.equal(1, holder:unlock())
+        end)
+
+        it("returns nil, 'locked' / 'nil key' / 'empty key' as lock()",
+           function()
+            local lock = redis_lock.new(raw)
+            assert.same({ nil, "nil key" }, { lock:trylock() })
+            assert.same({ nil, "empty key" }, { lock:trylock("") })
+            assert.equal(0, lock:trylock("x"))
+            assert.same({ nil, "locked" }, { lock:trylock("y") })
+            assert.equal(1, lock:unlock())
+        end)
+    end)
+
+
+    describe("unlock()", function()
+        it("returns 1, then nil, 'unlocked'", function()
+            local lock = redis_lock.new(raw)
+            assert.same({ nil, "unlocked" }, { lock:unlock() })
+            assert.equal(0, lock:lock("u"))
+            assert.same({ 1 }, { lock:unlock() })
+            assert.same({ nil, "unlocked" }, { lock:unlock() })
+            assert.is_false(raw:exists("lock:{u}"))
+            assert.equal(0, lock:lock("u"))     -- the object is reusable
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("returns nil, 'expired' when the lock expired, then 'unlocked'",
+           function()
+            local lock = redis_lock.new(raw, { exptime = 0.05 })
+            assert.equal(0, lock:lock("e"))
+            sleep(0.1)
+            assert.same({ nil, "expired" }, { lock:unlock() })
+            assert.same({ nil, "unlocked" }, { lock:unlock() })
+        end)
+
+        it("after expiry and re-lock by B: A gets nil, 'expired' and B still"
+           .. " holds", function()
+            local a = redis_lock.new(raw, { exptime = 0.1 })
+            local b = redis_lock.new(client())
+            assert.equal(0, a:lock("steal"))
+            sleep(0.2)
+            local elapsed, _, fence = b:lock("steal")
+            assert.equal(0, elapsed)
+            assert.equal(2, fence)
+            assert.same({ nil, "expired" }, { a:unlock() })
+            assert.equal(b.token, raw:get("lock:{steal}"))
+            assert.is_true(b:owned())
+            assert.equal(1, b:unlock())
+        end)
+    end)
+
+
+    describe("expire()", function()
+        it("returns true and resets the expiry to exptime or the argument",
+           function()
+            local lock = redis_lock.new(raw, { exptime = 5 })
+            assert.equal(0, lock:lock("x"))
+            assert.is_true(lock:expire(20))
+            local pttl = raw:pttl("lock:{x}")
+            assert.is_true(pttl > 19000 and pttl <= 20000, pttl)
+            assert.is_true(lock:expire())
+            pttl = raw:pttl("lock:{x}")
+            assert.is_true(pttl > 4000 and pttl <= 5000, pttl)
+            assert.is_true(lock:expire(0))      -- 0: never expires
+            assert.equal(-1, raw:pttl("lock:{x}"))
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("keeps the lock alive past its original expiry", function()
+            local lock = redis_lock.new(raw, { exptime = 0.3 })
+            assert.equal(0, lock:lock("ext"))
+            sleep(0.15)
+            assert.is_true(lock:expire(1))
+            sleep(0.3)                          -- past the original 0.3 s
+            assert.is_true(lock:owned())
+            local other = redis_lock.new(client())
+            assert.same({ nil, "timeout" }, { other:trylock("ext") })
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("returns nil, 'unlocked' without a lock", function()
+            local lock = redis_lock.new(raw)
+            assert.same({ nil, "unlocked" }, { lock:expire() })
+            assert.same({ nil, "unlocked" }, { lock:expire(3) })
+        end)
+
+        it("after expiry and re-lock by B: A gets nil, 'expired' and B still"
+           .. " holds", function()
+            local a = redis_lock.new(raw, { exptime = 0.1 })
+            local b = redis_lock.new(client())
+            assert.equal(0, a:lock("steal2"))
+            sleep(0.2)
+            assert.equal(0, b:lock("steal2"))
+            assert.same({ nil, "expired" }, { a:expire(10) })
+            local pttl = raw:pttl("lock:{steal2}")
+            assert.is_true(pttl > 29000, pttl)  -- B's expiry, untouched
+            assert.equal(b.token, raw:get("lock:{steal2}"))
+            assert.same({ nil, "unlocked" }, { a:unlock() })
+            assert.equal(1, b:unlock())
+        end)
+
+        it("raises on a bad argument", function()
+            local lock = redis_lock.new(raw)
+            assert.equal(0, lock:lock("bad"))
+            local err = raised(function() lock:expire(-1) end)
+            assert.matches('20%-redis_spec%.lua:%d+: bad "timeout" argument$',
+                           err)
+            assert.has_error(function() lock:expire("1") end,
+                             'bad "timeout" argument')
+            assert.equal(1, lock:unlock())
+        end)
+    end)
+
+
+    describe("owned()", function()
+        it("returns true while held, false, 'unlocked' / 'expired' otherwise",
+           function()
+            local lock = redis_lock.new(raw, { exptime = 0.1 })
+            assert.same({ false, "unlocked" }, { lock:owned() })
+            assert.equal(0, lock:lock("o"))
+            assert.same({ true }, { lock:owned() })
+            sleep(0.2)
+            assert.same({ false, "expired" }, { lock:owned() })
+            -- owned() only looks: unlock() still reports the expiry
+            assert.same({ nil, "expired" }, { lock:unlock() })
+            assert.same({ false, "unlocked" }, { lock:owned() })
+        end)
+    end)
+
+
+    describe("fencing tokens", function()
+        it("start at 1 per key and strictly increase with every acquisition",
+           function()
+            local a = redis_lock.new(raw)
+            local b = redis_lock.new(client())
+            local last = 0
+            for i = 1, 5 do
+                local lock = i % 2 == 0 and b or a
+                local _, _, fence = lock:lock("fenced")
+                assert.equal(last + 1, fence)
+                last = fence
+                assert.equal(fence, lock.fence)
+                assert.equal(1, lock:unlock())
+            end
+            local _, _, fence = a:trylock("other key")
+            assert.equal(1, fence)
+            assert.equal(1, a:unlock())
+        end)
+
+        it("survive the lock key's expiry", function()
+            local lock = redis_lock.new(raw, { exptime = 0.05 })
+            local _, _, f1 = lock:lock("fe")
+            sleep(0.1)
+            assert.same({ nil, "expired" }, { lock:unlock() })
+            local _, _, f2 = lock:lock("fe")
+            assert.equal(f1 + 1, f2)
+            assert.equal(1, lock:unlock())
+        end)
+    end)
+
+
+    describe("scripts", function()
+        it("run by EVALSHA once Redis knows them (the SHA1s are right)",
+           function()
+            local lock = redis_lock.new(raw)
+            assert.equal(0, lock:lock("sha"))           -- load them all
+            assert.is_true(lock:expire())
+            assert.is_true(lock:owned())
+            assert.equal(1, lock:unlock())
+            raw:config("resetstat")
+            assert.equal(0, lock:lock("sha"))
+            assert.is_true(lock:expire())
+            assert.is_true(lock:owned())
+            assert.equal(1, lock:unlock())
+            local stats = commandstats()
+            assert.is_nil(stats.cmdstat_eval)
+            assert.equal(4, stats.cmdstat_evalsha)
+        end)
+
+        it("fall back to EVAL on NOSCRIPT", function()
+            raw:script("flush")
+            raw:config("resetstat")
+            local lock = redis_lock.new(raw)
+            assert.same({ 0, nil, 1 }, { lock:lock("flushed") })
+            assert.equal(1, lock:unlock())
+            assert.equal(0, lock:lock("flushed"))
+            assert.equal(1, lock:unlock())
+            local stats = commandstats()
+            assert.equal(2, stats.cmdstat_eval)         -- once per script
+            assert.equal(4, stats.cmdstat_evalsha)
+        end)
+    end)
+
+
+    describe("across processes", function()
+        it("4 luajit processes x 150 lock/GET/SET+1/unlock: exact counter,"
+           .. " fences strictly increasing", function()
+            local NPROC, N = 4, 150
+            local cmd = string.format(
+                "LUA_PATH='%s' exec luajit spec/helpers/redis_child.lua"
+                .. " %d mp %d 2>&1", package.path, server.port, N)
+            local children = {}
+            for i = 1, NPROC do
+                children[i] = assert(io.popen(cmd))
+            end
+            raw:set("go:mp", "1")
+
+            local all = {}
+            for i = 1, NPROC do
+                local out = children[i]:read("*a")
+                children[i]:close()
+                assert.matches("\nDONE\n$", out)
+                assert.is_nil(out:find("STALE", 1, true), out)
+                local last = 0
+                for f in out:match("FENCES ([%d ]+)\n"):gmatch("%d+") do
+                    f = tonumber(f)
+                    assert.is_true(f > last)    -- increasing per process
+                    last = f
+                    all[#all + 1] = f
+                end
+            end
+            assert.equal(tostring(NPROC * N), raw:get("counter:mp"))
+            -- one fence per acquisition, none shared: exactly 1 .. NPROC * N
+            table.sort(all)
+            assert.equal(NPROC * N, #all)
+            for i = 1, #all do
+                assert.equal(i, all[i])
+            end
+        end)
+    end)
+
+
+    describe("with a lua-resty-redis style client inside nginx", function()
+        -- the module as loaded inside nginx: ngx.sleep and ngx.null exist
+        local NULL = newproxy(false)
+        local sleeps
+        local saved_ngx, saved_mod
+        local resty_lock
+
+        setup(function()
+            saved_ngx = rawget(_G, "ngx")
+            saved_mod = package.loaded["resty.shmlock.redis"]
+            _G.ngx = {
+                null = NULL,
+                sleep = function(s)
+                    sleeps[#sleeps + 1] = s
+                    sleep(s)
+                end,
+            }
+            package.loaded["resty.shmlock.redis"] = nil
+            resty_lock = require "resty.shmlock.redis"
+        end)
+
+        teardown(function()
+            _G.ngx = saved_ngx
+            package.loaded["resty.shmlock.redis"] = saved_mod
+        end)
+
+        before_each(function()
+            sleeps = {}
+        end)
+
+        it("locks, unlocks, extends and fences the same way", function()
+            local lock = resty_lock.new(resty_mock.new(client(), NULL))
+            assert.same({ 0, nil, 1 }, { lock:lock("r") })
+            assert.is_true(lock:owned())
+            assert.is_true(lock:expire(3))
+            assert.equal(1, lock:unlock())
+            assert.same({ nil, "unlocked" }, { lock:unlock() })
+            assert.same({ false, "unlocked" }, { lock:owned() })
+            assert.same({ 0, nil, 2 }, { lock:trylock("r") })
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("reads the null reply of a held key as busy and waits with"
+           .. " ngx.sleep", function()
+            local holder = resty_lock.new(resty_mock.new(client(), NULL),
+                                          { exptime = 0.1 })
+            assert.equal(0, holder:lock("rw"))
+            local waiter = resty_lock.new(resty_mock.new(client(), NULL),
+                                          { timeout = 1 })
+            local elapsed, err, fence = waiter:lock("rw")
+            assert.is_nil(err)
+            assert.equal(2, fence)
+            assert.is_true(elapsed > 0.05)
+            assert.is_true(#sleeps > 1)
+            for _, s in ipairs(sleeps) do
+                assert.is_true(s > 0 and s <= 0.5)
+            end
+            assert.same({ nil, "expired" }, { holder:unlock() })
+            assert.equal(1, waiter:unlock())
+        end)
+
+        it("reports error replies and NOSCRIPT the same way", function()
+            raw:script("flush")
+            raw:rpush("lock:{rl}", "x")
+            local lock = resty_lock.new(resty_mock.new(client(), NULL))
+            assert.same({ nil, "redis error: WRONGTYPE Operation against a key"
+                               .. " holding the wrong kind of value" },
+                        { lock:lock("rl") })
+            assert.same({ 0, nil, 1 }, { lock:lock("rl2") })
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("reports connection errors as 'redis connection error: ...'",
+           function()
+            local c = client()
+            local lock = resty_lock.new(resty_mock.new(c, NULL))
+            assert.equal(0, lock:lock("rc"))
+            c:quit()
+            assert.same({ nil, "redis connection error: closed" },
+                        { lock:unlock() })
+            assert.same({ nil, "redis connection error: closed" },
+                        { lock:expire() })
+            assert.same({ nil, "redis connection error: closed" },
+                        { lock:owned() })
+            local other = resty_lock.new(resty_mock.new(c, NULL))
+            assert.same({ nil, "redis connection error: closed" },
+                        { other:lock("rc2") })
+        end)
+    end)
+
+
+    describe("when Redis fails", function()
+        it("a hung server: lock() fails within the client's socket timeout"
+           .. " and leaves no lock once Redis resumes", function()
+            local c = client(0.3)
+            local lock = redis_lock.new(c, { timeout = 5 })
+            assert.same({ 0, nil, 1 }, { lock:lock("hung") })  -- scripts known
+            assert.equal(1, lock:unlock())
+
+            server:pause()
+            local t0 = now()
+            local elapsed, err = lock:lock("hung")
+            local took = now() - t0
+            server:resume()
+
+            assert.is_nil(elapsed)
+            assert.equal("redis connection error: timeout", err)
+            -- the attempt's and the clean-up's socket timeouts, no more
+            assert.is_true(took >= 0.25 and took < 1, took)
+            assert.same({ false, "unlocked" }, { lock:owned() })
+            -- Redis then ran the acquire it had received (fence 2) and our
+            -- compare-and-delete right after it: no lock left behind
+            assert.is_true(eventually(function()
+                return raw:get("lock:{hung}:fence") == "2"
+            end))
+            assert.is_false(raw:exists("lock:{hung}"))
+        end)
+
+        it("a stopped server: clear errors at once; a new client works once"
+           .. " it is back", function()
+            local c = client(1)
+            local holder = redis_lock.new(c, { timeout = 2 })
+            local waiter = redis_lock.new(c, { timeout = 2 })
+            assert.same({ 0, nil, 1 }, { holder:lock("down") })
+
+            server:stop()
+            local t0 = now()
+            local elapsed, err = waiter:lock("down")
+            assert.is_nil(elapsed)
+            assert.matches("^redis connection error: %S", err)
+            elapsed, err = waiter:trylock("down")
+            assert.is_nil(elapsed)
+            assert.matches("^redis connection error: %S", err)
+            local ok
+            ok, err = holder:unlock()
+            assert.is_nil(ok)
+            assert.matches("^redis connection error: %S", err)
+            ok, err = holder:expire()
+            assert.is_nil(ok)
+            assert.matches("^redis connection error: %S", err)
+            ok, err = holder:owned()
+            assert.is_nil(ok)
+            assert.matches("^redis connection error: %S", err)
+            assert.is_true(now() - t0 < 1)
+            -- a failed unlock keeps the state: we cannot know it released
+            assert.same({ nil, "locked" }, { holder:lock("down") })
+
+            -- the caller owns reconnection: connect anew, make new locks
+            assert.has_error(function() server_helper.connect(server.port) end)
+            server:restart()
+            raw = client()
+            local lock = redis_lock.new(client(1))
+            -- the data went with the old server (no persistence), fences too
+            assert.same({ 0, nil, 1 }, { lock:lock("down") })
+            assert.is_true(lock:owned())
+            assert.equal(1, lock:unlock())
+        end)
+    end)
+end)

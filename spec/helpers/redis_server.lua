@@ -1,0 +1,180 @@
+-- helpers.redis_server: a private redis-server for the Redis lock specs.
+--
+-- Started on a free 127.0.0.1 port with no persistence (--save "",
+-- --appendonly no) in a temporary directory, in the foreground
+-- (--daemonize no) as a background job of the shell.  It runs under
+-- timeout(1), so a server whose spec run died without its teardown still
+-- goes away on its own.  stop() is safe to call twice and on a paused
+-- server; restart() brings a new server up on the same port.
+
+local ffi = require "ffi"
+local socket = require "socket"
+
+local ok_redis, redis = pcall(require, "redis")
+
+pcall(ffi.cdef, "int kill(int pid, int sig);")
+local C = ffi.C
+
+local SIGKILL, SIGTERM, SIGCONT, SIGSTOP = 9, 15, 18, 19
+local MAX_LIFETIME = 300     -- seconds, the safety net of timeout(1)
+local REDIS_SERVER = os.getenv("REDIS_SERVER") or "redis-server"
+
+local _M = {}
+local mt = { __index = _M }
+
+local function shell_line(cmd)
+    local p = assert(io.popen(cmd))
+    local line = p:read("*l")
+    p:close()
+    return line
+end
+
+local function alive(pid)
+    return pid ~= nil and C.kill(pid, 0) == 0
+end
+
+local function read_file(path)
+    local f = io.open(path, "rb")
+    if not f then
+        return nil
+    end
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+
+-- raises with the reason when this machine cannot run the specs
+function _M.check()
+    if not ok_redis then
+        error("the Redis lock specs need lua-redis (`require \"redis\"`, "
+              .. "Debian package lua-redis; scripts/deps.sh installs it): "
+              .. tostring(redis), 2)
+    end
+    local path = shell_line("command -v " .. REDIS_SERVER .. " 2>/dev/null")
+    if not path or path == "" then
+        error("the Redis lock specs need redis-server on the PATH (Debian "
+              .. "package redis-server; scripts/deps.sh installs it)", 2)
+    end
+    return path
+end
+
+local function free_port()
+    local s = assert(socket.bind("127.0.0.1", 0))
+    local _, port = s:getsockname()
+    s:close()
+    return tonumber(port)
+end
+
+function _M.connect(port, timeout)
+    return redis.connect("127.0.0.1", port, timeout or 2)
+end
+
+local function answers(port)
+    local ok, c = pcall(_M.connect, port, 0.2)
+    if not ok then
+        return false
+    end
+    local pong_ok, pong = pcall(c.ping, c)
+    pcall(c.quit, c)
+    return pong_ok and pong == true
+end
+
+function _M.spawn(self)
+    local dir = self.dir
+    -- LD_PRELOAD is dropped: `make test-asan` preloads libasan for luajit,
+    -- which redis-server (jemalloc) does not want
+    local cmd = string.format(
+        "env -u LD_PRELOAD timeout -s TERM %d %s --port %d --bind 127.0.0.1"
+        .. " --save '' --appendonly no --dir %s --daemonize no"
+        .. " --pidfile %s/redis.pid --logfile %s/redis.log"
+        .. " </dev/null >/dev/null 2>&1 & echo $!",
+        MAX_LIFETIME, REDIS_SERVER, self.port, dir, dir, dir)
+    os.remove(dir .. "/redis.pid")
+    self.wrapper = tonumber(shell_line(cmd))
+
+    local deadline = socket.gettime() + 5
+    while socket.gettime() < deadline do
+        if answers(self.port) then
+            local pid = tonumber(read_file(dir .. "/redis.pid") or "")
+            if pid then
+                self.pid = pid
+                return true
+            end
+        end
+        if not alive(self.wrapper) then
+            break
+        end
+        socket.sleep(0.02)
+    end
+    return false
+end
+
+-- start(port?): a running server answering PING; raises with its log if
+-- it does not come up
+function _M.start(port)
+    _M.check()
+    local dir = shell_line("mktemp -d /tmp/shmlock-redis.XXXXXX")
+    assert(dir and dir ~= "", "mktemp -d failed")
+    local self = setmetatable({ dir = dir }, mt)
+    for _ = 1, port and 1 or 5 do
+        self.port = port or free_port()
+        if self:spawn() then
+            return self
+        end
+        self:stop()     -- e.g. the port was taken in between: another one
+    end
+    local log = read_file(dir .. "/redis.log") or "(no log)"
+    os.execute("rm -rf '" .. dir .. "'")
+    error("redis-server did not answer PING on 127.0.0.1:"
+          .. tostring(self.port) .. "; its log:\n" .. log, 2)
+end
+
+function _M.stop(self)
+    local pid, wrapper = self.pid, self.wrapper
+    if pid then
+        C.kill(pid, SIGCONT)          -- a paused server cannot handle TERM
+        C.kill(pid, SIGTERM)
+    end
+    if wrapper then
+        C.kill(wrapper, SIGTERM)
+    end
+    local deadline = socket.gettime() + 5
+    while (alive(pid) or answers(self.port)) and socket.gettime() < deadline do
+        socket.sleep(0.01)
+    end
+    if alive(pid) then
+        C.kill(pid, SIGKILL)
+    end
+    self.pid, self.wrapper = nil, nil
+end
+
+-- a new server on the same port (its data gone: no persistence)
+function _M.restart(self)
+    self:stop()
+    if not self:spawn() then
+        error("redis-server did not come back on 127.0.0.1:" .. self.port
+              .. "; its log:\n" .. (read_file(self.dir .. "/redis.log") or ""))
+    end
+end
+
+function _M.pause(self)
+    C.kill(self.pid, SIGSTOP)
+end
+
+function _M.resume(self)
+    C.kill(self.pid, SIGCONT)
+end
+
+function _M.destroy(self)
+    self:stop()
+    if self.dir then
+        os.execute("rm -rf '" .. self.dir .. "'")
+        self.dir = nil
+    end
+end
+
+function _M.client(self, timeout)
+    return _M.connect(self.port, timeout)
+end
+
+return _M
