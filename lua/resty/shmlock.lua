@@ -1,0 +1,378 @@
+-- resty.shmlock: a drop-in for OpenResty's resty.lock, over shmlock zones.
+--
+--     local resty_lock = require "resty.shmlock"
+--     local lock, err = resty_lock:new("my_locks", { timeout = 1 })
+--     local elapsed, err = lock:lock(key)
+--     ...
+--     local ok, err = lock:unlock()
+--
+-- Same constructor, options (and clamping), methods, returns and error
+-- strings as resty.lock.  Beyond it: owner tokens (a late unlock or expire
+-- never touches somebody else's lock: nil, "expired"), waiters woken by the
+-- release (outside nginx), locks of dead processes taken at once, bounded
+-- waits under contention (starvation mode, see resty.shmlock.zone_lock),
+-- trylock() and owned().
+--
+-- Inside nginx, waiting is resty.lock's: ngx.sleep steps, elapsed = the sum
+-- of the steps.  Where the phase cannot yield (init, init_worker, set,
+-- header_filter, body_filter, log, balancer, ...), a free key is taken and
+-- a held one answers nil, "cannot wait in <phase> phase".
+
+local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
+local shdict = require "resty.shmlock.shdict"
+local token = require "resty.shmlock.token"
+local handle = require "resty.shmlock.handle"
+local zone_lock = require "resty.shmlock.zone_lock"
+local shared_lock = require "resty.shmlock.shared_lock"
+
+local ffi_str = ffi.string
+local type = type
+local tostring = tostring
+local error = error
+local setmetatable = setmetatable
+local getmetatable = getmetatable
+local getenv = os.getenv
+local io_open = io.open
+local min = math.min
+local max = math.max
+local next_token = token.next
+local hold = handle.hold
+local drop = handle.drop
+local retoken = handle.retoken
+local ms = zone_lock.ms
+local ACQUIRED = zone_lock.ACQUIRED
+
+local KEY_MAX = 65535
+
+local ngx = ngx
+local in_nginx = type(ngx) == "table" and type(ngx.get_phase) == "function"
+local get_phase = in_nginx and ngx.get_phase
+local ngx_sleep = in_nginx and ngx.sleep
+
+-- phases where ngx.sleep may yield
+local YIELDABLE = {
+    rewrite = true, server_rewrite = true, access = true, content = true,
+    timer = true, ssl_cert = true, ssl_session_fetch = true,
+    ssl_client_hello = true, preread = true,
+}
+
+local _M = { _VERSION = "0.1.0" }
+local mt = { __index = _M }
+
+-- dicts that lock objects point into stay mapped for the life of the
+-- process: a collected lock object's finalizer may still need the zone
+local pinned = {}
+-- names resolved to ngx.shared dicts: they stay so (mixing the two stores
+-- for one name would break mutual exclusion)
+local shared_names = {}
+
+
+-- true if the zone file of `name` exists (we attach, never create, here)
+local function zone_exists(name)
+    if C.shmlock_zone_name_ok(name, #name) ~= 1 then
+        return false
+    end
+    local dir = getenv("SHMLOCK_DIR")
+    if not dir or dir == "" then
+        dir = "/dev/shm"
+    end
+    local f = io_open(dir .. "/shmlock." .. name, "rb")
+    if not f then
+        return false
+    end
+    f:close()
+    return true
+end
+
+
+-- the dict object (a zone) or the ngx.shared dict behind dict_name
+local function find(name)
+    if type(name) == "table" then
+        if name._zone then
+            return name
+        end
+        return nil
+    end
+    if type(name) ~= "string" then
+        return nil
+    end
+
+    local shared = shared_names[name]
+    if shared then
+        return nil, shared
+    end
+    local dict = shdict.opened(name)
+    if not dict and zone_exists(name) then
+        dict = shdict.open(name)
+    end
+    if dict then
+        return dict
+    end
+    if in_nginx then
+        shared = ngx.shared[name]
+        if shared then
+            shared_names[name] = shared
+            return nil, shared
+        end
+    end
+    return nil
+end
+
+
+local function option(opts, name)
+    local v = opts[name]
+    if v ~= nil then
+        if type(v) ~= "number" then
+            error("opts." .. name .. " must be a number", 3)
+        end
+        if not (v >= 0) then
+            error("opts." .. name .. " must be >= 0", 3)
+        end
+    end
+    return v
+end
+
+
+-- syntax: lock, err = resty_lock:new(dict_name, opts?)
+--         (resty_lock.new(dict_name, opts?) works too)
+function _M.new(a, b, c)
+    local dict_name, opts = b, c
+    if a ~= _M and getmetatable(a) ~= mt then
+        dict_name, opts = a, b
+    end
+
+    local dict, shared = find(dict_name)
+    if not dict and not shared then
+        return nil, "dictionary not found"
+    end
+
+    local exptime, timeout, step, ratio, max_step
+    if opts ~= nil then
+        if type(opts) ~= "table" then
+            error("opts must be a table", 2)
+        end
+        exptime = option(opts, "exptime")
+        timeout = option(opts, "timeout")
+        step = option(opts, "step")
+        ratio = option(opts, "ratio")
+        max_step = option(opts, "max_step")
+        if max_step == 0 then
+            error("opts.max_step must be > 0", 2)
+        end
+    end
+
+    -- resty.lock's clamping: a given timeout is at most exptime, a given
+    -- step at most the timeout
+    exptime = exptime or 30
+    if timeout then
+        timeout = min(timeout, exptime)
+        if step then
+            step = min(step, timeout)
+        end
+    end
+
+    local store, ops, zone, number = shared, shared_lock, nil, 0
+    if dict then
+        pinned[dict] = true
+        store, ops, zone = dict._zone, zone_lock, dict._zone
+    else
+        number = handle.shared_number(shared)
+    end
+
+    return setmetatable({
+        dict = dict or shared,
+        store = store,      -- the zone cdata, or the ngx.shared dict
+        ops = ops,          -- zone_lock or shared_lock
+        zone = zone,        -- for the handle: the zone, or nil and
+        number = number,    -- the number of the ngx.shared dict
+        cd = false,         -- the handle while holding (resty.shmlock.handle)
+        key = false,        -- the key held
+        exptime = exptime,
+        exptime_ms = ms(exptime),
+        timeout = timeout or 5,
+        step = step or 0.001,
+        ratio = ratio or 2,
+        max_step = max_step or 0.5,
+    }, mt)
+end
+
+
+-- resty.lock's wait inside nginx: ngx.sleep steps; elapsed is their sum
+local function sleep(self, ops, key, klen, tok)
+    local store, exp_ms = self.store, self.exptime_ms
+    local step, ratio, max_step = self.step, self.ratio, self.max_step
+    local timeout = self.timeout
+    local elapsed = 0
+
+    while timeout > 0 do
+        ngx_sleep(step)
+        elapsed = elapsed + step
+        timeout = timeout - step
+
+        local ok, err = ops.add(self, key, klen, tok, #tok)
+        if ok then
+            return elapsed
+        end
+        if ok == nil then
+            return nil, err
+        end
+        if ops.look(store, key, klen, tok, exp_ms, true) == ACQUIRED then
+            return elapsed
+        end
+
+        if timeout <= 0 then
+            break
+        end
+        step = min(max(0.001, step * ratio), timeout, max_step)
+    end
+    return nil, "timeout"
+end
+
+
+-- after the first add found the key held
+local function wait(self, ops, key, klen, tok, may_wait)
+    if may_wait and self.timeout > 0 then
+        if not in_nginx then
+            return zone_lock.block(self, key, klen, tok)
+        end
+        local phase = get_phase()
+        if YIELDABLE[phase] then
+            return sleep(self, ops, key, klen, tok)
+        end
+        if ops.look(self.store, key, klen, tok, self.exptime_ms, true)
+           == ACQUIRED
+        then
+            return 0
+        end
+        return nil, "cannot wait in " .. tostring(phase) .. " phase"
+    end
+
+    -- no waiting; a dead holder's lock is still ours at once
+    if ops.look(self.store, key, klen, tok, self.exptime_ms, true)
+       == ACQUIRED
+    then
+        return 0
+    end
+    return nil, "timeout"
+end
+
+
+local function acquire(self, key, may_wait)
+    if not key then
+        return nil, "nil key"
+    end
+    if self.cd then
+        return nil, "locked"
+    end
+    if type(key) ~= "string" then
+        key = tostring(key)
+    end
+    local klen = #key
+    if klen == 0 then
+        return nil, "empty key"
+    end
+    if klen > KEY_MAX then
+        return nil, "key too long"
+    end
+
+    local tok, tlen = next_token()
+    local ops = self.ops
+    local ok, err = ops.add(self, key, klen, tok, tlen)
+    if ok then
+        hold(self, key, klen, tok, tlen)
+        return 0
+    end
+    if ok == nil then
+        return nil, err
+    end
+
+    -- the token buffer is reused by the next lock(): keep our own copy
+    tok = ffi_str(tok, tlen)
+    local elapsed
+    elapsed, err = wait(self, ops, key, klen, tok, may_wait)
+    if elapsed then
+        hold(self, key, klen, tok, tlen)
+    end
+    return elapsed, err
+end
+
+
+-- syntax: elapsed, err = lock:lock(key)
+-- elapsed: seconds waited (0: at once).  err: "timeout", "locked" (this
+-- object holds a lock already), "nil key", "empty key", "key too long",
+-- "cannot wait in <phase> phase", or the zone's ("no memory").
+function _M.lock(self, key)
+    return acquire(self, key, true)
+end
+
+
+-- syntax: elapsed, err = lock:trylock(key)
+-- lock() without waiting: 0, or nil, "timeout" (as lock() with timeout 0),
+-- and the same other errors.
+function _M.trylock(self, key)
+    return acquire(self, key, false)
+end
+
+
+-- syntax: ok, err = lock:unlock()
+-- 1; nil, "unlocked" if this object holds no lock; nil, "expired" if our
+-- lock expired (someone else may hold the key now: left untouched).
+function _M.unlock(self)
+    local cd = self.cd
+    if not cd then
+        return nil, "unlocked"
+    end
+    local ok, err = self.ops.release(self.store, self.key, cd.key_len, cd.tok,
+                                     cd.tok_len)
+    drop(self)
+    if ok then
+        return ok
+    end
+    return nil, err
+end
+
+
+-- syntax: ok, err = lock:expire(timeout?)
+-- Resets the lock's expiry to timeout seconds (nil: the object's exptime).
+-- true; nil, "unlocked"; nil, "expired" (our lock expired meanwhile: the
+-- object no longer holds it).
+function _M.expire(self, time)
+    if not self.cd then
+        return nil, "unlocked"
+    end
+    if time == nil then
+        time = self.exptime
+    elseif type(time) ~= "number" or not (time >= 0) then
+        error('bad "exptime" argument', 2)
+    end
+
+    local cd = self.cd
+    local tok = ffi_str(cd.tok, cd.tok_len)
+    local new_tok = ffi_str(next_token())
+    local ok, err = self.ops.renew(self.store, self.key, cd.key_len, tok,
+                                   new_tok, time)
+    if ok then
+        retoken(self, new_tok, #new_tok)
+        return true
+    end
+    if err == "expired" then
+        drop(self)
+    end
+    return nil, err
+end
+
+
+-- syntax: held = lock:owned()
+-- true while this object's lock is held by it in the store.
+function _M.owned(self)
+    local cd = self.cd
+    if not cd then
+        return false
+    end
+    return self.ops.holds(self.store, self.key, cd.key_len,
+                          ffi_str(cd.tok, cd.tok_len))
+end
+
+
+return _M

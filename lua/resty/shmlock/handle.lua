@@ -1,0 +1,131 @@
+-- resty.shmlock.handle: the small cdata a lock object carries while it
+-- holds a lock, so that a lock object collected while holding releases it.
+--
+-- The handle keeps what the release needs, without any Lua-side registry:
+-- the zone, a copy of the key and of the owner token.  All handles share
+-- one finalizer function.  Handles are pooled: unlock gives the handle
+-- back and the next lock takes it, so a new+lock+unlock cycle allocates no
+-- cdata and leaves no finalizer behind (pending finalizers would also
+-- abort JIT trace recording).  A handle inherited by a forked child
+-- releases nothing: the lock belongs to the parent.
+
+local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
+local token = require "resty.shmlock.token"
+local zone_lock = require "resty.shmlock.zone_lock"
+local shared_lock = require "resty.shmlock.shared_lock"
+
+local ffi_new = ffi.new
+local ffi_gc = ffi.gc
+local ffi_copy = ffi.copy
+local ffi_str = ffi.string
+local token_pid = token.pid
+
+ffi.cdef([[
+typedef struct {
+    shmlock_zone_t  *zone;      /* NULL for an ngx.shared dict */
+    int32_t          pid;       /* the process that took the lock */
+    int32_t          shared;    /* ngx.shared dict: its number in `dicts` */
+    uint32_t         tok_len;   /* 0: holds nothing */
+    uint32_t         key_len;
+    uint32_t         key_cap;
+    char             tok[]] .. token.MAX_LEN .. [[];
+    char             key[?];
+} shmlock_lua_handle_t;
+]])
+
+local handle_t = ffi.typeof("shmlock_lua_handle_t")
+local KEY_CAP = 48              -- longer keys get a handle of their size
+local POOL_MAX = 64
+
+local _M = {}
+
+-- ngx.shared dicts used for locks, numbered (a finalizer cannot hold a
+-- Lua reference); there are only as many as lua_shared_dict lines
+local dicts = {}
+local numbers = {}
+
+local pool = {}                 -- handles not in use
+local pooled = 0
+
+
+local function finalize(cd)
+    local tlen = cd.tok_len
+    if tlen == 0 or cd.pid ~= C.shmlock_self_pid() then
+        return
+    end
+    cd.tok_len = 0
+    if cd.shared == 0 then
+        zone_lock.release(cd.zone, cd.key, cd.key_len, cd.tok, tlen)
+    else
+        shared_lock.release(dicts[cd.shared], ffi_str(cd.key, cd.key_len),
+                            cd.key_len, cd.tok, tlen)
+    end
+end
+
+
+-- syntax: n = handle.shared_number(dict)
+-- The number a handle stores for an ngx.shared dict.
+function _M.shared_number(dict)
+    local n = numbers[dict]
+    if not n then
+        n = #dicts + 1
+        dicts[n] = dict
+        numbers[dict] = n
+    end
+    return n
+end
+
+
+-- Records that self (with its zone, or number of an ngx.shared dict) now
+-- holds key with the token tok (a string or a pointer, tlen bytes).
+function _M.hold(self, key, klen, tok, tlen)
+    local cd
+    if pooled > 0 then
+        cd = pool[pooled]
+        pool[pooled] = false
+        pooled = pooled - 1
+        if klen > cd.key_cap then
+            cd = nil
+        end
+    end
+    if not cd then
+        local cap = klen > KEY_CAP and klen or KEY_CAP
+        cd = ffi_gc(ffi_new(handle_t, cap), finalize)
+        cd.key_cap = cap
+    end
+    cd.zone = self.zone
+    cd.shared = self.number
+    cd.pid = token_pid()
+    ffi_copy(cd.key, key, klen)
+    cd.key_len = klen
+    ffi_copy(cd.tok, tok, tlen)
+    cd.tok_len = tlen
+    self.cd = cd
+    self.key = key
+end
+
+
+-- Replaces the token of the held lock (after expire).
+function _M.retoken(self, tok, tlen)
+    local cd = self.cd
+    ffi_copy(cd.tok, tok, tlen)
+    cd.tok_len = tlen
+end
+
+
+-- Records that self holds nothing any more: its handle goes back to the
+-- pool.
+function _M.drop(self)
+    local cd = self.cd
+    cd.tok_len = 0
+    self.cd = false
+    self.key = false
+    if pooled < POOL_MAX then
+        pooled = pooled + 1
+        pool[pooled] = cd
+    end
+end
+
+
+return _M

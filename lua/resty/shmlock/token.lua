@@ -1,0 +1,88 @@
+-- resty.shmlock.token: owner tokens of resty.shmlock locks.
+--
+-- A token names one acquisition by one process on this host:
+--
+--     "<pid>:<start>:<serial, 15 decimal digits>"
+--
+-- pid and start (the process start time in clock ticks since boot, from
+-- /proc/<pid>/stat) identify the process even after its pid is reused;
+-- serial counts the tokens this process has handed out.  Tokens are
+-- compared as whole strings, and parsed only to ask whether their process
+-- still lives.
+--
+-- The current token lives in a buffer: the prefix is written once per
+-- process (again after a fork: the C core refreshes its cached pid in the
+-- child) and the serial is incremented in place, so taking a token
+-- allocates nothing.
+
+local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
+
+local ffi_new = ffi.new
+local ffi_copy = ffi.copy
+local tonumber = tonumber
+local str_match = string.match
+local str_rep = string.rep
+
+local SERIAL_DIGITS = 15
+local ZERO, NINE = 48, 57
+
+local _M = { MAX_LEN = 64 }
+
+local buf = ffi_new("char[?]", _M.MAX_LEN)
+local len = 0           -- bytes of the current token
+local pid = -1          -- the pid the prefix was written for
+local start = 0
+
+
+local function refresh(p)
+    pid = p
+    start = tonumber(C.shmlock_proc_start(p))
+    local prefix = p .. ":" .. start .. ":"
+    len = #prefix + SERIAL_DIGITS
+    ffi_copy(buf, prefix .. str_rep("0", SERIAL_DIGITS), len)
+end
+
+
+-- syntax: ptr, len = token.next()
+-- A fresh token of this process, in a buffer that the next call
+-- overwrites: copy it (ffi.string, ffi.copy) to keep it.
+function _M.next()
+    local p = C.shmlock_self_pid()
+    if p ~= pid then
+        refresh(p)
+    end
+    local i = len - 1
+    while buf[i] == NINE do
+        buf[i] = ZERO
+        i = i - 1
+    end
+    buf[i] = buf[i] + 1
+    return buf, len
+end
+
+
+-- the pid tokens are being made for (-1 before the first token)
+function _M.pid()
+    return pid
+end
+
+
+-- syntax: alive = token.alive(tok)
+-- false only when tok is one of our tokens and its process is gone (or its
+-- pid now belongs to a younger process).  Anything we cannot parse belongs
+-- to someone we do not know: assumed alive, it is left to its exptime.
+function _M.alive(tok)
+    local p, s = str_match(tok, "^(%d+):(%d+):%d+$")
+    if not p then
+        return true
+    end
+    p, s = tonumber(p), tonumber(s)
+    if p == pid and s == start then
+        return true     -- held by this very process (another lock object)
+    end
+    return C.shmlock_proc_alive(p, s) == 1
+end
+
+
+return _M

@@ -1,0 +1,405 @@
+-- resty.shmlock.zone_lock: a lock as it lives in one of our zones.
+--
+-- The key holds the holder's owner token (see resty.shmlock.token), stored
+-- with add (so it is never evicted while live) and the lock's exptime.
+-- Everything below is compare-and-swap on that one value, so a late
+-- holder can never release or extend somebody else's lock.
+--
+-- Starvation mode (fairness).  A waiter that has waited STARVE_AFTER
+-- becomes *starving*; it marks the held lock by appending itself to the
+-- value (cas, keeping the holder's TTL):
+--
+--     "<holder token>|<starver token>|<starver exptime ms>|<since ms>"
+--
+-- A release of a marked lock hands it over: cas(value -> starver token),
+-- so the key is never free in between and nobody can barge in.  Only one
+-- mark at a time; a starving waiter that has waited longer (smaller
+-- <since>) replaces a younger one's mark.  So once starving, a waiter gets
+-- the lock after at most one handoff per older concurrent waiter, plus one
+-- release race to place its mark:
+--
+--     worst wait <= STARVE_AFTER + (W + 1) * (H + L)
+--
+-- W: concurrent waiters on the key, H: the longest hold, L: the time a
+-- woken waiter needs to run (futex wake-up plus scheduling).
+--
+-- Waking.  Outside nginx a waiter sleeps on the key's wait word in the zone
+-- (shmlock_wait, a futex), reading the word before it looks at the key, so
+-- a release in between cuts the sleep short.  Every release bumps the word.
+--
+-- Dead holders.  A waiter that finds a holder token whose process is gone
+-- takes the key at once (cas from the dead token), or hands it to a live
+-- starver marked on it.
+
+local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
+local token = require "resty.shmlock.token"
+
+local ffi_new = ffi.new
+local ffi_str = ffi.string
+local type = type
+local tonumber = tonumber
+local floor = math.floor
+local min = math.min
+local max = math.max
+local str_match = string.match
+local str_find = string.find
+local str_sub = string.sub
+
+local OK = 0
+local NOT_FOUND = 1
+local EXISTS = 2
+local CHANGED = 5
+local AGAIN = 12
+local TIMEOUT = 13
+local T_NIL, T_STRING = 0, 4
+local OP_ADD = 1
+
+-- outcomes of one look at a busy key
+local BUSY, ACQUIRED, MARKED = 0, 1, 2
+
+local _M = {
+    BUSY = BUSY, ACQUIRED = ACQUIRED, MARKED = MARKED,
+    -- seconds of waiting after which a waiter starts starvation mode
+    STARVE_AFTER = 0.002,
+}
+
+ffi.cdef[[
+typedef struct { long tv_sec; long tv_nsec; } shmlock_lua_timespec_t;
+int shmlock_lua_clock_gettime(int clk, shmlock_lua_timespec_t *ts)
+    __asm__("clock_gettime");
+]]
+
+local CLOCK_MONOTONIC = 1       -- Linux; the clock shmlock_now_ms() reads
+
+-- scratch space for the C calls, allocated once; each is filled right
+-- before its call (no allocation in between, so no GC finalizer can run
+-- and reuse it)
+local val = ffi_new("shmlock_value_t")
+local old = ffi_new("shmlock_value_t")
+val.type = T_STRING
+old.type = T_STRING
+local out = ffi_new("shmlock_value_t")
+local forcible = ffi_new("int[1]")
+local ttl_buf = ffi_new("int64_t[1]")
+local ts = ffi_new("shmlock_lua_timespec_t")
+local buf_size = 256
+local buf = ffi_new("char[?]", buf_size)
+
+local errors = {}
+for rc = 1, 14 do
+    errors[rc] = ffi_str(C.shmlock_strerror(rc))
+end
+
+
+-- monotonic microseconds, comparable between processes
+local function now_us()
+    C.shmlock_lua_clock_gettime(CLOCK_MONOTONIC, ts)
+    return tonumber(ts.tv_sec) * 1000000 + floor(tonumber(ts.tv_nsec) / 1000)
+end
+_M.now_us = now_us
+
+
+-- seconds -> the zone's milliseconds (0 = never; never rounds a real
+-- expiry down to "never")
+function _M.ms(seconds)
+    local ms = floor(seconds * 1000 + 0.5)
+    if ms == 0 and seconds > 0 then
+        return 1
+    end
+    return ms
+end
+
+
+-- the key's value: a string, nil when absent, true for a value that is not
+-- a string (not ours: treated as a holder we cannot identify)
+local function read(zone, key, klen)
+    local rc = C.shmlock_dict_get(zone, key, klen, 0, out, buf, buf_size)
+    while rc == AGAIN do
+        buf_size = tonumber(out.len)
+        buf = ffi_new("char[?]", buf_size)
+        rc = C.shmlock_dict_get(zone, key, klen, 0, out, buf, buf_size)
+    end
+    if rc ~= OK or out.type == T_NIL then
+        return nil
+    end
+    if out.type ~= T_STRING then
+        return true
+    end
+    return ffi_str(buf, out.len)
+end
+
+
+local function cas(zone, key, klen, from, to, exp_ms)
+    old.str = from
+    old.len = #from
+    val.str = to
+    val.len = #to
+    return C.shmlock_dict_cas(zone, key, klen, old, val, exp_ms, forcible)
+end
+
+
+local function cad(zone, key, klen, tok, tlen)
+    old.str = tok
+    old.len = tlen
+    return C.shmlock_dict_cad(zone, key, klen, old)
+end
+
+
+local function wake(zone, key, klen)
+    C.shmlock_wake(zone, C.shmlock_hash(key, klen))
+end
+
+
+-- holder, starver, starver's exptime (ms), starver's wait start (ms)
+local function split(v)
+    if not str_find(v, "|", 1, true) then
+        return v
+    end
+    local h, s, e, since = str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)$")
+    if not h then
+        return v
+    end
+    return h, s, tonumber(e), tonumber(since)
+end
+
+
+-- the key's remaining TTL in ms (0: never), nil if gone
+local function ttl(zone, key, klen)
+    if C.shmlock_dict_ttl(zone, key, klen, ttl_buf) ~= OK then
+        return nil
+    end
+    return ttl_buf[0]
+end
+
+
+-- syntax: ok, err = zone_lock.add(self, key, klen, tok, tlen)
+-- true: acquired; false: held by someone; nil, err: the zone said no.
+-- tok: a string or a pointer to tlen bytes.
+function _M.add(self, key, klen, tok, tlen)
+    val.str = tok
+    val.len = tlen
+    local rc = C.shmlock_dict_store(self.store, OP_ADD, key, klen, val,
+                                    self.exptime_ms, forcible)
+    if rc == OK then
+        return true
+    end
+    if rc == EXISTS then
+        return false
+    end
+    return nil, errors[rc]
+end
+
+
+-- A marked lock being released: hand it to the marked waiter.
+local function hand_off(zone, key, klen, tok)
+    while true do
+        local v = read(zone, key, klen)
+        if type(v) ~= "string" then
+            return nil, "expired"
+        end
+        local holder, starver, s_exp = split(v)
+        if holder ~= tok then
+            return nil, "expired"
+        end
+        local rc
+        if starver then
+            rc = cas(zone, key, klen, v, starver, s_exp)
+        else
+            rc = cad(zone, key, klen, tok, #tok)  -- the mark was withdrawn
+        end
+        if rc == OK then
+            wake(zone, key, klen)
+            return 1
+        end
+        -- CHANGED: the mark moved meanwhile; NOT_FOUND: expired
+        if rc ~= CHANGED then
+            return nil, "expired"
+        end
+    end
+end
+
+
+-- syntax: ok, err = zone_lock.release(zone, key, klen, tok, tlen)
+-- 1, or nil, "expired" when the key no longer holds our token.  key and
+-- tok: Lua strings or char pointers (the handle's copies).
+function _M.release(zone, key, klen, tok, tlen)
+    local rc = cad(zone, key, klen, tok, tlen)
+    if rc == OK then
+        wake(zone, key, klen)
+        return 1
+    end
+    if rc == CHANGED then
+        return hand_off(zone, key, klen, ffi_str(tok, tlen))
+    end
+    return nil, "expired"
+end
+
+
+-- syntax: ok, err = zone_lock.renew(zone, key, klen, tok, new_tok, seconds)
+-- Moves our lock to a fresh token with a new expiry, keeping a starver's
+-- mark.  A new token (not just a new TTL) makes a marker's cas, which
+-- copies the TTL it read just before, fail if we extended in between.
+function _M.renew(zone, key, klen, tok, new_tok, seconds)
+    local exp_ms = _M.ms(seconds)
+    local rc = cas(zone, key, klen, tok, new_tok, exp_ms)
+    while rc == CHANGED do
+        local v = read(zone, key, klen)
+        if type(v) ~= "string" or split(v) ~= tok then
+            return nil, "expired"
+        end
+        rc = cas(zone, key, klen, v, new_tok .. str_sub(v, #tok + 1), exp_ms)
+    end
+    if rc == OK then
+        return true
+    end
+    return nil, "expired"
+end
+
+
+-- syntax: held = zone_lock.holds(zone, key, klen, tok)
+function _M.holds(zone, key, klen, tok)
+    local v = read(zone, key, klen)
+    return type(v) == "string" and split(v) == tok
+end
+
+
+-- The holder is dead: take the key, or give it to a live starver.
+local function take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp)
+    local to = tok
+    if starver and starver ~= tok and token.alive(starver) then
+        to, exp_ms = starver, s_exp
+    end
+    if cas(zone, key, klen, v, to, exp_ms) ~= OK then
+        return BUSY
+    end
+    wake(zone, key, klen)
+    return to == tok and ACQUIRED or BUSY
+end
+
+
+local function mark(zone, key, klen, v, holder, tok, exp_ms, since)
+    local left = ttl(zone, key, klen)
+    if not left then
+        return BUSY
+    end
+    local marked = holder .. "|" .. tok .. "|" .. exp_ms .. "|" .. since
+    if cas(zone, key, klen, v, marked, left) == OK then
+        return MARKED
+    end
+    return BUSY
+end
+
+
+local seen          -- the holder this process last found alive
+
+-- syntax: outcome = zone_lock.look(zone, key, klen, tok, exp_ms, check,
+--                                  since)
+-- One look at a key our add found busy.  check: verify that the holder
+-- lives even if it is the one we saw last; since: our wait start in ms if
+-- we are starving (may mark the lock), else nil.
+local function look(zone, key, klen, tok, exp_ms, check, since)
+    local v = read(zone, key, klen)
+    if v == nil then
+        -- released since our add: one more try
+        val.str = tok
+        val.len = #tok
+        local rc = C.shmlock_dict_store(zone, OP_ADD, key, klen, val, exp_ms,
+                                        forcible)
+        return rc == OK and ACQUIRED or BUSY
+    end
+    if v == true then
+        return BUSY
+    end
+    local holder, starver, s_exp, s_since = split(v)
+    if holder == tok then
+        -- handed over to us (and maybe marked by the next starver already)
+        return ACQUIRED
+    end
+    if check or holder ~= seen then
+        if not token.alive(holder) then
+            return take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp)
+        end
+        seen = holder
+    end
+    if starver == tok then
+        return MARKED
+    end
+    if since and (not starver or s_since > since
+                  or (check and not token.alive(starver)))
+    then
+        return mark(zone, key, klen, v, holder, tok, exp_ms, since)
+    end
+    return BUSY
+end
+_M.look = look
+
+
+-- A starver giving up: remove its mark, unless the lock reached it.
+-- true if we hold the lock after all.
+local function withdraw(zone, key, klen, tok)
+    while true do
+        local v = read(zone, key, klen)
+        if type(v) ~= "string" then
+            return false
+        end
+        local holder, starver = split(v)
+        if holder == tok then
+            return true
+        end
+        if starver ~= tok then
+            return false
+        end
+        local left = ttl(zone, key, klen)
+        if left and cas(zone, key, klen, v, holder, left) == OK then
+            return false
+        end
+    end
+end
+
+
+-- syntax: elapsed, err = zone_lock.block(self, key, klen, tok)
+-- Waits outside nginx: sleeps on the key's wait word, at most one backoff
+-- step at a time and never past the deadline; elapsed is measured.
+function _M.block(self, key, klen, tok)
+    local zone = self.store
+    local exp_ms = self.exptime_ms
+    local step, ratio, max_step = self.step, self.ratio, self.max_step
+    local hash = C.shmlock_hash(key, klen)
+
+    local start = now_us()
+    local deadline = start + self.timeout * 1000000
+    local starve_at = start + _M.STARVE_AFTER * 1000000
+    local since = floor(start / 1000)
+    local marked = false
+    local check = true
+    seen = nil
+
+    while true do
+        local seq = C.shmlock_wait_seq(zone, hash)
+        local now = now_us()
+        local got = look(zone, key, klen, tok, exp_ms, check,
+                         now >= starve_at and since or nil)
+        if got == ACQUIRED then
+            return (now_us() - start) / 1000000
+        end
+        if got == MARKED then
+            marked = true
+        end
+
+        now = now_us()
+        if now >= deadline then
+            if marked and withdraw(zone, key, klen, tok) then
+                return (now_us() - start) / 1000000
+            end
+            return nil, "timeout"
+        end
+
+        local us = min(step * 1000000, deadline - now)
+        check = C.shmlock_wait(zone, hash, seq, us) == TIMEOUT
+        step = min(max(0.001, step * ratio), max_step)
+    end
+end
+
+
+return _M

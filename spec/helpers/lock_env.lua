@@ -1,0 +1,112 @@
+-- Test environment for the resty.shmlock specs: temporary zone directories,
+-- child processes, signals, sleeping, a monotonic clock.
+
+local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
+local zone_lock = require "resty.shmlock.zone_lock"
+
+ffi.cdef[[
+int shmlock_spec_setenv(const char *name, const char *value, int overwrite)
+    __asm__("setenv");
+int shmlock_spec_unsetenv(const char *name) __asm__("unsetenv");
+int shmlock_spec_kill(int pid, int sig) __asm__("kill");
+int shmlock_spec_usleep(unsigned int usec) __asm__("usleep");
+]]
+
+local _M = {}
+
+_M.now_us = zone_lock.now_us
+
+function _M.now()
+    return zone_lock.now_us() / 1e6
+end
+
+function _M.sleep(seconds)
+    ffi.C.shmlock_spec_usleep(seconds * 1e6)
+end
+
+-- a fresh empty directory
+function _M.tmpdir()
+    local path = os.tmpname()
+    os.remove(path)
+    os.execute("mkdir -m 700 " .. path)
+    return path
+end
+
+function _M.rmdir(path)
+    if path and path:match("^/tmp/") then
+        os.execute("rm -rf '" .. path .. "'")
+    end
+end
+
+function _M.exists(path)
+    local f = io.open(path, "rb")
+    if f then
+        f:close()
+        return true
+    end
+    return false
+end
+
+function _M.setenv(name, value)
+    if value == nil then
+        ffi.C.shmlock_spec_unsetenv(name)
+    else
+        ffi.C.shmlock_spec_setenv(name, value, 1)
+    end
+end
+
+function _M.kill(pid, sig)
+    return ffi.C.shmlock_spec_kill(pid, sig or 9)
+end
+
+function _M.pid()
+    return C.shmlock_self_pid()
+end
+
+-- A pid that belongs to no process.
+function _M.dead_pid()
+    local f = io.popen("sh -c 'echo $$'")
+    local pid = tonumber(f:read("*l"))
+    f:close()
+    return pid
+end
+
+local path = "LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' "
+
+-- Starts spec/helpers/lock_worker.lua; returns a handle to :read("*a").
+function _M.worker(mode, args)
+    local parts = {}
+    for k, v in pairs(args) do
+        parts[#parts + 1] = k .. "=" .. tostring(v)
+    end
+    return io.popen(path .. "luajit spec/helpers/lock_worker.lua " .. mode
+                    .. " " .. table.concat(parts, " "))
+end
+
+-- "a=1 b=x" -> { a = 1, b = "x" }; nil, line for an error line
+function _M.parse(line)
+    if not line or line:match("^error") then
+        return nil, line
+    end
+    local t = {}
+    for k, v in line:gmatch("([%w_]+)=(%S+)") do
+        t[k] = tonumber(v) or v
+    end
+    return t
+end
+
+-- Waits (at most `secs`) until fn() returns a true value; returns it.
+function _M.wait_for(fn, secs)
+    local deadline = _M.now() + (secs or 5)
+    repeat
+        local v = fn()
+        if v then
+            return v
+        end
+        _M.sleep(0.001)
+    until _M.now() > deadline
+    return nil
+end
+
+return _M

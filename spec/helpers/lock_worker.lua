@@ -1,0 +1,144 @@
+-- A child process for the resty.shmlock multi-process specs and benchmark.
+--
+--     luajit spec/helpers/lock_worker.lua <mode> name=value ...
+--
+-- Every mode opens the zone `zone` under `dir`, waits until the key "go"
+-- exists (so that all children start together), runs, and prints one line
+-- of results ("name=value ..."), or "error <message>".
+--
+-- modes:
+--   count     n times: lock key, counter = counter + 1 (get, then set),
+--             unlock.  Prints done, max_wait (s).
+--   fair      for `secs` seconds: lock key, hold `hold_us` microseconds
+--             (busy), unlock, rest `rest_us`.  Prints done, max_wait, p99.
+--   hold      lock key (exptime), store our pid under "pid", then hold it
+--             `secs` seconds (the parent may SIGKILL us) and unlock; prints
+--             the monotonic release time in us (released_us).
+--   wait      lock key (it is held), print the monotonic time in us at
+--             which we got it (got_us) and the elapsed lock() returned.
+
+local ffi = require "ffi"
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+local zone_lock = require "resty.shmlock.zone_lock"
+
+ffi.cdef[[
+int shmlock_lua_usleep(unsigned int usec) __asm__("usleep");
+]]
+
+local now_us = zone_lock.now_us
+
+local mode = arg[1]
+local o = {}
+for i = 2, #arg do
+    local k, v = arg[i]:match("^([%w_]+)=(.*)$")
+    o[k] = tonumber(v) or v
+end
+
+local function fail(msg)
+    io.write("error ", tostring(msg), "\n")
+    io.flush()
+    os.exit(1)
+end
+
+local dict, err = shdict.open(o.zone, { dir = o.dir })
+if not dict then
+    fail(err)
+end
+
+local opts = {
+    exptime = o.exptime, timeout = o.timeout, step = o.step,
+    max_step = o.max_step,
+}
+local key = o.key or "lock"
+
+if o.starve_after then
+    zone_lock.STARVE_AFTER = o.starve_after
+end
+
+while not dict:get("go") do
+    ffi.C.shmlock_lua_usleep(200)
+end
+
+local function spin(us)
+    local t = now_us() + us
+    while now_us() < t do end
+end
+
+if mode == "count" then
+    local lock = resty_lock:new(dict, opts)
+    local max_wait = 0
+    for _ = 1, o.n do
+        local t0 = now_us()
+        local elapsed, e = lock:lock(key)
+        if not elapsed then
+            fail("lock: " .. e)
+        end
+        local w = now_us() - t0
+        if w > max_wait then
+            max_wait = w
+        end
+        local v = dict:get("counter") or 0
+        dict:set("counter", v + 1)
+        local ok, e2 = lock:unlock()
+        if not ok then
+            fail("unlock: " .. e2)
+        end
+    end
+    io.write(("done=%d max_wait=%.6f\n"):format(o.n, max_wait / 1e6))
+
+elseif mode == "fair" then
+    local waits = {}
+    local done = 0
+    local stop = now_us() + o.secs * 1e6
+    local hold_us, rest_us = o.hold_us or 0, o.rest_us or 0
+    while now_us() < stop do
+        local lock = resty_lock:new(dict, opts)
+        local t0 = now_us()
+        local elapsed, e = lock:lock(key)
+        if not elapsed then
+            fail("lock: " .. e)
+        end
+        done = done + 1
+        waits[done] = now_us() - t0
+        local v = dict:get("counter") or 0
+        if hold_us > 0 then
+            spin(hold_us)
+        end
+        dict:set("counter", v + 1)
+        lock:unlock()
+        if rest_us > 0 then
+            spin(rest_us)
+        end
+    end
+    table.sort(waits)
+    io.write(("done=%d max_wait=%.6f p99=%.6f p50=%.6f\n"):format(done,
+             waits[done] / 1e6, waits[math.ceil(done * 0.99)] / 1e6,
+             waits[math.ceil(done * 0.5)] / 1e6))
+
+elseif mode == "hold" then
+    local lock = resty_lock:new(dict, opts)
+    local elapsed, e = lock:lock(key)
+    if not elapsed then
+        fail("lock: " .. e)
+    end
+    dict:set("pid", ffi.C.shmlock_self_pid())
+    ffi.C.shmlock_lua_usleep(o.secs * 1e6)
+    local t = now_us()
+    lock:unlock()
+    io.write(("released_us=%d\n"):format(t))
+
+elseif mode == "wait" then
+    local lock = resty_lock:new(dict, opts)
+    local elapsed, e = lock:lock(key)
+    local t = now_us()
+    if not elapsed then
+        fail("lock: " .. e)
+    end
+    lock:unlock()
+    io.write(("got_us=%d elapsed=%.6f\n"):format(t, elapsed))
+
+else
+    fail("unknown mode " .. tostring(mode))
+end
+io.flush()
