@@ -1,0 +1,296 @@
+# resty.shmlock in the phases that may yield (content, access, rewrite,
+# ngx.timer.at): it waits with ngx.sleep, so while one request waits for a
+# lock, other requests on the SAME worker (worker_processes 1) are served.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use ShmTest qw(spawn);
+
+my $t = ShmTest->new(
+    workers => 1,
+    http_config => <<'EOF',
+    init_by_lua_block {
+        local shdict = require "resty.shmlock.shdict"
+        resty_lock = require "resty.shmlock"
+        T = { zone = assert(shdict.open("locks")) }
+
+        -- locks `key` (marking the waiter first), unlocks; "elapsed err"
+        function T.take(key, opts)
+            T.zone:set("waiting-" .. key, true)
+            local lock = assert(resty_lock:new("locks", opts))
+            local elapsed, err = lock:lock(key)
+            local res = tostring(elapsed) .. " " .. tostring(err)
+            if elapsed then
+                local ok, uerr = lock:unlock()
+                if ok ~= 1 then
+                    res = res .. " unlock: " .. tostring(ok) .. " "
+                          .. tostring(uerr)
+                end
+            end
+            return res
+        end
+    }
+EOF
+    config => <<'EOF',
+        # holds `key` for `secs` seconds inside this request
+        location = /hold {
+            content_by_lua_block {
+                local lock = assert(resty_lock:new("locks", { exptime = 30 }))
+                local elapsed, err = lock:lock(ngx.var.arg_key)
+                if not elapsed then
+                    return ngx.say("hold failed: ", err)
+                end
+                ngx.sleep(tonumber(ngx.var.arg_secs))
+                ngx.say("held ", tostring(lock:unlock()))
+            }
+        }
+        location = /held {
+            content_by_lua_block {
+                local lock = assert(resty_lock:new("locks", { timeout = 0 }))
+                local elapsed, err = lock:lock(ngx.var.arg_key)
+                if elapsed then
+                    lock:unlock()
+                    return ngx.say("free")
+                end
+                ngx.say(err == "timeout" and "held" or err)
+            }
+        }
+        location = /waiting {
+            content_by_lua_block {
+                ngx.say(tostring(T.zone:get("waiting-" .. ngx.var.arg_key)))
+            }
+        }
+        # control: blocks the worker (as a lock wait must never do)
+        location = /block {
+            content_by_lua_block {
+                local ffi = require "ffi"
+                pcall(ffi.cdef, "int usleep(unsigned int usec);")
+                T.zone:set("waiting-block", true)
+                ngx.sleep(0.05)     -- let /waiting see the mark
+                ffi.C.usleep(500000)
+                ngx.say("blocked")
+            }
+        }
+        location = /fast {
+            content_by_lua_block { ngx.say("fast") }
+        }
+
+        location = /content {
+            content_by_lua_block { ngx.say(T.take(ngx.var.arg_key)) }
+        }
+        location = /access {
+            access_by_lua_block { ngx.ctx.res = T.take(ngx.var.arg_key) }
+            content_by_lua_block { ngx.say(ngx.ctx.res) }
+        }
+        location = /rewrite {
+            rewrite_by_lua_block { ngx.ctx.res = T.take(ngx.var.arg_key) }
+            content_by_lua_block { ngx.say(ngx.ctx.res) }
+        }
+        location = /timer {
+            content_by_lua_block {
+                local function run(premature, key)
+                    T.zone:set("timer-" .. key, T.take(key))
+                end
+                assert(ngx.timer.at(0, run, ngx.var.arg_key))
+                ngx.say("started")
+            }
+        }
+        location = /result {
+            content_by_lua_block {
+                ngx.say(T.zone:get("timer-" .. ngx.var.arg_key) or "pending")
+            }
+        }
+
+        # resty.lock's documented backoff: a waiter behind a 0.1 s holder
+        # sleeps 0.001 + 0.002 + ... + 0.064 and reports 0.127
+        location = /backoff {
+            content_by_lua_block {
+                local key = ngx.var.arg_key
+                local holder = assert(resty_lock:new("locks"))
+                assert(holder:lock(key) == 0)
+                assert(ngx.timer.at(0.1, function() holder:unlock() end))
+                local waiter = assert(resty_lock:new("locks"))
+                local elapsed, err = waiter:lock(key)
+                ngx.say(tostring(elapsed), " ", tostring(err))
+                waiter:unlock()
+            }
+        }
+        location = /timeout {
+            content_by_lua_block {
+                local key = ngx.var.arg_key
+                local holder = assert(resty_lock:new("locks"))
+                assert(holder:lock(key) == 0)
+                local waiter = assert(resty_lock:new("locks",
+                                                     { timeout = 0.05 }))
+                local start = ngx.now()
+                local elapsed, err = waiter:lock(key)
+                ngx.update_time()
+                ngx.say(tostring(elapsed), " ", tostring(err), " ",
+                        ngx.now() - start >= 0.04)
+                holder:unlock()
+            }
+        }
+        location = /api {
+            content_by_lua_block {
+                local out = {}
+                local function say(...)
+                    local n, t = select("#", ...), { ... }
+                    for i = 1, n do t[i] = tostring(t[i]) end
+                    out[#out + 1] = table.concat(t, " ", 1, n)
+                end
+                say(resty_lock:new("no-such-zone"))
+                local lock = assert(resty_lock:new("locks"))
+                say(lock:lock(nil))
+                say(lock:lock("api"))
+                say(lock:lock("api2"))
+                say(lock:expire(10))
+                say(lock:expire())
+                say(lock:unlock())
+                say(lock:unlock())
+                say(lock:expire())
+                -- a dict object works as well as a name
+                local lock2 = assert(resty_lock.new(T.zone))
+                say(lock2:lock("api"))
+                say(lock2:unlock())
+                ngx.say(table.concat(out, "\n"))
+            }
+        }
+EOF
+);
+$t->start;
+
+# polls GET $uri until the body is $want (bounded); true if it was
+sub poll {
+    my ($uri, $want, $secs) = @_;
+    my $deadline = time + ($secs // 5);
+    while (time < $deadline) {
+        return 1 if $t->get($uri)->{body} eq $want;
+        sleep 0.01;
+    }
+    return 0;
+}
+
+$t->block("lock/unlock/expire returns and errors as resty.lock",
+    request => "GET /api",
+    body    => join("\n",
+        "nil dictionary not found",
+        "nil nil key",
+        "0",
+        "nil locked",
+        "true",
+        "true",
+        "1",
+        "nil unlocked",
+        "nil unlocked",
+        "0",
+        "1") . "\n");
+
+$t->block("inside nginx the backoff is resty.lock's: 0.127 behind a 0.1 s holder",
+    request => "GET /backoff?key=bk",
+    body    => "0.127 nil\n");
+
+$t->block("a held key gives 'timeout' after opts.timeout",
+    request => "GET /timeout?key=to",
+    body    => "nil timeout true\n");
+
+# One waiter in $phase behind a request that holds the key for 1 s: a
+# request to the same (only) worker is answered at once meanwhile.
+for my $phase (qw(content access rewrite timer)) {
+    my $key = "k-$phase";
+    subtest "$phase: waits with ngx.sleep, the worker keeps serving" => sub {
+        my $holder = spawn(sub { $t->get("/hold?key=$key&secs=1") });
+        ok(poll("/held?key=$key", "held\n"), "the key is held") or return;
+
+        my $waiter;
+        if ($phase eq 'timer') {
+            is($t->get("/timer?key=$key")->{body}, "started\n",
+               "timer started");
+        } else {
+            $waiter = spawn(sub { $t->get("/$phase?key=$key") });
+        }
+        ok(poll("/waiting?key=$key", "true\n"), "the waiter is waiting")
+            or return;
+
+        my $fast = $t->get("/fast");
+        is($fast->{body}, "fast\n", "the other request is served");
+        cmp_ok($fast->{elapsed}, '<', 0.25,
+               sprintf("... promptly (%.3fs), while the waiter waits",
+                       $fast->{elapsed}));
+
+        my ($body, $end);
+        if ($phase eq 'timer') {
+            my $deadline = time + 10;
+            while (time < $deadline) {
+                $body = $t->get("/result?key=$key")->{body};
+                last if $body ne "pending\n";
+                sleep 0.01;
+            }
+            $end = time;
+        } else {
+            my $r = $waiter->join(20);
+            ($body, $end) = ($r->{body}, $r->{end});
+        }
+        like($body, qr/^(\d+(?:\.\d+)?) nil\n\z/, "the waiter got the lock");
+        my ($elapsed) = $body =~ /^([\d.]+)/;
+        cmp_ok($elapsed // 0, '>', 0.5,
+               "the waiter waited for the holder (elapsed " . ($elapsed // '?')
+               . ")");
+        cmp_ok($elapsed // 99, '<', 2.5, "... and not much longer");
+        cmp_ok($fast->{end}, '<', $end - 0.3,
+               sprintf("the fast request finished %.3fs before the waiter",
+                       $end - $fast->{end}));
+        is($holder->join(20)->{body}, "held 1\n", "the holder released");
+        $t->check_log($phase, nested => 1);
+    };
+}
+
+# Control: the measurement above would see a blocked event loop.
+subtest "control: a worker blocked in usleep(0.5 s) delays the other request" => sub {
+    my $blocker = spawn(sub { $t->get("/block") });
+    ok(poll("/waiting?key=block", "true\n"), "the blocker started") or return;
+    sleep 0.15;     # past its ngx.sleep(0.05): the worker is in usleep now
+    my $r = $t->get("/fast");
+    is($r->{body}, "fast\n", "served after the block");
+    cmp_ok($r->{elapsed}, '>', 0.3,
+           sprintf("... late (%.3fs): a blocking wait would be seen",
+                   $r->{elapsed}));
+    is($blocker->join(20)->{body}, "blocked\n", "the blocker answered");
+    $t->check_log("control", nested => 1);
+};
+
+subtest "content: waiting behind a LuaJIT holder, the worker keeps serving" => sub {
+    my $key = "k-ext";
+    my $p = $t->luajit_bg(ShmTest::lua_prelude() . <<"EOF");
+local resty_lock = require "resty.shmlock"
+local lock = assert(resty_lock:new("locks", { exptime = 30 }))
+print("lock: " .. tostring(lock:lock("$key")))
+wait_flag("release", 15)
+print("unlock: " .. tostring(lock:unlock()))
+EOF
+    ok(defined $p->wait_for(qr/^lock: 0$/m), "LuaJIT holds the key")
+        or return;
+    my $start = time;
+    my $waiter = spawn(sub { $t->get("/content?key=$key") });
+    ok(poll("/waiting?key=$key", "true\n"), "the waiter is waiting")
+        or return;
+    my @fast = map { $t->get("/fast") } 1 .. 5;
+    is_deeply([ map { $_->{body} } @fast ], [ ("fast\n") x 5 ],
+              "other requests are served");
+    cmp_ok($fast[-1]{end} - $start, '<', 1, "... promptly");
+    sleep 0.5;
+    is($t->get("/held?key=$key")->{body}, "held\n", "still held by LuaJIT");
+    $t->set_flag("release");
+    my $r = $waiter->join(20);
+    like($r->{body}, qr/^[\d.]+ nil\n\z/, "the waiter got the lock");
+    my ($elapsed) = $r->{body} =~ /^([\d.]+)/;
+    cmp_ok($elapsed // 0, '>=', 0.4, "after waiting for the release");
+    my ($rc, $out) = $p->finish(10);
+    is($out, "lock: 0\nunlock: 1\n", "LuaJIT output");
+    $t->check_log("luajit holder", nested => 1);
+};
+
+$t->stop;
+done_testing;

@@ -1,0 +1,185 @@
+# Fallback: resty_lock:new("x") where x is only `lua_shared_dict x 1m;`
+# (no zone of ours by that name) behaves as resty.lock on ngx.shared.x.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use ShmTest qw(spawn);
+
+my $t = ShmTest->new(
+    workers => 2,
+    http_config => <<'EOF',
+    lua_shared_dict x 1m;
+    lua_shared_dict both 1m;
+    init_by_lua_block {
+        local shdict = require "resty.shmlock.shdict"
+        resty_lock = require "resty.shmlock"
+        -- a zone of ours with the name of a lua_shared_dict: ours wins
+        T = { both = assert(shdict.open("both")) }
+        function T.fmt(...)
+            local n, t = select("#", ...), { ... }
+            for i = 1, n do t[i] = tostring(t[i]) end
+            return table.concat(t, " ", 1, n)
+        end
+    }
+EOF
+    config => <<'EOF',
+        location = /api {
+            content_by_lua_block {
+                local fmt = T.fmt
+                local lock = assert(resty_lock:new("x"))
+                ngx.say(fmt(lock:lock(nil)))
+                ngx.say(fmt(lock:lock("k")))
+                ngx.say("in ngx.shared.x: ", ngx.shared.x:get("k") ~= nil)
+                ngx.say(fmt(lock:lock("k2")))
+                ngx.say(fmt(lock:expire(10)))
+                ngx.say("ttl ~10: ", math.abs(ngx.shared.x:ttl("k") - 10) < 1)
+                ngx.say(fmt(lock:expire()))
+                ngx.say("ttl ~30: ", math.abs(ngx.shared.x:ttl("k") - 30) < 1)
+                ngx.say(fmt(lock:unlock()))
+                ngx.say("in ngx.shared.x: ", ngx.shared.x:get("k") ~= nil)
+                ngx.say(fmt(lock:unlock()))
+                ngx.say(fmt(lock:expire()))
+            }
+        }
+        location = /backoff {
+            content_by_lua_block {
+                local holder = assert(resty_lock:new("x"))
+                assert(holder:lock("bk") == 0)
+                assert(ngx.timer.at(0.1, function() holder:unlock() end))
+                local waiter = assert(resty_lock:new("x"))
+                local elapsed, err = waiter:lock("bk")
+                ngx.say(T.fmt(elapsed, err))
+                ngx.say(T.fmt(waiter:unlock()))
+            }
+        }
+        location = /timeout {
+            content_by_lua_block {
+                local holder = assert(resty_lock:new("x"))
+                assert(holder:lock("to") == 0)
+                local waiter = assert(resty_lock:new("x", { timeout = 0.05 }))
+                ngx.say(T.fmt(waiter:lock("to")))
+                local now = assert(resty_lock:new("x", { timeout = 0 }))
+                ngx.say(T.fmt(now:lock("to")))
+                holder:unlock()
+            }
+        }
+        location = /gc {
+            content_by_lua_block {
+                do
+                    local lost = assert(resty_lock:new("x"))
+                    assert(lost:lock("gc") == 0)
+                end
+                collectgarbage()
+                collectgarbage()
+                local again = assert(resty_lock:new("x", { timeout = 0 }))
+                ngx.say(T.fmt(again:lock("gc")))
+                again:unlock()
+            }
+        }
+        # holds `key` of ngx.shared.x for `secs` within this request
+        location = /hold {
+            content_by_lua_block {
+                local lock = assert(resty_lock:new("x"))
+                local elapsed = assert(lock:lock(ngx.var.arg_key))
+                ngx.sleep(tonumber(ngx.var.arg_secs))
+                ngx.say("held ", T.fmt(lock:unlock()), " ", ngx.worker.pid())
+            }
+        }
+        location = /try {
+            content_by_lua_block {
+                local lock = assert(resty_lock:new("x", { timeout = 0 }))
+                local elapsed, err = lock:lock(ngx.var.arg_key)
+                if elapsed then lock:unlock() end
+                ngx.say(T.fmt(elapsed, err), " ", ngx.worker.pid())
+            }
+        }
+        location = /wait {
+            content_by_lua_block {
+                local lock = assert(resty_lock:new("x"))
+                local elapsed, err = lock:lock(ngx.var.arg_key)
+                if elapsed then lock:unlock() end
+                ngx.say(T.fmt(elapsed and elapsed > 0, err))
+            }
+        }
+        location = /both {
+            content_by_lua_block {
+                local lock = assert(resty_lock:new("both"))
+                ngx.say(T.fmt(lock:lock("b")))
+                ngx.say("in our zone: ", T.both:get("b") ~= nil)
+                ngx.say("in ngx.shared.both: ", ngx.shared.both:get("b") ~= nil)
+                ngx.say(T.fmt(lock:unlock()))
+            }
+        }
+        location = /unknown {
+            content_by_lua_block {
+                ngx.say(T.fmt(resty_lock:new("nowhere")))
+            }
+        }
+EOF
+);
+$t->start;
+
+$t->block("lock/expire/unlock on an ngx.shared dict, returns as resty.lock",
+    request => "GET /api",
+    body    => <<'EOF');
+nil nil key
+0
+in ngx.shared.x: true
+nil locked
+true
+ttl ~10: true
+true
+ttl ~30: true
+1
+in ngx.shared.x: false
+nil unlocked
+nil unlocked
+EOF
+
+$t->block("elapsed follows resty.lock's backoff: 0.127 behind a 0.1 s holder",
+    request => "GET /backoff",
+    body    => "0.127 nil\n1\n");
+
+$t->block("a held key: 'timeout' after opts.timeout, and with timeout = 0",
+    request => "GET /timeout",
+    body    => "nil timeout\nnil timeout\n");
+
+$t->block("a lock object collected while holding releases its key",
+    request => "GET /gc",
+    body    => "0\n");
+
+subtest "the ngx.shared lock is shared by the workers; waiters get it after release" => sub {
+    my $holder = spawn(sub { $t->get("/hold?key=w&secs=1") });
+    my %seen;
+    my $deadline = time + 5;
+    while (time < $deadline && keys %seen < 2) {
+        my $r = $t->get("/try?key=w");
+        my ($res, $pid) = $r->{body} =~ /^(.*) (\d+)\n\z/ or next;
+        if ($res eq "nil timeout") { $seen{$pid}++ }
+        else { sleep 0.01 }
+    }
+    is(scalar keys %seen, 2, "both workers see the key held");
+    my $r = $t->get("/wait?key=w");
+    is($r->{body}, "true nil\n", "a waiter gets the key after the holder");
+    like($holder->join(20)->{body}, qr/^held 1 \d+\n\z/, "holder unlocked");
+    $t->check_log("shared", nested => 1);
+};
+
+$t->block("a name that is both our zone and a lua_shared_dict uses our zone",
+    request => "GET /both",
+    body    => "0\nin our zone: true\nin ngx.shared.both: false\n1\n");
+
+$t->block("a name that is neither: nil, 'dictionary not found'",
+    request => "GET /unknown",
+    body    => "nil dictionary not found\n");
+
+ok(!-e $t->zone_dir . "/shmlock.x",
+   "the fallback did not create a zone file named x");
+ok(!-e $t->zone_dir . "/shmlock.nowhere",
+   "an unknown name did not create a zone file");
+
+$t->stop;
+done_testing;

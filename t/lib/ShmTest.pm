@@ -1,0 +1,672 @@
+package ShmTest;
+
+# A small Test::Nginx-like harness for lua-resty-shmlock, core Perl only.
+#
+# One ShmTest object is one nginx instance with its own prefix directory
+# (conf/, logs/, tmp/) and its own zone directory, exported to nginx and to
+# the LuaJIT processes a test starts as $SHMLOCK_DIR.  A test file builds
+# the server from config snippets, then runs small named blocks:
+#
+#   my $t = ShmTest->new(workers => 2, http_config => '...', config => '...');
+#   $t->start;
+#   $t->block("the counter is shared",
+#             request => "GET /t", status => 200, body => "1\n");
+#
+# Every block scans the part of error.log written since the previous block
+# for [error], [alert], [crit], [emerg] and "stack traceback" entries, and
+# fails on any the block did not declare in `error_log`.  The end of the
+# file (after nginx has stopped) is scanned the same way.  nginx is always
+# stopped: by stop(), by the END block, or on SIGINT/SIGTERM.
+#
+# Options of new(): workers (2), main_config (main context lines),
+# http_config (http context), config (server context), reuseport (on when
+# workers > 1, so that the kernel spreads connections over the workers),
+# log_level (info), full_config (a whole nginx.conf instead of the template).
+#
+# Placeholders in config snippets and in LuaJIT code: {{PORT}}, {{PREFIX}},
+# {{ZONE_DIR}}, {{REPO}}, {{LUA_PATH}}.
+#
+# nginx runs in the foreground (daemon off, master_process on) as a child
+# of the test, so its pid is known and it can be reaped.  When the test
+# runs as root, `user root root;` keeps the workers under the uid that
+# created the zone files (0600): without it the workers switch to nobody
+# and cannot attach a zone the master (or a root LuaJIT process) created.
+# As non-root, no user directive is emitted: master and workers share the
+# test's uid.
+
+use strict;
+use warnings;
+
+use Test::More;
+use HTTP::Tiny;
+use File::Temp qw(tempdir);
+use File::Spec;
+use File::Basename qw(dirname);
+use Cwd qw(abs_path);
+use IO::Socket::INET;
+use POSIX qw(WNOHANG);
+use Time::HiRes qw(time sleep);
+use Storable qw(nstore retrieve);
+
+use Exporter 'import';
+our @EXPORT_OK = qw(parallel spawn give_up);
+
+our $NGINX   = $ENV{TEST_NGINX_BINARY} || 'nginx';
+our $LUAJIT  = $ENV{TEST_LUAJIT} || 'luajit';
+our $MODULES = $ENV{TEST_NGINX_MODULES} || '/usr/lib/nginx/modules';
+our $REPO    = abs_path(File::Spec->catdir(dirname(__FILE__), '..', '..'));
+our $HTTP_TIMEOUT = 10;
+our $START_TIMEOUT = 10;
+our $STOP_TIMEOUT  = 10;
+
+our $LUA_PATH = "$REPO/lua/?.lua;$REPO/lua/?/init.lua;"
+              . "/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua;;";
+
+my @instances;      # every started ShmTest, stopped at exit
+my @children;       # every background process, killed at exit
+my $main_pid = $$;  # forked children must not run the cleanup
+
+my $ERROR_RE = qr/\[(?:error|alert|crit|emerg)\]|stack traceback/;
+
+sub new {
+    my ($class, %opts) = @_;
+    my $self = bless {
+        workers     => 2,
+        main_config => '',
+        http_config => '',
+        config      => '',
+        reuseport   => ($opts{workers} // 2) > 1,
+        log_level   => 'info',
+        %opts,
+    }, $class;
+
+    -e "$REPO/libshmlock.so" || $ENV{SHMLOCK_LIB}
+        or give_up("$REPO/libshmlock.so is not built: run `make` first");
+
+    $self->{prefix} = tempdir('shmlock-t-XXXXXX', TMPDIR => 1,
+                              CLEANUP => !$ENV{TEST_KEEP});
+    # Zones live on tmpfs as in production; fall back to the prefix.
+    my $shm = (-d '/dev/shm' && -w '/dev/shm') ? '/dev/shm' : $self->{prefix};
+    $self->{zone_dir} = tempdir('shmlock-zones-XXXXXX', DIR => $shm,
+                                CLEANUP => !$ENV{TEST_KEEP});
+    for my $d (qw(conf logs tmp)) {
+        mkdir "$self->{prefix}/$d" or die "mkdir $d: $!";
+    }
+    $self->{port} = free_port();
+    $self->{error_log} = "$self->{prefix}/logs/error.log";
+    $self->{log_offset} = 0;
+
+    # nginx's master and every LuaJIT process the test starts inherit it.
+    $ENV{SHMLOCK_DIR} = $self->{zone_dir};
+    diag("prefix $self->{prefix}, zones $self->{zone_dir}") if $ENV{TEST_VERBOSE};
+    return $self;
+}
+
+sub port     { $_[0]{port} }
+sub prefix   { $_[0]{prefix} }
+sub zone_dir { $_[0]{zone_dir} }
+sub pid      { $_[0]{pid} }
+
+# Ends the test file with a failure (the rest of it cannot run); unlike
+# BAIL_OUT, prove goes on with the other files.  nginx is stopped by END.
+sub give_up {
+    my ($why) = @_;
+    fail($why);
+    done_testing();
+    exit 1;
+}
+
+sub free_port {
+    my $sock = IO::Socket::INET->new(
+        LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp',
+        Listen => 1, ReuseAddr => 1,
+    ) or die "cannot bind 127.0.0.1:0: $!";
+    my $port = $sock->sockport;
+    close $sock;
+    return $port;
+}
+
+sub expand {
+    my ($self, $text) = @_;
+    my %v = (
+        PORT     => $self->{port},
+        PREFIX   => $self->{prefix},
+        ZONE_DIR => $self->{zone_dir},
+        REPO     => $REPO,
+        LUA_PATH => $LUA_PATH,
+    );
+    $text =~ s/\{\{([A-Z_]+)\}\}/
+        exists $v{$1} ? $v{$1} : die "unknown placeholder {{$1}}\n"/ge;
+    return $text;
+}
+
+sub render {
+    my ($self) = @_;
+    my $p = $self->{prefix};
+    if (defined $self->{full_config}) {     # a whole nginx.conf, as given
+        return $self->write_conf($self->expand($self->{full_config}));
+    }
+    my $user = $> == 0 ? "user root root;\n" : '';
+    my $reuseport = $self->{reuseport} ? ' reuseport' : '';
+    my $conf = <<"EOF";
+load_module $MODULES/ndk_http_module.so;
+load_module $MODULES/ngx_http_lua_module.so;
+
+${user}worker_processes $self->{workers};
+daemon off;
+master_process on;
+pid $p/logs/nginx.pid;
+error_log $p/logs/error.log $self->{log_level};
+env SHMLOCK_DIR;
+
+$self->{main_config}
+
+events {
+    worker_connections 1024;
+}
+
+http {
+    access_log off;
+    client_body_temp_path $p/tmp/client_body;
+    proxy_temp_path       $p/tmp/proxy;
+    fastcgi_temp_path     $p/tmp/fastcgi;
+    uwsgi_temp_path       $p/tmp/uwsgi;
+    scgi_temp_path        $p/tmp/scgi;
+    default_type text/plain;
+
+    lua_package_path "$LUA_PATH";
+
+$self->{http_config}
+
+    server {
+        listen 127.0.0.1:$self->{port}$reuseport;
+        server_name localhost;
+
+$self->{config}
+    }
+}
+EOF
+    return $self->write_conf($self->expand($conf));
+}
+
+sub write_conf {
+    my ($self, $conf) = @_;
+    my $file = "$self->{prefix}/conf/nginx.conf";
+    open my $fh, '>', $file or die "$file: $!";
+    print $fh $conf;
+    close $fh;
+    return $file;
+}
+
+sub nginx_cmd {
+    my ($self, @extra) = @_;
+    return ($NGINX, '-p', "$self->{prefix}/", '-e', $self->{error_log},
+            '-c', "$self->{prefix}/conf/nginx.conf", @extra);
+}
+
+# Starts nginx and waits until the port answers; BAIL_OUT on failure (the
+# rest of the file cannot run without a server).
+sub start {
+    my ($self) = @_;
+    $self->render;
+
+    my $out = `@{[ join ' ', map { "'$_'" } $self->nginx_cmd('-t') ]} 2>&1`;
+    if ($? != 0) {
+        diag("nginx -t failed:\n$out");
+        diag("error.log:\n" . $self->slurp_log);
+        give_up("nginx -t failed");
+    }
+
+    $self->{log_offset} = -s $self->{error_log} || 0;
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        open STDOUT, '>>', "$self->{prefix}/logs/stdout.log";
+        open STDERR, '>&', \*STDOUT;
+        exec $self->nginx_cmd or POSIX::_exit(127);
+    }
+    $self->{pid} = $pid;
+    push @instances, $self;
+
+    my $deadline = time + $START_TIMEOUT;
+    while (time < $deadline) {
+        if (waitpid($pid, WNOHANG) == $pid) {
+            delete $self->{pid};
+            diag("nginx exited at startup (status $?):\n" . $self->slurp_log);
+            give_up("nginx did not start");
+        }
+        my @workers = $self->worker_pids;
+        if (@workers >= $self->{workers}
+            && IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                     PeerPort => $self->{port}, Timeout => 1))
+        {
+            return $self;
+        }
+        sleep 0.05;
+    }
+    diag("nginx did not answer on port $self->{port}:\n" . $self->slurp_log);
+    $self->stop;
+    give_up("nginx did not start");
+}
+
+# QUIT, wait, KILL after a timeout; then scan the tail of error.log.
+sub stop {
+    my ($self, %opts) = @_;
+    my $pid = delete $self->{pid} or return;
+    kill 'QUIT', $pid;
+    my $deadline = time + $STOP_TIMEOUT;
+    while (time < $deadline) {
+        last if waitpid($pid, WNOHANG) == $pid;
+        sleep 0.05;
+    }
+    if (kill 0, $pid) {
+        diag("nginx $pid did not quit in ${STOP_TIMEOUT}s, killing it");
+        kill 'KILL', $pid;
+        kill 'KILL', $_ for $self->worker_pids_of($pid);
+        waitpid($pid, 0);
+    }
+    @instances = grep { $_ != $self } @instances;
+    $self->check_log('after nginx stopped', %opts) unless $opts{no_check};
+}
+
+# Pids of the live worker processes (children of the master).
+sub worker_pids {
+    my ($self) = @_;
+    return () unless $self->{pid};
+    return $self->worker_pids_of($self->{pid});
+}
+
+sub worker_pids_of {
+    my ($self, $master) = @_;
+    my @pids;
+    opendir my $dh, '/proc' or return ();
+    for my $p (grep { /^\d+$/ } readdir $dh) {
+        open my $fh, '<', "/proc/$p/stat" or next;
+        my $stat = <$fh> // next;
+        # pid (comm) state ppid ...; comm may contain spaces
+        my ($state, $ppid) = $stat =~ /\)\s+(\S)\s+(\d+)/ or next;
+        next if $state eq 'Z';
+        next unless $ppid == $master;
+        open my $cf, '<', "/proc/$p/cmdline" or next;
+        my $cmd = <$cf> // '';
+        push @pids, $p + 0 if $cmd =~ /worker process/;
+    }
+    @pids = sort { $a <=> $b } @pids;
+    return @pids;
+}
+
+# `nginx -s reload` (HUP to the master), then wait until a full set of new
+# workers is up and, unless wait_old => 0, the old ones have exited.
+# Returns the new workers' pids.
+sub reload {
+    my ($self, %o) = @_;
+    my %old = map { $_ => 1 } $self->worker_pids;
+    my $out = `@{[ join ' ', map { "'$_'" } $self->nginx_cmd('-s', 'reload') ]} 2>&1`;
+    die "nginx -s reload failed: $out" if $? != 0;
+    my $wait_old = $o{wait_old} // 1;
+    my $deadline = time + $START_TIMEOUT;
+    while (time < $deadline) {
+        my @all = $self->worker_pids;
+        my @new = grep { !$old{$_} } @all;
+        return @new if @new >= $self->{workers}
+                       && (!$wait_old || @new == @all);
+        sleep 0.02;
+    }
+    die "reload: no new set of workers after ${START_TIMEOUT}s";
+}
+
+# ---------------------------------------------------------------------
+# HTTP
+
+sub http {
+    return HTTP::Tiny->new(timeout => $HTTP_TIMEOUT, keep_alive => 0,
+                           agent => 'shmlock-t');
+}
+
+# request("GET /t"), request("POST /t", $body), request(GET => "/t")
+# Returns { status, body, headers, start, end, elapsed }.
+sub request {
+    my ($self, $req, $body) = @_;
+    my ($method, $uri);
+    if ($req =~ m{^([A-Z]+)\s+(/\S*)$}) {
+        ($method, $uri) = ($1, $2);
+    } else {
+        ($method, $uri) = ($req, $body);
+        $body = $_[3];
+    }
+    my $url = "http://127.0.0.1:$self->{port}$uri";
+    my $start = time;
+    my $res = http()->request($method, $url,
+                              defined $body ? { content => $body } : {});
+    my $end = time;
+    return {
+        status  => $res->{status},
+        body    => $res->{content},
+        headers => $res->{headers},
+        reason  => $res->{reason},
+        start   => $start,
+        end     => $end,
+        elapsed => $end - $start,
+    };
+}
+
+sub get  { my ($self, $uri) = @_; $self->request("GET $uri") }
+sub post { my ($self, $uri, $body) = @_; $self->request("POST $uri", $body) }
+
+# ---------------------------------------------------------------------
+# Blocks
+
+# $t->block($name, request => "GET /t" | [requests...], body => "..." |
+#           qr/.../ | [per request], status => 200, headers => {..},
+#           error_log => [qr/.../ | "substring"], no_error_log => [...],
+#           max_time => seconds)
+# Returns the last response.
+sub block {
+    my ($self, $name, %b) = @_;
+    my @reqs = ref $b{request} eq 'ARRAY' ? @{ $b{request} } : ($b{request});
+    my @bodies = ref $b{body} eq 'ARRAY' ? @{ $b{body} } : (($b{body}) x @reqs);
+    my $status = $b{status} // 200;
+    my $res;
+    subtest $name => sub {
+        for my $i (0 .. $#reqs) {
+            my ($req, $payload) = ref $reqs[$i] ? @{ $reqs[$i] } : ($reqs[$i]);
+            $res = $self->request($req, $payload);
+            my $what = @reqs > 1 ? "$req (request $i)" : $req;
+            is($res->{status}, $status, "$what: status")
+                or diag($res->{body});
+            my $want = $bodies[$i];
+            if (ref $want eq 'Regexp') {
+                like($res->{body}, $want, "$what: body");
+            } elsif (defined $want) {
+                is($res->{body}, $want, "$what: body");
+            }
+            for my $h (sort keys %{ $b{headers} || {} }) {
+                my $w = $b{headers}{$h};
+                my $got = $res->{headers}{lc $h};
+                ref $w eq 'Regexp' ? like($got, $w, "$what: header $h")
+                                   : is($got, $w, "$what: header $h");
+            }
+            if (defined $b{max_time}) {
+                cmp_ok($res->{elapsed}, '<', $b{max_time},
+                       "$what: answered in < $b{max_time}s");
+            }
+        }
+        $self->check_log($name, error_log => $b{error_log},
+                         no_error_log => $b{no_error_log}, nested => 1);
+    };
+    return $res;
+}
+
+# Checks error.log from the last checked offset: every expected pattern
+# must appear (waited for up to `wait` seconds: log_by_lua and timers write
+# after the response), every error entry must match an expected pattern,
+# no `no_error_log` pattern may appear.
+sub check_log {
+    my ($self, $name, %o) = @_;
+    my @expect = @{ $o{error_log} || [] };
+    my @forbid = @{ $o{no_error_log} || [] };
+    my $wait = $o{wait} // 5;
+    my $deadline = time + $wait;
+
+    my @entries;
+    while (1) {
+        @entries = $self->log_entries($self->{log_offset});
+        my @missing = grep { my $p = $_; !grep { match($_, $p) } @entries }
+                      @expect;
+        last unless @missing && time < $deadline;
+        sleep 0.05;
+    }
+    $self->{log_offset} = $self->{log_end};
+
+    my $run = sub {
+        for my $p (@expect) {
+            ok((grep { match($_, $p) } @entries),
+               "error.log has " . (ref $p ? $p : "\"$p\""));
+        }
+        for my $p (@forbid) {
+            my @hits = grep { match($_, $p) } @entries;
+            ok(!@hits, "error.log has no " . (ref $p ? $p : "\"$p\""))
+                or diag(join '', @hits);
+        }
+        my @bad = grep {
+            my $e = $_;
+            $e =~ $ERROR_RE && !grep { match($e, $_) } @expect
+        } @entries;
+        ok(!@bad, "$name: no unexpected [error]/[alert]/[crit] in error.log")
+            or diag(join '', @bad);
+    };
+    $o{nested} ? $run->() : subtest("error.log: $name" => $run);
+}
+
+sub match {
+    my ($text, $p) = @_;
+    return ref $p eq 'Regexp' ? $text =~ $p : index($text, $p) >= 0;
+}
+
+# error.log entries from $offset: an entry starts with a timestamp, the
+# lines after it (Lua tracebacks) belong to it.
+sub log_entries {
+    my ($self, $offset) = @_;
+    open my $fh, '<', $self->{error_log} or return ();
+    seek $fh, $offset, 0;
+    my @entries;
+    while (my $line = <$fh>) {
+        if ($line =~ m{^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d } || !@entries) {
+            push @entries, $line;
+        } else {
+            $entries[-1] .= $line;
+        }
+    }
+    $self->{log_end} = tell $fh;
+    return @entries;
+}
+
+sub slurp_log {
+    my ($self) = @_;
+    my $text = '';
+    for my $f ($self->{error_log}, "$self->{prefix}/logs/stdout.log") {
+        open my $fh, '<', $f or next;
+        local $/;
+        $text .= "--- $f\n" . (<$fh> // '');
+    }
+    return $text;
+}
+
+# ---------------------------------------------------------------------
+# LuaJIT processes sharing the zones (same SHMLOCK_DIR, the checkout's
+# modules and libshmlock.so)
+
+sub luajit_env {
+    my ($self) = @_;
+    return (LUA_PATH => $LUA_PATH, SHMLOCK_DIR => $self->{zone_dir});
+}
+
+# Runs a LuaJIT chunk to completion (bounded); returns (exit code, output).
+sub luajit {
+    my ($self, $code, %o) = @_;
+    my $p = $self->luajit_bg($code, %o);
+    return $p->finish($o{timeout} // 20);
+}
+
+# Starts a LuaJIT chunk in the background; returns a ShmTest::Proc.
+sub luajit_bg {
+    my ($self, $code, %o) = @_;
+    $code = $self->expand($code);
+    my $out = File::Temp->new(DIR => $self->{prefix}, SUFFIX => '.out');
+    my %env = $self->luajit_env;
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        @ENV{ keys %env } = values %env;
+        open STDIN, '<', '/dev/null';
+        open STDOUT, '>', $out->filename;
+        open STDERR, '>&', \*STDOUT;
+        $| = 1;
+        exec $LUAJIT, '-e', $code or POSIX::_exit(127);
+    }
+    my $proc = bless { pid => $pid, out => $out }, 'ShmTest::Proc';
+    push @children, $proc;
+    return $proc;
+}
+
+# A file a LuaJIT holder can poll for (its name: "{{PREFIX}}/flag-NAME").
+sub flag_path { my ($self, $n) = @_; "$self->{prefix}/flag-$n" }
+
+sub set_flag {
+    my ($self, $n) = @_;
+    open my $fh, '>', $self->flag_path($n) or die "flag $n: $!";
+    close $fh;
+}
+
+# Lua helper code for LuaJIT chunks: sleep_ms(ms), wait_flag(name, secs),
+# now() (seconds, ms resolution).
+sub lua_prelude {
+    return <<'EOF';
+local ffi = require "ffi"
+ffi.cdef[[ int usleep(unsigned int usec); ]]
+local function sleep_ms(ms) ffi.C.usleep(ms * 1000) end
+local function wait_flag(name, secs)
+    local path = "{{PREFIX}}/flag-" .. name
+    for _ = 1, secs * 100 do
+        local f = io.open(path)
+        if f then f:close() return true end
+        sleep_ms(10)
+    end
+    return false
+end
+io.stdout:setvbuf("no")
+EOF
+}
+
+# ---------------------------------------------------------------------
+# Client processes
+
+# spawn(sub { ... return $scalar_or_ref }) runs the sub in a forked child;
+# $h->join($timeout) returns its return value (Storable).
+sub spawn {
+    my ($code) = @_;
+    my $tmp = File::Temp->new(SUFFIX => '.res');
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        my $ret = eval { $code->() };
+        $ret = { error => $@ } if $@;
+        nstore(\$ret, $tmp->filename);
+        POSIX::_exit(0);    # skip END blocks: they belong to the parent
+    }
+    my $proc = bless { pid => $pid, res => $tmp }, 'ShmTest::Proc';
+    push @children, $proc;
+    return $proc;
+}
+
+# parallel($n, sub { my $i = shift; ... }) → list of the subs' returns.
+sub parallel {
+    my ($n, $code, %o) = @_;
+    my @procs = map { my $i = $_; spawn(sub { $code->($i) }) } 0 .. $n - 1;
+    return map { $_->join($o{timeout} // 60) } @procs;
+}
+
+sub cleanup {
+    return unless $$ == $main_pid;
+    for my $p (@children) {
+        $p->kill_it;
+    }
+    @children = ();
+    for my $t (@instances) {
+        $t->stop(no_check => 1);
+    }
+    @instances = ();
+}
+
+END {
+    local $?;
+    cleanup();
+}
+
+$SIG{INT} = $SIG{TERM} = sub { cleanup(); exit 1 };
+
+
+package ShmTest::Proc;
+
+use POSIX qw(WNOHANG);
+use Time::HiRes qw(time sleep);
+use Storable qw(retrieve);
+
+sub pid { $_[0]{pid} }
+
+sub output {
+    my ($self) = @_;
+    open my $fh, '<', $self->{out}->filename or return '';
+    local $/;
+    return <$fh> // '';
+}
+
+# Waits for the output to match $re; returns the match ($1 if the pattern
+# captures), or undef (with a diagnostic) on exit or timeout.
+sub wait_for {
+    my ($self, $re, $timeout) = @_;
+    my $deadline = time + ($timeout // 10);
+    while (time < $deadline) {
+        my $out = $self->output;
+        return $1 // $& if $out =~ $re;
+        if ($self->reap) {
+            $out = $self->output;
+            return $1 // $& if $out =~ $re;
+            Test::More::diag("process $self->{pid} exited ($self->{status}) "
+                             . "before printing $re:\n$out");
+            return undef;
+        }
+        sleep 0.01;
+    }
+    Test::More::diag("process $self->{pid} did not print $re in time:\n"
+                     . $self->output);
+    return undef;
+}
+
+sub reap {
+    my ($self) = @_;
+    return 1 if defined $self->{status};
+    if (waitpid($self->{pid}, WNOHANG) == $self->{pid}) {
+        $self->{status} = $?;
+        return 1;
+    }
+    return 0;
+}
+
+sub wait_exit {
+    my ($self, $timeout) = @_;
+    my $deadline = time + $timeout;
+    until ($self->reap) {
+        if (time >= $deadline) {
+            $self->kill_it;
+            $self->{status} = -1;
+            $self->{timed_out} = 1;
+            last;
+        }
+        sleep 0.01;
+    }
+}
+
+# LuaJIT process: (exit code, output); -1 on timeout (killed).
+sub finish {
+    my ($self, $timeout) = @_;
+    $self->wait_exit($timeout // 20);
+    my $code = $self->{status} == -1 ? -1 : $self->{status} >> 8;
+    return ($code, $self->output);
+}
+
+# spawned sub: its return value.
+sub join {
+    my ($self, $timeout) = @_;
+    $self->wait_exit($timeout // 60);
+    return { error => "timed out" } if $self->{timed_out};
+    my $r = eval { retrieve($self->{res}->filename) };
+    return $r ? $$r : { error => "no result (status $self->{status})" };
+}
+
+sub kill_it {
+    my ($self) = @_;
+    return if defined $self->{status};
+    kill 'KILL', $self->{pid};
+    waitpid($self->{pid}, 0);
+    $self->{status} //= $?;
+}
+
+1;
