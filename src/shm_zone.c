@@ -76,6 +76,7 @@ zone_handle(char *base, uint64_t size, zone_t **out)
         return SHMLOCK_SYSTEM;
     }
     zone_attach(z, base, size);
+    z->handles = 1;
     *out = z;
     return SHMLOCK_OK;
 }
@@ -230,7 +231,7 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
 void
 shm_zone_close(zone_t *z)
 {
-    if (z != NULL) {
+    if (z != NULL && --z->handles == 0) {
         munmap(z->base, z->size);
         free(z);
     }

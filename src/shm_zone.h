@@ -16,6 +16,7 @@
 
 int shm_zone_open(const char *dir, const char *name, size_t name_len,
     uint64_t size, zone_t **out, int *err);
+/* Drops one reference; the last one unmaps the zone. */
 void shm_zone_close(zone_t *z);
 int shm_zone_destroy(const char *dir, const char *name, size_t name_len,
     int *err);

@@ -114,6 +114,12 @@ shmlock_zone_open(const char *dir, const char *name, size_t name_len,
 }
 
 void
+shmlock_zone_retain(shmlock_zone_t *zone)
+{
+    zone->handles++;
+}
+
+void
 shmlock_zone_close(shmlock_zone_t *zone)
 {
     shm_zone_close(zone);

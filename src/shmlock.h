@@ -82,6 +82,13 @@ typedef struct {
  */
 SHMLOCK_API int shmlock_zone_open(const char *dir, const char *name,
     size_t name_len, size_t size, shmlock_zone_t **out);
+/*
+ * A zone handle is reference counted within the process: open gives one
+ * reference, retain adds one, close drops one and the last unmaps.  Lua
+ * finalizers run in any order at exit, so a lock that releases its key in
+ * its finalizer retains the zone while it holds the key.
+ */
+SHMLOCK_API void shmlock_zone_retain(shmlock_zone_t *zone);
 SHMLOCK_API void shmlock_zone_close(shmlock_zone_t *zone);
 SHMLOCK_API int shmlock_zone_destroy(const char *dir, const char *name,
     size_t name_len);

@@ -83,6 +83,8 @@ struct shmlock_zone_s {
     uint32_t      *wait_seq;      /* ZONE_WAIT_WORDS sequence words */
     uint32_t      *wait_sleepers; /* ZONE_WAIT_WORDS sleeper counts */
     uint8_t       *refs;          /* read marks, indexed by chunk */
+    uint32_t       handles;       /* this process's references to the
+                                     mapping: unmapped when it drops to 0 */
 };
 
 typedef struct shmlock_zone_s  zone_t;

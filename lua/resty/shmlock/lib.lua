@@ -24,6 +24,7 @@ typedef struct {
 
 int shmlock_zone_open(const char *dir, const char *name, size_t name_len,
     size_t size, shmlock_zone_t **out);
+void shmlock_zone_retain(shmlock_zone_t *zone);
 void shmlock_zone_close(shmlock_zone_t *zone);
 int shmlock_zone_destroy(const char *dir, const char *name, size_t name_len);
 size_t shmlock_zone_size(shmlock_zone_t *zone);
