@@ -146,6 +146,20 @@ describe("resty.shmlock", function()
             assert.is_true(ttl > 29.9 and ttl <= 30)
         end)
 
+        it("returns as many values as resty.lock", function()
+            local l1 = resty_lock:new(dict, { exptime = 0.02 })
+            local l2 = resty_lock:new(dict, { timeout = 0.01 })
+            assert.equal(1, select("#", l1:lock("k")))
+            assert.equal(2, select("#", l2:lock("k")))
+            env.sleep(0.03)
+            assert.equal(1, select("#", l2:lock("k")))   -- waited
+            assert.equal(1, select("#", l2:expire()))
+            assert.equal(1, select("#", l2:unlock()))
+            assert.equal(2, select("#", l2:unlock()))
+            assert.equal(1, select("#", resty_lock:new(dict)))
+            assert.equal(2, select("#", resty_lock:new("nosuch")))
+        end)
+
         it("returns nil, 'locked' if the object holds a lock (any key)",
            function()
             local lock = resty_lock:new(dict)
@@ -723,6 +737,9 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         assert.same({ 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064 },
                     fake.steps)
         assert.equal(1, lock:unlock())
+        -- one value, as resty.lock's (ngx.say(lock:lock(k)) prints alike)
+        held_until(dict, "blah", 0.1)
+        assert.equal(1, select("#", nginx_lock:new(dict):lock("blah")))
     end)
 
     it("follows resty.lock's custom step, ratio and max_step", function()

@@ -293,8 +293,9 @@ local function acquire(self, key, may_wait)
     elapsed, err = wait(self, ops, key, klen, tok, may_wait)
     if elapsed then
         hold(self, key, klen, tok, tlen)
+        return elapsed
     end
-    return elapsed, err
+    return nil, err
 end
 
 

@@ -80,7 +80,7 @@ function _M.worker(mode, args)
     for k, v in pairs(args) do
         parts[#parts + 1] = k .. "=" .. tostring(v)
     end
-    return io.popen(path .. "luajit spec/helpers/lock_worker.lua " .. mode
+    return io.popen(path .. "exec luajit spec/helpers/lock_worker.lua " .. mode
                     .. " " .. table.concat(parts, " "))
 end
 

@@ -16,8 +16,12 @@
 --             the monotonic release time in us (released_us).
 --   wait      lock key (it is held), print the monotonic time in us at
 --             which we got it (got_us) and the elapsed lock() returned.
+--   pingpong  `rounds` times: wait until "round" is i, lock key (the parent
+--             holds it and releases it a little later), store the time we
+--             got it under "got<i>", unlock.
 
 local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.zone_lock"
@@ -122,7 +126,7 @@ elseif mode == "hold" then
     if not elapsed then
         fail("lock: " .. e)
     end
-    dict:set("pid", ffi.C.shmlock_self_pid())
+    dict:set("pid", C.shmlock_self_pid())
     ffi.C.shmlock_lua_usleep(o.secs * 1e6)
     local t = now_us()
     lock:unlock()
@@ -137,6 +141,22 @@ elseif mode == "wait" then
     end
     lock:unlock()
     io.write(("got_us=%d elapsed=%.6f\n"):format(t, elapsed))
+
+elseif mode == "pingpong" then
+    local lock = resty_lock:new(dict, opts)
+    for i = 1, o.rounds do
+        while dict:get("round") ~= i do
+            ffi.C.shmlock_lua_usleep(100)
+        end
+        local elapsed, e = lock:lock(key)
+        local t = now_us()
+        if not elapsed then
+            fail("lock: " .. e)
+        end
+        dict:set("got" .. i, t)
+        lock:unlock()
+    end
+    io.write(("done=%d\n"):format(o.rounds))
 
 else
     fail("unknown mode " .. tostring(mode))

@@ -12,8 +12,8 @@
 --
 -- The current token lives in a buffer: the prefix is written once per
 -- process (again after a fork: the C core refreshes its cached pid in the
--- child) and the serial is incremented in place, so taking a token
--- allocates nothing.
+-- child) and the serial is updated in place, so taking a token allocates
+-- nothing.
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
@@ -22,25 +22,29 @@ local ffi_new = ffi.new
 local ffi_copy = ffi.copy
 local tonumber = tonumber
 local str_match = string.match
-local str_rep = string.rep
+local str_format = string.format
+local floor = math.floor
 
-local SERIAL_DIGITS = 15
-local ZERO, NINE = 48, 57
+local ZERO = 48
 
 local _M = { MAX_LEN = 64 }
 
+-- the serial is written as 12 "high" digits, rewritten every 1000 tokens,
+-- and 3 "low" digits, rewritten every time: no loop on the hot path
 local buf = ffi_new("char[?]", _M.MAX_LEN)
-local len = 0           -- bytes of the current token
+local len = 0           -- bytes of a token
 local pid = -1          -- the pid the prefix was written for
 local start = 0
+local high, low = 0, 0
 
 
 local function refresh(p)
     pid = p
     start = tonumber(C.shmlock_proc_start(p))
     local prefix = p .. ":" .. start .. ":"
-    len = #prefix + SERIAL_DIGITS
-    ffi_copy(buf, prefix .. str_rep("0", SERIAL_DIGITS), len)
+    ffi_copy(buf, prefix)
+    len = #prefix + 15
+    high, low = -1, 999
 end
 
 
@@ -52,12 +56,16 @@ function _M.next()
     if p ~= pid then
         refresh(p)
     end
-    local i = len - 1
-    while buf[i] == NINE do
-        buf[i] = ZERO
-        i = i - 1
+    if low == 999 then
+        high = high + 1
+        low = 0
+        ffi_copy(buf + len - 15, str_format("%012d", high), 12)
+    else
+        low = low + 1
     end
-    buf[i] = buf[i] + 1
+    buf[len - 3] = ZERO + floor(low / 100)
+    buf[len - 2] = ZERO + floor(low / 10) % 10
+    buf[len - 1] = ZERO + low % 10
     return buf, len
 end
 

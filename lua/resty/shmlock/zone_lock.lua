@@ -29,7 +29,9 @@
 --
 -- Dead holders.  A waiter that finds a holder token whose process is gone
 -- takes the key at once (cas from the dead token), or hands it to a live
--- starver marked on it.
+-- starver marked on it.  The holder's process is checked at the first look
+-- and after every wait that no release cut short (those are at most
+-- CHECK_EVERY_US long outside nginx; inside, every ngx.sleep step).
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
@@ -54,6 +56,10 @@ local AGAIN = 12
 local TIMEOUT = 13
 local T_NIL, T_STRING = 0, 4
 local OP_ADD = 1
+
+-- a waiter sleeps at most this long between looks at the holder, so that
+-- a holder that dies while we wait is noticed within it
+local CHECK_EVERY_US = 100000
 
 -- outcomes of one look at a busy key
 local BUSY, ACQUIRED, MARKED = 0, 1, 2
@@ -291,13 +297,12 @@ local function mark(zone, key, klen, v, holder, tok, exp_ms, since)
 end
 
 
-local seen          -- the holder this process last found alive
-
 -- syntax: outcome = zone_lock.look(zone, key, klen, tok, exp_ms, check,
 --                                  since)
--- One look at a key our add found busy.  check: verify that the holder
--- lives even if it is the one we saw last; since: our wait start in ms if
--- we are starving (may mark the lock), else nil.
+-- One look at a key our add found busy.  check: ask whether the holder's
+-- process lives (a holder that took the key since our last look was alive
+-- a moment ago: not worth a /proc read); since: our wait start in ms if we
+-- are starving (may mark the lock), else nil.
 local function look(zone, key, klen, tok, exp_ms, check, since)
     local v = read(zone, key, klen)
     if v == nil then
@@ -316,11 +321,8 @@ local function look(zone, key, klen, tok, exp_ms, check, since)
         -- handed over to us (and maybe marked by the next starver already)
         return ACQUIRED
     end
-    if check or holder ~= seen then
-        if not token.alive(holder) then
-            return take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp)
-        end
-        seen = holder
+    if check and not token.alive(holder) then
+        return take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp)
     end
     if starver == tok then
         return MARKED
@@ -373,7 +375,6 @@ function _M.block(self, key, klen, tok)
     local since = floor(start / 1000)
     local marked = false
     local check = true
-    seen = nil
 
     while true do
         local seq = C.shmlock_wait_seq(zone, hash)
@@ -395,7 +396,7 @@ function _M.block(self, key, klen, tok)
             return nil, "timeout"
         end
 
-        local us = min(step * 1000000, deadline - now)
+        local us = min(step * 1000000, deadline - now, CHECK_EVERY_US)
         check = C.shmlock_wait(zone, hash, seq, us) == TIMEOUT
         step = min(max(0.001, step * ratio), max_step)
     end

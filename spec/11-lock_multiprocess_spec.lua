@@ -1,0 +1,195 @@
+-- resty.shmlock between real processes (spec/helpers/lock_worker.lua):
+-- mutual exclusion, dead holders, wake-up on release, fairness.
+--
+-- The figures measured are printed (handoff latency, worst waits); the
+-- assertions are loose on purpose: they must hold on a loaded CI machine.
+
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+local zone_lock = require "resty.shmlock.zone_lock"
+local env = require "spec.helpers.lock_env"
+
+local function report(fmt, ...)
+    io.stderr:write("\n    ", fmt:format(...), "\n")
+end
+
+-- starts `count` workers, lets them go, returns their parsed result lines
+local function run(dict, dir, count, mode, args)
+    args.zone, args.dir = dict.name, dir
+    local procs = {}
+    for i = 1, count do
+        procs[i] = env.worker(mode, args)
+    end
+    assert(dict:set("go", true))
+    local results = {}
+    for i = 1, count do
+        local line = procs[i]:read("*l")
+        procs[i]:close()
+        local r, err = env.parse(line)
+        assert(r, "worker " .. i .. ": " .. tostring(err))
+        results[i] = r
+    end
+    return results
+end
+
+local function percentile(sorted, p)
+    return sorted[math.max(1, math.ceil(#sorted * p))]
+end
+
+describe("resty.shmlock across processes", function()
+    local dir, dict, n
+
+    setup(function()
+        dir = env.tmpdir()
+        n = 0
+    end)
+
+    teardown(function()
+        env.rmdir(dir)
+    end)
+
+    before_each(function()
+        n = n + 1
+        dict = assert(shdict.open("mp" .. n, { dir = dir }))
+    end)
+
+    it("keeps a non-atomic counter exact: 4 processes x 5000 updates",
+       function()
+        local results = run(dict, dir, 4, "count", { n = 5000 })
+        local worst = 0
+        for i = 1, 4 do
+            assert.equal(5000, results[i].done)
+            worst = math.max(worst, results[i].max_wait)
+        end
+        assert.equal(20000, dict:get("counter"))
+        assert.is_nil(dict:get("lock"))
+        assert.is_true(dict:verify())
+        report("4 x 5000 lock/get/set/unlock: worst wait %.1f ms",
+               worst * 1000)
+    end)
+
+    describe("a holder SIGKILLed with exptime = 30", function()
+        local function start_holder()
+            local proc = env.worker("hold", { zone = dict.name, dir = dir,
+                                              exptime = 30, secs = 60 })
+            assert(dict:set("go", true))
+            local pid = env.wait_for(function() return dict:get("pid") end)
+            assert.is_number(pid)
+            assert.is_string(dict:get("lock"))
+            return proc, pid
+        end
+
+        it("gives its key to the next locker at once", function()
+            local proc, pid = start_holder()
+            assert.equal(0, env.kill(pid, 9))
+            env.sleep(0.05)     -- dead, not reaped yet: a zombie
+
+            local lock = resty_lock:new(dict, { exptime = 30 })
+            local t0 = env.now()
+            local elapsed, err = lock:lock("lock")
+            local dt = env.now() - t0
+            assert.is_nil(err)
+            assert.is_true(dt < 0.1, "took " .. dt)
+            assert.is_true(elapsed < 0.1)
+            assert.equal(1, lock:unlock())
+            proc:close()
+            report("dead holder's lock taken in %.2f ms", dt * 1000)
+        end)
+
+        it("gives its key to a waiter well under a second", function()
+            local proc, pid = start_holder()
+            local waiter = env.worker("wait", { zone = dict.name, dir = dir,
+                                                timeout = 5 })
+            env.sleep(0.3)      -- the waiter sleeps in its backoff by now
+            local killed = env.now_us()
+            assert.equal(0, env.kill(pid, 9))
+
+            local r = assert(env.parse(waiter:read("*l")))
+            waiter:close()
+            proc:close()
+            local dt = (r.got_us - killed) / 1e6
+            assert.is_true(dt < 0.5, "took " .. dt)
+            report("dead holder noticed by a waiter in %.1f ms", dt * 1000)
+        end)
+    end)
+
+    it("wakes a waiter on release: handoff within a few ms", function()
+        local rounds = 200
+        -- the waiter's backoff step is 0.2 s: only a wake-up on release
+        -- can make the handoff fast
+        local proc = env.worker("pingpong", { zone = dict.name, dir = dir,
+                                              rounds = rounds, step = 0.2,
+                                              max_step = 0.5 })
+        assert(dict:set("go", true))
+        local lock = resty_lock:new(dict)
+        local lat = {}
+        for i = 1, rounds do
+            assert.equal(0, lock:lock("lock"))
+            assert(dict:set("round", i))
+            env.sleep(0.002)    -- the waiter is asleep on the lock now
+            local released = env.now_us()
+            assert.equal(1, lock:unlock())
+            local got = env.wait_for(function()
+                return dict:get("got" .. i)
+            end)
+            assert.is_number(got)
+            lat[i] = (got - released) / 1000
+        end
+        local r = assert(env.parse(proc:read("*l")))
+        proc:close()
+        assert.equal(rounds, r.done)
+
+        table.sort(lat)
+        local p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
+        report("handoff latency (release -> waiter holds it): "
+               .. "median %.3f ms, p99 %.3f ms, max %.3f ms",
+               p50, p99, lat[rounds])
+        assert.is_true(p50 < 5, "median " .. p50 .. " ms")
+        assert.is_true(p99 < 50, "p99 " .. p99 .. " ms")
+    end)
+
+    it("reports the measured wait as elapsed outside nginx", function()
+        local proc = env.worker("hold", { zone = dict.name, dir = dir,
+                                          secs = 0.1 })
+        assert(dict:set("go", true))
+        assert(env.wait_for(function() return dict:get("pid") end))
+        local lock = resty_lock:new(dict)
+        local t0 = env.now()
+        local elapsed = lock:lock("lock")
+        local dt = env.now() - t0
+        proc:close()
+        assert.is_true(elapsed > 0.05 and elapsed < 0.115,
+                       "elapsed " .. elapsed)
+        assert.is_true(math.abs(elapsed - dt) < 0.002)
+        assert.equal(1, lock:unlock())
+    end)
+
+    it("bounds the worst wait of every process under contention",
+       function()
+        -- documented bound (resty.shmlock.zone_lock):
+        --   STARVE_AFTER + (W + 1) * (H + L)
+        -- W = 3 other processes, H = 50 us of hold, L = 50 ms allowed
+        -- for a woken process to get a CPU on a loaded machine
+        local hold, W, L = 0.00005, 3, 0.05
+        local bound = zone_lock.STARVE_AFTER + (W + 1) * (hold + L)
+
+        local results = run(dict, dir, W + 1, "fair",
+                            { secs = 1.5, hold_us = hold * 1e6 })
+        local total, worst, least = 0, 0, math.huge
+        for i = 1, W + 1 do
+            local r = results[i]
+            total = total + r.done
+            worst = math.max(worst, r.max_wait)
+            least = math.min(least, r.done)
+        end
+        assert.equal(total, dict:get("counter"))
+        report("fairness, %d processes, hold 50 us: worst wait %.1f ms "
+               .. "(bound %.0f ms), acquisitions per process >= %d of %d",
+               W + 1, worst * 1000, bound * 1000, least, total)
+        assert.is_true(worst < bound, "worst wait " .. worst)
+        -- everybody progresses: no process gets less than a tenth of its
+        -- share
+        assert.is_true(least > total / (W + 1) / 10,
+                       "least " .. least .. " of " .. total)
+    end)
+end)
