@@ -60,9 +60,6 @@ local YIELDABLE = {
 local _M = { _VERSION = "0.1.0" }
 local mt = { __index = _M }
 
--- dicts that lock objects point into stay mapped for the life of the
--- process: a collected lock object's finalizer may still need the zone
-local pinned = {}
 -- names resolved to ngx.shared dicts: they stay so (mixing the two stores
 -- for one name would break mutual exclusion)
 local shared_names = {}
@@ -174,7 +171,6 @@ function _M.new(a, b, c)
 
     local store, ops, zone, number = shared, shared_lock, nil, 0
     if dict then
-        pinned[dict] = true
         store, ops, zone = dict._zone, zone_lock, dict._zone
     else
         number = handle.shared_number(shared)

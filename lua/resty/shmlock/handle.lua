@@ -7,7 +7,9 @@
 -- back and the next lock takes it, so a new+lock+unlock cycle allocates no
 -- cdata and leaves no finalizer behind (pending finalizers would also
 -- abort JIT trace recording).  A handle inherited by a forked child
--- releases nothing: the lock belongs to the parent.
+-- releases nothing: the lock belongs to the parent.  A handle holding a
+-- lock keeps a reference to its zone (shmlock_zone_retain): at exit,
+-- finalizers run in any order, and the zone object may go first.
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
@@ -51,12 +53,21 @@ local pooled = 0
 
 local function finalize(cd)
     local tlen = cd.tok_len
-    if tlen == 0 or cd.pid ~= C.shmlock_self_pid() then
+    if tlen == 0 then
         return
     end
     cd.tok_len = 0
-    if cd.shared == 0 then
-        zone_lock.release(cd.zone, cd.key, cd.key_len, cd.tok, tlen)
+    local zone = cd.zone
+    if cd.pid ~= C.shmlock_self_pid() then
+        -- a forked child's copy: the lock is the parent's
+        if zone ~= nil then
+            C.shmlock_zone_close(zone)
+        end
+        return
+    end
+    if zone ~= nil then
+        zone_lock.release(zone, cd.key, cd.key_len, cd.tok, tlen)
+        C.shmlock_zone_close(zone)
     else
         shared_lock.release(dicts[cd.shared], ffi_str(cd.key, cd.key_len),
                             cd.key_len, cd.tok, tlen)
@@ -94,7 +105,11 @@ function _M.hold(self, key, klen, tok, tlen)
         cd = ffi_gc(ffi_new(handle_t, cap), finalize)
         cd.key_cap = cap
     end
-    cd.zone = self.zone
+    local zone = self.zone
+    if zone then
+        C.shmlock_zone_retain(zone)
+    end
+    cd.zone = zone
     cd.shared = self.number
     cd.pid = token_pid()
     ffi_copy(cd.key, key, klen)
@@ -119,6 +134,10 @@ end
 function _M.drop(self)
     local cd = self.cd
     cd.tok_len = 0
+    if cd.zone ~= nil then
+        C.shmlock_zone_close(cd.zone)
+        cd.zone = nil
+    end
     self.cd = false
     self.key = false
     if pooled < POOL_MAX then
