@@ -141,7 +141,8 @@ describe("resty.shmlock", function()
             local lock = resty_lock:new(dict)
             assert.same({ 0 }, { lock:lock("k") })
             local tok = dict:get("k")
-            assert.matches("^" .. env.pid() .. ":%d+:%d+$", tok)
+            assert.matches("^" .. env.pid() .. ":%d+:" .. env.pidns()
+                           .. ":%d+$", tok)
             local ttl = dict:ttl("k")
             assert.is_true(ttl > 29.9 and ttl <= 30)
         end)
@@ -466,14 +467,14 @@ describe("resty.shmlock", function()
     local function my_prefix()
         local lock = resty_lock:new(dict)
         assert.equal(0, lock:lock("prefix"))
-        local prefix = dict:get("prefix"):match("^%d+:%d+:")
+        local prefix = dict:get("prefix"):match("^%d+:%d+:%d+:")
         assert.equal(1, lock:unlock())
         return prefix
     end
 
     describe("dead holders", function()
         local function dead_token()
-            return env.dead_pid() .. ":12345:000000000000001"
+            return env.token(env.dead_pid(), 12345, 1)
         end
 
         it("lock() takes a key whose holder process is gone at once",
@@ -508,6 +509,15 @@ describe("resty.shmlock", function()
                         { resty_lock:new(dict):trylock("j") })
             assert.same({ nil, "timeout" },
                         { resty_lock:new(dict):trylock("b") })
+        end)
+
+        it("never judges a token from another pid namespace dead",
+           function()
+            local foreign = env.token(env.dead_pid(), 1, 1, env.pidns() + 1)
+            assert.is_true(dict:add("k", foreign, 30))
+            assert.same({ nil, "timeout" },
+                        { resty_lock:new(dict):trylock("k") })
+            assert.equal(foreign, dict:get("k"))
         end)
 
         it("hands a dead holder's lock to the live waiter marked on it",
@@ -801,8 +811,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
 
     it("takes a dead holder's key even where it cannot wait", function()
         fake.phase = "log"
-        assert.is_true(dict:add("k", env.dead_pid() .. ":1:000000000000001",
-                                30))
+        assert.is_true(dict:add("k", env.token(env.dead_pid(), 1, 1), 30))
         assert.same({ 0 }, { nginx_lock:new(dict):lock("k") })
     end)
 
@@ -825,7 +834,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
             local lock = assert(nginx_lock:new("fallback"))
             assert.is_false(env.exists(dir .. "/shmlock.fallback"))
             assert.same({ 0 }, { lock:lock("k") })
-            assert.matches("^%d+:%d+:%d+$", shared:get("k"))
+            assert.matches("^%d+:%d+:%d+:%d+$", shared:get("k"))
             assert.is_true(lock:owned())
             assert.same({ nil, "locked" }, { lock:lock("k") })
             assert.same({ true }, { lock:expire(1) })

@@ -2,13 +2,15 @@
 --
 -- A token names one acquisition by one process on this host:
 --
---     "<pid>:<start>:<serial, 15 decimal digits>"
+--     "<pid>:<start>:<pidns>:<serial, 15 decimal digits>"
 --
 -- pid and start (the process start time in clock ticks since boot, from
 -- /proc/<pid>/stat) identify the process even after its pid is reused;
--- serial counts the tokens this process has handed out.  Tokens are
--- compared as whole strings, and parsed only to ask whether their process
--- still lives.
+-- pidns (the inode of /proc/self/ns/pid) tells whether the pid means the
+-- same process to us: a token from another pid namespace (a container
+-- sharing the zone directory) is never judged dead.  serial counts the
+-- tokens this process has handed out.  Tokens are compared as whole
+-- strings, and parsed only to ask whether their process still lives.
 --
 -- The current token lives in a buffer: the prefix is written once per
 -- process (again after a fork: the C core refreshes its cached pid in the
@@ -27,6 +29,11 @@ local floor = math.floor
 
 local ZERO = 48
 
+ffi.cdef[[
+long shmlock_lua_readlink(const char *path, char *buf, size_t size)
+    __asm__("readlink");
+]]
+
 local _M = { MAX_LEN = 64 }
 
 -- the serial is written as 12 "high" digits, rewritten every 1000 tokens,
@@ -35,13 +42,26 @@ local buf = ffi_new("char[?]", _M.MAX_LEN)
 local len = 0           -- bytes of a token
 local pid = -1          -- the pid the prefix was written for
 local start = 0
+local pidns = 0
 local high, low = 0, 0
+
+
+-- the inode of our pid namespace (0 if /proc cannot tell)
+local function namespace()
+    local n = tonumber(ffi.C.shmlock_lua_readlink("/proc/self/ns/pid", buf,
+                                                  _M.MAX_LEN))
+    if n <= 0 then
+        return 0
+    end
+    return tonumber(ffi.string(buf, n):match("^pid:%[(%d+)%]$")) or 0
+end
 
 
 local function refresh(p)
     pid = p
     start = tonumber(C.shmlock_proc_start(p))
-    local prefix = p .. ":" .. start .. ":"
+    pidns = namespace()
+    local prefix = p .. ":" .. start .. ":" .. pidns .. ":"
     ffi_copy(buf, prefix)
     len = #prefix + 15
     high, low = -1, 999
@@ -81,11 +101,18 @@ end
 -- pid now belongs to a younger process).  Anything we cannot parse belongs
 -- to someone we do not know: assumed alive, it is left to its exptime.
 function _M.alive(tok)
-    local p, s = str_match(tok, "^(%d+):(%d+):%d+$")
+    local p, s, ns = str_match(tok, "^(%d+):(%d+):(%d+):%d+$")
     if not p then
         return true
     end
+    local me = C.shmlock_self_pid()
+    if me ~= pid then
+        refresh(me)
+    end
     p, s = tonumber(p), tonumber(s)
+    if tonumber(ns) ~= pidns then
+        return true     -- another pid namespace: its pids are not ours
+    end
     if p == pid and s == start then
         return true     -- held by this very process (another lock object)
     end
