@@ -602,6 +602,15 @@ describe("resty.shmlock", function()
             assert.equal(1, holder:unlock())
             assert.equal(me, dict:get("k"))
         end)
+
+        it("never marks a value that is not one of our tokens", function()
+            local me = my_prefix() .. "999999999999998"
+            assert.is_true(dict:add("k", "someone else's", 30))
+            assert.equal(zone_lock.BUSY,
+                         zone_lock.look(dict._zone, "k", 1, me, 30000, true,
+                                        200))
+            assert.equal("someone else's", dict:get("k"))
+        end)
     end)
 
     describe("the hot path", function()

@@ -65,7 +65,9 @@ local mt = { __index = _M }
 local shared_names = {}
 
 
--- true if the zone file of `name` exists (we attach, never create, here)
+-- true if the zone file of `name` exists: new() attaches to zones, never
+-- creates one.  (A zone destroyed between this check and the open would be
+-- created anew: shdict.open has no attach-only mode.)
 local function zone_exists(name)
     if C.shmlock_zone_name_ok(name, #name) ~= 1 then
         return false

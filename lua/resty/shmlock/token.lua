@@ -24,6 +24,7 @@ local ffi_new = ffi.new
 local ffi_copy = ffi.copy
 local tonumber = tonumber
 local str_match = string.match
+local str_find = string.find
 local str_format = string.format
 local floor = math.floor
 
@@ -93,6 +94,13 @@ end
 -- the pid tokens are being made for (-1 before the first token)
 function _M.pid()
     return pid
+end
+
+
+-- syntax: ok = token.valid(v)
+-- Whether v has the shape of our tokens.
+function _M.valid(v)
+    return str_find(v, "^%d+:%d+:%d+:%d+$") ~= nil
 end
 
 
