@@ -1,0 +1,254 @@
+-- The cache stampede, measured.
+--
+-- N processes ask for the same cold key at the same moment (a start
+-- barrier), twice:
+--
+--   with the lock:    resty.shmlock.cache's get(): one process calls the
+--                     loader, the others wait on the key's lock and are
+--                     woken when the value is stored;
+--   without the lock: plain cache-aside (get, on a miss call the loader,
+--                     set): every process that misses calls the loader.
+--
+-- The loader stands for a slow backend query: it takes --ms milliseconds
+-- of a backend that runs --slots queries at a time, first come first
+-- served (a database behind a small connection pool).  A caller's latency
+-- runs from the moment the barrier releases them all to the moment it has
+-- the value.  Prints a table, writes the latencies to --out and plots
+-- their distribution with gnuplot.
+--
+--     luajit demo/stampede.lua [-n 50] [--ms 200] [--slots 4]
+--                              [--out demo/out] [--png demo/stampede.png]
+--
+-- Processes are forked from this one (spec/helpers/proc.lua: fork, start
+-- barrier, wait); zones live in a private directory under /dev/shm that is
+-- removed at the end.
+
+local script_dir = arg[0]:match("^(.*)/[^/]*$") or "."
+local root = script_dir .. "/.."
+package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;"
+               .. root .. "/spec/?.lua;" .. package.path
+               .. ";/usr/share/lua/5.1/?.lua"
+
+local proc = require "helpers.proc"
+local shdict = require "resty.shmlock.shdict"
+local cache = require "resty.shmlock.cache"
+
+local ceil, max = math.ceil, math.max
+local format = string.format
+
+local USAGE = [[
+usage: luajit demo/stampede.lua [options]
+  -n N          processes asking for the key at once (default 50)
+  --ms MS       the loader's backend query time in ms (default 200)
+  --slots K     queries the backend runs at a time, 0 = unlimited (default 4)
+  --out DIR     where the latency data goes (default demo/out)
+  --png FILE    the plot (default demo/stampede.png)
+  --no-plot     print the table only]]
+
+
+local function parse_args(argv)
+    local o = {
+        n = 50, ms = 200, slots = 4,
+        out = script_dir .. "/out", png = script_dir .. "/stampede.png",
+        plot = true,
+    }
+    local numeric = { ["-n"] = "n", ["--ms"] = "ms", ["--slots"] = "slots" }
+    local paths = { ["--out"] = "out", ["--png"] = "png" }
+    local i = 1
+    while i <= #argv do
+        local a = argv[i]
+        if numeric[a] then
+            local v = tonumber(argv[i + 1])
+            if not v or v < 0 or v % 1 ~= 0 then
+                io.stderr:write(a, " needs a whole number\n", USAGE, "\n")
+                os.exit(2)
+            end
+            o[numeric[a]] = v
+            i = i + 2
+        elseif paths[a] and argv[i + 1] then
+            o[paths[a]] = argv[i + 1]
+            i = i + 2
+        elseif a == "--no-plot" then
+            o.plot = false
+            i = i + 1
+        else
+            if a == "-h" or a == "--help" then
+                print(USAGE)
+                os.exit(0)
+            end
+            io.stderr:write("unknown option ", a, "\n", USAGE, "\n")
+            os.exit(2)
+        end
+    end
+    if o.n < 1 or o.n > 1000 then
+        io.stderr:write("-n must be between 1 and 1000\n")
+        os.exit(2)
+    end
+    return o
+end
+
+
+-- The backend: one query takes `ms`, at most `slots` run at once, served
+-- in arrival order (a ticket each; ticket t may start once t - slots
+-- queries have finished).  Counts the queries of each run.
+local function backend_query(zone, run, ms, slots)
+    zone:incr("queries:" .. run, 1, 0)
+    local ticket = zone:incr("backend:tickets", 1, 0)
+    if slots > 0 then
+        while ticket - zone:get("backend:done") > slots do
+            proc.sleep(0.001)
+        end
+    end
+    proc.sleep(ms / 1000)
+    zone:incr("backend:done", 1)
+    return "the value"
+end
+
+-- one caller of the protected run: resty.shmlock.cache
+local function with_lock(zone, o)
+    local c = assert(cache.new("stampede", {
+        dict = zone,
+        lock_opts = { timeout = 60 },
+    }))
+    local value, err = c:get("key", nil, backend_query, zone, "with", o.ms,
+                             o.slots)
+    assert(value, err)
+end
+
+-- one caller of the unprotected run: cache-aside, as written without a lock
+local function without_lock(zone, o)
+    local value = zone:get("plain:key")
+    if value == nil then
+        value = backend_query(zone, "without", o.ms, o.slots)
+        zone:set("plain:key", value, 30)
+    end
+    assert(value)
+end
+
+-- Forks o.n callers held at a start barrier, releases them together;
+-- returns their latencies in ms (sorted) and the loader calls.
+local function run(name, caller, zone, o)
+    zone:set("backend:tickets", 0)
+    zone:set("backend:done", 0)
+    zone:set("queries:" .. name, 0)
+
+    local start = proc.pipe()
+    local pids = {}
+    for i = 1, o.n do
+        pids[i] = proc.spawn(function()
+            if not start:wait_release(30) then
+                error("never released")
+            end
+            caller(zone, o)
+            local ms = (proc.now() - zone:get("start")) * 1000
+            assert(zone:set(name .. ":" .. i, ms))
+        end)
+    end
+    -- CLOCK_MONOTONIC: the same clock in every process
+    zone:set("start", proc.now())
+    start:release()
+    start:close()
+
+    local lat = {}
+    for i, r in ipairs(proc.wait_all(pids, 120)) do
+        if r.how ~= "exit" or r.code ~= 0 then
+            error(format("%s run, caller %d: %s %s %s", name, i, r.how,
+                         tostring(r.code or r.sig), r.msg))
+        end
+        lat[i] = assert(zone:get(name .. ":" .. i))
+    end
+    table.sort(lat)
+    return lat, zone:get("queries:" .. name)
+end
+
+-- nearest-rank percentile of sorted values
+local function pct(sorted, p)
+    return sorted[max(1, ceil(p / 100 * #sorted))]
+end
+
+local function write_cdf(path, sorted)
+    local f = assert(io.open(path, "w"))
+    f:write("# latency_ms fraction_of_callers_served\n")
+    f:write("0 0\n")
+    for i, v in ipairs(sorted) do
+        f:write(format("%.3f %.6f\n", v, i / #sorted))
+    end
+    f:close()
+end
+
+local function shell_quote(s)
+    return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function sh(cmd)
+    local rc = os.execute(cmd)
+    return rc == 0 or rc == true
+end
+
+-- demo/stampede.gp reads its inputs as ARG1..ARG8 (gnuplot -c)
+local function plot(o, with_file, without_file, calls_with, calls_without)
+    if not sh("command -v gnuplot >/dev/null 2>&1") then
+        return nil, "gnuplot not found (Debian package gnuplot-nox; "
+                    .. "scripts/deps.sh installs it)"
+    end
+    local args = { script_dir .. "/stampede.gp", with_file, without_file,
+                   o.png, o.n, o.ms, o.slots, calls_with, calls_without }
+    for i, a in ipairs(args) do
+        args[i] = shell_quote(a)
+    end
+    local cmd = "gnuplot -c " .. table.concat(args, " ")
+    if not sh(cmd) then
+        return nil, "gnuplot failed: " .. cmd
+    end
+    return true
+end
+
+
+local o = parse_args(arg)
+local dir = proc.tmpdir()
+local ok, err = pcall(function()
+    local zone = assert(shdict.open("stampede-demo",
+                                    { dir = dir, size = "4m" }))
+
+    print(format("cache stampede: %d processes ask for the same cold key at "
+                 .. "once", o.n))
+    print(format("loader: a %d ms backend query; backend runs %s", o.ms,
+                 o.slots > 0 and (o.slots .. " queries at a time, in "
+                                  .. "arrival order")
+                              or "any number of queries at once"))
+    print()
+
+    local with, calls_with = run("with", with_lock, zone, o)
+    local without, calls_without = run("without", without_lock, zone, o)
+
+    local rows = {
+        { "with resty.shmlock.cache", calls_with, with },
+        { "without a lock", calls_without, without },
+    }
+    print(format("%-26s %12s %10s %10s %10s", "", "loader calls",
+                 "p50 (ms)", "p99 (ms)", "max (ms)"))
+    for _, r in ipairs(rows) do
+        local lat = r[3]
+        print(format("%-26s %12d %10.1f %10.1f %10.1f", r[1], r[2],
+                     pct(lat, 50), pct(lat, 99), lat[#lat]))
+    end
+    print()
+
+    assert(sh("mkdir -p " .. shell_quote(o.out)), "cannot create " .. o.out)
+    local with_file = o.out .. "/with.dat"
+    local without_file = o.out .. "/without.dat"
+    write_cdf(with_file, with)
+    write_cdf(without_file, without)
+    print("latencies: " .. with_file .. ", " .. without_file)
+
+    if o.plot then
+        assert(plot(o, with_file, without_file, calls_with, calls_without))
+        print("plot:      " .. o.png)
+    end
+end)
+proc.reap_all()
+proc.rmtree(dir)
+if not ok then
+    io.stderr:write("stampede: ", tostring(err), "\n")
+    os.exit(1)
+end
