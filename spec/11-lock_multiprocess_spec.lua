@@ -124,7 +124,9 @@ describe("resty.shmlock across processes", function()
         local lock = resty_lock:new(dict)
         local lat = {}
         for i = 1, rounds do
-            assert.equal(0, lock:lock("lock"))
+            -- the waiter may still be between its store of got<i-1> and
+            -- its unlock: a short wait here is fine
+            assert.is_number((lock:lock("lock")))
             assert(dict:set("round", i))
             env.sleep(0.002)    -- the waiter is asleep on the lock now
             local released = env.now_us()

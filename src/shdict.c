@@ -193,7 +193,7 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *old, const shmlock_value_t *v, int64_t exptime_ms,
     int *forcible)
 {
-    int64_t    now = 0;
+    int64_t    now = 0, deadline;
     uint32_t   i, *link;
     entry_t   *e;
     int        rc, live;
@@ -221,6 +221,8 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
         return SHMLOCK_CHANGED;
     }
     e = entry_at(z, i);
+    deadline = exptime_ms == SHMLOCK_KEEP_TTL
+               ? (int64_t) e->expires : entry_deadline(&now, exptime_ms);
     if (v->type == SHMLOCK_TNIL) {
         entry_remove(z, i);
         return SHMLOCK_OK;
@@ -228,10 +230,10 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
     if (entry_value_equal(z, i, v) && e->user_flags == v->flags) {
         /* same value (a lock extending its expiry): one word to change, so
          * no new chunks needed; anything more goes through a new entry */
-        ZW64(z, e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
+        ZW64(z, e->expires, (uint64_t) deadline);
         return SHMLOCK_OK;
     }
-    rc = entry_put(z, i, key, klen, hash, v, entry_deadline(&now, exptime_ms),
+    rc = entry_put(z, i, key, klen, hash, v, deadline,
                    e->eflags & ENTRY_PINNED, 0, &now, forcible);
     return rc;
 }

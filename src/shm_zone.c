@@ -204,7 +204,8 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
     if (!shm_zone_name_ok(name, name_len)) {
         return SHMLOCK_BAD_NAME;
     }
-    if (size < SHMLOCK_MIN_SIZE || size > ((uint64_t) 1 << 40)) {
+    if (size != 0 && (size < SHMLOCK_MIN_SIZE || size > ((uint64_t) 1 << 40)))
+    {
         return SHMLOCK_BAD_SIZE;
     }
     size = (size + 4095) & ~(uint64_t) 4095;
@@ -218,6 +219,9 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
         rc = zone_attach_file(path, out, err);
         if (rc != SHMLOCK_SYSTEM || *err != ENOENT) {
             return rc;
+        }
+        if (size == 0) {
+            return SHMLOCK_NOT_FOUND;    /* attach only */
         }
         rc = zone_create_file(dir, name, name_len, path, size, out, err);
         if (rc != SHMLOCK_EXISTS) {

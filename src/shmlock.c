@@ -324,6 +324,12 @@ shmlock_now_ms(void)
     return sys_now_ms();
 }
 
+int64_t
+shmlock_now_us(void)
+{
+    return sys_now_us();
+}
+
 uint32_t
 shmlock_hash(const char *key, size_t len)
 {

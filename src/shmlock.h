@@ -54,6 +54,7 @@ enum {
 };
 
 #define SHMLOCK_NAME_MAX   64
+#define SHMLOCK_KEEP_TTL   (-1)   /* cas: keep the entry's current expiry */
 #define SHMLOCK_KEY_MAX    65535
 #define SHMLOCK_MIN_SIZE   (32 * 1024)
 
@@ -78,7 +79,8 @@ typedef struct {
 
 /*
  * Create the zone `name` (size bytes) under `dir` (NULL: $SHMLOCK_DIR, else
- * /dev/shm), or attach to it if it exists (its real size is kept).
+ * /dev/shm), or attach to it if it exists (its real size is kept).  With
+ * size 0, only attach: SHMLOCK_NOT_FOUND when there is no such zone.
  */
 SHMLOCK_API int shmlock_zone_open(const char *dir, const char *name,
     size_t name_len, size_t size, shmlock_zone_t **out);
@@ -119,6 +121,7 @@ SHMLOCK_API int shmlock_dict_ttl(shmlock_zone_t *zone, const char *key,
 SHMLOCK_API int shmlock_dict_expire(shmlock_zone_t *zone, const char *key,
     size_t key_len, int64_t exptime_ms);
 
+/* exptime_ms SHMLOCK_KEEP_TTL keeps the entry's expiry as it is. */
 SHMLOCK_API int shmlock_dict_cas(shmlock_zone_t *zone, const char *key,
     size_t key_len, const shmlock_value_t *old, const shmlock_value_t *val,
     int64_t exptime_ms, int *forcible);
@@ -149,6 +152,7 @@ SHMLOCK_API int shmlock_dict_verify(shmlock_zone_t *zone, char *msg,
 /* ---- time, hashing, key wait words (used by the lock layer) ---- */
 
 SHMLOCK_API int64_t shmlock_now_ms(void);
+SHMLOCK_API int64_t shmlock_now_us(void);
 SHMLOCK_API uint32_t shmlock_hash(const char *key, size_t len);
 
 /*

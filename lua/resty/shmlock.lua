@@ -19,7 +19,6 @@
 -- a held one answers nil, "cannot wait in <phase> phase".
 
 local ffi = require "ffi"
-local C = require "resty.shmlock.lib"
 local shdict = require "resty.shmlock.shdict"
 local token = require "resty.shmlock.token"
 local handle = require "resty.shmlock.handle"
@@ -32,8 +31,6 @@ local tostring = tostring
 local error = error
 local setmetatable = setmetatable
 local getmetatable = getmetatable
-local getenv = os.getenv
-local io_open = io.open
 local min = math.min
 local max = math.max
 local next_token = token.next
@@ -65,24 +62,8 @@ local mt = { __index = _M }
 local shared_names = {}
 
 
--- true if the zone file of `name` exists: new() attaches to zones, never
--- creates one.  (A zone destroyed between this check and the open would be
--- created anew: shdict.open has no attach-only mode.)
-local function zone_exists(name)
-    if C.shmlock_zone_name_ok(name, #name) ~= 1 then
-        return false
-    end
-    local dir = getenv("SHMLOCK_DIR")
-    if not dir or dir == "" then
-        dir = "/dev/shm"
-    end
-    local f = io_open(dir .. "/shmlock." .. name, "rb")
-    if not f then
-        return false
-    end
-    f:close()
-    return true
-end
+-- new() attaches to existing zones, never creates one
+local ATTACH = { create = false }
 
 
 -- the dict object (a zone) or the ngx.shared dict behind dict_name
@@ -101,10 +82,7 @@ local function find(name)
     if shared then
         return nil, shared
     end
-    local dict = shdict.opened(name)
-    if not dict and zone_exists(name) then
-        dict = shdict.open(name)
-    end
+    local dict = shdict.opened(name) or shdict.open(name, ATTACH)
     if dict then
         return dict
     end

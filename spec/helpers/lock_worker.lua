@@ -60,7 +60,11 @@ if o.starve_after then
     zone_lock.STARVE_AFTER = o.starve_after
 end
 
+local go_deadline = now_us() + 30 * 1000000
 while not dict:get("go") do
+    if now_us() > go_deadline then
+        fail("never told to go")
+    end
     ffi.C.shmlock_lua_usleep(200)
 end
 
@@ -145,7 +149,12 @@ elseif mode == "wait" then
 elseif mode == "pingpong" then
     local lock = resty_lock:new(dict, opts)
     for i = 1, o.rounds do
+        -- bounded: a parent that failed never moves the round on
+        local deadline = now_us() + 30 * 1000000
         while dict:get("round") ~= i do
+            if now_us() > deadline then
+                fail("round " .. i .. " never came")
+            end
             ffi.C.shmlock_lua_usleep(100)
         end
         local elapsed, e = lock:lock(key)

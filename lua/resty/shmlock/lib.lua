@@ -58,6 +58,7 @@ size_t shmlock_dict_free_space(shmlock_zone_t *zone);
 int shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size);
 
 int64_t shmlock_now_ms(void);
+int64_t shmlock_now_us(void);
 uint32_t shmlock_hash(const char *key, size_t len);
 uint32_t shmlock_wait_seq(shmlock_zone_t *zone, uint32_t hash);
 int shmlock_wait(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,

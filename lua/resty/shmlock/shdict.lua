@@ -456,7 +456,7 @@ local function parse_size(size)
         return nil
     end
     size = tonumber(digits) * units[unit:lower()]
-    if size > MAX_SIZE then
+    if size <= 0 or size > MAX_SIZE then
         return nil
     end
     return size
@@ -490,6 +490,11 @@ function _M.open(name, opts)
     local dict = zones[id]
     if dict then
         return dict
+    end
+
+    -- create = false: attach to an existing zone only (size 0 to the core)
+    if opts and opts.create == false then
+        size = 0
     end
 
     local rc = C.shmlock_zone_open(dir, name, #name, size, zone_out)

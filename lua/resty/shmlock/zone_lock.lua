@@ -76,13 +76,7 @@ local _M = {
     STARVE_AFTER = 0.002,
 }
 
-ffi.cdef[[
-typedef struct { long tv_sec; long tv_nsec; } shmlock_lua_timespec_t;
-int shmlock_lua_clock_gettime(int clk, shmlock_lua_timespec_t *ts)
-    __asm__("clock_gettime");
-]]
-
-local CLOCK_MONOTONIC = 1       -- Linux; the clock shmlock_now_ms() reads
+local KEEP_TTL = -1             -- cas: keep the holder's expiry
 
 -- scratch space for the C calls, allocated once; each is filled right
 -- before its call (no allocation in between, so no GC finalizer can run
@@ -93,8 +87,6 @@ val.type = T_STRING
 old.type = T_STRING
 local out = ffi_new("shmlock_value_t")
 local forcible = ffi_new("int[1]")
-local ttl_buf = ffi_new("int64_t[1]")
-local ts = ffi_new("shmlock_lua_timespec_t")
 local buf_size = 256
 local buf = ffi_new("char[?]", buf_size)
 
@@ -106,8 +98,7 @@ end
 
 -- monotonic microseconds, comparable between processes
 local function now_us()
-    C.shmlock_lua_clock_gettime(CLOCK_MONOTONIC, ts)
-    return tonumber(ts.tv_sec) * 1000000 + floor(tonumber(ts.tv_nsec) / 1000)
+    return tonumber(C.shmlock_now_us())
 end
 _M.now_us = now_us
 
@@ -173,15 +164,6 @@ local function split(v)
         return v
     end
     return h, s, tonumber(e), tonumber(since)
-end
-
-
--- the key's remaining TTL in ms (0: never), nil if gone
-local function ttl(zone, key, klen)
-    if C.shmlock_dict_ttl(zone, key, klen, ttl_buf) ~= OK then
-        return nil
-    end
-    return ttl_buf[0]
 end
 
 
@@ -291,12 +273,8 @@ end
 
 
 local function mark(zone, key, klen, v, holder, tok, exp_ms, since)
-    local left = ttl(zone, key, klen)
-    if not left then
-        return BUSY
-    end
     local marked = holder .. "|" .. tok .. "|" .. exp_ms .. "|" .. since
-    if cas(zone, key, klen, v, marked, left) == OK then
+    if cas(zone, key, klen, v, marked, KEEP_TTL) == OK then
         return MARKED
     end
     return BUSY
@@ -359,8 +337,7 @@ local function withdraw(zone, key, klen, tok)
         if starver ~= tok then
             return false
         end
-        local left = ttl(zone, key, klen)
-        if left and cas(zone, key, klen, v, holder, left) == OK then
+        if cas(zone, key, klen, v, holder, KEEP_TTL) == OK then
             return false
         end
     end
