@@ -35,7 +35,7 @@ PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 
-.PHONY: all clean install deps test test-lua test-nginx test-asan \
+.PHONY: all clean install deps demo test test-lua test-nginx test-asan \
         test-valgrind test-install
 
 all: $(LIB)
@@ -67,6 +67,13 @@ $(ASAN_CTEST): $(CTEST_SRC) src/shmlock.h $(ASAN_LIB)
 
 deps:
 	scripts/deps.sh </dev/null
+
+# The main job: a cache stampede on an embedded zone, with and without the
+# lock (demo/stampede.lua; writes demo/stampede.png).
+demo:
+	scripts/deps.sh </dev/null
+	$(MAKE) --no-print-directory all
+	luajit demo/stampede.lua
 
 # The whole suite, from a fresh Debian machine: packages, build, specs,
 # nginx tests, then the same specs and the C driver under the sanitizers and
