@@ -24,6 +24,7 @@ local token = require "resty.shmlock.token"
 local handle = require "resty.shmlock.handle"
 local zone_lock = require "resty.shmlock.zone_lock"
 local shared_lock = require "resty.shmlock.shared_lock"
+local options = require "resty.shmlock.options"
 
 local ffi_str = ffi.string
 local type = type
@@ -97,20 +98,6 @@ local function find(name)
 end
 
 
-local function option(opts, name)
-    local v = opts[name]
-    if v ~= nil then
-        if type(v) ~= "number" then
-            error("opts." .. name .. " must be a number", 3)
-        end
-        if not (v >= 0) then
-            error("opts." .. name .. " must be >= 0", 3)
-        end
-    end
-    return v
-end
-
-
 -- syntax: lock, err = resty_lock:new(dict_name, opts?)
 --         (resty_lock.new(dict_name, opts?) works too)
 function _M.new(a, b, c)
@@ -124,30 +111,7 @@ function _M.new(a, b, c)
         return nil, "dictionary not found"
     end
 
-    local exptime, timeout, step, ratio, max_step
-    if opts ~= nil then
-        if type(opts) ~= "table" then
-            error("opts must be a table", 2)
-        end
-        exptime = option(opts, "exptime")
-        timeout = option(opts, "timeout")
-        step = option(opts, "step")
-        ratio = option(opts, "ratio")
-        max_step = option(opts, "max_step")
-        if max_step == 0 then
-            error("opts.max_step must be > 0", 2)
-        end
-    end
-
-    -- resty.lock's clamping: a given timeout is at most exptime, a given
-    -- step at most the timeout
-    exptime = exptime or 30
-    if timeout then
-        timeout = min(timeout, exptime)
-        if step then
-            step = min(step, timeout)
-        end
-    end
+    local exptime, timeout, step, ratio, max_step = options.lock(opts)
 
     local store, ops, zone, number = shared, shared_lock, nil, 0
     if dict then
@@ -166,10 +130,10 @@ function _M.new(a, b, c)
         key = false,        -- the key held
         exptime = exptime,
         exptime_ms = ms(exptime),
-        timeout = timeout or 5,
-        step = step or 0.001,
-        ratio = ratio or 2,
-        max_step = max_step or 0.5,
+        timeout = timeout,
+        step = step,
+        ratio = ratio,
+        max_step = max_step,
     }, mt)
 end
 

@@ -17,6 +17,7 @@
 
 local ffi = require "ffi"
 local bit = require "bit"
+local options = require "resty.shmlock.options"
 
 local C = ffi.C
 local ffi_new = ffi.new
@@ -312,24 +313,6 @@ local function ms_string(seconds)
     return format("%.0f", ms)
 end
 
-local function number_opt(opts, name, positive)
-    local v = opts[name]
-    if v == nil then
-        return nil
-    end
-    if type(v) ~= "number" or v ~= v then
-        error("opts." .. name .. " must be a number", 3)
-    end
-    if positive then
-        if v <= 0 then
-            error("opts." .. name .. " must be > 0", 3)
-        end
-    elseif v < 0 then
-        error("opts." .. name .. " must be >= 0", 3)
-    end
-    return v
-end
-
 -- new(client, opts) or :new(client, opts)
 function _M.new(a, b, c)
     local client, opts = a, b
@@ -343,33 +326,13 @@ function _M.new(a, b, c)
               .. 'lua-resty-redis object expected', 2)
     end
 
-    local exptime, timeout, step, ratio, max_step, prefix
-    if opts ~= nil then
-        if type(opts) ~= "table" then
-            error("opts must be a table", 2)
-        end
-        exptime = number_opt(opts, "exptime")
-        timeout = number_opt(opts, "timeout")
-        step = number_opt(opts, "step", true)
-        ratio = number_opt(opts, "ratio", true)
-        max_step = number_opt(opts, "max_step", true)
-        prefix = opts.prefix
-        if prefix ~= nil and type(prefix) ~= "string" then
-            error("opts.prefix must be a string", 2)
-        end
-        if exptime == huge then
-            error("opts.exptime must be finite (0 means never expires)", 2)
-        end
+    local exptime, timeout, step, ratio, max_step = options.lock(opts)
+    local prefix = opts and opts.prefix
+    if prefix ~= nil and type(prefix) ~= "string" then
+        error("opts.prefix must be a string", 2)
     end
-
-    if not exptime then
-        exptime = 30
-    end
-    if timeout then
-        timeout = min(timeout, exptime)
-        if step then
-            step = min(step, timeout)
-        end
+    if exptime == huge then
+        error("opts.exptime must be finite (0 means never expires)", 2)
     end
 
     return setmetatable({
@@ -377,10 +340,10 @@ function _M.new(a, b, c)
         kind = kind,
         prefix = prefix or "lock:",
         exptime = exptime,
-        timeout = timeout or 5,
-        step = step or 0.001,
-        ratio = ratio or 2,
-        max_step = max_step or 0.5,
+        timeout = timeout,
+        step = step,
+        ratio = ratio,
+        max_step = max_step,
         ms = ms_string(exptime),
         key = nil,         -- the Redis key while we hold it
         fence_key = nil,

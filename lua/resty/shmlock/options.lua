@@ -1,0 +1,63 @@
+-- resty.shmlock.options: resty.lock's options, checked and clamped in one
+-- place for every lock flavour (zones, ngx.shared dicts, Redis).
+--
+-- Defaults: exptime 30, timeout 5, step 0.001, ratio 2, max_step 0.5 (s).
+-- Clamping, as resty.lock: a given timeout is at most exptime, and a given
+-- step at most the timeout.  Misuse raises at the caller of new():
+-- "opts must be a table", "opts.<name> must be a number" (NaN included),
+-- "opts.<name> must be >= 0" (exptime, timeout), "opts.<name> must be > 0"
+-- (step, ratio, max_step: zero would never back off, or loop for ever).
+
+local type = type
+local error = error
+local min = math.min
+
+local _M = {}
+
+local POSITIVE = { step = true, ratio = true, max_step = true }
+
+-- level 4: number() <- lock() <- new() <- the caller of new()
+local function number(opts, name)
+    local v = opts[name]
+    if v == nil then
+        return nil
+    end
+    if type(v) ~= "number" or v ~= v then
+        error("opts." .. name .. " must be a number", 4)
+    end
+    if POSITIVE[name] then
+        if v <= 0 then
+            error("opts." .. name .. " must be > 0", 4)
+        end
+    elseif v < 0 then
+        error("opts." .. name .. " must be >= 0", 4)
+    end
+    return v
+end
+
+-- syntax: exptime, timeout, step, ratio, max_step = options.lock(opts)
+-- To be called from a lock constructor (errors point at its caller).
+function _M.lock(opts)
+    local exptime, timeout, step, ratio, max_step
+    if opts ~= nil then
+        if type(opts) ~= "table" then
+            error("opts must be a table", 3)
+        end
+        exptime = number(opts, "exptime")
+        timeout = number(opts, "timeout")
+        step = number(opts, "step")
+        ratio = number(opts, "ratio")
+        max_step = number(opts, "max_step")
+    end
+
+    exptime = exptime or 30
+    if timeout then
+        timeout = min(timeout, exptime)
+        if step then
+            step = min(step, timeout)
+        end
+    end
+    return exptime, timeout or 5, step or 0.001, ratio or 2, max_step or 0.5
+end
+
+return _M
