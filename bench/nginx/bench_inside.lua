@@ -1,0 +1,455 @@
+-- bench_inside: the nginx side of `make bench`, sections (5) and (6).
+--
+-- (5) Tight loops, timed inside nginx.  So that with 2 workers both
+-- workers run the same loop at the same time, loops do not run in the
+-- request handler: GET /run posts a job in the bench_ctl dict; a timer in
+-- every worker picks it up, meets the others at a barrier, runs the loop
+-- and posts its ns per op; /run answers when every worker has.  Each
+-- worker uses its own keys (the workers share the zones, not the keys).
+--
+-- (6) GET /stampede/ours and /stampede/peer: one hot key, a 50 ms loader,
+-- the cache-lock pattern (get; on a miss lock, get again, load, set,
+-- unlock).  bench_ctl counts loader calls and requests slower than 5 ms.
+
+local ffi = require "ffi"
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+local polling_lock = require "polling_lock"
+
+local ngx = ngx
+local shared = ngx.shared
+local tonumber = tonumber
+local concat = table.concat
+
+pcall(ffi.cdef, [[
+typedef struct { long tv_sec; long tv_nsec; } bench_timespec_t;
+]])
+pcall(ffi.cdef, "int clock_gettime(int clk, bench_timespec_t *ts);")
+local ts = ffi.new("bench_timespec_t")
+local function now()
+    ffi.C.clock_gettime(1, ts)
+    return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
+local _M = {}
+
+local NKEYS = 1000                     -- keys per worker for dict ops
+local NBIG = 1000000                   -- keys of the get_big benches
+local VALUE = "0123456789abcdef"       -- 16 bytes
+local STAMPEDE_KEY = "hot"
+local STAMPEDE_TTL = 0.5
+local LOADER_DELAY = 0.05
+local STALL = 0.005
+
+local ours, ours_locks, ours_cache     -- our zones (opened in the master)
+local ours_big
+local ngx_dict, ngx_cache, ngx_big     -- ngx.shared dicts
+local ctl
+local keys                             -- this worker's keys, shuffled
+local wid                              -- this worker's id
+local cache_mod, cache_obj             -- resty.shmlock.cache, if present
+
+
+function _M.init()
+    ours = assert(shdict.open("bench_dict", { size = "16m" }))
+    ours_locks = assert(shdict.open("bench_locks", { size = "4m" }))
+    ours_cache = assert(shdict.open("bench_cache", { size = "4m" }))
+    ours_big = assert(shdict.open("bench_big",
+                                  { size = NBIG * 256 + 4 * 1024 * 1024 }))
+    local ok, mod = pcall(require, "resty.shmlock.cache")
+    if ok then
+        cache_mod = mod
+    end
+end
+
+
+-- ---- (5) loops ----
+
+local B = {}
+
+-- lock + unlock, new object per iteration
+B.lock_new_ours = function(n)
+    local key = "lock:" .. wid
+    local t0 = now()
+    for _ = 1, n do
+        local lock = resty_lock:new("bench_locks")
+        lock:lock(key)
+        lock:unlock()
+    end
+    return { lock_new_ours = now() - t0 }
+end
+
+B.lock_new_peer = function(n)
+    local key = "lock:" .. wid
+    local t0 = now()
+    for _ = 1, n do
+        local lock = polling_lock:new("bench_ngx_locks")
+        lock:lock(key)
+        lock:unlock()
+    end
+    return { lock_new_peer = now() - t0 }
+end
+
+B.lock_reused_ours = function(n)
+    local key = "lock:" .. wid
+    local lock = assert(resty_lock:new("bench_locks"))
+    local t0 = now()
+    for _ = 1, n do
+        lock:lock(key)
+        lock:unlock()
+    end
+    return { lock_reused_ours = now() - t0 }
+end
+
+B.lock_reused_peer = function(n)
+    local key = "lock:" .. wid
+    local lock = assert(polling_lock:new("bench_ngx_locks"))
+    local t0 = now()
+    for _ = 1, n do
+        lock:lock(key)
+        lock:unlock()
+    end
+    return { lock_reused_peer = now() - t0 }
+end
+
+local function fill(dict)
+    for i = 1, NKEYS do
+        local ok, err = dict:set(keys[i], VALUE)
+        if not ok then error("set: " .. tostring(err)) end
+    end
+end
+
+local function get_loop(dict, n)
+    fill(dict)
+    local j = 0
+    local t0 = now()
+    for _ = 1, n do
+        j = j + 1
+        if j > NKEYS then j = 1 end
+        if not dict:get(keys[j]) then error("miss") end
+    end
+    return now() - t0
+end
+
+local function set_loop(dict, n)
+    fill(dict)
+    local j = 0
+    local t0 = now()
+    for _ = 1, n do
+        j = j + 1
+        if j > NKEYS then j = 1 end
+        dict:set(keys[j], VALUE)
+    end
+    return now() - t0
+end
+
+-- whole passes: delete every key, then add every key, each timed
+local function add_delete_loop(dict, n)
+    fill(dict)
+    local passes = math.max(1, math.ceil(n / NKEYS))
+    local td, ta = 0, 0
+    for _ = 1, passes do
+        local t0 = now()
+        for i = 1, NKEYS do
+            dict:delete(keys[i])
+        end
+        local t1 = now()
+        for i = 1, NKEYS do
+            if not dict:add(keys[i], VALUE) then error("add failed") end
+        end
+        local t2 = now()
+        td = td + (t1 - t0)
+        ta = ta + (t2 - t1)
+    end
+    -- scaled to n operations, as the other loops report
+    local k = n / (passes * NKEYS)
+    return ta * k, td * k
+end
+
+-- get at NBIG keys (random order), against get at NKEYS: how each store's
+-- cost grows with its size, inside nginx
+local big_keys
+local big_filled = {}
+local function get_big_loop(dict, n)
+    if not big_keys then
+        local perm = {}
+        for i = 1, NBIG do perm[i] = i end
+        math.randomseed(7)
+        for i = NBIG, 2, -1 do
+            local j = math.random(i)
+            perm[i], perm[j] = perm[j], perm[i]
+        end
+        big_keys = {}
+        for i = 1, NBIG do big_keys[i] = "big:" .. perm[i] end
+    end
+    if not big_filled[dict] then
+        for i = 1, NBIG do
+            local ok, err, forcible = dict:set(big_keys[i], VALUE)
+            if not ok or forcible then
+                error("filling the big dict: " .. tostring(err)
+                      .. (forcible and " (evicted)" or ""))
+            end
+        end
+        big_filled[dict] = true
+    end
+    local j = 0
+    local t0 = now()
+    for _ = 1, n do
+        j = j + 1
+        if j > NBIG then j = 1 end
+        if not dict:get(big_keys[j]) then error("miss") end
+    end
+    return now() - t0
+end
+
+B.get_big_ours = function(n) return { get_big_ours = get_big_loop(ours_big, n) } end
+B.get_big_ngx = function(n) return { get_big_ngx = get_big_loop(ngx_big, n) } end
+
+B.get_ours = function(n) return { get_ours = get_loop(ours, n) } end
+B.get_ngx = function(n) return { get_ngx = get_loop(ngx_dict, n) } end
+B.set_ours = function(n) return { set_ours = set_loop(ours, n) } end
+B.set_ngx = function(n) return { set_ngx = set_loop(ngx_dict, n) } end
+B.add_delete_ours = function(n)
+    local a, d = add_delete_loop(ours, n)
+    return { add_ours = a, delete_ours = d }
+end
+B.add_delete_ngx = function(n)
+    local a, d = add_delete_loop(ngx_dict, n)
+    return { add_ngx = a, delete_ngx = d }
+end
+
+
+-- a worker's side of a job: barrier, loop, post the result
+local function run_job(id, name, n, nworkers)
+    ctl:incr("ready:" .. id, 1, 0)
+    local deadline = now() + 10
+    while (ctl:get("ready:" .. id) or 0) < nworkers do
+        if now() > deadline then
+            ctl:set("res:" .. id .. ":" .. wid, "error: barrier timeout")
+            return
+        end
+        ngx.sleep(0.001)
+    end
+    local f = B[name]
+    local t0 = now()
+    local ok, res = pcall(f, n)
+    local took = now() - t0
+    if took > 5 then
+        ngx.log(ngx.WARN, "bench job ", id, " (", name, ", n=", n,
+                ") took ", took, " s in worker ", wid)
+    end
+    local out
+    if not ok then
+        out = "error: " .. tostring(res)
+    else
+        local parts = {}
+        for metric, secs in pairs(res) do
+            parts[#parts + 1] = metric .. "=" .. (secs * 1e9 / n)
+        end
+        out = concat(parts, " ")
+    end
+    ctl:set("res:" .. id .. ":" .. wid, out)
+end
+
+local function poller(premature)
+    if premature then return end
+    local seen = ctl:get("job") or 0
+    while not ngx.worker.exiting() do
+        local job = ctl:get("job") or 0
+        if job > seen then
+            local spec = ctl:get("job:" .. job)
+            if spec then
+                seen = job
+                local name, n, nworkers = spec:match("^(%S+) (%d+) (%d+)$")
+                run_job(job, name, tonumber(n), tonumber(nworkers))
+            end
+        end
+        ngx.sleep(0.002)
+    end
+end
+
+function _M.init_worker()
+    ctl = shared.bench_ctl
+    ngx_dict = shared.bench_ngx
+    ngx_cache = shared.bench_ngx_cache
+    ngx_big = shared.bench_ngx_big
+    wid = ngx.worker.id()
+    local perm = {}
+    for i = 1, NKEYS do perm[i] = i end
+    math.randomseed(wid + 1)
+    for i = NKEYS, 2, -1 do
+        local j = math.random(i)
+        perm[i], perm[j] = perm[j], perm[i]
+    end
+    keys = {}
+    for i = 1, NKEYS do
+        keys[i] = "w" .. wid .. ":key:" .. perm[i]
+    end
+    if cache_mod then
+        cache_obj = assert(cache_mod.new("bench_stampede", {
+            dict = "bench_cache", lock_dict = "bench_locks",
+            ttl = STAMPEDE_TTL,
+        }))
+    end
+    assert(ngx.timer.at(0, poller))
+end
+
+-- GET /run?bench=NAME&n=N: "<metric> <ns per op>" lines, one per worker
+-- and metric: "<wid> <metric> <ns>"
+function _M.run()
+    local args = ngx.req.get_uri_args()
+    local name, n = args.bench, tonumber(args.n)
+    if not B[name] or not n then
+        ngx.status = 400
+        ngx.say("unknown bench or bad n")
+        return
+    end
+    local nworkers = ngx.worker.count()
+    -- the job is described before it is published: a poller that sees
+    -- the new id finds its description
+    local id = ctl:incr("job_ids", 1, 0)
+    ctl:set("job:" .. id, name .. " " .. n .. " " .. nworkers)
+    ctl:set("job", id)
+    local deadline = now() + 120
+    while true do
+        local done = 0
+        for w = 0, nworkers - 1 do
+            local res = ctl:get("res:" .. id .. ":" .. w)
+            if res then
+                done = done + 1
+                if res:find("^error") then done = nworkers end
+            end
+        end
+        if done >= nworkers then break end
+        if now() > deadline then
+            ngx.status = 504
+            ngx.say("workers did not answer")
+            return
+        end
+        ngx.sleep(0.005)
+    end
+    for w = 0, nworkers - 1 do
+        local res = ctl:get("res:" .. id .. ":" .. w) or "error: no answer"
+        if res:find("^error") then
+            ngx.status = 500
+            ngx.say("worker ", w, ": ", res)
+            return
+        end
+        for metric, ns in res:gmatch("(%S+)=(%S+)") do
+            ngx.say(w, " ", metric, " ", ns)
+        end
+    end
+end
+
+
+-- ---- (6) stampede ----
+
+local function loader(variant)
+    ctl:incr("loads:" .. variant, 1, 0)
+    ngx.sleep(LOADER_DELAY)
+    return "value loaded at " .. ngx.now()
+end
+
+local function account(variant, t0)
+    local t = now() - t0
+    if t >= STALL then
+        ctl:incr("stalls:" .. variant, 1, 0)
+        ctl:incr("stall_us:" .. variant, t * 1e6, 0)
+        local k = "stall_max_us:" .. variant .. ":" .. wid
+        if t * 1e6 > (ctl:get(k) or 0) then
+            ctl:set(k, t * 1e6)
+        end
+    end
+end
+
+-- the cache pattern of resty.lock's documentation, over any dict and lock
+local function cache_lock_get(cache, lock_mod, lock_dict, variant)
+    local val = cache:get(STAMPEDE_KEY)
+    if val then
+        return val
+    end
+    local lock, err = lock_mod:new(lock_dict)
+    if not lock then
+        error("lock: " .. tostring(err))
+    end
+    local elapsed
+    elapsed, err = lock:lock(STAMPEDE_KEY)
+    if not elapsed then
+        error("lock: " .. tostring(err))
+    end
+    val = cache:get(STAMPEDE_KEY)
+    if val then
+        lock:unlock()
+        return val
+    end
+    val = loader(variant)
+    local ok
+    ok, err = cache:set(STAMPEDE_KEY, val, STAMPEDE_TTL)
+    if not ok then
+        lock:unlock()
+        error("set: " .. tostring(err))
+    end
+    lock:unlock()
+    return val
+end
+
+local function ours_loader()
+    return loader("ours")
+end
+
+function _M.stampede_ours()
+    local t0 = now()
+    local val
+    if cache_obj then
+        local err
+        val, err = cache_obj:get(STAMPEDE_KEY, nil, ours_loader)
+        if val == nil then
+            error("cache: " .. tostring(err))
+        end
+    else
+        val = cache_lock_get(ours_cache, resty_lock, "bench_locks", "ours")
+    end
+    ngx.say(val)
+    account("ours", t0)
+end
+
+function _M.stampede_peer()
+    local t0 = now()
+    local val = cache_lock_get(ngx_cache, polling_lock, "bench_ngx_locks",
+                               "peer")
+    ngx.say(val)
+    account("peer", t0)
+end
+
+-- GET /stampede/reset: cold caches, zero counters
+function _M.reset()
+    ours_cache:flush_all()
+    ngx_cache:flush_all()
+    if cache_obj then
+        -- every worker's L1 copy expires with the value's ttl
+        ngx.sleep(STAMPEDE_TTL + 0.1)
+    end
+    for _, v in ipairs{ "ours", "peer" } do
+        ctl:delete("loads:" .. v)
+        ctl:delete("stalls:" .. v)
+        ctl:delete("stall_us:" .. v)
+        for w = 0, 63 do ctl:delete("stall_max_us:" .. v .. ":" .. w) end
+    end
+    ngx.say(cache_obj and "cache" or "pattern")
+end
+
+-- GET /stampede/stats?v=ours: "loads stalls stall_mean_us stall_max_us"
+function _M.stats()
+    local v = ngx.var.arg_v
+    local stalls = ctl:get("stalls:" .. v) or 0
+    local mx = 0
+    for w = 0, 63 do
+        local m = ctl:get("stall_max_us:" .. v .. ":" .. w) or 0
+        if m > mx then mx = m end
+    end
+    ngx.say(ctl:get("loads:" .. v) or 0, " ", stalls, " ",
+            stalls > 0 and (ctl:get("stall_us:" .. v) / stalls) or 0, " ",
+            mx)
+end
+
+return _M

@@ -1,0 +1,467 @@
+-- Builds bench/RESULTS.md (and prints it) from a run's results.tsv and
+-- machine.tsv; writes the data files bench/plots.gp draws from.
+--
+-- usage: luajit report.lua work_dir results_dir "failed sections"
+
+local work, out_dir, failed = arg[1], arg[2], arg[3] or ""
+local fmt = string.format
+local concat = table.concat
+
+-- ---- input ----
+
+local R = {}          -- R[section][id] = { med, lo, hi, reps, unit, note }
+for line in io.lines(work .. "/results.tsv") do
+    local f = {}
+    for v in (line .. "\t"):gmatch("([^\t]*)\t") do f[#f + 1] = v end
+    if #f >= 7 then
+        R[f[1]] = R[f[1]] or {}
+        R[f[1]][f[2]] = {
+            unit = f[3], med = tonumber(f[4]), lo = tonumber(f[5]),
+            hi = tonumber(f[6]), reps = tonumber(f[7]), note = f[8] or "",
+        }
+    end
+end
+
+local machine = {}
+for line in io.lines(work .. "/machine.tsv") do
+    local k, v = line:match("^([^\t]+)\t(.*)$")
+    if k then machine[#machine + 1] = { k, v } end
+end
+
+local function get(section, id)
+    return R[section] and R[section][id]
+end
+
+-- ---- formatting ----
+
+local function num(x)
+    if x == nil then return "–" end
+    local a = math.abs(x)
+    if a >= 1e9 then return fmt("%.3g G", x / 1e9) end
+    if a >= 1e6 then return fmt("%.3g M", x / 1e6) end
+    if a >= 1e4 then return fmt("%.3g k", x / 1e3) end
+    if a >= 100 then return fmt("%.0f", x) end
+    if a >= 10 then return fmt("%.1f", x) end
+    return fmt("%.2f", x)
+end
+
+local function ns(x)
+    if x == nil then return "–" end
+    if x >= 1e6 then return fmt("%.3g ms", x / 1e6) end
+    if x >= 1e3 then return fmt("%.3g µs", x / 1e3) end
+    return fmt("%.3g ns", x)
+end
+
+local function us(x)
+    if x == nil then return "–" end
+    if x >= 1e3 then return fmt("%.3g ms", x / 1e3) end
+    return fmt("%.3g µs", x)
+end
+
+local function ms(x)
+    if x == nil then return "–" end
+    if x < 1 then return fmt("%.3g µs", x * 1e3) end
+    if x >= 1e3 then return fmt("%.3g s", x / 1e3) end
+    return fmt("%.3g ms", x)
+end
+
+local function ratio(x)
+    if x == nil or x ~= x then return "–" end
+    if x >= 100 then return fmt("%.0f×", x) end
+    if x >= 10 then return fmt("%.1f×", x) end
+    return fmt("%.2f×", x)
+end
+
+local lines = {}
+local function put(...)
+    lines[#lines + 1] = concat({ ... })
+end
+
+local function row(cells)
+    put("| ", concat(cells, " | "), " |")
+end
+
+local function header(cells, align)
+    row(cells)
+    local sep = {}
+    for i = 1, #cells do sep[i] = align and align[i] or "---" end
+    row(sep)
+end
+
+-- median with the min–max range
+local function span(r, f)
+    if not r then return "not measured" end
+    return fmt("%s (%s – %s)", f(r.med), f(r.lo), f(r.hi))
+end
+
+-- ---- targets ----
+
+-- a target: ours and peer results, how to compare, the bound
+--   kind "faster": peer.med / ours.med >= want      (costs: lower is better)
+--   kind "within": ours.med / peer.med <= want
+-- Pessimistic and optimistic ratios use the repetitions' extremes.
+local targets = {}
+local function target(name, ours, peer, kind, want, unitf)
+    local t = { name = name, ours = ours, peer = peer, kind = kind,
+                want = want, f = unitf }
+    if ours and peer then
+        if kind == "faster" then
+            t.ratio = peer.med / ours.med
+            t.worst = peer.lo / ours.hi
+            t.best = peer.hi / ours.lo
+            t.met = t.ratio >= want
+        else
+            t.ratio = ours.med / peer.med
+            t.worst = ours.hi / peer.lo
+            t.best = ours.lo / peer.hi
+            t.met = t.ratio <= want
+        end
+    end
+    targets[#targets + 1] = t
+    return t
+end
+
+for _, w in ipairs{ 1, 2 } do
+    local s = "nginx_w" .. w
+    local tag = fmt(" (nginx, %d worker%s)", w, w > 1 and "s at once" or "")
+    target("`new`+`lock`+`unlock` vs resty.lock on ngx.shared.DICT" .. tag,
+           get(s, "lock_new_ours"), get(s, "lock_new_peer"), "faster", 5, ns)
+    target("`lock`+`unlock`, reused object, vs resty.lock" .. tag,
+           get(s, "lock_reused_ours"), get(s, "lock_reused_peer"), "faster",
+           1.5, ns)
+    for _, op in ipairs{ "get", "set", "add", "delete" } do
+        target("dict `" .. op .. "` vs ngx.shared.DICT" .. tag,
+               get(s, op .. "_ours"), get(s, op .. "_ngx"), "faster", 1.5, ns)
+    end
+end
+target("uncontended `lock`+`unlock` (reused object) vs flock(2), outside nginx",
+       get("uncont", "shmlock_reused"), get("uncont", "flock"), "faster", 40,
+       ns)
+target("uncontended `lock`+`unlock` (reused object) vs the C CAS floor",
+       get("uncont", "shmlock_reused"), get("uncont", "floor_cas"), "within",
+       10, ns)
+target("handoff median vs the C futex floor",
+       get("handoff", "shmlock_p50"), get("handoff", "futex_p50"), "within",
+       3, us)
+target("handoff median vs the resty.lock polling loop",
+       get("handoff", "shmlock_p50"), get("handoff", "polling_p50"), "faster",
+       50, us)
+for _, op in ipairs{ "get", "set", "add", "delete", "incr" } do
+    target("`" .. op .. "` cost at 1e6 keys vs at 1e3 keys",
+           get("size", op .. "_1000000"), get("size", op .. "_1000"),
+           "within", 1.3, ns)
+end
+
+
+-- ---- the document ----
+
+put("# lua-resty-shmlock: benchmark results")
+put("")
+put("Produced by `make bench` (`bench/run.sh`). Every figure is the median of")
+put("several repetitions, with the minimum and maximum in parentheses; every")
+put("ratio compares figures of this same run. How to reproduce and what each")
+put("measurement does: `doc/bench.md`.")
+put("")
+if failed ~= "" then
+    put("**Sections that failed in this run: ", failed,
+        ".** Their figures are missing below.")
+    put("")
+end
+
+put("## Machine")
+put("")
+header({ "", "" })
+for _, kv in ipairs(machine) do
+    row({ kv[1], kv[2] })
+end
+put("")
+
+put("## Targets")
+put("")
+put("“×” is how many times ours is faster (peer cost / our cost), or for")
+put("“≤” bounds how many times our cost is the reference's. The range is the")
+put("ratio's pessimistic – optimistic value from the repetitions' extremes.")
+put("")
+header({ "target", "ours", "reference", "ratio (range)", "wanted", "met" },
+       { "---", "---:", "---:", "---:", "---:", ":---:" })
+local met, missed, unmeasured = 0, 0, 0
+for _, t in ipairs(targets) do
+    local wanted = (t.kind == "faster" and "≥ " or "≤ ") .. ratio(t.want)
+    local verdict
+    if t.ratio == nil then
+        verdict = "not measured"
+        unmeasured = unmeasured + 1
+    elseif t.met then
+        verdict = "**yes**"
+        met = met + 1
+    else
+        verdict = "**no**"
+        missed = missed + 1
+    end
+    local f = t.f
+    -- near the bound, enough digits to see which side it falls on
+    local shown = t.ratio and ratio(t.ratio)
+    if t.ratio and shown == ratio(t.want) and t.ratio ~= t.want then
+        shown = fmt("%.3f×", t.ratio)
+    end
+    row({ t.name, t.ours and f(t.ours.med) or "–",
+          t.peer and f(t.peer.med) or "–",
+          t.ratio and fmt("%s (%s – %s)", shown,
+                          ratio(t.worst), ratio(t.best)) or "–",
+          wanted, verdict })
+end
+put("")
+put(fmt("%d met, %d missed%s.", met, missed,
+        unmeasured > 0 and fmt(", %d not measured", unmeasured) or ""))
+put("")
+
+-- (1)
+put("## 1. Uncontended lock+unlock, outside nginx (LuaJIT, JIT on)")
+put("")
+header({ "lock", "pairs/s", "ns per pair", "resty.shmlock (reused) is" },
+       { "---", "---:", "---:", "---:" })
+local ref = get("uncont", "shmlock_reused")
+local function pairs_s(r)
+    return r and fmt("%s (%s – %s)", num(1e9 / r.med), num(1e9 / r.hi),
+                     num(1e9 / r.lo)) or "not measured"
+end
+for _, x in ipairs{
+    { "shmlock_new", "resty.shmlock, `new`+`lock`+`unlock`" },
+    { "shmlock_reused", "resty.shmlock, reused object" },
+    { "flock", "flock(2) LOCK_EX/LOCK_UN (FFI)" },
+    { "redis", "Redis SET NX PX + EVALSHA compare-and-delete (loopback)" },
+    { "floor_cas", "floor: C, one CAS + release store on MAP_SHARED" },
+} do
+    local r = get("uncont", x[1])
+    local rel = "–"
+    if r and ref and x[1] ~= "shmlock_reused" then
+        if r.med >= ref.med then
+            rel = ratio(r.med / ref.med) .. " faster"
+        else
+            rel = ratio(ref.med / r.med) .. " slower"
+        end
+    end
+    row({ x[2], pairs_s(r), span(r, ns), rel })
+end
+put("")
+
+-- (2)
+put("## 2. Dictionary operations by key count, outside nginx")
+put("")
+put("Random access over the whole key set (one shuffled pass after another),")
+put("number values, the zone sized to hold every key. ns per operation.")
+put("")
+header({ "op", "1e3 keys", "1e5 keys", "1e6 keys", "1e6 / 1e3",
+         "Lua table, 1e3 → 1e6" },
+       { "---", "---:", "---:", "---:", "---:", "---:" })
+for _, op in ipairs{ "get", "set", "add", "delete", "incr" } do
+    local a, b, c = get("size", op .. "_1000"), get("size", op .. "_100000"),
+                    get("size", op .. "_1000000")
+    local lt = ""
+    if op == "get" then
+        local la, lc = get("size", "luatable_get_1000"),
+                       get("size", "luatable_get_1000000")
+        if la and lc then
+            lt = fmt("%s → %s (%s)", ns(la.med), ns(lc.med),
+                     ratio(lc.med / la.med))
+        end
+    end
+    row({ "`" .. op .. "`", span(a, ns), span(b, ns), span(c, ns),
+          (a and c) and ratio(c.med / a.med) or "–", lt })
+end
+put("")
+local hg, hs = get("size", "get_hot_1000000"), get("size", "set_hot_1000000")
+local g3, s3 = get("size", "get_1000"), get("size", "set_1000")
+if hg and hs and g3 and s3 then
+    put(fmt("Only a 1e3-key hot subset of the 1e6-key zone, which the"
+            .. " caches can hold: `get` %s (%s the 1e3-key zone's), `set` %s"
+            .. " (%s). The rest of the growth in the table is the cache and"
+            .. " TLB misses of random access over the whole set.",
+            ns(hg.med), ratio(hg.med / g3.med), ns(hs.med),
+            ratio(hs.med / s3.med)))
+    put("")
+end
+local go, gn = get("nginx_w1", "get_ours"), get("nginx_w1", "get_ngx")
+local bo, bn = get("nginx_w1", "get_big_ours"), get("nginx_w1", "get_big_ngx")
+if go and gn and bo and bn then
+    put(fmt("The same growth inside nginx (section 5, 1 worker, string values):"
+            .. " `get` at 1e3 → 1e6 keys costs %s → %s (%s) for resty.shmlock"
+            .. " and %s → %s (%s) for ngx.shared.DICT.",
+            ns(go.med), ns(bo.med), ratio(bo.med / go.med),
+            ns(gn.med), ns(bn.med), ratio(bn.med / gn.med)))
+    put("")
+end
+put("![cost vs size](size.png)")
+put("")
+
+-- (3)
+put("## 3. Contended handoff between 2 processes")
+put("")
+local hnote = get("handoff", "shmlock_p50")
+put("From the holder's release (timestamp written just before `unlock`) to")
+put("the waiter's return from `lock`, CLOCK_MONOTONIC shared by both")
+put("processes; the waiter is asleep when the lock is released.",
+    hnote and (" " .. hnote.note:gsub("^%l", string.upper) .. ".") or "")
+put("")
+header({ "lock", "median", "p99", "this lock's median is" },
+       { "---", "---:", "---:", "---:" })
+local h_ref = get("handoff", "shmlock_p50")
+for _, x in ipairs{
+    { "shmlock", "resty.shmlock (futex wake on release)" },
+    { "flock", "flock(2)" },
+    { "polling", "resty.lock algorithm (add + sleep 1 ms ×2 … 0.5 s)" },
+    { "futex", "floor: C futex mutex" },
+} do
+    local p50, p99 = get("handoff", x[1] .. "_p50"),
+                     get("handoff", x[1] .. "_p99")
+    local rel = "–"
+    if p50 and h_ref and x[1] ~= "shmlock" then
+        rel = p50.med >= h_ref.med
+              and (ratio(p50.med / h_ref.med) .. " slower")
+              or (ratio(h_ref.med / p50.med) .. " faster")
+    end
+    row({ x[2], span(p50, us), span(p99, us), rel })
+end
+put("")
+put("![handoff latency](handoff.png)")
+put("")
+
+-- (4)
+put("## 4. Fairness: 3 processes contending for one key")
+put("")
+local fnote = get("fair", "shmlock_acq")
+if fnote then
+    put((fnote.note:gsub(";.*$", "")), ". Acquisitions: median of the 3",
+        " processes (min – max); worst wait: the longest any process waited.")
+    put("")
+end
+header({ "lock", "acquisitions per process", "each process",
+         "min / max share", "worst wait" },
+       { "---", "---:", "---:", "---:", "---:" })
+for _, x in ipairs{
+    { "shmlock", "resty.shmlock" },
+    { "flock", "flock(2)" },
+    { "polling", "resty.lock algorithm" },
+} do
+    local a, wst = get("fair", x[1] .. "_acq"), get("fair", x[1] .. "_worst")
+    row({ x[2], span(a, num), a and (a.note:match("per process: (.*)$") or "")
+                              or "–",
+          a and fmt("%.2f", a.lo / a.hi) or "–",
+          wst and ms(wst.hi) or "–" })
+end
+put("")
+
+-- (5)
+put("## 5. Inside nginx: lock and dictionary, ns per operation")
+put("")
+put("A tight loop in a timer of every worker (with 2 workers, both at once,")
+put("each on its own keys); mean over the workers. The peer is resty.lock's")
+put("algorithm on ngx.shared.DICT through resty.core (bench/lib/polling_lock.lua:")
+put("Debian does not package lua-resty-lock). Dictionary ops: 1000 keys per")
+put("worker, 16-byte string values.")
+put("")
+header({ "operation", "workers", "resty.shmlock", "peer", "ours is" },
+       { "---", "---:", "---:", "---:", "---:" })
+for _, x in ipairs{
+    { "`new`+`lock`+`unlock`", "lock_new_ours", "lock_new_peer" },
+    { "`lock`+`unlock` (reused)", "lock_reused_ours", "lock_reused_peer" },
+    { "`get`", "get_ours", "get_ngx" },
+    { "`set`", "set_ours", "set_ngx" },
+    { "`add`", "add_ours", "add_ngx" },
+    { "`delete`", "delete_ours", "delete_ngx" },
+    { "`get`, 1e6 keys", "get_big_ours", "get_big_ngx", { 1 } },
+} do
+    for _, w in ipairs(x[4] or { 1, 2 }) do
+        local o, p = get("nginx_w" .. w, x[2]), get("nginx_w" .. w, x[3])
+        local rel = "–"
+        if o and p then
+            rel = p.med >= o.med and (ratio(p.med / o.med) .. " faster")
+                  or (ratio(o.med / p.med) .. " slower")
+        end
+        row({ x[1], tostring(w), span(o, ns), span(p, ns), rel })
+    end
+end
+put("")
+
+-- (6)
+put("## 6. Stampede: wrk, 100 connections, one hot key, 50 ms loader")
+put("")
+local snote = get("stampede_w1", "ours_loads") or get("stampede_w2", "ours_loads")
+put("The key lives 0.5 s; every expiry sends every connection to the lock.",
+    " Loader calls: fewer is better (one per expiry is the ideal).",
+    " Stalls: requests that took ≥ 5 ms (the waiters and the loader's own).",
+    snote and (" " .. snote.note:gsub("; .*$", "") .. " each.") or "")
+put("")
+local ours_desc = "resty.shmlock cache pattern"
+for _, w in ipairs{ 1, 2 } do
+    local o = get("stampede_w" .. w, "ours_loads")
+    if o and o.note:find("resty.shmlock.cache", 1, true) then
+        ours_desc = "resty.shmlock.cache"
+    end
+end
+header({ "workers", "variant", "loader calls", "req/s", "p50", "p99",
+         "p99.9", "max", "stalls", "stall mean", "stall max" },
+       { "---:", "---", "---:", "---:", "---:", "---:", "---:", "---:",
+         "---:", "---:", "---:" })
+for _, w in ipairs{ 1, 2 } do
+    for _, v in ipairs{ { "ours", ours_desc },
+                        { "peer", "resty.lock pattern, ngx.shared.DICT" } } do
+        local s = "stampede_w" .. w
+        local function m(k, f)
+            local r = get(s, v[1] .. "_" .. k)
+            return r and f(r.med) or "–"
+        end
+        row({ tostring(w), v[2], m("loads", num), m("rps", num),
+              m("p50", ms), m("p99", ms), m("p999", ms), m("max", ms),
+              m("stalls", num), m("stall_mean", ms), m("stall_max", ms) })
+    end
+end
+put("")
+
+local md = concat(lines, "\n") .. "\n"
+local f = assert(io.open(out_dir .. "/RESULTS.md", "w"))
+f:write(md)
+f:close()
+io.write(md)
+
+
+-- ---- plot data ----
+
+-- size.dat: keys, then med lo hi for get set add delete incr, and the Lua
+-- table reference
+f = assert(io.open(work .. "/size.dat", "w"))
+for _, n in ipairs{ 1000, 100000, 1000000 } do
+    local cells = { tostring(n) }
+    for _, op in ipairs{ "get", "set", "add", "delete", "incr" } do
+        local r = get("size", op .. "_" .. n)
+        cells[#cells + 1] = r and fmt("%g %g %g", r.med, r.lo, r.hi)
+                            or "NaN NaN NaN"
+    end
+    local r = get("size", "luatable_get_" .. n)
+    cells[#cells + 1] = r and fmt("%g %g %g", r.med, r.lo, r.hi)
+                        or "NaN NaN NaN"
+    f:write(concat(cells, " "), "\n")
+end
+f:close()
+
+-- handoff_<v>.cdf: latency (µs), fraction of handoffs at or below it
+for _, v in ipairs{ "shmlock", "flock", "polling", "futex" } do
+    local vals = {}
+    local src = io.open(work .. "/handoff_" .. v .. ".dat")
+    if src then
+        for l in src:lines() do vals[#vals + 1] = tonumber(l) end
+        src:close()
+    end
+    table.sort(vals)
+    local out = assert(io.open(work .. "/handoff_" .. v .. ".cdf", "w"))
+    local n = #vals
+    if n == 0 then
+        out:write("NaN NaN\n")
+    end
+    local stride = math.max(1, math.floor(n / 2000))
+    for i = 1, n, stride do
+        out:write(fmt("%g %g\n", vals[i], i / n))
+    end
+    if n > 0 then out:write(fmt("%g 1\n", vals[n])) end
+    out:close()
+end
