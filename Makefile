@@ -35,7 +35,7 @@ PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 
-.PHONY: all clean install deps demo test test-lua test-nginx test-asan \
+.PHONY: all clean install deps demo bench test test-lua test-nginx test-asan \
         test-valgrind test-install
 
 all: $(LIB)
@@ -67,6 +67,14 @@ $(ASAN_CTEST): $(CTEST_SRC) src/shmlock.h $(ASAN_LIB)
 
 deps:
 	scripts/deps.sh </dev/null
+
+# Benchmarks against resty.lock/ngx.shared.DICT, flock, Redis and C floors
+# (bench/run.sh writes bench/RESULTS.md and the plots); BENCH_QUICK=1 for a
+# short run.
+bench:
+	scripts/deps.sh </dev/null
+	$(MAKE) --no-print-directory all
+	bench/run.sh
 
 # The main job: a cache stampede on an embedded zone, with and without the
 # lock (demo/stampede.lua; writes demo/stampede.png).
