@@ -1034,10 +1034,21 @@ print("done")
             assert.same({ n = 2, nil, "not found" }, pack(d:cad("k", "v")))
         end)
 
-        it("returns nil, 'not found' for an expired key", function()
+        it("returns nil, 'not found' for an expired key holding another "
+           .. "value", function()
             d:set("k", "v", 0.05)
             sleep(0.1)
-            assert.same({ n = 2, nil, "not found" }, pack(d:cad("k", "v")))
+            assert.same({ n = 2, nil, "not found" }, pack(d:cad("k", "w")))
+        end)
+
+        it("removes an expired entry that still holds the value (it was "
+           .. "absent already)", function()
+            d:set("k", "v", 0.05)
+            sleep(0.1)
+            local free = d:free_space()
+            assert.same({ n = 1, true }, pack(d:cad("k", "v")))
+            assert.same({ n = 1, nil }, pack(d:get_stale("k")))
+            assert.is_true(d:free_space() > free)
         end)
 
         it("returns nil, 'changed' and keeps the key when the value differs",

@@ -238,6 +238,11 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
     return rc;
 }
 
+/*
+ * Removes the entry when it holds `old`, expired or not: an expired entry
+ * is already absent for every reader, and a lock's owner releasing its
+ * expired lock must not pay for a clock read (nor be told "not found").
+ */
 int
 shdict_cad(zone_t *z, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *old)
@@ -246,14 +251,15 @@ shdict_cad(zone_t *z, const char *key, size_t klen, uint32_t hash,
     uint32_t   i, *link;
 
     i = entry_lookup(z, key, klen, hash, &link);
-    if (i == 0 || entry_expired(entry_at(z, i), &now)) {
+    if (i == 0) {
         return SHMLOCK_NOT_FOUND;
     }
-    if (!entry_value_equal(z, i, old)) {
-        return SHMLOCK_CHANGED;
+    if (entry_value_equal(z, i, old)) {
+        entry_remove(z, i);
+        return SHMLOCK_OK;
     }
-    entry_remove(z, i);
-    return SHMLOCK_OK;
+    return entry_expired(entry_at(z, i), &now) ? SHMLOCK_NOT_FOUND
+                                               : SHMLOCK_CHANGED;
 }
 
 typedef struct {

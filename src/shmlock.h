@@ -166,6 +166,19 @@ SHMLOCK_API int shmlock_wait(shmlock_zone_t *zone, uint32_t hash,
     uint32_t seq, int64_t timeout_us);
 SHMLOCK_API void shmlock_wake(shmlock_zone_t *zone, uint32_t hash);
 
+/*
+ * The same, cheaper for releasers: a waiter announces itself first
+ * (wait_begin: counted as a sleeper, returns the word), re-checks its
+ * condition, then wait_end sleeps (timeout_us > 0) and uncounts itself;
+ * wake_waiters bumps the word and wakes only when a waiter is counted, so
+ * an uncontended release costs one load.  Either the releaser sees the
+ * waiter counted, or the waiter's re-check sees the release.
+ */
+SHMLOCK_API uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
+SHMLOCK_API int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash,
+    uint32_t seq, int64_t timeout_us);
+SHMLOCK_API void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
+
 
 /* ---- processes ---- */
 

@@ -64,6 +64,10 @@ uint32_t shmlock_wait_seq(shmlock_zone_t *zone, uint32_t hash);
 int shmlock_wait(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
     int64_t timeout_us);
 void shmlock_wake(shmlock_zone_t *zone, uint32_t hash);
+uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
+int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
+    int64_t timeout_us);
+void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
 
 int shmlock_self_pid(void);
 uint64_t shmlock_proc_start(int pid);

@@ -29,8 +29,10 @@
 -- either: a marked lock is never free.
 --
 -- Waking.  Outside nginx a waiter sleeps on the key's wait word in the zone
--- (shmlock_wait, a futex), reading the word before it looks at the key, so
--- a release in between cuts the sleep short.  Every release bumps the word.
+-- (a futex).  It counts itself as a waiter and reads the word before it
+-- looks at the key (shmlock_wait_begin), so a release in between cuts the
+-- sleep short; a release bumps the word only when a waiter is counted
+-- (shmlock_wake_waiters), so an uncontended unlock makes no atomic write.
 --
 -- Dead holders.  A waiter that finds a holder token whose process is gone
 -- takes the key at once (cas from the dead token), or hands it to a live
@@ -150,7 +152,7 @@ end
 
 
 local function wake(zone, key, klen)
-    C.shmlock_wake(zone, C.shmlock_hash(key, klen))
+    C.shmlock_wake_waiters(zone, C.shmlock_hash(key, klen))
 end
 
 
@@ -361,11 +363,13 @@ function _M.block(self, key, klen, tok)
     local check = true
 
     while true do
-        local seq = C.shmlock_wait_seq(zone, hash)
+        -- counted as a waiter before looking: see shmlock_wait_begin
+        local seq = C.shmlock_wait_begin(zone, hash)
         local now = now_us()
         local got = look(zone, key, klen, tok, exp_ms, check,
                          now >= starve_at and since or nil)
         if got == ACQUIRED then
+            C.shmlock_wait_end(zone, hash, seq, 0)
             return (now_us() - start) / 1000000
         end
         if got == MARKED then
@@ -374,6 +378,7 @@ function _M.block(self, key, klen, tok)
 
         now = now_us()
         if now >= deadline then
+            C.shmlock_wait_end(zone, hash, seq, 0)
             if marked and withdraw(zone, key, klen, tok) then
                 return (now_us() - start) / 1000000
             end
@@ -381,7 +386,7 @@ function _M.block(self, key, klen, tok)
         end
 
         local us = min(step * 1000000, deadline - now, CHECK_EVERY_US)
-        check = C.shmlock_wait(zone, hash, seq, us) == TIMEOUT
+        check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
         step = min(max(0.001, step * ratio), max_step)
     end
 end
