@@ -474,6 +474,50 @@ local function loaded(ok, value, err, ttl, neg_ttl, lttl)
     return value, nil, value == nil and neg_ttl or ttl
 end
 
+-- Inside nginx a lock waiter sleeps in ngx.sleep steps that grow (the
+-- lock cannot be woken there), so a miss that finds the key being loaded
+-- polls instead: every POLL_STEP it looks for the value in the zone (a
+-- lock-free read) and tries the lock, until the value is there, the lock
+-- is ours (the loader failed: our turn), or the lock's timeout is spent.
+local POLL_STEP = 0.001
+local YIELDABLE = {
+    rewrite = true, server_rewrite = true, access = true, content = true,
+    timer = true, ssl_cert = true, ssl_session_fetch = true,
+    ssl_client_hello = true, preread = true,
+}
+
+local function nginx_polls()
+    local ngx = rawget(_G, "ngx")
+    return ngx ~= nil and type(ngx.get_phase) == "function"
+           and YIELDABLE[ngx.get_phase()] == true
+end
+
+-- elapsed when the lock is ours; nil, "loaded" once the value is in the
+-- zone; nil, err otherwise
+local function poll_lock(self, lock, lkey, key, vkey)
+    local limit = tonumber(lock.timeout) or 5
+    local waited = 0
+    local sleep = rawget(_G, "ngx").sleep
+    while true do
+        local elapsed, err = lock:trylock(lkey)
+        if elapsed then
+            return waited
+        end
+        if err ~= "timeout" then
+            return nil, err
+        end
+        local found, _, ferr = fetch(self, key, vkey)
+        if found or ferr then
+            return nil, "loaded"
+        end
+        if waited >= limit then
+            return nil, "timeout"
+        end
+        sleep(POLL_STEP)
+        waited = waited + POLL_STEP
+    end
+end
+
 -- An L1 and L2 miss: one loader call per key across the host.
 local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
                          loader, ...)
@@ -484,7 +528,11 @@ local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
 
     local lkey = self.lock_prefix .. key
     local elapsed
-    elapsed, err = lock:lock(lkey)
+    if nginx_polls() and lock.trylock then
+        elapsed, err = poll_lock(self, lock, lkey, key, vkey)
+    else
+        elapsed, err = lock:lock(lkey)
+    end
 
     -- while we waited, another process may have loaded the value
     local found, value, ferr = fetch(self, key, vkey)
