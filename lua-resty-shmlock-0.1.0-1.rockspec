@@ -11,9 +11,11 @@ description = {
    detailed = [[
 A shared-memory dictionary with ngx.shared.DICT's methods (plus cas, cad
 and verify) that any process of the same user on the host can open by name:
-nginx workers, plain LuaJIT scripts, test runners.  A C core (crash-safe
-updates through an undo journal, a pid-owned interprocess mutex that
-survives dead holders) behind a LuaJIT FFI binding.
+nginx workers, plain LuaJIT scripts, test runners.  A C core (updates that
+a crash leaves old or new, lock-free reads, a pid-owned interprocess mutex
+that survives dead holders) behind a LuaJIT FFI binding; on top, a drop-in
+resty.lock with owner tokens and wake on release, a stampede-proof cache
+and the same lock on Redis.
 ]],
    homepage = "https://github.com/lua-resty-shmlock/lua-resty-shmlock",
    license = "BSD-2-Clause",

@@ -39,7 +39,13 @@ function _M.release(dict, key, klen, tok, tlen)
     if type(tok) ~= "string" then
         tok = ffi_str(tok, tlen)
     end
-    if dict:get(key) ~= tok then
+    local v = dict:get(key)
+    if v == nil then
+        -- our lock expired and nobody took the key: it is free either way
+        -- (1, as resty.lock and as the zone locks answer)
+        return 1
+    end
+    if v ~= tok then
         return nil, "expired"
     end
     local ok, err = dict:delete(key)
