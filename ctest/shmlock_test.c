@@ -712,7 +712,7 @@ test_processes(shmlock_zone_t *z)
 }
 
 /*
- * A child SIGKILLed at its n-th journalled write, for every n until one
+ * A child SIGKILLed at its n-th structural write, for every n until one
  * run completes: each time, the next user rolls the update back and the
  * zone verifies.  The operations cover allocation, eviction, replacement,
  * removal, incr, cas and flush.
