@@ -713,7 +713,7 @@ test_processes(shmlock_zone_t *z)
 
 /*
  * A child SIGKILLed at its n-th structural write, for every n until one
- * run completes: each time, the next user rolls the update back and the
+ * run completes: each time, the next user repairs what the death left and the
  * zone verifies.  The operations cover allocation, eviction, replacement,
  * removal, incr, cas and flush.
  */
