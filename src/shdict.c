@@ -32,9 +32,10 @@ shdict_reclaim_tail(zone_t *z, int64_t *now)
 
 int
 shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
-    const shmlock_value_t *v, int64_t exptime_ms, int *forcible)
+    const shmlock_value_t *v, int64_t exptime_ms, int64_t now_ms,
+    int *forcible)
 {
-    int64_t    now = 0;
+    int64_t    now = now_ms;     /* 0: read lazily (entry_now) */
     uint32_t   i, *link;
     entry_t   *e;
     int        pinned, rc;

@@ -21,7 +21,7 @@ void shdict_format(zone_t *z);
 
 int shdict_store(zone_t *z, int op, const char *key, size_t klen,
     uint32_t hash, const shmlock_value_t *v, int64_t exptime_ms,
-    int *forcible);
+    int64_t now_ms, int *forcible);
 int shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size);
 int shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,

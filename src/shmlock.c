@@ -146,6 +146,15 @@ shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
     size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
     int *forcible)
 {
+    return shmlock_dict_store_at(zone, op, key, key_len, val, exptime_ms, 0,
+                                 forcible);
+}
+
+int
+shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
+    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
+    int64_t now_ms, int *forcible)
+{
     uint32_t  hash = hash_bytes(key, key_len);
     int       rc;
 
@@ -153,8 +162,12 @@ shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
     if (!value_ok(val)) {
         return SHMLOCK_BAD_VALUE;
     }
+    if (now_ms < 0) {
+        now_ms = 0;
+    }
     zone_write_lock(zone);
-    rc = shdict_store(zone, op, key, key_len, hash, val, exptime_ms, forcible);
+    rc = shdict_store(zone, op, key, key_len, hash, val, exptime_ms, now_ms,
+                      forcible);
     zone_write_unlock(zone);
     return rc;
 }

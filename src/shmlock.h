@@ -107,6 +107,16 @@ SHMLOCK_API int shmlock_dict_store(shmlock_zone_t *zone, int op,
     const char *key, size_t key_len, const shmlock_value_t *val,
     int64_t exptime_ms, int *forcible);
 
+/*
+ * store with the caller's reading of the zone clock (CLOCK_MONOTONIC, ms):
+ * inside nginx, its cached ngx_current_msec is that clock, and saves a
+ * clock read per call (a stale reading shortens a new entry's life by the
+ * staleness, as ngx.shared.DICT's cached time does).  0: read the clock.
+ */
+SHMLOCK_API int shmlock_dict_store_at(shmlock_zone_t *zone, int op,
+    const char *key, size_t key_len, const shmlock_value_t *val,
+    int64_t exptime_ms, int64_t now_ms, int *forcible);
+
 /* On SHMLOCK_AGAIN, out->len holds the string length needed. */
 SHMLOCK_API int shmlock_dict_get(shmlock_zone_t *zone, const char *key,
     size_t key_len, int get_stale, shmlock_value_t *out, char *buf,

@@ -35,6 +35,23 @@ my $t = ShmTest->new(
     }
 EOF
     config => <<'EOF',
+        # the lock takes nginx's cached clock (ngx_current_msec) for the
+        # expiry: it must be the zone's clock, and the lock's TTL right
+        location = /clock {
+            content_by_lua_block {
+                local C = require "resty.shmlock.lib"
+                local cached = tonumber(
+                    require("resty.shmlock.clock").cached_ms())
+                local lag = tonumber(C.shmlock_now_ms()) - cached
+                local lock = assert(resty_lock:new("locks", { exptime = 2 }))
+                assert(lock:lock("clock-key"))
+                local ttl = T.zone:ttl("clock-key")
+                lock:unlock()
+                ngx.say(cached > 0, " ", lag >= 0 and lag < 1000, " ",
+                        ttl > 1.5 and ttl <= 2)
+            }
+        }
+
         # holds `key` for `secs` seconds inside this request
         location = /hold {
             content_by_lua_block {
@@ -187,6 +204,10 @@ $t->block("lock/unlock/expire returns and errors as resty.lock",
         "nil unlocked",
         "0",
         "1") . "\n");
+
+$t->block("inside nginx a lock's expiry comes from nginx's cached monotonic clock",
+    request => "GET /clock",
+    body    => "true true true\n");
 
 $t->block("inside nginx the backoff is resty.lock's: 0.127 behind a 0.1 s holder",
     request => "GET /backoff?key=bk",

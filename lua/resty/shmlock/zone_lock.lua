@@ -42,6 +42,7 @@
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
+local cached_ms = require("resty.shmlock.clock").cached_ms
 local token = require "resty.shmlock.token"
 
 local ffi_new = ffi.new
@@ -175,8 +176,8 @@ end
 function _M.add(self, key, klen, tok, tlen)
     val.str = tok
     val.len = tlen
-    local rc = C.shmlock_dict_store(self.store, OP_ADD, key, klen, val,
-                                    self.exptime_ms, forcible)
+    local rc = C.shmlock_dict_store_at(self.store, OP_ADD, key, klen, val,
+                                       self.exptime_ms, cached_ms(), forcible)
     if rc == OK then
         return true
     end
@@ -295,8 +296,8 @@ local function look(zone, key, klen, tok, exp_ms, check, since)
         -- released since our add: one more try
         val.str = tok
         val.len = #tok
-        local rc = C.shmlock_dict_store(zone, OP_ADD, key, klen, val, exp_ms,
-                                        forcible)
+        local rc = C.shmlock_dict_store_at(zone, OP_ADD, key, klen, val,
+                                           exp_ms, cached_ms(), forcible)
         return rc == OK and ACQUIRED or BUSY
     end
     if v == true then
