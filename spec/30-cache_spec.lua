@@ -961,7 +961,12 @@ describe("resty.shmlock.cache", function()
             f:close()
             os.remove(path)
             assert.is_true(n > 0)
-            assert.is_nil(out:find("NYI"), out)
+            -- "return to lower frame" aborts a trace started inside a
+            -- callee (here string.buffer's decode) on its way out: where the
+            -- JIT starts traces varies from run to run, and the loop itself
+            -- still compiles (counted below); any other NYI fails
+            local nyi = out:gsub("[^\n]*NYI: return to lower frame[^\n]*", "")
+            assert.is_nil(nyi:find("NYI"), out)
             local loops = 0
             for _ in out:gmatch("30%-cache_spec%.lua:%d+ loop%]") do
                 loops = loops + 1
