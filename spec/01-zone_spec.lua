@@ -6,49 +6,11 @@
 
 local shdict = require "resty.shmlock.shdict"
 
-local function pack(...)
-    return { n = select("#", ...), ... }
-end
+local checkout = require "helpers.checkout"
 
-local function sh(cmd)
-    local p = assert(io.popen(cmd))
-    local out = p:read("*a")
-    p:close()
-    return out
-end
-
-local function trim(s)
-    return (s:gsub("^%s+", ""):gsub("%s+$", ""))
-end
-
--- the checkout this spec belongs to, as an absolute path
-local ROOT do
-    local src = debug.getinfo(1, "S").source:sub(2)
-    local dir = src:match("^(.-)/?spec/[^/]+$") or ""
-    if dir:sub(1, 1) ~= "/" then
-        local cwd = trim(sh("pwd"))
-        dir = dir == "" and cwd or cwd .. "/" .. dir
-    end
-    ROOT = dir
-end
-
-local LUA_PATH = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua;;"
-
-local function read_file(path)
-    local f = io.open(path, "rb")
-    if not f then
-        return nil
-    end
-    local s = f:read("*a")
-    f:close()
-    return s
-end
-
-local function write_file(path, data)
-    local f = assert(io.open(path, "wb"))
-    f:write(data)
-    f:close()
-end
+local pack, sh, trim = checkout.pack, checkout.sh, checkout.trim
+local read_file, write_file = checkout.read_file, checkout.write_file
+local LUA_PATH = checkout.LUA_PATH
 
 local function exists(path)
     return trim(sh("test -e '" .. path .. "' && echo yes || echo no")) == "yes"

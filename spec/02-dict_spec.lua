@@ -10,23 +10,12 @@ local shdict = require "resty.shmlock.shdict"
 
 pcall(ffi.cdef, "int usleep(unsigned int usec);")
 
-local function pack(...)
-    return { n = select("#", ...), ... }
-end
+local checkout = require "helpers.checkout"
+
+local pack, sh, trim = checkout.pack, checkout.sh, checkout.trim
 
 local function sleep(s)
     ffi.C.usleep(s * 1e6)
-end
-
-local function sh(cmd)
-    local p = assert(io.popen(cmd))
-    local out = p:read("*a")
-    p:close()
-    return out
-end
-
-local function trim(s)
-    return (s:gsub("^%s+", ""):gsub("%s+$", ""))
 end
 
 local function sorted(t)
@@ -44,29 +33,12 @@ local function raises(msg, fn)
     assert.same({ THIS, msg }, { where, text })
 end
 
-local ROOT do
-    local src = debug.getinfo(1, "S").source:sub(2)
-    local dir = src:match("^(.-)/?spec/[^/]+$") or ""
-    if dir:sub(1, 1) ~= "/" then
-        local cwd = trim(sh("pwd"))
-        dir = dir == "" and cwd or cwd .. "/" .. dir
-    end
-    ROOT = dir
-end
+local LUA_PATH = checkout.LUA_PATH
 
-local LUA_PATH = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua;;"
-
-local function write_file(path, data)
-    local f = assert(io.open(path, "wb"))
-    f:write(data)
-    f:close()
-end
+local write_file = checkout.write_file
 
 local function read_file(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("*a")
-    f:close()
-    return s
+    return assert(checkout.read_file(path))
 end
 
 -- every byte value, repeated: binary data with NULs spanning many chunks
