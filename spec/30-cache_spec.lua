@@ -961,17 +961,33 @@ describe("resty.shmlock.cache", function()
             f:close()
             os.remove(path)
             assert.is_true(n > 0)
-            -- "return to lower frame" aborts a trace started inside a
-            -- callee (here string.buffer's decode) on its way out: where the
-            -- JIT starts traces varies from run to run, and the loop itself
-            -- still compiles (counted below); any other NYI fails
-            local nyi = out:gsub("[^\n]*NYI: return to lower frame[^\n]*", "")
-            assert.is_nil(nyi:find("NYI"), out)
-            local loops = 0
-            for _ in out:gmatch("30%-cache_spec%.lua:%d+ loop%]") do
-                loops = loops + 1
+            -- Where the JIT starts its traces varies from run to run (a loop
+            -- may be compiled into a trace begun in a callee, and no trace
+            -- of its own is reported), so traces are not counted.  What
+            -- must not happen: an abort in the cache's code other than the
+            -- warm-up ones -- a root trace leaving an inner loop, or a
+            -- trace begun inside string.buffer's decode returning below
+            -- its start frame -- and any other NYI.
+            local benign = { "leaving loop in root trace",
+                             "NYI: return to lower frame",
+                             "loop unroll limit reached" }
+            local traces = 0
+            for line in out:gmatch("[^\n]+") do
+                if line:find("^%[TRACE%s+%d+ ") then
+                    traces = traces + 1
+                end
+                local bad = line:find("NYI", 1, true)
+                    or (line:find("TRACE ---", 1, true)
+                        and line:find("cache.lua", 1, true))
+                if bad then
+                    local ok = false
+                    for _, reason in ipairs(benign) do
+                        ok = ok or line:find(reason, 1, true) ~= nil
+                    end
+                    assert.is_true(ok, out)
+                end
             end
-            assert.equal(4, loops, out)
+            assert.is_true(traces >= 4, out)
         end)
     end)
 
