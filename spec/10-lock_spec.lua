@@ -635,7 +635,13 @@ describe("resty.shmlock", function()
             f:close()
             os.remove(out)
 
-            assert.matches("shmlock.lua", log, 1, true)
+            -- traces were recorded (which function starts them varies
+            -- from run to run: the loops may inline everything)
+            local traces = 0
+            for _ in log:gmatch("%[TRACE%s+%d+ ") do
+                traces = traces + 1
+            end
+            assert.is_true(traces >= 2, log)
             -- warm-up artifacts, which depend on where the JIT happens to
             -- start a trace: an inner loop left by a root trace (compiled
             -- into the enclosing trace instead), an unroll limit, a trace
