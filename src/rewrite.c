@@ -58,16 +58,20 @@ entry_rewrite(zone_t *z, uint32_t i, size_t klen, const shmlock_value_t *v,
     rewrite_fence();
     ZW32(z, u->active, 0);
 
-    /* the LRU list is derived state: bring it in line with the new class */
+    /*
+     * The LRU list is derived state: bring it in line with the new class.
+     * An entry that stays evictable is not moved: its read mark gives it
+     * the CLOCK's second chance instead, for one byte store rather than
+     * six link writes.
+     */
     if (was_pinned && !pinned) {
         entry_lru_push(z, i);
+        z->refs[i] = 0;
     } else if (!was_pinned && pinned) {
         entry_lru_unlink(z, i);
     } else if (!pinned) {
-        entry_lru_unlink(z, i);
-        entry_lru_push(z, i);
+        z->refs[i] = 1;
     }
-    z->refs[i] = 0;
     return 1;
 }
 
