@@ -15,7 +15,6 @@ typedef struct {
     uint32_t  lock;       /* owner pid, 0 when free */
     uint32_t  waiters;    /* processes asleep (or about to be) in futex */
     uint32_t  takeovers;  /* times a dead owner's lock was taken over */
-    uint32_t  pad[13];    /* own cache line */
 } shmtx_t;
 
 void shmtx_init(shmtx_t *mtx);

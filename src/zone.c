@@ -1,6 +1,7 @@
 #include "zone.h"
 #include "shdict.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #define ALIGN64(x)  (((x) + 63) & ~(uint64_t) 63)
@@ -115,3 +116,9 @@ zone_attach(zone_t *z, char *base, uint64_t size)
     z->wait_sleepers = z->wait_seq + ZONE_WAIT_WORDS;
     z->refs = (uint8_t *) (base + h->refs_off);
 }
+
+_Static_assert(offsetof(zone_hdr_t, dict) + sizeof(dict_state_t)
+               - offsetof(zone_hdr_t, mutex) <= 64,
+               "the header's hot words share one cache line");
+_Static_assert(offsetof(zone_hdr_t, mutex) % 64 == 0,
+               "the header's hot line is aligned");

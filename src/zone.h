@@ -18,7 +18,7 @@
 #include "shmtx.h"
 
 #define ZONE_MAGIC        "SHMLOCK"    /* 7 chars + NUL */
-#define ZONE_LAYOUT       1
+#define ZONE_LAYOUT       2
 #define ZONE_CHUNK_SIZE   64
 #define ZONE_WAIT_WORDS   1024
 #define ZONE_UNDO_BYTES   4096
@@ -47,7 +47,6 @@ typedef struct {
     uint32_t  nentries;      /* all entries, pinned or not */
     uint32_t  sweep;         /* next bucket the expired-entry sweep visits */
     uint32_t  recoveries;    /* times a dead holder's mutex was taken over */
-    uint32_t  pad[9];
 } dict_state_t;
 
 typedef struct {
@@ -64,11 +63,17 @@ typedef struct {
     uint64_t      refs_off;      /* one "recently read" byte per chunk */
     uint64_t      chunks_off;    /* offset of (unused) chunk 0 */
 
-    shmtx_t       mutex;         /* own cache line */
-    dict_state_t  dict;          /* own cache line */
-    uint32_t      seq;           /* odd while a writer changes the dictionary:
+    /*
+     * Everything an update writes in the header, in one cache line: the
+     * mutex, the seqlock word and the bookkeeping.  Spread over three
+     * lines, every update moved three lines between cores.
+     */
+    struct {
+        shmtx_t       mutex;
+        uint32_t      seq;       /* odd while a writer changes the dictionary:
                                     lets get() read without the mutex */
-    uint32_t      pad1[15];
+        dict_state_t  dict;
+    } __attribute__((aligned(64)));
     zone_undo_t   undo;
 } zone_hdr_t;
 
