@@ -3,23 +3,19 @@
 #include <string.h>
 
 uint32_t
-entry_lookup(const zone_t *z, const char *key, size_t klen, uint32_t hash,
-    uint32_t **link)
+entry_lookup(const zone_t *z, const char *key, size_t klen, uint32_t hash)
 {
-    uint32_t  *l = &z->buckets[hash & z->bucket_mask];
     uint32_t   i;
     entry_t   *e;
 
-    for (i = *l; i != 0; l = &e->hnext, i = *l) {
+    for (i = z->buckets[hash & z->bucket_mask]; i != 0; i = e->hnext) {
         e = entry_at(z, i);
         if (e->hash == hash && e->key_len == klen
             && chunk_equal(z, i, 0, key, klen))
         {
-            *link = l;
             return i;
         }
     }
-    *link = l;
     return 0;
 }
 

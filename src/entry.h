@@ -45,9 +45,9 @@ entry_deadline(int64_t *now, int64_t exptime_ms)
     return entry_now(now) + exptime_ms;
 }
 
-/* Entry index (0: none); *link gets the word that points at it. */
+/* Entry index of key (0: none). */
 uint32_t entry_lookup(const zone_t *z, const char *key, size_t klen,
-    uint32_t hash, uint32_t **link);
+    uint32_t hash);
 /* The hash-chain word pointing at entry i. */
 uint32_t *entry_link(const zone_t *z, uint32_t i);
 

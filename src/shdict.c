@@ -36,14 +36,14 @@ shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
     int *forcible)
 {
     int64_t    now = now_ms;     /* 0: read lazily (entry_now) */
-    uint32_t   i, *link;
+    uint32_t   i;
     entry_t   *e;
     int        pinned, rc;
 
     *forcible = 0;
     shdict_reclaim_tail(z, &now);
 
-    i = entry_lookup(z, key, klen, hash, &link);
+    i = entry_lookup(z, key, klen, hash);
     if (i != 0) {
         e = entry_at(z, i);
         if ((op & SHMLOCK_OP_ADD) && !entry_expired(e, &now)) {
@@ -80,11 +80,11 @@ shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
 {
     int64_t    now = 0;
-    uint32_t   i, *link;
+    uint32_t   i;
     entry_t   *e;
 
     out->stale = 0;
-    i = entry_lookup(z, key, klen, hash, &link);
+    i = entry_lookup(z, key, klen, hash);
     if (i == 0) {
         out->type = SHMLOCK_TNIL;
         return SHMLOCK_OK;
@@ -115,7 +115,7 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int *forcible)
 {
     int64_t          now = 0;
-    uint32_t         i, *link;
+    uint32_t         i;
     entry_t         *e;
     double           num;
     shmlock_value_t  v;
@@ -124,7 +124,7 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
     *forcible = 0;
     shdict_reclaim_tail(z, &now);
 
-    i = entry_lookup(z, key, klen, hash, &link);
+    i = entry_lookup(z, key, klen, hash);
     if (i != 0 && !entry_expired(e = entry_at(z, i), &now)) {
         if (e->vtype != SHMLOCK_TNUMBER) {
             return SHMLOCK_NOT_A_NUMBER;
@@ -158,10 +158,10 @@ shdict_ttl(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int64_t *ttl_ms)
 {
     int64_t    now = 0;
-    uint32_t   i, *link;
+    uint32_t   i;
     entry_t   *e;
 
-    i = entry_lookup(z, key, klen, hash, &link);
+    i = entry_lookup(z, key, klen, hash);
     if (i == 0 || entry_expired(e = entry_at(z, i), &now)) {
         return SHMLOCK_NOT_FOUND;
     }
@@ -174,10 +174,10 @@ shdict_expire(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int64_t exptime_ms)
 {
     int64_t    now = 0;
-    uint32_t   i, *link;
+    uint32_t   i;
     entry_t   *e;
 
-    i = entry_lookup(z, key, klen, hash, &link);
+    i = entry_lookup(z, key, klen, hash);
     if (i == 0 || entry_expired(e = entry_at(z, i), &now)) {
         return SHMLOCK_NOT_FOUND;
     }
@@ -195,12 +195,12 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int *forcible)
 {
     int64_t    now = 0, deadline;
-    uint32_t   i, *link;
+    uint32_t   i;
     entry_t   *e;
     int        rc, live;
 
     *forcible = 0;
-    i = entry_lookup(z, key, klen, hash, &link);
+    i = entry_lookup(z, key, klen, hash);
     live = i != 0 && !entry_expired(entry_at(z, i), &now);
 
     if (old->type == SHMLOCK_TNIL) {
@@ -249,9 +249,9 @@ shdict_cad(zone_t *z, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *old)
 {
     int64_t    now = 0;
-    uint32_t   i, *link;
+    uint32_t   i;
 
-    i = entry_lookup(z, key, klen, hash, &link);
+    i = entry_lookup(z, key, klen, hash);
     if (i == 0) {
         return SHMLOCK_NOT_FOUND;
     }

@@ -48,8 +48,9 @@ zone_path(char *path, size_t size, const char *dir, const char *name,
     if (dir == NULL || dir[0] == '\0') {
         dir = ZONE_DEFAULT_DIR;
     }
-    n = snprintf(path, size, "%s/%s%s" ZONE_PREFIX "%.*s%s", dir,
-                 tmp ? "." : "", "", (int) name_len, name, tmp ? tmp : "");
+    /* the temporary file is hidden: names never start with '.' */
+    n = snprintf(path, size, "%s/%s" ZONE_PREFIX "%.*s%s", dir,
+                 tmp ? "." : "", (int) name_len, name, tmp ? tmp : "");
     return n > 0 && (size_t) n < size ? 0 : -1;
 }
 
