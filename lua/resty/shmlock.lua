@@ -98,6 +98,12 @@ local function find(name)
 end
 
 
+-- true inside nginx, in a phase where ngx.sleep may yield
+function _M.can_sleep()
+    return in_nginx and YIELDABLE[get_phase()] == true
+end
+
+
 -- syntax: lock, err = resty_lock:new(dict_name, opts?)
 --         (resty_lock.new(dict_name, opts?) works too)
 function _M.new(a, b, c)

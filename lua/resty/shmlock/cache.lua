@@ -480,17 +480,6 @@ end
 -- lock-free read) and tries the lock, until the value is there, the lock
 -- is ours (the loader failed: our turn), or the lock's timeout is spent.
 local POLL_STEP = 0.001
-local YIELDABLE = {
-    rewrite = true, server_rewrite = true, access = true, content = true,
-    timer = true, ssl_cert = true, ssl_session_fetch = true,
-    ssl_client_hello = true, preread = true,
-}
-
-local function nginx_polls()
-    local ngx = rawget(_G, "ngx")
-    return ngx ~= nil and type(ngx.get_phase) == "function"
-           and YIELDABLE[ngx.get_phase()] == true
-end
 
 -- elapsed when the lock is ours; nil, "loaded" once the value is in the
 -- zone; nil, err otherwise
@@ -528,7 +517,7 @@ local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
 
     local lkey = self.lock_prefix .. key
     local elapsed
-    if nginx_polls() and lock.trylock then
+    if resty_lock.can_sleep() and lock.trylock then
         elapsed, err = poll_lock(self, lock, lkey, key, vkey)
     else
         elapsed, err = lock:lock(lkey)

@@ -49,10 +49,7 @@ local str_buf = ffi_new("char[?]", str_size)
 
 local zones = {}     -- name -> dict opened by this process
 
-local errors = {}
-for rc = 1, 14 do
-    errors[rc] = ffi_str(C.shmlock_strerror(rc))
-end
+local errors = require "resty.shmlock.errors"
 
 local function sys_error(what)
     return what .. ": " .. ffi_str(C.strerror(C.shmlock_errno()))

@@ -93,10 +93,7 @@ local forcible = ffi_new("int[1]")
 local buf_size = 256
 local buf = ffi_new("char[?]", buf_size)
 
-local errors = {}
-for rc = 1, 14 do
-    errors[rc] = ffi_str(C.shmlock_strerror(rc))
-end
+local errors = require "resty.shmlock.errors"
 
 
 -- monotonic microseconds, comparable between processes
