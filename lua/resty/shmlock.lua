@@ -26,6 +26,8 @@ local zone_lock = require "resty.shmlock.zone_lock"
 local shared_lock = require "resty.shmlock.shared_lock"
 local options = require "resty.shmlock.options"
 
+local check_key = shdict.check_key
+
 local ffi_str = ffi.string
 local type = type
 local tostring = tostring
@@ -41,7 +43,6 @@ local retoken = handle.retoken
 local ms = zone_lock.ms
 local ACQUIRED = zone_lock.ACQUIRED
 
-local KEY_MAX = 65535
 
 local ngx = ngx
 local in_nginx = type(ngx) == "table" and type(ngx.get_phase) == "function"
@@ -211,20 +212,17 @@ local function acquire(self, key, may_wait)
     if self.cd then
         return nil, "locked"
     end
-    if type(key) ~= "string" then
-        key = tostring(key)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
     end
     local klen = #key
-    if klen == 0 then
-        return nil, "empty key"
-    end
-    if klen > KEY_MAX then
-        return nil, "key too long"
-    end
 
     local tok, tlen = next_token()
     local ops = self.ops
-    local ok, err = ops.add(self, key, klen, tok, tlen)
+    local ok
+    ok, err = ops.add(self, key, klen, tok, tlen)
     if ok then
         hold(self, key, klen, tok, tlen)
         return 0

@@ -537,5 +537,7 @@ function _M.destroy(name, opts)
 end
 
 _M.methods = methods
+-- key, or nil and "nil key" / "empty key" / "key too long" (the locks too)
+_M.check_key = check_key
 
 return _M
