@@ -558,6 +558,86 @@ test_cas_cad(shmlock_zone_t *z)
     verify(z);
 }
 
+/* The lock calls: taking, releasing by token only, waking waiters. */
+static void
+test_lock_calls(shmlock_zone_t *z)
+{
+    const char       *tok = "1:2:3:000000000000001";
+    const char       *other = "1:2:3:000000000000002";
+    shmlock_value_t   out;
+    int64_t           ttl, before, after;
+    uint32_t          hash, seq;
+    char              buf[64];
+    int               i;
+
+    for (i = 0; i < 200; i++) {
+        before = shmlock_now_ms();
+        CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(tok), 5000, 0),
+                 SHMLOCK_OK);
+        CHECK_RC(shmlock_dict_ttl(z, KEY("lk"), &ttl), SHMLOCK_OK);
+        after = shmlock_now_ms();
+        CHECK(ttl >= 5000 - (after - before) && ttl <= 5000);
+        CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(other), 5000, 0),
+                 SHMLOCK_EXISTS);
+        CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(other)),
+                 SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_OK);
+        CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)),
+                 SHMLOCK_NOT_FOUND);
+    }
+
+    /* short locks and the caller's clock reading keep their precision */
+    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(tok), 40, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_ttl(z, KEY("lk"), &ttl), SHMLOCK_OK);
+    CHECK(ttl > 0 && ttl <= 40);
+    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_OK);
+    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(tok), 5000,
+                                  shmlock_now_ms() - 1000), SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_ttl(z, KEY("lk"), &ttl), SHMLOCK_OK);
+    CHECK(ttl > 3900 && ttl <= 4000);
+
+    /* an expired lock: anyone may take it; its owner's release finds the
+     * new holder's token and leaves it alone */
+    CHECK_RC(shmlock_dict_expire(z, KEY("lk"), 1), SHMLOCK_OK);
+    sleep_ms(5);
+    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(other), 5000, 0),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_dict_get(z, KEY("lk"), 0, &out, buf, sizeof(buf)),
+             SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TSTRING && out.len == strlen(other));
+    CHECK(memcmp(buf, other, out.len) == 0);
+    /* ... and once that one has expired too, it is simply gone */
+    CHECK_RC(shmlock_dict_expire(z, KEY("lk"), 1), SHMLOCK_OK);
+    sleep_ms(5);
+    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(other)), SHMLOCK_OK);
+
+    /* a release bumps the key's wake word when a waiter is counted */
+    hash = shmlock_hash(KEY("lk"));
+    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(tok), 5000, 0),
+             SHMLOCK_OK);
+    seq = shmlock_wait_begin(z, hash);
+    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_OK);
+    CHECK(shmlock_wait_seq(z, hash) != seq);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 1000000), SHMLOCK_OK);
+    /* a failed release does not */
+    seq = shmlock_wait_begin(z, hash);
+    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_NOT_FOUND);
+    CHECK(shmlock_wait_seq(z, hash) == seq);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
+
+    CHECK_RC(shmlock_lock_acquire(z, "", 0, KEY(tok), 5000, 0),
+             SHMLOCK_BAD_KEY);
+    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), NULL, 0, 5000, 0),
+             SHMLOCK_BAD_VALUE);
+    CHECK_RC(shmlock_lock_release(z, "", 0, KEY(tok)), SHMLOCK_BAD_KEY);
+    CHECK_RC(shmlock_lock_release(z, KEY("lk"), NULL, 0), SHMLOCK_BAD_VALUE);
+    expect_absent(z, "lk");
+
+    verify(z);
+}
+
 static void
 test_flush_and_keys(shmlock_zone_t *z)
 {
@@ -926,6 +1006,7 @@ main(int argc, char **argv)
     test_incr(z);
     test_expiry(z);
     test_cas_cad(z);
+    test_lock_calls(z);
     test_flush_and_keys(z);
     test_processes(z);
     close_zone(z);

@@ -1,12 +1,13 @@
 /*
- * The exported ABI: argument plumbing, the zone mutex around each
- * dictionary call, and recovery of a dead holder's half-done update.
+ * The exported ABI: argument plumbing around each dictionary call (the
+ * zone mutex and the recovery of a dead holder's update: zone_guard.h).
  */
 
 #include "shmlock.h"
 #include "hash.h"
 #include "optimistic.h"
 #include "shdict.h"
+#include "zone_guard.h"
 #include "shm_zone.h"
 #include "sys.h"
 #include "zw.h"
@@ -30,39 +31,6 @@ value_ok(const shmlock_value_t *v)
     return v->type == SHMLOCK_TNIL || v->type == SHMLOCK_TBOOLEAN
            || v->type == SHMLOCK_TNUMBER
            || (v->type == SHMLOCK_TSTRING && (v->str != NULL || v->len == 0));
-}
-
-static inline void
-zone_lock(zone_t *z)
-{
-    /* taking over a dead holder's mutex: its update may be half done */
-    if (__builtin_expect(shmtx_lock(&z->hdr->mutex, sys_pid()), 0)) {
-        shdict_recover(z);
-        /* it may have died with seq odd: make it even, and different */
-        __atomic_store_n(&z->hdr->seq, (z->hdr->seq | 1) + 1,
-                         __ATOMIC_RELEASE);
-    }
-}
-
-static inline void
-zone_unlock(zone_t *z)
-{
-    shmtx_unlock(&z->hdr->mutex, sys_pid());
-}
-
-/* A change to the dictionary: mutex held, and seq odd for lock-free readers */
-static inline void
-zone_write_lock(zone_t *z)
-{
-    zone_lock(z);
-    zone_write_begin(z);
-}
-
-static inline void
-zone_write_unlock(zone_t *z)
-{
-    zone_write_end(z);
-    zone_unlock(z);
 }
 
 const char *

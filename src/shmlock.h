@@ -190,6 +190,29 @@ SHMLOCK_API int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash,
 SHMLOCK_API void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
 
 
+/* ---- locks: the uncontended path of the Lua lock in one call each ---- */
+
+/*
+ * Takes key for the owner token tok: an add of the string tok with
+ * exptime_ms (so pinned: never evicted while live).  now_ms as in
+ * store_at (0: read the clock).  SHMLOCK_OK: taken;
+ * SHMLOCK_EXISTS: held (live); SHMLOCK_NO_MEMORY, SHMLOCK_BAD_KEY,
+ * SHMLOCK_BAD_VALUE (tok NULL).
+ */
+SHMLOCK_API int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
+    size_t key_len, const char *tok, size_t tok_len, int64_t exptime_ms,
+    int64_t now_ms);
+/*
+ * Releases key if it holds exactly tok (expired or not): removes it and
+ * wakes the key's counted waiters (shmlock_wake_waiters).  SHMLOCK_OK;
+ * SHMLOCK_CHANGED: it holds another value (live); SHMLOCK_NOT_FOUND:
+ * absent, or another value that has expired; SHMLOCK_BAD_KEY,
+ * SHMLOCK_BAD_VALUE.
+ */
+SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
+    size_t key_len, const char *tok, size_t tok_len);
+
+
 /* ---- processes ---- */
 
 SHMLOCK_API int shmlock_self_pid(void);

@@ -3,17 +3,9 @@
  * skip the futex system call when nobody waits, which is the common case.
  */
 
-#include "shmlock.h"
-#include "sys.h"
-#include "zone.h"
+#include "wait.h"
 
 #include <errno.h>
-
-static inline uint32_t
-wait_slot(uint32_t hash)
-{
-    return hash & (ZONE_WAIT_WORDS - 1);
-}
 
 uint32_t
 shmlock_wait_seq(shmlock_zone_t *zone, uint32_t hash)
@@ -74,10 +66,5 @@ shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
 void
 shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash)
 {
-    uint32_t  s = wait_slot(hash);
-
-    if (__atomic_load_n(&zone->wait_sleepers[s], __ATOMIC_SEQ_CST) != 0) {
-        __atomic_add_fetch(&zone->wait_seq[s], 1, __ATOMIC_SEQ_CST);
-        sys_futex_wake(&zone->wait_seq[s], 0x7fffffff);
-    }
+    wait_wake_counted(zone, hash);
 }

@@ -7,9 +7,12 @@
 -- back and the next lock takes it, so a new+lock+unlock cycle allocates no
 -- cdata and leaves no finalizer behind (pending finalizers would also
 -- abort JIT trace recording).  A handle inherited by a forked child
--- releases nothing: the lock belongs to the parent.  A handle holding a
--- lock keeps a reference to its zone (shmlock_zone_retain): at exit,
--- finalizers run in any order, and the zone object may go first.
+-- releases nothing: the lock belongs to the parent.  A handle keeps a
+-- reference to its zone (shmlock_zone_retain): at exit, finalizers run in
+-- any order, and the zone object may go first.  The reference stays while
+-- the handle is pooled, so that locking again in the same zone costs no
+-- retain and close; a pooled handle taken for another zone swaps it.  So
+-- up to POOL_MAX zones no longer used may stay mapped until exit.
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
@@ -53,24 +56,21 @@ local pooled = 0
 
 local function finalize(cd)
     local tlen = cd.tok_len
-    if tlen == 0 then
-        return
-    end
-    cd.tok_len = 0
     local zone = cd.zone
-    if cd.pid ~= C.shmlock_self_pid() then
-        -- a forked child's copy: the lock is the parent's
+    cd.tok_len = 0
+    cd.zone = nil
+    -- a forked child's copy releases nothing: the lock is the parent's
+    if tlen ~= 0 and cd.pid == C.shmlock_self_pid() then
         if zone ~= nil then
-            C.shmlock_zone_close(zone)
+            zone_lock.release(zone, cd.key, cd.key_len, cd.tok, tlen)
+        else
+            shared_lock.release(dicts[cd.shared],
+                                ffi_str(cd.key, cd.key_len), cd.key_len,
+                                cd.tok, tlen)
         end
-        return
     end
     if zone ~= nil then
-        zone_lock.release(zone, cd.key, cd.key_len, cd.tok, tlen)
         C.shmlock_zone_close(zone)
-    else
-        shared_lock.release(dicts[cd.shared], ffi_str(cd.key, cd.key_len),
-                            cd.key_len, cd.tok, tlen)
     end
 end
 
@@ -106,10 +106,16 @@ function _M.hold(self, key, klen, tok, tlen)
         cd.key_cap = cap
     end
     local zone = self.zone
-    if zone then
-        C.shmlock_zone_retain(zone)
+    if cd.zone ~= zone then
+        -- (a NULL pointer equals nil: no zone on either side)
+        if cd.zone ~= nil then
+            C.shmlock_zone_close(cd.zone)
+        end
+        if zone then
+            C.shmlock_zone_retain(zone)
+        end
+        cd.zone = zone
     end
-    cd.zone = zone
     cd.shared = self.number
     cd.pid = token_pid()
     ffi_copy(cd.key, key, klen)
@@ -130,14 +136,10 @@ end
 
 
 -- Records that self holds nothing any more: its handle goes back to the
--- pool.
+-- pool (keeping its zone reference), or to the collector.
 function _M.drop(self)
     local cd = self.cd
     cd.tok_len = 0
-    if cd.zone ~= nil then
-        C.shmlock_zone_close(cd.zone)
-        cd.zone = nil
-    end
     self.cd = false
     self.key = false
     if pooled < POOL_MAX then

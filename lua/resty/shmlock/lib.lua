@@ -72,6 +72,12 @@ int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
     int64_t timeout_us);
 void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
 
+int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
+    size_t key_len, const char *tok, size_t tok_len, int64_t exptime_ms,
+    int64_t now_ms);
+int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
+    size_t key_len, const char *tok, size_t tok_len);
+
 int shmlock_self_pid(void);
 uint64_t shmlock_proc_start(int pid);
 int shmlock_proc_alive(int pid, uint64_t start);

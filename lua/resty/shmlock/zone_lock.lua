@@ -64,7 +64,6 @@ local CHANGED = 5
 local AGAIN = 12
 local TIMEOUT = 13
 local T_NIL, T_STRING = 0, 4
-local OP_ADD = 1
 
 -- a waiter sleeps at most this long between looks at the holder, so that
 -- a holder that dies while we wait is noticed within it
@@ -171,10 +170,8 @@ end
 -- true: acquired; false: held by someone; nil, err: the zone said no.
 -- tok: a string or a pointer to tlen bytes.
 function _M.add(self, key, klen, tok, tlen)
-    val.str = tok
-    val.len = tlen
-    local rc = C.shmlock_dict_store_at(self.store, OP_ADD, key, klen, val,
-                                       self.exptime_ms, cached_ms(), forcible)
+    local rc = C.shmlock_lock_acquire(self.store, key, klen, tok, tlen,
+                                      self.exptime_ms, cached_ms())
     if rc == OK then
         return true
     end
@@ -218,9 +215,8 @@ end
 -- 1, or nil, "expired" when the key no longer holds our token.  key and
 -- tok: Lua strings or char pointers (the handle's copies).
 function _M.release(zone, key, klen, tok, tlen)
-    local rc = cad(zone, key, klen, tok, tlen)
+    local rc = C.shmlock_lock_release(zone, key, klen, tok, tlen)
     if rc == OK then
-        wake(zone, key, klen)
         return 1
     end
     if rc == CHANGED then
@@ -291,10 +287,8 @@ local function look(zone, key, klen, tok, exp_ms, check, since)
     local v = read(zone, key, klen)
     if v == nil then
         -- released since our add: one more try
-        val.str = tok
-        val.len = #tok
-        local rc = C.shmlock_dict_store_at(zone, OP_ADD, key, klen, val,
-                                           exp_ms, cached_ms(), forcible)
+        local rc = C.shmlock_lock_acquire(zone, key, klen, tok, #tok, exp_ms,
+                                          cached_ms())
         return rc == OK and ACQUIRED or BUSY
     end
     if v == true then

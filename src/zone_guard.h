@@ -1,0 +1,47 @@
+/*
+ * zone_guard: the zone mutex around a dictionary call, and recovery of a
+ * dead holder's half-done update when its mutex is taken over.  Every
+ * exported call that touches the dictionary goes through these.
+ */
+
+#ifndef ZONE_GUARD_H
+#define ZONE_GUARD_H
+
+#include "optimistic.h"
+#include "shdict.h"
+#include "sys.h"
+
+static inline void
+zone_lock(zone_t *z)
+{
+    /* taking over a dead holder's mutex: its update may be half done */
+    if (__builtin_expect(shmtx_lock(&z->hdr->mutex, sys_pid()), 0)) {
+        shdict_recover(z);
+        /* it may have died with seq odd: make it even, and different */
+        __atomic_store_n(&z->hdr->seq, (z->hdr->seq | 1) + 1,
+                         __ATOMIC_RELEASE);
+    }
+}
+
+static inline void
+zone_unlock(zone_t *z)
+{
+    shmtx_unlock(&z->hdr->mutex, sys_pid());
+}
+
+/* A change to the dictionary: mutex held, and seq odd for lock-free readers */
+static inline void
+zone_write_lock(zone_t *z)
+{
+    zone_lock(z);
+    zone_write_begin(z);
+}
+
+static inline void
+zone_write_unlock(zone_t *z)
+{
+    zone_write_end(z);
+    zone_unlock(z);
+}
+
+#endif /* ZONE_GUARD_H */
