@@ -60,94 +60,91 @@ chunk_free(zone_t *z, uint32_t first)
 }
 
 /*
- * Positions (chunk, offset within its data) for byte `off` of an entry's
- * stream; the stream is the head's 16 data bytes, then 60 per chunk.
+ * The data of an entry's stream from byte `off` on: *c is the chunk it is
+ * in, *room how many bytes of the stream that chunk holds from there.  The
+ * stream is the head's 16 data bytes, then 60 per continuation chunk; a
+ * head chunk links its first continuation through the same `next` word.
  */
-static uint32_t
-chunk_seek(const zone_t *z, uint32_t head, size_t off, size_t *in)
+static inline char *
+chunk_seek(const zone_t *z, uint32_t head, size_t off, uint32_t *c,
+    size_t *room)
 {
-    uint32_t  c;
+    uint32_t  i;
 
     if (off < CHUNK_HEAD_DATA) {
-        *in = off;
-        return head;
+        *c = head;
+        *room = CHUNK_HEAD_DATA - off;
+        return entry_at(z, head)->data + off;
     }
     off -= CHUNK_HEAD_DATA;
-    c = ((const cont_t *) chunk_at(z, head))->next;
+    i = ((const cont_t *) chunk_at(z, head))->next;
     while (off >= CHUNK_CONT_DATA) {
-        c = ((const cont_t *) chunk_at(z, c))->next;
+        i = ((const cont_t *) chunk_at(z, i))->next;
         off -= CHUNK_CONT_DATA;
     }
-    *in = off;
-    return c;
+    *c = i;
+    *room = CHUNK_CONT_DATA - off;
+    return ((cont_t *) chunk_at(z, i))->data + off;
 }
 
-static char *
-chunk_data(const zone_t *z, uint32_t c, uint32_t head, size_t *room,
-    size_t in)
+/* The next chunk's data, which it holds CHUNK_CONT_DATA bytes of. */
+static inline char *
+chunk_next_data(const zone_t *z, uint32_t *c)
 {
-    if (c == head) {
-        *room = CHUNK_HEAD_DATA - in;
-        return entry_at(z, c)->data + in;
-    }
-    *room = CHUNK_CONT_DATA - in;
-    return ((cont_t *) chunk_at(z, c))->data + in;
+    *c = ((const cont_t *) chunk_at(z, *c))->next;
+    return ((cont_t *) chunk_at(z, *c))->data;
 }
 
 void
 chunk_write(zone_t *z, uint32_t head, size_t off, const char *src, size_t len)
 {
-    size_t    in, room, n;
-    uint32_t  c = chunk_seek(z, head, off, &in);
-    char     *p;
+    uint32_t  c;
+    size_t    room;
+    char     *p = chunk_seek(z, head, off, &c, &room);
 
-    while (len > 0) {
-        p = chunk_data(z, c, head, &room, in);
-        n = len < room ? len : room;
-        memcpy(p, src, n);
-        src += n;
-        len -= n;
-        in = 0;
-        c = ((cont_t *) chunk_at(z, c))->next;
+    while (len > room) {
+        memcpy(p, src, room);
+        src += room;
+        len -= room;
+        p = chunk_next_data(z, &c);
+        room = CHUNK_CONT_DATA;
     }
+    memcpy(p, src, len);
 }
 
 void
 chunk_read(const zone_t *z, uint32_t head, size_t off, char *dst, size_t len)
 {
-    size_t    in, room, n;
-    uint32_t  c = chunk_seek(z, head, off, &in);
-    char     *p;
+    uint32_t  c;
+    size_t    room;
+    char     *p = chunk_seek(z, head, off, &c, &room);
 
-    while (len > 0) {
-        p = chunk_data(z, c, head, &room, in);
-        n = len < room ? len : room;
-        memcpy(dst, p, n);
-        dst += n;
-        len -= n;
-        in = 0;
-        c = ((const cont_t *) chunk_at(z, c))->next;
+    while (len > room) {
+        memcpy(dst, p, room);
+        dst += room;
+        len -= room;
+        p = chunk_next_data(z, &c);
+        room = CHUNK_CONT_DATA;
     }
+    memcpy(dst, p, len);
 }
 
 int
 chunk_equal(const zone_t *z, uint32_t head, size_t off, const char *s,
     size_t len)
 {
-    size_t    in, room, n;
-    uint32_t  c = chunk_seek(z, head, off, &in);
-    char     *p;
+    uint32_t  c;
+    size_t    room;
+    char     *p = chunk_seek(z, head, off, &c, &room);
 
-    while (len > 0) {
-        p = chunk_data(z, c, head, &room, in);
-        n = len < room ? len : room;
-        if (!bytes_equal(p, s, n)) {
+    while (len > room) {
+        if (!bytes_equal(p, s, room)) {
             return 0;
         }
-        s += n;
-        len -= n;
-        in = 0;
-        c = ((const cont_t *) chunk_at(z, c))->next;
+        s += room;
+        len -= room;
+        p = chunk_next_data(z, &c);
+        room = CHUNK_CONT_DATA;
     }
-    return 1;
+    return bytes_equal(p, s, len);
 }
