@@ -680,6 +680,88 @@ test_flush_and_keys(shmlock_zone_t *z)
     verify(z);
 }
 
+/*
+ * A zone of 8 MB is split into 8 shards.  What spans the whole zone (keys,
+ * flushes, free space) must see every shard; one entry fits one shard.
+ */
+static void
+test_shards(void)
+{
+    shmlock_zone_t  *z = open_zone("shards", 8 << 20);
+    shmlock_value_t  v;
+    size_t           used, need = 0, empty = shmlock_dict_free_space(z);
+    char             key[32], *buf, *p, *big;
+    int              i, count, forcible, seen[1000];
+    uint32_t         len;
+
+    CHECK(empty > 7 << 20 && empty < 8 << 20);
+    CHECK(shmlock_dict_capacity(z) == 8 << 20);
+
+    for (i = 0; i < 1000; i++) {
+        snprintf(key, sizeof(key), "key%d", i);
+        CHECK_RC(store(z, SHMLOCK_OP_SET, key, num_value(i), 0), SHMLOCK_OK);
+        need += sizeof(uint32_t) + strlen(key);
+    }
+    CHECK(shmlock_dict_free_space(z) == empty - 1000 * 64);
+
+    /* every key once, from all shards */
+    buf = malloc(need);
+    CHECK(buf != NULL);
+    CHECK_RC(shmlock_dict_get_keys(z, 0, buf, need, &count, &used),
+             SHMLOCK_OK);
+    CHECK(count == 1000 && used == need);
+    memset(seen, 0, sizeof(seen));
+    for (p = buf; p < buf + used; p += sizeof(len) + len) {
+        memcpy(&len, p, sizeof(len));
+        CHECK(len < sizeof(key) && len > 3);
+        memcpy(key, p + sizeof(len), len);
+        key[len] = '\0';
+        i = atoi(key + 3);
+        CHECK(i >= 0 && i < 1000 && !seen[i]);
+        seen[i] = 1;
+    }
+    /* a buffer one byte short, wherever the shard boundary falls */
+    CHECK_RC(shmlock_dict_get_keys(z, 0, buf, need - 1, &count, &used),
+             SHMLOCK_AGAIN);
+    CHECK(count == 1000 && used == need);
+    CHECK_RC(shmlock_dict_get_keys(z, 300, buf, need, &count, &used),
+             SHMLOCK_OK);
+    CHECK(count == 300 && used < need);
+    free(buf);
+
+    /* flushes reach every shard */
+    for (i = 0; i < 1000; i += 2) {
+        snprintf(key, sizeof(key), "key%d", i);
+        CHECK_RC(shmlock_dict_expire(z, KEY(key), 1), SHMLOCK_OK);
+    }
+    sleep_ms(5);
+    CHECK(count_keys(z) == 500);
+    CHECK(shmlock_dict_flush_expired(z, 100) == 100);
+    CHECK(shmlock_dict_flush_expired(z, 0) == 400);
+    shmlock_dict_flush_all(z);
+    CHECK(count_keys(z) == 0);
+    CHECK(shmlock_dict_flush_expired(z, 0) == 500);
+    CHECK(shmlock_dict_free_space(z) == empty);
+    verify(z);
+
+    /* an entry larger than a shard: no memory, with the zone empty */
+    big = malloc(2 << 20);
+    CHECK(big != NULL);
+    memset(big, 'b', 2 << 20);
+    v = str_value(big, 2 << 20, 0);
+    CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, KEY("big"), &v, 0,
+                                &forcible), SHMLOCK_NO_MEMORY);
+    v = str_value(big, 512 << 10, 0);
+    CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, KEY("big"), &v, 0,
+                                &forcible), SHMLOCK_OK);
+    expect_str(z, "big", big, 512 << 10);
+    free(big);
+    verify(z);
+
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("shards")), SHMLOCK_OK);
+}
+
 /* set() may evict other set() entries; add() entries stay while live. */
 static void
 test_eviction(void)
@@ -861,12 +943,12 @@ test_crash_in_update(void)
 
 /* A process that dies holding the zone mutex does not wedge the others. */
 static void
-test_dead_mutex_holder(void)
+test_dead_mutex_holder(size_t size)
 {
-    shmlock_zone_t  *z = open_zone("dead", 64 * 1024);
+    shmlock_zone_t  *z = open_zone("dead", size);
     pid_t            pid;
-    int              sync[2];
-    char             c;
+    int              sync[2], i;
+    char             c, key[16];
 
     CHECK(pipe(sync) == 0);
     pid = fork();
@@ -882,8 +964,12 @@ test_dead_mutex_holder(void)
     close(sync[0]);
     close(sync[1]);
 
-    CHECK_RC(set_str(z, SHMLOCK_OP_SET, "k", "v"), SHMLOCK_OK);
-    expect_str(z, "k", KEY("v"));
+    /* every shard's mutex was held: keys of all of them work again */
+    for (i = 0; i < 64; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        CHECK_RC(set_str(z, SHMLOCK_OP_SET, key, "v"), SHMLOCK_OK);
+        expect_str(z, key, KEY("v"));
+    }
     verify(z);
 
     close_zone(z);
@@ -986,7 +1072,8 @@ main(int argc, char **argv)
 {
     shmlock_zone_t  *z;
     const char      *tmp = getenv("TMPDIR");
-    int              own_dir = argc < 2;
+    int              own_dir = argc < 2, i;
+    size_t           sizes[2] = { 1 << 20, 8 << 20 };
 
     if (own_dir) {
         snprintf(dir, sizeof(dir), "%s/shmlock-ctest.XXXXXX",
@@ -1000,21 +1087,25 @@ main(int argc, char **argv)
     test_zone_files();
     test_foreign_files();
 
-    z = open_zone("dict", 1 << 20);
-    test_strings_and_types(z);
-    test_add_replace_delete(z);
-    test_incr(z);
-    test_expiry(z);
-    test_cas_cad(z);
-    test_lock_calls(z);
-    test_flush_and_keys(z);
-    test_processes(z);
-    close_zone(z);
-    CHECK_RC(shmlock_zone_destroy(dir, KEY("dict")), SHMLOCK_OK);
+    /* the dictionary walk, on a zone of one shard and on one of eight */
+    for (i = 0; i < 2; i++) {
+        z = open_zone("dict", sizes[i]);
+        test_strings_and_types(z);
+        test_add_replace_delete(z);
+        test_incr(z);
+        test_expiry(z);
+        test_cas_cad(z);
+        test_lock_calls(z);
+        test_flush_and_keys(z);
+        test_processes(z);
+        close_zone(z);
+        CHECK_RC(shmlock_zone_destroy(dir, KEY("dict")), SHMLOCK_OK);
+        test_dead_mutex_holder(sizes[i]);
+    }
 
+    test_shards();
     test_eviction();
     test_crash_in_update();
-    test_dead_mutex_holder();
     test_concurrency();
 
     if (own_dir) {

@@ -1078,6 +1078,27 @@ print("done")
             assert.is_nil(r[1])
             assert.matches("^corrupt: .+", r[2])
         end)
+
+        it("names the broken shard of a sharded zone", function()
+            local z = zone("4m")
+            local name = opened[#opened]
+            local key = "VERIFY-SHARD-0123456789"
+            z:set(key, "value")
+            assert.same({ n = 1, true }, pack(z:verify()))
+
+            local path = dir .. "/shmlock." .. name
+            local data = read_file(path)
+            local at = data:find(key:sub(1, 12), 1, true)
+            assert.is_number(at)
+            local f = assert(io.open(path, "r+b"))
+            f:seek("set", at - 1)
+            f:write("X")
+            f:close()
+
+            local r = pack(z:verify())
+            assert.is_nil(r[1])
+            assert.matches("^corrupt: shard [0-3]: .+", r[2])
+        end)
     end)
 
     describe("eviction", function()

@@ -49,134 +49,139 @@ describe("resty.shmlock.shdict across processes", function()
         return dict
     end
 
-    it("keeps an add()-locked read-modify-write counter exact with 6 "
-       .. "processes", function()
-        local PROCS, N = 6, 5000
-        local dict = open("counter", "1m")
-        assert.is_true((dict:set("counter", 0)))
+    for _, size in ipairs({ "1m", "8m" }) do
+        it("keeps an add()-locked read-modify-write counter exact with 6 "
+           .. "processes in a " .. size .. " zone", function()
+            local PROCS, N = 6, 5000
+            local dict = open("counter", size)
+            assert.is_true((dict:set("counter", 0)))
 
-        local start = proc.pipe()
-        local pids = {}
-        for i = 1, PROCS do
-            pids[i] = proc.spawn(function()
-                if not start:wait_release(10) then
-                    error("never released")
-                end
-                local pid = proc.getpid()
-                local waited = 0
-                local deadline = proc.now() + 20
-                for iter = 1, N do
-                    while true do
-                        local ok, err = dict:add("lock", pid, 5)
-                        if ok then
-                            break
+            local start = proc.pipe()
+            local pids = {}
+            for i = 1, PROCS do
+                pids[i] = proc.spawn(function()
+                    if not start:wait_release(10) then
+                        error("never released")
+                    end
+                    local pid = proc.getpid()
+                    local waited = 0
+                    local deadline = proc.now() + 20
+                    for iter = 1, N do
+                        while true do
+                            local ok, err = dict:add("lock", pid, 5)
+                            if ok then
+                                break
+                            end
+                            if err ~= "exists" then
+                                error("add: " .. tostring(err))
+                            end
+                            waited = waited + 1
+                            if waited % 1024 == 0 and proc.now() > deadline then
+                                error("lock starvation at iteration " .. iter)
+                            end
+                            proc.yield()
                         end
-                        if err ~= "exists" then
-                            error("add: " .. tostring(err))
+
+                        local v = dict:get("counter")
+                        local ok, err = dict:set("counter", v + 1)
+                        if not ok then
+                            error("set: " .. tostring(err))
                         end
-                        waited = waited + 1
-                        if waited % 1024 == 0 and proc.now() > deadline then
-                            error("lock starvation at iteration " .. iter)
+
+                        local holder = dict:get("lock")
+                        if holder ~= pid then
+                            error("iteration " .. iter .. ": lock held by "
+                                  .. tostring(holder) .. ", not by us " .. pid)
                         end
-                        proc.yield()
+                        ok, err = dict:delete("lock")
+                        if not ok then
+                            error("delete: " .. tostring(err))
+                        end
                     end
-
-                    local v = dict:get("counter")
-                    local ok, err = dict:set("counter", v + 1)
-                    if not ok then
-                        error("set: " .. tostring(err))
-                    end
-
-                    local holder = dict:get("lock")
-                    if holder ~= pid then
-                        error("iteration " .. iter .. ": lock held by "
-                              .. tostring(holder) .. ", not by us " .. pid)
-                    end
-                    ok, err = dict:delete("lock")
-                    if not ok then
-                        error("delete: " .. tostring(err))
-                    end
-                end
-                -- did we ever find the lock taken? (a run with no
-                -- contention would prove nothing)
-                return waited > 0 and 0 or 3
-            end)
-        end
-        start:release()
-        start:close()
-
-        local res = proc.wait_all(pids, 40)
-        local uncontended = 0
-        for i, r in ipairs(res) do
-            if r.how == "exit" and r.code == 3 then
-                uncontended = uncontended + 1
-            else
-                assert.same({ how = "exit", code = 0, msg = "" },
-                            { how = r.how, code = r.code, msg = r.msg },
-                            "child " .. i)
+                    -- did we ever find the lock taken? (a run with no
+                    -- contention would prove nothing)
+                    return waited > 0 and 0 or 3
+                end)
             end
-        end
-        assert.is_true(uncontended < PROCS, "no process ever met the lock "
-                       .. "taken: the processes did not overlap")
+            start:release()
+            start:close()
 
-        assert.equal(PROCS * N, dict:get("counter"))
-        assert.is_nil(dict:get("lock"))
-        assert.same({ true }, { dict:verify() })
-    end)
-
-    it("gives every concurrent incr a distinct result and an exact total",
-       function()
-        local PROCS, N = 4, 5000
-        local dict = open("incr", "1m")
-
-        local start = proc.pipe()
-        local pids = {}
-        for i = 1, PROCS do
-            pids[i] = proc.spawn(function()
-                if not start:wait_release(10) then
-                    error("never released")
+            local res = proc.wait_all(pids, 40)
+            local uncontended = 0
+            for i, r in ipairs(res) do
+                if r.how == "exit" and r.code == 3 then
+                    uncontended = uncontended + 1
+                else
+                    assert.same({ how = "exit", code = 0, msg = "" },
+                                { how = r.how, code = r.code, msg = r.msg },
+                                "child " .. i)
                 end
-                local got = {}
-                local last = 0
-                for j = 1, N do
-                    local v, err = dict:incr("n", 1, 0)
-                    if type(v) ~= "number" then
-                        error("incr: " .. tostring(err))
-                    end
-                    if v <= last then
-                        error("incr went backwards: " .. last .. " then " .. v)
-                    end
-                    last = v
-                    got[j] = v
-                end
-                local f = assert(io.open(dir .. "/incr." .. i, "w"))
-                f:write(concat(got, "\n"), "\n")
-                f:close()
-            end)
-        end
-        start:release()
-        start:close()
-        expect_clean_exits(pids, 40)
-
-        local total = PROCS * N
-        assert.equal(total, dict:get("n"))
-
-        -- each of 1..total was returned to exactly one caller
-        local seen, count = {}, 0
-        for i = 1, PROCS do
-            for line in io.lines(dir .. "/incr." .. i) do
-                local v = tonumber(line)
-                assert.is_nil(seen[v], "value " .. line .. " returned twice")
-                seen[v] = true
-                count = count + 1
             end
-        end
-        assert.equal(total, count)
-        for v = 1, total do
-            assert.is_true(seen[v], "value " .. v .. " never returned")
-        end
-        assert.same({ true }, { dict:verify() })
-    end)
+            assert.is_true(uncontended < PROCS, "no process ever met the lock "
+                           .. "taken: the processes did not overlap")
+
+            assert.equal(PROCS * N, dict:get("counter"))
+            assert.is_nil(dict:get("lock"))
+            assert.same({ true }, { dict:verify() })
+        end)
+    end
+
+    for _, size in ipairs({ "1m", "8m" }) do
+        it("gives every concurrent incr a distinct result and an exact total "
+           .. "in a " .. size .. " zone",
+           function()
+            local PROCS, N = 4, 5000
+            local dict = open("incr", size)
+
+            local start = proc.pipe()
+            local pids = {}
+            for i = 1, PROCS do
+                pids[i] = proc.spawn(function()
+                    if not start:wait_release(10) then
+                        error("never released")
+                    end
+                    local got = {}
+                    local last = 0
+                    for j = 1, N do
+                        local v, err = dict:incr("n", 1, 0)
+                        if type(v) ~= "number" then
+                            error("incr: " .. tostring(err))
+                        end
+                        if v <= last then
+                            error("incr went backwards: " .. last .. " then " .. v)
+                        end
+                        last = v
+                        got[j] = v
+                    end
+                    local f = assert(io.open(dir .. "/incr." .. i, "w"))
+                    f:write(concat(got, "\n"), "\n")
+                    f:close()
+                end)
+            end
+            start:release()
+            start:close()
+            expect_clean_exits(pids, 40)
+
+            local total = PROCS * N
+            assert.equal(total, dict:get("n"))
+
+            -- each of 1..total was returned to exactly one caller
+            local seen, count = {}, 0
+            for i = 1, PROCS do
+                for line in io.lines(dir .. "/incr." .. i) do
+                    local v = tonumber(line)
+                    assert.is_nil(seen[v], "value " .. line .. " returned twice")
+                    seen[v] = true
+                    count = count + 1
+                end
+            end
+            assert.equal(total, count)
+            for v = 1, total do
+                assert.is_true(seen[v], "value " .. v .. " never returned")
+            end
+            assert.same({ true }, { dict:verify() })
+        end)
+    end
 
     it("survives set/get/delete from 4 processes in a full small zone "
        .. "(eviction under contention)", function()

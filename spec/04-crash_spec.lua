@@ -175,87 +175,90 @@ describe("resty.shmlock.shdict when a process dies", function()
         assert.same({ true }, { dict:verify() })
     end
 
-    describe("holding the zone mutex", function()
-        it("does not wedge the others once killed and reaped", function()
-            local dict = open("reaped")
-            assert.is_true((dict:set("before", "kept", 0, 5)))
+    -- a 4m zone has 4 shards, each with its own mutex: the holder takes
+    -- them all
+    for _, size in ipairs({ "64k", "4m" }) do
+        describe("holding the zone mutex (" .. size .. " zone)", function()
+            it("does not wedge the others once killed and reaped", function()
+                local dict = open("reaped", size)
+                assert.is_true((dict:set("before", "kept", 0, 5)))
 
-            local holder = spawn_holder(dict)
-            proc.kill(holder)
-            assert.same(KILLED, exit_of(proc.wait(holder, 5)))
+                local holder = spawn_holder(dict)
+                proc.kill(holder)
+                assert.same(KILLED, exit_of(proc.wait(holder, 5)))
 
-            local started = proc.now()
-            check_workers(dict, spawn_workers(dict, 3), started)
-            assert.same({ "kept", 5 }, { dict:get("before") })
+                local started = proc.now()
+                check_workers(dict, spawn_workers(dict, 3), started)
+                assert.same({ "kept", 5 }, { dict:get("before") })
+            end)
+
+            it("does not wedge the others while it is an unreaped zombie",
+               function()
+                local dict = open("zombie", size)
+                assert.is_true((dict:set("before", "kept", 0, 5)))
+
+                local holder = spawn_holder(dict)
+                proc.kill(holder)
+                local deadline = proc.now() + 5
+                while proc.state(holder) ~= "Z" and proc.now() < deadline do
+                    proc.sleep(0.001)
+                end
+                assert.equal("Z", proc.state(holder))
+
+                local started = proc.now()
+                check_workers(dict, spawn_workers(dict, 3), started)
+
+                -- the workers went on while the holder was still a zombie
+                assert.equal("Z", proc.state(holder))
+                assert.same(KILLED, exit_of(proc.wait(holder, 5)))
+                assert.same({ "kept", 5 }, { dict:get("before") })
+            end)
+
+            it("lets waiters asleep on the mutex take over when it dies",
+               function()
+                local dict = open("asleep", size)
+                local holder = spawn_holder(dict)
+
+                local pids = spawn_workers(dict, 3)
+                for i, pid in ipairs(pids) do
+                    assert.is_true(proc.await_futex_sleep(pid, 5),
+                                   "worker " .. i .. " never slept on the mutex")
+                end
+                for i, pid in ipairs(pids) do
+                    assert.is_nil(proc.try_wait(pid),
+                                  "worker " .. i .. " got past a live holder")
+                end
+
+                local started = proc.now()
+                proc.kill(holder)
+                check_workers(dict, pids, started)
+                assert.same(KILLED, exit_of(proc.wait(holder, 5)))
+            end)
+
+            it("is never taken over while it is alive", function()
+                local dict = open("alive", size)
+                local go = proc.pipe()
+                local holder = spawn_holder(dict, go)
+
+                local pids = spawn_workers(dict, 2)
+                for i, pid in ipairs(pids) do
+                    assert.is_true(proc.await_futex_sleep(pid, 5),
+                                   "worker " .. i .. " never slept on the mutex")
+                end
+                -- forty of the waiters' 5 ms liveness checks
+                proc.sleep(0.2)
+                for i, pid in ipairs(pids) do
+                    assert.is_nil(proc.try_wait(pid),
+                                  "worker " .. i .. " took a live holder's mutex")
+                end
+
+                local started = proc.now()
+                assert.is_true(go:notify())
+                assert.same(CLEAN, exit_of(proc.wait(holder, 5)))
+                check_workers(dict, pids, started)
+            end)
         end)
-
-        it("does not wedge the others while it is an unreaped zombie",
-           function()
-            local dict = open("zombie")
-            assert.is_true((dict:set("before", "kept", 0, 5)))
-
-            local holder = spawn_holder(dict)
-            proc.kill(holder)
-            local deadline = proc.now() + 5
-            while proc.state(holder) ~= "Z" and proc.now() < deadline do
-                proc.sleep(0.001)
-            end
-            assert.equal("Z", proc.state(holder))
-
-            local started = proc.now()
-            check_workers(dict, spawn_workers(dict, 3), started)
-
-            -- the workers went on while the holder was still a zombie
-            assert.equal("Z", proc.state(holder))
-            assert.same(KILLED, exit_of(proc.wait(holder, 5)))
-            assert.same({ "kept", 5 }, { dict:get("before") })
-        end)
-
-        it("lets waiters asleep on the mutex take over when it dies",
-           function()
-            local dict = open("asleep")
-            local holder = spawn_holder(dict)
-
-            local pids = spawn_workers(dict, 3)
-            for i, pid in ipairs(pids) do
-                assert.is_true(proc.await_futex_sleep(pid, 5),
-                               "worker " .. i .. " never slept on the mutex")
-            end
-            for i, pid in ipairs(pids) do
-                assert.is_nil(proc.try_wait(pid),
-                              "worker " .. i .. " got past a live holder")
-            end
-
-            local started = proc.now()
-            proc.kill(holder)
-            check_workers(dict, pids, started)
-            assert.same(KILLED, exit_of(proc.wait(holder, 5)))
-        end)
-
-        it("is never taken over while it is alive", function()
-            local dict = open("alive")
-            local go = proc.pipe()
-            local holder = spawn_holder(dict, go)
-
-            local pids = spawn_workers(dict, 2)
-            for i, pid in ipairs(pids) do
-                assert.is_true(proc.await_futex_sleep(pid, 5),
-                               "worker " .. i .. " never slept on the mutex")
-            end
-            -- forty of the waiters' 5 ms liveness checks
-            proc.sleep(0.2)
-            for i, pid in ipairs(pids) do
-                assert.is_nil(proc.try_wait(pid),
-                              "worker " .. i .. " took a live holder's mutex")
-            end
-
-            local started = proc.now()
-            assert.is_true(go:notify())
-            assert.same(CLEAN, exit_of(proc.wait(holder, 5)))
-            check_workers(dict, pids, started)
-        end)
-    end)
-
+    end
 
     describe("at random moments of a storm of updates", function()
         -- self-describing values: a torn or misplaced one does not parse
@@ -277,109 +280,111 @@ describe("resty.shmlock.shdict when a process dies", function()
             end
         end
 
-        it("keeps the survivors' updates exact while others are killed "
-           .. "at random", function()
-            local SURVIVORS, SHARED = 3, 40
-            local dict = open("storm", "64k")
-            local empty = dict:free_space()
+        for _, size in ipairs({ "64k", "4m" }) do
+            it("keeps the survivors' updates exact while others are killed "
+               .. "at random (" .. size .. " zone)", function()
+                local SURVIVORS, SHARED = 3, 40
+                local dict = open("storm", size)
+                local empty = dict:free_space()
 
-            local start = proc.pipe()
-            local survivors = {}
-            for s = 1, SURVIVORS do
-                survivors[s] = proc.spawn(function()
-                    if not start:wait_release(10) then
-                        error("never released")
-                    end
-                    local own, counter = "own" .. s, "c" .. s
-                    local deadline = proc.now() + 15
-                    local count, seq = 0, 0
-                    math.randomseed(proc.getpid())
-                    while not dict:get("stop") do
-                        if proc.now() > deadline then
-                            error("never told to stop")
+                local start = proc.pipe()
+                local survivors = {}
+                for s = 1, SURVIVORS do
+                    survivors[s] = proc.spawn(function()
+                        if not start:wait_release(10) then
+                            error("never released")
                         end
-                        seq = seq + 1
-                        local v, err = dict:incr(counter, 1, 0)
-                        if v ~= count + 1 then
-                            error(counter .. ": " .. tostring(v) .. " after "
-                                  .. count .. " " .. tostring(err))
-                        end
-                        count = v
+                        local own, counter = "own" .. s, "c" .. s
+                        local deadline = proc.now() + 15
+                        local count, seq = 0, 0
+                        math.randomseed(proc.getpid())
+                        while not dict:get("stop") do
+                            if proc.now() > deadline then
+                                error("never told to stop")
+                            end
+                            seq = seq + 1
+                            local v, err = dict:incr(counter, 1, 0)
+                            if v ~= count + 1 then
+                                error(counter .. ": " .. tostring(v) .. " after "
+                                      .. count .. " " .. tostring(err))
+                            end
+                            count = v
 
-                        local mine = value_for(own, seq)
-                        local ok
-                        ok, err = dict:set(own, mine)
-                        if not ok then
-                            error("set " .. own .. ": " .. tostring(err))
+                            local mine = value_for(own, seq)
+                            local ok
+                            ok, err = dict:set(own, mine)
+                            if not ok then
+                                error("set " .. own .. ": " .. tostring(err))
+                            end
+                            if dict:get(own) ~= mine then
+                                error(own .. " lost its value at " .. seq)
+                            end
+                            local k = "v" .. math.random(SHARED)
+                            check_value(k, dict:get(k))
                         end
-                        if dict:get(own) ~= mine then
-                            error(own .. " lost its value at " .. seq)
+                        local f = assert(io.open(dir .. "/count." .. s, "w"))
+                        f:write(count, "\n")
+                        f:close()
+                    end)
+                end
+                start:release()
+                start:close()
+
+                -- victims: write shared keys flat out until they die at a
+                -- random structural write (mid-update, holding the mutex) or
+                -- are killed wherever they are
+                local kills, deadline = 0, proc.now() + 1.5
+                math.randomseed(42)
+                while proc.now() < deadline do
+                    local victim = proc.spawn(function()
+                        math.randomseed(proc.getpid())
+                        lib.shmlock_test_crash_at(math.random(1, 300))
+                        local seq = 0
+                        local stop = proc.now() + 5
+                        while proc.now() < stop do
+                            seq = seq + 1
+                            local k = "v" .. (seq % SHARED + 1)
+                            local r = seq % 5
+                            if r == 0 then
+                                dict:delete(k)
+                            elseif r == 1 then
+                                dict:incr("hits", 1, 0)
+                            else
+                                dict:set(k, value_for(k, seq))
+                            end
                         end
-                        local k = "v" .. math.random(SHARED)
-                        check_value(k, dict:get(k))
-                    end
-                    local f = assert(io.open(dir .. "/count." .. s, "w"))
-                    f:write(count, "\n")
+                    end)
+                    proc.sleep(math.random(0, 4) / 1000)
+                    proc.kill(victim)
+                    local r = proc.wait(victim, 5)
+                    assert.same(KILLED, exit_of(r))
+                    kills = kills + 1
+                end
+                assert.is_true((dict:set("stop", true)))
+
+                local res = proc.wait_all(survivors, 10)
+                for s, r in ipairs(res) do
+                    assert.same(CLEAN, exit_of(r), "survivor " .. s)
+                end
+                assert.is_true(kills >= 50, "only " .. kills .. " kills")
+
+                assert.same({ true }, { dict:verify() })
+                for s = 1, SURVIVORS do
+                    local f = assert(io.open(dir .. "/count." .. s))
+                    local count = tonumber(f:read("*a"))
                     f:close()
-                end)
-            end
-            start:release()
-            start:close()
-
-            -- victims: write shared keys flat out until they die at a
-            -- random structural write (mid-update, holding the mutex) or
-            -- are killed wherever they are
-            local kills, deadline = 0, proc.now() + 1.5
-            math.randomseed(42)
-            while proc.now() < deadline do
-                local victim = proc.spawn(function()
-                    math.randomseed(proc.getpid())
-                    lib.shmlock_test_crash_at(math.random(1, 300))
-                    local seq = 0
-                    local stop = proc.now() + 5
-                    while proc.now() < stop do
-                        seq = seq + 1
-                        local k = "v" .. (seq % SHARED + 1)
-                        local r = seq % 5
-                        if r == 0 then
-                            dict:delete(k)
-                        elseif r == 1 then
-                            dict:incr("hits", 1, 0)
-                        else
-                            dict:set(k, value_for(k, seq))
-                        end
-                    end
-                end)
-                proc.sleep(math.random(0, 4) / 1000)
-                proc.kill(victim)
-                local r = proc.wait(victim, 5)
-                assert.same(KILLED, exit_of(r))
-                kills = kills + 1
-            end
-            assert.is_true((dict:set("stop", true)))
-
-            local res = proc.wait_all(survivors, 10)
-            for s, r in ipairs(res) do
-                assert.same(CLEAN, exit_of(r), "survivor " .. s)
-            end
-            assert.is_true(kills >= 50, "only " .. kills .. " kills")
-
-            assert.same({ true }, { dict:verify() })
-            for s = 1, SURVIVORS do
-                local f = assert(io.open(dir .. "/count." .. s))
-                local count = tonumber(f:read("*a"))
-                f:close()
-                assert.is_true(count > 0)
-                assert.equal(count, dict:get("c" .. s))
-            end
-            for k = 1, SHARED do
-                check_value("v" .. k, dict:get("v" .. k))
-            end
-            dict:flush_all()
-            dict:flush_expired()
-            assert.equal(empty, dict:free_space())
-            assert.same({ true }, { dict:verify() })
-        end)
+                    assert.is_true(count > 0)
+                    assert.equal(count, dict:get("c" .. s))
+                end
+                for k = 1, SHARED do
+                    check_value("v" .. k, dict:get("v" .. k))
+                end
+                dict:flush_all()
+                dict:flush_expired()
+                assert.equal(empty, dict:free_space())
+                assert.same({ true }, { dict:verify() })
+            end)
+        end
     end)
 
 

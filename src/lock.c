@@ -18,6 +18,7 @@ shmlock_lock_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t         hash = hash_bytes(key, key_len);
     shmlock_value_t  v = { .type = SHMLOCK_TSTRING, .str = tok,
                            .len = tok_len };
+    zone_t          *z = zone_shard(zone, hash);
     int              forcible, rc;
 
     if (__builtin_expect(key_len - 1 >= SHMLOCK_KEY_MAX, 0)) {
@@ -30,10 +31,10 @@ shmlock_lock_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
         now_ms = 0;
     }
 
-    zone_write_lock(zone);
-    rc = shdict_store(zone, SHMLOCK_OP_ADD, key, key_len, hash, &v,
+    zone_write_lock(z);
+    rc = shdict_store(z, SHMLOCK_OP_ADD, key, key_len, hash, &v,
                       exptime_ms, now_ms, &forcible);
-    zone_write_unlock(zone);
+    zone_write_unlock(z);
     return rc;
 }
 
@@ -44,6 +45,7 @@ shmlock_lock_release(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t         hash = hash_bytes(key, key_len);
     shmlock_value_t  v = { .type = SHMLOCK_TSTRING, .str = tok,
                            .len = tok_len };
+    zone_t          *z = zone_shard(zone, hash);
     int              rc;
 
     if (__builtin_expect(key_len - 1 >= SHMLOCK_KEY_MAX, 0)) {
@@ -53,9 +55,9 @@ shmlock_lock_release(shmlock_zone_t *zone, const char *key, size_t key_len,
         return SHMLOCK_BAD_VALUE;
     }
 
-    zone_write_lock(zone);
-    rc = shdict_cad(zone, key, key_len, hash, &v);
-    zone_write_unlock(zone);
+    zone_write_lock(z);
+    rc = shdict_cad(z, key, key_len, hash, &v);
+    zone_write_unlock(z);
     if (rc == SHMLOCK_OK) {
         wait_wake_counted(zone, hash);
     }

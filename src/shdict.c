@@ -10,7 +10,6 @@ shdict_format(zone_t *z)
     dict_state_t  *d = &z->hdr->dict;
 
     memset(z->buckets, 0, (size_t) (z->bucket_mask + 1) * sizeof(uint32_t));
-    memset(z->wait_seq, 0, 2 * ZONE_WAIT_WORDS * sizeof(uint32_t));
     memset(z->refs, 0, (size_t) z->nchunks + 1);
     d->lru_head = d->lru_tail = 0;
     d->nentries = 0;

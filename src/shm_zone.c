@@ -67,9 +67,9 @@ zone_map(int fd, uint64_t size, char **base)
 }
 
 static int
-zone_handle(char *base, uint64_t size, zone_t **out)
+zone_handle(char *base, uint64_t size, shmlock_zone_t **out)
 {
-    zone_t  *z = malloc(sizeof(zone_t));
+    shmlock_zone_t  *z = malloc(sizeof(*z));
 
     if (z == NULL) {
         munmap(base, size);
@@ -85,7 +85,7 @@ zone_handle(char *base, uint64_t size, zone_t **out)
 /* Attach to a published zone.  ENOENT is passed up: it was destroyed in
  * between, and the caller may create it again. */
 static int
-zone_attach_file(const char *path, zone_t **out, int *err)
+zone_attach_file(const char *path, shmlock_zone_t **out, int *err)
 {
     struct stat  st;
     char        *base;
@@ -148,7 +148,7 @@ zone_reserve(int fd, uint64_t size)
 /* Build a zone in a hidden file and publish it under `path` with link(2). */
 static int
 zone_create_file(const char *dir, const char *name, size_t name_len,
-    const char *path, uint64_t size, zone_t **out, int *err)
+    const char *path, uint64_t size, shmlock_zone_t **out, int *err)
 {
     static unsigned  seq;
     char             tmp[4096], suffix[64];
@@ -196,7 +196,7 @@ zone_create_file(const char *dir, const char *name, size_t name_len,
 
 int
 shm_zone_open(const char *dir, const char *name, size_t name_len,
-    uint64_t size, zone_t **out, int *err)
+    uint64_t size, shmlock_zone_t **out, int *err)
 {
     char  path[4096];
     int   rc, attempt;
@@ -234,7 +234,7 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
 }
 
 void
-shm_zone_close(zone_t *z)
+shm_zone_close(shmlock_zone_t *z)
 {
     if (z != NULL && --z->handles == 0) {
         munmap(z->base, z->size);

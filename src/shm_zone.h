@@ -12,12 +12,13 @@
 #ifndef SHM_ZONE_H
 #define SHM_ZONE_H
 
+#include "shmlock.h"
 #include "zone.h"
 
 int shm_zone_open(const char *dir, const char *name, size_t name_len,
-    uint64_t size, zone_t **out, int *err);
+    uint64_t size, shmlock_zone_t **out, int *err);
 /* Drops one reference; the last one unmaps the zone. */
-void shm_zone_close(zone_t *z);
+void shm_zone_close(shmlock_zone_t *z);
 int shm_zone_destroy(const char *dir, const char *name, size_t name_len,
     int *err);
 int shm_zone_name_ok(const char *name, size_t len);

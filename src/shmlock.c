@@ -124,6 +124,7 @@ shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
     int64_t now_ms, int *forcible)
 {
     uint32_t  hash = hash_bytes(key, key_len);
+    zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
     CHECK_KEY(key_len);
@@ -133,10 +134,10 @@ shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
     if (now_ms < 0) {
         now_ms = 0;
     }
-    zone_write_lock(zone);
-    rc = shdict_store(zone, op, key, key_len, hash, val, exptime_ms, now_ms,
+    zone_write_lock(z);
+    rc = shdict_store(z, op, key, key_len, hash, val, exptime_ms, now_ms,
                       forcible);
-    zone_write_unlock(zone);
+    zone_write_unlock(z);
     return rc;
 }
 
@@ -145,20 +146,21 @@ shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
 {
     uint32_t  hash = hash_bytes(key, key_len);
+    zone_t   *z = zone_shard(zone, hash);
     int       rc, tries;
 
     CHECK_KEY(key_len);
     for (tries = 0; tries < 4; tries++) {
-        rc = optimistic_get(zone, key, key_len, hash, get_stale, out, buf,
+        rc = optimistic_get(z, key, key_len, hash, get_stale, out, buf,
                             buf_size);
         if (rc != OPTIMISTIC_RETRY) {
             return rc;
         }
     }
     /* writers keep getting in the way: queue up with them */
-    zone_lock(zone);
-    rc = shdict_get(zone, key, key_len, hash, get_stale, out, buf, buf_size);
-    zone_unlock(zone);
+    zone_lock(z);
+    rc = shdict_get(z, key, key_len, hash, get_stale, out, buf, buf_size);
+    zone_unlock(z);
     return rc;
 }
 
@@ -168,13 +170,14 @@ shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
     int *forcible)
 {
     uint32_t  hash = hash_bytes(key, key_len);
+    zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
     CHECK_KEY(key_len);
-    zone_write_lock(zone);
-    rc = shdict_incr(zone, key, key_len, hash, value, has_init, init,
+    zone_write_lock(z);
+    rc = shdict_incr(z, key, key_len, hash, value, has_init, init,
                      init_ttl_ms, forcible);
-    zone_write_unlock(zone);
+    zone_write_unlock(z);
     return rc;
 }
 
@@ -183,12 +186,13 @@ shmlock_dict_ttl(shmlock_zone_t *zone, const char *key, size_t key_len,
     int64_t *ttl_ms)
 {
     uint32_t  hash = hash_bytes(key, key_len);
+    zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
     CHECK_KEY(key_len);
-    zone_lock(zone);
-    rc = shdict_ttl(zone, key, key_len, hash, ttl_ms);
-    zone_unlock(zone);
+    zone_lock(z);
+    rc = shdict_ttl(z, key, key_len, hash, ttl_ms);
+    zone_unlock(z);
     return rc;
 }
 
@@ -197,12 +201,13 @@ shmlock_dict_expire(shmlock_zone_t *zone, const char *key, size_t key_len,
     int64_t exptime_ms)
 {
     uint32_t  hash = hash_bytes(key, key_len);
+    zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
     CHECK_KEY(key_len);
-    zone_write_lock(zone);
-    rc = shdict_expire(zone, key, key_len, hash, exptime_ms);
-    zone_write_unlock(zone);
+    zone_write_lock(z);
+    rc = shdict_expire(z, key, key_len, hash, exptime_ms);
+    zone_write_unlock(z);
     return rc;
 }
 
@@ -212,15 +217,16 @@ shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
     int64_t exptime_ms, int *forcible)
 {
     uint32_t  hash = hash_bytes(key, key_len);
+    zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
     CHECK_KEY(key_len);
     if (!value_ok(old) || !value_ok(val)) {
         return SHMLOCK_BAD_VALUE;
     }
-    zone_write_lock(zone);
-    rc = shdict_cas(zone, key, key_len, hash, old, val, exptime_ms, forcible);
-    zone_write_unlock(zone);
+    zone_write_lock(z);
+    rc = shdict_cas(z, key, key_len, hash, old, val, exptime_ms, forcible);
+    zone_write_unlock(z);
     return rc;
 }
 
@@ -229,47 +235,69 @@ shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
     const shmlock_value_t *old)
 {
     uint32_t  hash = hash_bytes(key, key_len);
+    zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
     CHECK_KEY(key_len);
     if (!value_ok(old)) {
         return SHMLOCK_BAD_VALUE;
     }
-    zone_write_lock(zone);
-    rc = shdict_cad(zone, key, key_len, hash, old);
-    zone_write_unlock(zone);
+    zone_write_lock(z);
+    rc = shdict_cad(z, key, key_len, hash, old);
+    zone_write_unlock(z);
     return rc;
 }
 
 void
 shmlock_dict_flush_all(shmlock_zone_t *zone)
 {
-    zone_write_lock(zone);
-    shdict_flush_all(zone);
-    zone_write_unlock(zone);
+    uint32_t  i;
+
+    for (i = 0; i < zone->nshards; i++) {
+        zone_write_lock(&zone->shard[i]);
+        shdict_flush_all(&zone->shard[i]);
+        zone_write_unlock(&zone->shard[i]);
+    }
 }
 
 int
 shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count)
 {
-    int  n;
+    uint32_t  i;
+    int       n = 0;
 
-    zone_write_lock(zone);
-    n = shdict_flush_expired(zone, max_count);
-    zone_write_unlock(zone);
+    for (i = 0; i < zone->nshards && (max_count <= 0 || n < max_count); i++) {
+        zone_write_lock(&zone->shard[i]);
+        n += shdict_flush_expired(&zone->shard[i],
+                                  max_count > 0 ? max_count - n : 0);
+        zone_write_unlock(&zone->shard[i]);
+    }
     return n;
 }
 
+/* Shard by shard; once buf is full, the rest only counts the bytes. */
 int
 shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
     size_t buf_size, int *count, size_t *used)
 {
-    int  rc;
+    uint32_t  i;
+    size_t    u, total = 0;
+    int       n, keys = 0;
 
-    zone_lock(zone);
-    rc = shdict_get_keys(zone, max_count, buf, buf_size, count, used);
-    zone_unlock(zone);
-    return rc;
+    for (i = 0; i < zone->nshards && (max_count <= 0 || keys < max_count);
+         i++)
+    {
+        zone_lock(&zone->shard[i]);
+        shdict_get_keys(&zone->shard[i], max_count > 0 ? max_count - keys : 0,
+                        total < buf_size ? buf + total : buf,
+                        total < buf_size ? buf_size - total : 0, &n, &u);
+        zone_unlock(&zone->shard[i]);
+        keys += n;
+        total += u;
+    }
+    *count = keys;
+    *used = total;
+    return total > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
 }
 
 size_t
@@ -281,21 +309,41 @@ shmlock_dict_capacity(shmlock_zone_t *zone)
 size_t
 shmlock_dict_free_space(shmlock_zone_t *zone)
 {
-    return (size_t) __atomic_load_n(&zone->hdr->dict.free_count,
-                                    __ATOMIC_RELAXED) * ZONE_CHUNK_SIZE;
+    size_t    chunks = 0;
+    uint32_t  i;
+
+    for (i = 0; i < zone->nshards; i++) {
+        chunks += __atomic_load_n(&zone->shard[i].hdr->dict.free_count,
+                                  __ATOMIC_RELAXED);
+    }
+    return chunks * ZONE_CHUNK_SIZE;
 }
 
 int
 shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size)
 {
-    int  rc;
+    uint32_t  i;
+    int       rc = SHMLOCK_OK;
 
     if (msg_size > 0) {
         msg[0] = '\0';
     }
-    zone_lock(zone);
-    rc = shdict_verify(zone, msg, msg_size);
-    zone_unlock(zone);
+    for (i = 0; i < zone->nshards && rc == SHMLOCK_OK; i++) {
+        zone_lock(&zone->shard[i]);
+        rc = shdict_verify(&zone->shard[i], msg, msg_size);
+        zone_unlock(&zone->shard[i]);
+        if (rc != SHMLOCK_OK && zone->nshards > 1 && msg_size > 0) {
+            /* say which shard, in front of what is wrong */
+            char        what[256];
+            const char *rest = what;
+
+            snprintf(what, sizeof(what), "%s", msg);
+            if (strncmp(what, "corrupt: ", 9) == 0) {
+                rest += 9;
+            }
+            snprintf(msg, msg_size, "corrupt: shard %u: %s", i, rest);
+        }
+    }
     return rc;
 }
 
@@ -347,11 +395,19 @@ shmlock_test_crash_at(int n)
 void
 shmlock_test_mutex_lock(shmlock_zone_t *zone)
 {
-    zone_lock(zone);
+    uint32_t  i;
+
+    for (i = 0; i < zone->nshards; i++) {
+        zone_lock(&zone->shard[i]);
+    }
 }
 
 void
 shmlock_test_mutex_unlock(shmlock_zone_t *zone)
 {
-    zone_unlock(zone);
+    uint32_t  i;
+
+    for (i = 0; i < zone->nshards; i++) {
+        zone_unlock(&zone->shard[i]);
+    }
 }

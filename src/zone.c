@@ -6,36 +6,56 @@
 
 #define ALIGN64(x)  (((x) + 63) & ~(uint64_t) 63)
 
+/* As many shards as keep each at least ZONE_SHARD_MIN: a power of two. */
+static uint32_t
+zone_nshards(uint64_t size)
+{
+    uint32_t  n = 1;
+
+    while (n * 2 <= ZONE_SHARDS_MAX && size / (n * 2) >= ZONE_SHARD_MIN) {
+        n *= 2;
+    }
+    return n;
+}
+
 /*
- * Sizes the arrays for a zone of `size` bytes.  Each chunk costs its 64
- * bytes, a 4-byte bucket (the bucket count is the chunk count rounded down
- * to a power of two, so chains stay short however small the entries are)
- * and a 1-byte read mark.
+ * Sizes the zone for `size` bytes: the wait words, then equal shards.  In
+ * a shard, each chunk costs its 64 bytes, a 4-byte bucket (the bucket
+ * count is the chunk count rounded down to a power of two, so chains stay
+ * short however small the entries are) and a 1-byte read mark.
  */
 static void
 zone_geometry(uint64_t size, zone_geometry_t *g)
 {
-    uint64_t  hdr, waits, fixed, avail, n, b;
+    uint64_t  hdr, waits, shdr, fixed, avail, n, b, stride;
 
     hdr = ALIGN64(sizeof(zone_hdr_t));
     waits = 2 * ZONE_WAIT_WORDS * sizeof(uint32_t);
-    fixed = hdr + waits + 3 * 64 + ZONE_CHUNK_SIZE;   /* slack, chunk 0 */
-    avail = size > fixed ? size - fixed : 0;
+    g->nshards = zone_nshards(size);
+    g->waits_off = hdr;
+    g->shards_off = ALIGN64(hdr + waits);
+    stride = size > g->shards_off ? (size - g->shards_off) / g->nshards : 0;
+    stride &= ~(uint64_t) 63;
+    g->shard_size = stride;
+
+    shdr = ALIGN64(sizeof(shard_hdr_t));
+    fixed = shdr + 2 * 64 + ZONE_CHUNK_SIZE;   /* slack, chunk 0 */
+    avail = stride > fixed ? stride - fixed : 0;
 
     n = avail / (ZONE_CHUNK_SIZE + sizeof(uint32_t) + 1);
     for (b = 1; b * 2 <= n; b *= 2) { /* void */ }
-    n = (avail - b * sizeof(uint32_t)) / (ZONE_CHUNK_SIZE + 1);
+    n = avail > b * sizeof(uint32_t)
+        ? (avail - b * sizeof(uint32_t)) / (ZONE_CHUNK_SIZE + 1) : 0;
     if (n > UINT32_MAX - 1) {
         n = UINT32_MAX - 1;
     }
 
     g->nbuckets = (uint32_t) b;
-    g->buckets_off = hdr;
-    g->waits_off = hdr + b * sizeof(uint32_t);
-    g->refs_off = ALIGN64(g->waits_off + waits);
+    g->buckets_off = shdr;
+    g->refs_off = ALIGN64(shdr + b * sizeof(uint32_t));
     for ( ;; ) {
         g->chunks_off = ALIGN64(g->refs_off + n + 1);
-        if (g->chunks_off + (n + 1) * ZONE_CHUNK_SIZE <= size || n == 0) {
+        if (g->chunks_off + (n + 1) * ZONE_CHUNK_SIZE <= stride || n == 0) {
             break;
         }
         n--;
@@ -47,8 +67,9 @@ void
 zone_format(char *base, uint64_t size)
 {
     zone_hdr_t       *h = (zone_hdr_t *) base;
-    zone_t            z;
+    shmlock_zone_t    zone;
     zone_geometry_t   g;
+    uint32_t          i;
 
     memset(h, 0, sizeof(*h));
     h->layout = ZONE_LAYOUT;
@@ -56,17 +77,25 @@ zone_format(char *base, uint64_t size)
     h->size = size;
     h->chunk_size = ZONE_CHUNK_SIZE;
     h->wait_words = ZONE_WAIT_WORDS;
+    h->shard_hdr_size = sizeof(shard_hdr_t);
     zone_geometry(size, &g);
+    h->nshards = g.nshards;
+    h->waits_off = g.waits_off;
+    h->shards_off = g.shards_off;
+    h->shard_size = g.shard_size;
     h->nchunks = g.nchunks;
     h->nbuckets = g.nbuckets;
     h->buckets_off = g.buckets_off;
-    h->waits_off = g.waits_off;
     h->refs_off = g.refs_off;
     h->chunks_off = g.chunks_off;
-    shmtx_init(&h->mutex);
 
-    zone_attach(&z, base, size);
-    shdict_format(&z);
+    zone_attach(&zone, base, size);
+    memset(zone.wait_seq, 0, 2 * ZONE_WAIT_WORDS * sizeof(uint32_t));
+    for (i = 0; i < zone.nshards; i++) {
+        memset(zone.shard[i].hdr, 0, sizeof(shard_hdr_t));
+        shmtx_init(&zone.shard[i].hdr->mutex);
+        shdict_format(&zone.shard[i]);
+    }
 
     /* the magic goes last: a file without it is never taken for a zone */
     memcpy(h->magic, ZONE_MAGIC, sizeof(ZONE_MAGIC));
@@ -84,16 +113,19 @@ zone_check(const char *base, uint64_t size)
     if (memcmp(h->magic, ZONE_MAGIC, sizeof(ZONE_MAGIC)) != 0
         || h->layout != ZONE_LAYOUT || h->hdr_size != sizeof(zone_hdr_t)
         || h->size != size || h->chunk_size != ZONE_CHUNK_SIZE
-        || h->wait_words != ZONE_WAIT_WORDS)
+        || h->wait_words != ZONE_WAIT_WORDS
+        || h->shard_hdr_size != sizeof(shard_hdr_t))
     {
         return -1;
     }
 
     /* the geometry is a function of the size: anything else was tampered */
     zone_geometry(size, &g);
-    if (h->nchunks != g.nchunks || h->nbuckets != g.nbuckets
-        || h->buckets_off != g.buckets_off || h->waits_off != g.waits_off
-        || h->refs_off != g.refs_off || h->chunks_off != g.chunks_off)
+    if (h->nshards != g.nshards || h->waits_off != g.waits_off
+        || h->shards_off != g.shards_off || h->shard_size != g.shard_size
+        || h->nchunks != g.nchunks || h->nbuckets != g.nbuckets
+        || h->buckets_off != g.buckets_off || h->refs_off != g.refs_off
+        || h->chunks_off != g.chunks_off)
     {
         return -1;
     }
@@ -101,24 +133,36 @@ zone_check(const char *base, uint64_t size)
 }
 
 void
-zone_attach(zone_t *z, char *base, uint64_t size)
+zone_attach(shmlock_zone_t *zone, char *base, uint64_t size)
 {
     zone_hdr_t  *h = (zone_hdr_t *) base;
+    zone_t      *z;
+    char        *s;
+    uint32_t     i, bits;
 
-    z->hdr = h;
-    z->base = base;
-    z->size = size;
-    z->buckets = (uint32_t *) (base + h->buckets_off);
-    z->bucket_mask = h->nbuckets - 1;
-    z->nchunks = h->nchunks;
-    z->chunks = base + h->chunks_off;
-    z->wait_seq = (uint32_t *) (base + h->waits_off);
-    z->wait_sleepers = z->wait_seq + ZONE_WAIT_WORDS;
-    z->refs = (uint8_t *) (base + h->refs_off);
+    zone->hdr = h;
+    zone->base = base;
+    zone->size = size;
+    zone->wait_seq = (uint32_t *) (base + h->waits_off);
+    zone->wait_sleepers = zone->wait_seq + ZONE_WAIT_WORDS;
+    zone->nshards = h->nshards;
+    for (bits = 0; (1u << bits) < h->nshards; bits++) { /* void */ }
+    zone->shard_shift = 32 - bits;
+
+    for (i = 0; i < h->nshards; i++) {
+        s = base + h->shards_off + i * h->shard_size;
+        z = &zone->shard[i];
+        z->hdr = (shard_hdr_t *) s;
+        z->buckets = (uint32_t *) (s + h->buckets_off);
+        z->bucket_mask = h->nbuckets - 1;
+        z->nchunks = h->nchunks;
+        z->chunks = s + h->chunks_off;
+        z->refs = (uint8_t *) (s + h->refs_off);
+    }
 }
 
-_Static_assert(offsetof(zone_hdr_t, dict) + sizeof(dict_state_t)
-               - offsetof(zone_hdr_t, mutex) <= 64,
-               "the header's hot words share one cache line");
-_Static_assert(offsetof(zone_hdr_t, mutex) % 64 == 0,
-               "the header's hot line is aligned");
+_Static_assert(offsetof(shard_hdr_t, dict) + sizeof(dict_state_t)
+               - offsetof(shard_hdr_t, mutex) <= 64,
+               "the shard header's hot words share one cache line");
+_Static_assert(offsetof(shard_hdr_t, mutex) % 64 == 0,
+               "the shard header's hot line is aligned");

@@ -1,7 +1,15 @@
 /*
  * zone: the layout of a shared-memory zone and the per-process handle.
  *
- *   [ header | hash buckets | wait words | read marks | chunks ]
+ *   [ header | wait words | shard 0 | shard 1 | ... ]
+ *   shard: [ shard header | hash buckets | read marks | chunks ]
+ *
+ * A zone is split into shards by key hash, each a dictionary of its own
+ * with its own mutex, so that processes changing different keys do not
+ * queue on one lock nor pass one cache line between their cores.  Zones
+ * under 2 MB have one shard; larger ones as many as keep each shard at
+ * least ZONE_SHARD_MIN bytes, up to ZONE_SHARDS_MAX.  An entry lives in
+ * one shard, so the largest entry is bounded by a shard's memory.
  *
  * Everything in the zone is addressed by offsets or 32-bit chunk indices,
  * never by pointers: each process maps the zone at its own address.  The
@@ -18,10 +26,12 @@
 #include "shmtx.h"
 
 #define ZONE_MAGIC        "SHMLOCK"    /* 7 chars + NUL */
-#define ZONE_LAYOUT       2
+#define ZONE_LAYOUT       3
 #define ZONE_CHUNK_SIZE   64
 #define ZONE_WAIT_WORDS   1024
 #define ZONE_UNDO_BYTES   4096
+#define ZONE_SHARDS_MAX   16
+#define ZONE_SHARD_MIN    ((uint64_t) 1 << 20)
 
 /*
  * The one update that is not published by a single word store: rewriting
@@ -49,24 +59,12 @@ typedef struct {
     uint32_t  recoveries;    /* times a dead holder's mutex was taken over */
 } dict_state_t;
 
+/* A shard's header: everything an update writes, then the undo area. */
 typedef struct {
-    char          magic[8];
-    uint32_t      layout;
-    uint32_t      hdr_size;
-    uint64_t      size;          /* bytes of the whole zone file */
-    uint32_t      chunk_size;
-    uint32_t      nchunks;       /* usable chunks: indices 1..nchunks */
-    uint32_t      nbuckets;      /* a power of two */
-    uint32_t      wait_words;
-    uint64_t      buckets_off;
-    uint64_t      waits_off;
-    uint64_t      refs_off;      /* one "recently read" byte per chunk */
-    uint64_t      chunks_off;    /* offset of (unused) chunk 0 */
-
     /*
-     * Everything an update writes in the header, in one cache line: the
-     * mutex, the seqlock word and the bookkeeping.  Spread over three
-     * lines, every update moved three lines between cores.
+     * The mutex, the seqlock word and the bookkeeping share one cache
+     * line: spread over three lines, every update moved three lines
+     * between cores.
      */
     struct {
         shmtx_t       mutex;
@@ -75,30 +73,66 @@ typedef struct {
         dict_state_t  dict;
     } __attribute__((aligned(64)));
     zone_undo_t   undo;
+} shard_hdr_t;
+
+typedef struct {
+    char          magic[8];
+    uint32_t      layout;
+    uint32_t      hdr_size;
+    uint64_t      size;          /* bytes of the whole zone file */
+    uint32_t      chunk_size;
+    uint32_t      wait_words;
+    uint64_t      waits_off;
+    uint32_t      nshards;       /* a power of two */
+    uint32_t      shard_hdr_size;
+    uint64_t      shards_off;    /* offset of shard 0 */
+    uint64_t      shard_size;    /* bytes of each shard, a multiple of 64 */
+    /* each shard's geometry, offsets from the shard's start */
+    uint32_t      nchunks;       /* usable chunks: indices 1..nchunks */
+    uint32_t      nbuckets;      /* a power of two */
+    uint64_t      buckets_off;
+    uint64_t      refs_off;      /* one "recently read" byte per chunk */
+    uint64_t      chunks_off;    /* offset of (unused) chunk 0 */
 } zone_hdr_t;
+
+/* One shard as a process sees it: what the dictionary code works on. */
+typedef struct {
+    shard_hdr_t   *hdr;
+    uint32_t      *buckets;
+    uint32_t       bucket_mask;
+    uint32_t       nchunks;
+    char          *chunks;
+    uint8_t       *refs;          /* read marks, indexed by chunk */
+} zone_t;
 
 struct shmlock_zone_s {
     zone_hdr_t    *hdr;
     char          *base;
     uint64_t       size;
-    uint32_t      *buckets;
-    uint32_t       bucket_mask;
-    uint32_t       nchunks;
-    char          *chunks;
     uint32_t      *wait_seq;      /* ZONE_WAIT_WORDS sequence words */
     uint32_t      *wait_sleepers; /* ZONE_WAIT_WORDS sleeper counts */
-    uint8_t       *refs;          /* read marks, indexed by chunk */
     uint32_t       handles;       /* this process's references to the
                                      mapping: unmapped when it drops to 0 */
+    uint32_t       nshards;
+    uint32_t       shard_shift;   /* the shard is the hash's top bits */
+    zone_t         shard[ZONE_SHARDS_MAX];
 };
 
-typedef struct shmlock_zone_s  zone_t;
+/* The shard holding the keys of this hash (the buckets use its low bits). */
+static inline zone_t *
+zone_shard(struct shmlock_zone_s *zone, uint32_t hash)
+{
+    return &zone->shard[(uint32_t) ((uint64_t) hash >> zone->shard_shift)];
+}
 
 typedef struct {
+    uint32_t  nshards;
+    uint64_t  waits_off;
+    uint64_t  shards_off;
+    uint64_t  shard_size;
     uint32_t  nchunks;
     uint32_t  nbuckets;
     uint64_t  buckets_off;
-    uint64_t  waits_off;
     uint64_t  refs_off;
     uint64_t  chunks_off;
 } zone_geometry_t;
@@ -108,6 +142,6 @@ void zone_format(char *base, uint64_t size);
 /* Checks a mapped file's header; 0 when it is one of ours, intact. */
 int zone_check(const char *base, uint64_t size);
 /* Fills the process-local handle from a checked header. */
-void zone_attach(zone_t *z, char *base, uint64_t size);
+void zone_attach(struct shmlock_zone_s *zone, char *base, uint64_t size);
 
 #endif /* ZONE_H */
