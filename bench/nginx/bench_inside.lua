@@ -6,6 +6,9 @@
 -- every worker picks it up, meets the others at a barrier, runs the loop
 -- and posts its ns per op; /run answers when every worker has.  Each
 -- worker uses its own keys (the workers share the zones, not the keys).
+-- Lock loops take the next of LOCK_KEYS keys of the worker each time, as
+-- handlers locking per request key would: which keys two workers happen
+-- to use then does not decide whether they meet in one shard of a zone.
 --
 -- (6) GET /stampede/ours and /stampede/peer: one hot key, a 50 ms loader,
 -- the cache-lock pattern (get; on a miss lock, get again, load, set,
@@ -34,6 +37,7 @@ end
 local _M = {}
 
 local NKEYS = 1000                     -- keys per worker for dict ops
+local LOCK_KEYS = 64                   -- keys per worker for lock loops
 local NBIG = 1000000                   -- keys of the get_big benches
 local VALUE = "0123456789abcdef"       -- 16 bytes
 local STAMPEDE_KEY = "hot"
@@ -46,6 +50,7 @@ local ours_big
 local ngx_dict, ngx_cache, ngx_big     -- ngx.shared dicts
 local ctl
 local keys                             -- this worker's keys, shuffled
+local lock_keys                        -- this worker's lock keys
 local wid                              -- this worker's id
 local cache_mod, cache_obj             -- resty.shmlock.cache, if present
 
@@ -69,44 +74,48 @@ local B = {}
 
 -- lock + unlock, new object per iteration
 B.lock_new_ours = function(n)
-    local key = "lock:" .. wid
+    local j = 0
     local t0 = now()
     for _ = 1, n do
+        j = j < LOCK_KEYS and j + 1 or 1
         local lock = resty_lock:new("bench_locks")
-        lock:lock(key)
+        lock:lock(lock_keys[j])
         lock:unlock()
     end
     return { lock_new_ours = now() - t0 }
 end
 
 B.lock_new_peer = function(n)
-    local key = "lock:" .. wid
+    local j = 0
     local t0 = now()
     for _ = 1, n do
+        j = j < LOCK_KEYS and j + 1 or 1
         local lock = polling_lock:new("bench_ngx_locks")
-        lock:lock(key)
+        lock:lock(lock_keys[j])
         lock:unlock()
     end
     return { lock_new_peer = now() - t0 }
 end
 
 B.lock_reused_ours = function(n)
-    local key = "lock:" .. wid
     local lock = assert(resty_lock:new("bench_locks"))
+    local j = 0
     local t0 = now()
     for _ = 1, n do
-        lock:lock(key)
+        j = j < LOCK_KEYS and j + 1 or 1
+        lock:lock(lock_keys[j])
         lock:unlock()
     end
     return { lock_reused_ours = now() - t0 }
 end
 
 B.lock_reused_peer = function(n)
-    local key = "lock:" .. wid
     local lock = assert(polling_lock:new("bench_ngx_locks"))
+    local j = 0
     local t0 = now()
     for _ = 1, n do
-        lock:lock(key)
+        j = j < LOCK_KEYS and j + 1 or 1
+        lock:lock(lock_keys[j])
         lock:unlock()
     end
     return { lock_reused_peer = now() - t0 }
@@ -284,6 +293,10 @@ function _M.init_worker()
     keys = {}
     for i = 1, NKEYS do
         keys[i] = "w" .. wid .. ":key:" .. perm[i]
+    end
+    lock_keys = {}
+    for i = 1, LOCK_KEYS do
+        lock_keys[i] = "lock:" .. wid .. ":" .. i
     end
     if cache_mod then
         cache_obj = assert(cache_mod.new("bench_stampede", {
