@@ -409,8 +409,9 @@ local function keys_of(self, key)
     return lkey, lkey .. ":fence"
 end
 
--- elapsed, err, fence = lock:lock(key)
-function _M.lock(self, key)
+-- The first attempt of lock() and trylock(): 0, nil, fence when acquired;
+-- false, lkey, fkey, token when someone else holds the key; nil, err.
+local function first_attempt(self, key)
     local lkey, fkey = keys_of(self, key)
     if not lkey then
         return nil, fkey
@@ -419,7 +420,6 @@ function _M.lock(self, key)
         return nil, "locked"
     end
 
-    local start = now()
     local token = new_token()
     local fence, err = acquire(self, lkey, fkey, token)
     if fence then
@@ -428,6 +428,16 @@ function _M.lock(self, key)
     end
     if err then
         return nil, err
+    end
+    return false, lkey, fkey, token
+end
+
+-- elapsed, err, fence = lock:lock(key)
+function _M.lock(self, key)
+    local start = now()
+    local got, lkey, fkey, token = first_attempt(self, key)
+    if got ~= false then
+        return got, lkey, fkey      -- 0, nil, fence or nil, err
     end
 
     -- held by someone else: back off exponentially, each sleep drawn from
@@ -451,7 +461,7 @@ function _M.lock(self, key)
         end
         sleep(s)
 
-        fence, err = acquire(self, lkey, fkey, token)
+        local fence, err = acquire(self, lkey, fkey, token)
         if fence then
             hold(self, lkey, fkey, token, fence)
             return now() - start, nil, fence
@@ -465,21 +475,11 @@ end
 
 -- elapsed (0), err, fence = lock:trylock(key): one attempt, no waiting
 function _M.trylock(self, key)
-    local lkey, fkey = keys_of(self, key)
-    if not lkey then
-        return nil, fkey
+    local got, err, fence = first_attempt(self, key)
+    if got == false then
+        return nil, "timeout"
     end
-    if self.key then
-        return nil, "locked"
-    end
-
-    local token = new_token()
-    local fence, err = acquire(self, lkey, fkey, token)
-    if fence then
-        hold(self, lkey, fkey, token, fence)
-        return 0, nil, fence
-    end
-    return nil, err or "timeout"
+    return got, err, fence
 end
 
 -- ok, err = lock:unlock(): 1 | nil, "unlocked" | nil, "expired" | nil, err
