@@ -73,7 +73,7 @@ open_zone(const char *name, size_t size)
     shmlock_zone_t  *z = NULL;
     size_t           i;
 
-    CHECK_RC(shmlock_zone_open(dir, KEY(name), size, &z), SHMLOCK_OK);
+    CHECK_RC(shmlock_zone_open(dir, KEY(name), size, 0, &z), SHMLOCK_OK);
     CHECK(z != NULL);
     for (i = 0; open_zones[i] != NULL; i++) {
         CHECK(i + 1 < sizeof(open_zones) / sizeof(open_zones[0]));
@@ -268,9 +268,10 @@ test_names(void)
     CHECK(shmlock_zone_name_ok(long_name, SHMLOCK_NAME_MAX) == 1);
     CHECK(shmlock_zone_name_ok(long_name, SHMLOCK_NAME_MAX + 1) == 0);
 
-    CHECK_RC(shmlock_zone_open(dir, KEY("../x"), 1 << 20, &z),
+    CHECK_RC(shmlock_zone_open(dir, KEY("../x"), 1 << 20, 0, &z),
              SHMLOCK_BAD_NAME);
-    CHECK_RC(shmlock_zone_open(dir, KEY("small"), 1024, &z), SHMLOCK_BAD_SIZE);
+    CHECK_RC(shmlock_zone_open(dir, KEY("small"), 1024, 0, &z),
+             SHMLOCK_BAD_SIZE);
     CHECK_RC(shmlock_zone_destroy(dir, KEY("a/b")), SHMLOCK_BAD_NAME);
     CHECK_RC(shmlock_zone_destroy(dir, KEY("never-made")), SHMLOCK_NOT_FOUND);
 
@@ -339,24 +340,24 @@ test_foreign_files(void)
     char             target[4300];
 
     write_file(zone_file("garbage"), 64 * 1024, 'x');
-    CHECK_RC(shmlock_zone_open(dir, KEY("garbage"), 1 << 20, &z),
+    CHECK_RC(shmlock_zone_open(dir, KEY("garbage"), 1 << 20, 0, &z),
              SHMLOCK_INCOMPATIBLE);
     CHECK(z == NULL);
 
     write_file(zone_file("short"), 100, 0);
-    CHECK_RC(shmlock_zone_open(dir, KEY("short"), 1 << 20, &z),
+    CHECK_RC(shmlock_zone_open(dir, KEY("short"), 1 << 20, 0, &z),
              SHMLOCK_INCOMPATIBLE);
 
     /* a symlink where the zone should be is never followed */
     snprintf(target, sizeof(target), "%s/target", dir);
     write_file(target, 64 * 1024, 0);
     CHECK(symlink(target, zone_file("link")) == 0);
-    CHECK_RC(shmlock_zone_open(dir, KEY("link"), 64 * 1024, &z),
+    CHECK_RC(shmlock_zone_open(dir, KEY("link"), 64 * 1024, 0, &z),
              SHMLOCK_INCOMPATIBLE);
 
     /* a zone file that is not a regular file */
     CHECK(mkdir(zone_file("adir"), 0700) == 0);
-    CHECK(shmlock_zone_open(dir, KEY("adir"), 64 * 1024, &z) != SHMLOCK_OK);
+    CHECK(shmlock_zone_open(dir, KEY("adir"), 64 * 1024, 0, &z) != SHMLOCK_OK);
 
     CHECK(unlink(zone_file("garbage")) == 0);
     CHECK(unlink(zone_file("short")) == 0);
@@ -685,6 +686,58 @@ test_flush_and_keys(shmlock_zone_t *z)
  * flushes, free space) must see every shard; one entry fits one shard.
  */
 static void
+test_shard_counts(void)
+{
+    shmlock_zone_t  *z, *again;
+    unsigned         bad[] = { 3, 5, 12, 17, 32, 1u << 31 };
+    size_t           i;
+
+    /* the default: one shard under 2 MiB, then 1 MiB or more each */
+    z = open_zone("count", 1 << 20);
+    CHECK(shmlock_zone_shards(z) == 1);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("count")), SHMLOCK_OK);
+    z = open_zone("count", 6 << 20);
+    CHECK(shmlock_zone_shards(z) == 4);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("count")), SHMLOCK_OK);
+    z = open_zone("count", 64 << 20);
+    CHECK(shmlock_zone_shards(z) == 16);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("count")), SHMLOCK_OK);
+
+    /* asked for: a power of two up to 16, each shard 64 KiB or more */
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_RC(shmlock_zone_open(dir, KEY("count"), 4 << 20, bad[i], &z),
+                 SHMLOCK_BAD_SHARDS);
+    }
+    CHECK_RC(shmlock_zone_open(dir, KEY("count"), 512 << 10, 16, &z),
+             SHMLOCK_BAD_SHARDS);
+    /* one shard, whatever the size; and a small zone is attached again */
+    z = open_zone("count", SHMLOCK_MIN_SIZE);
+    CHECK(shmlock_zone_shards(z) == 1);
+    CHECK_RC(shmlock_zone_open(dir, KEY("count"), 0, 0, &again), SHMLOCK_OK);
+    shmlock_zone_close(again);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("count")), SHMLOCK_OK);
+    CHECK(strcmp(shmlock_strerror(SHMLOCK_BAD_SHARDS), "bad shards") == 0);
+    CHECK_RC(shmlock_zone_open(dir, KEY("count"), 1 << 20, 16, &z),
+             SHMLOCK_OK);
+    CHECK(shmlock_zone_shards(z) == 16);
+    /* attaching keeps the creator's count */
+    CHECK_RC(shmlock_zone_open(dir, KEY("count"), 1 << 20, 2, &again),
+             SHMLOCK_OK);
+    CHECK(shmlock_zone_shards(again) == 16);
+    CHECK_RC(shmlock_zone_open(dir, KEY("count"), 0, 0, &again), SHMLOCK_OK);
+    CHECK(shmlock_zone_shards(again) == 16);
+    shmlock_zone_close(again);
+    shmlock_zone_close(again);
+    verify(z);
+    shmlock_zone_close(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("count")), SHMLOCK_OK);
+}
+
+static void
 test_shards(void)
 {
     shmlock_zone_t  *z = open_zone("shards", 8 << 20);
@@ -694,6 +747,7 @@ test_shards(void)
     int              i, count, forcible, seen[1000];
     uint32_t         len;
 
+    CHECK(shmlock_zone_shards(z) == 8);
     CHECK(empty > 7 << 20 && empty < 8 << 20);
     CHECK(shmlock_dict_capacity(z) == 8 << 20);
 
@@ -996,7 +1050,7 @@ hammer_child(int id, int start_fd)
     if (read(start_fd, &go, 1) != 1) {
         return 2;
     }
-    rc = shmlock_zone_open(dir, KEY("race"), 128 * 1024, &z);
+    rc = shmlock_zone_open(dir, KEY("race"), 128 * 1024, 0, &z);
     if (rc != SHMLOCK_OK) {
         fprintf(stderr, "child %d: open: %s\n", id, shmlock_strerror(rc));
         return 3;
@@ -1103,6 +1157,7 @@ main(int argc, char **argv)
         test_dead_mutex_holder(sizes[i]);
     }
 
+    test_shard_counts();
     test_shards();
     test_eviction();
     test_crash_in_update();

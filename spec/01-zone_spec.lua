@@ -179,6 +179,70 @@ describe("shdict zones", function()
             end)
         end)
 
+        describe("opts.shards", function()
+            local bad = {
+                { "3", 3 }, { "32", 32 }, { "-1", -1 }, { "1.5", 1.5 },
+                { "NaN", 0 / 0 }, { "a string", "4" }, { "a table", {} },
+                { "16 in a 512k zone (32k shards)", 16, "512k" },
+            }
+            for _, case in ipairs(bad) do
+                it("returns nil, 'bad shards' for " .. case[1], function()
+                    assert.same({ n = 2, nil, "bad shards" },
+                                pack(shdict.open("sharded",
+                                                 { dir = dir,
+                                                   size = case[3] or "4m",
+                                                   shards = case[2] })))
+                    assert.is_false(exists(zone_path("sharded")))
+                end)
+            end
+
+            local by_size = {
+                { "32k", 1 }, { "1m", 1 }, { "2m", 2 }, { "4m", 4 },
+                { "12m", 8 }, { "64m", 16 }, { "1g", 16 },
+            }
+            for _, case in ipairs(by_size) do
+                it("defaults to " .. case[2] .. " for a " .. case[1]
+                   .. " zone", function()
+                    local d = assert(shdict.open("sharded",
+                                                 { dir = dir,
+                                                   size = case[1] }))
+                    assert.same({ n = 1, case[2] }, pack(d:shards()))
+                end)
+            end
+
+            it("splits a zone as asked, and attaching keeps it", function()
+                local d = assert(shdict.open("sharded", { dir = dir,
+                                                          size = "1m",
+                                                          shards = 16 }))
+                assert.same({ n = 1, 16 }, pack(d:shards()))
+                for i = 1, 500 do
+                    assert.is_true((d:set("k" .. i, i)))
+                end
+                local out = run_child(tmp, child_script(dir, "sharded", nil,
+                                                        [[
+local keys = d:get_keys(0)
+print(d:shards(), #keys, d:get("k1"), d:get("k500"))
+]]))
+                assert.equal("16\t500\t1\t500\n", out)
+                assert.same({ n = 1, true }, pack(d:verify()))
+            end)
+
+            it("holds an entry as large as one shard, not larger", function()
+                local d = assert(shdict.open("sharded", { dir = dir,
+                                                          size = "4m" }))
+                assert.same({ n = 1, 4 }, pack(d:shards()))
+                assert.same({ n = 3, true, nil, false },
+                            pack(d:set("big", ("x"):rep(900 * 1024))))
+                assert.same({ n = 3, false, "no memory", false },
+                            pack(d:set("bigger", ("x"):rep(1100 * 1024))))
+                local one = assert(shdict.open("one", { dir = dir,
+                                                        size = "4m",
+                                                        shards = 1 }))
+                assert.same({ n = 3, true, nil, false },
+                            pack(one:set("bigger", ("x"):rep(3 * 1024 * 1024))))
+            end)
+        end)
+
         it("returns the same object when opened twice in a process",
            function()
             local a = assert(shdict.open("twice", { dir = dir, size = "64k" }))

@@ -148,7 +148,8 @@ describe("resty.shmlock.shdict across processes", function()
                             error("incr: " .. tostring(err))
                         end
                         if v <= last then
-                            error("incr went backwards: " .. last .. " then " .. v)
+                            error("incr went backwards: " .. last
+                                  .. " then " .. v)
                         end
                         last = v
                         got[j] = v
@@ -170,7 +171,8 @@ describe("resty.shmlock.shdict across processes", function()
             for i = 1, PROCS do
                 for line in io.lines(dir .. "/incr." .. i) do
                     local v = tonumber(line)
-                    assert.is_nil(seen[v], "value " .. line .. " returned twice")
+                    assert.is_nil(seen[v],
+                                  "value " .. line .. " returned twice")
                     seen[v] = true
                     count = count + 1
                 end

@@ -222,7 +222,8 @@ describe("resty.shmlock.shdict when a process dies", function()
                 local pids = spawn_workers(dict, 3)
                 for i, pid in ipairs(pids) do
                     assert.is_true(proc.await_futex_sleep(pid, 5),
-                                   "worker " .. i .. " never slept on the mutex")
+                                   "worker " .. i
+                                   .. " never slept on the mutex")
                 end
                 for i, pid in ipairs(pids) do
                     assert.is_nil(proc.try_wait(pid),
@@ -243,13 +244,15 @@ describe("resty.shmlock.shdict when a process dies", function()
                 local pids = spawn_workers(dict, 2)
                 for i, pid in ipairs(pids) do
                     assert.is_true(proc.await_futex_sleep(pid, 5),
-                                   "worker " .. i .. " never slept on the mutex")
+                                   "worker " .. i
+                                   .. " never slept on the mutex")
                 end
                 -- forty of the waiters' 5 ms liveness checks
                 proc.sleep(0.2)
                 for i, pid in ipairs(pids) do
                     assert.is_nil(proc.try_wait(pid),
-                                  "worker " .. i .. " took a live holder's mutex")
+                                  "worker " .. i
+                                  .. " took a live holder's mutex")
                 end
 
                 local started = proc.now()
@@ -305,8 +308,9 @@ describe("resty.shmlock.shdict when a process dies", function()
                             seq = seq + 1
                             local v, err = dict:incr(counter, 1, 0)
                             if v ~= count + 1 then
-                                error(counter .. ": " .. tostring(v) .. " after "
-                                      .. count .. " " .. tostring(err))
+                                error(counter .. ": " .. tostring(v)
+                                      .. " after " .. count .. " "
+                                      .. tostring(err))
                             end
                             count = v
 

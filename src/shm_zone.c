@@ -148,7 +148,8 @@ zone_reserve(int fd, uint64_t size)
 /* Build a zone in a hidden file and publish it under `path` with link(2). */
 static int
 zone_create_file(const char *dir, const char *name, size_t name_len,
-    const char *path, uint64_t size, shmlock_zone_t **out, int *err)
+    const char *path, uint64_t size, uint32_t nshards, shmlock_zone_t **out,
+    int *err)
 {
     static unsigned  seq;
     char             tmp[4096], suffix[64];
@@ -177,7 +178,7 @@ zone_create_file(const char *dir, const char *name, size_t name_len,
     }
     close(fd);
 
-    zone_format(base, size);
+    zone_format(base, size, nshards);
 
     if (link(tmp, path) != 0) {
         *err = errno;
@@ -196,10 +197,11 @@ zone_create_file(const char *dir, const char *name, size_t name_len,
 
 int
 shm_zone_open(const char *dir, const char *name, size_t name_len,
-    uint64_t size, shmlock_zone_t **out, int *err)
+    uint64_t size, uint32_t shards, shmlock_zone_t **out, int *err)
 {
-    char  path[4096];
-    int   rc, attempt;
+    char      path[4096];
+    int       rc, attempt;
+    uint32_t  nshards;
 
     *err = 0;
     if (!shm_zone_name_ok(name, name_len)) {
@@ -210,6 +212,10 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
         return SHMLOCK_BAD_SIZE;
     }
     size = (size + 4095) & ~(uint64_t) 4095;
+    nshards = zone_shards_for(size, shards);
+    if (size != 0 && nshards == 0) {
+        return SHMLOCK_BAD_SHARDS;
+    }
     if (zone_path(path, sizeof(path), dir, name, name_len, NULL) != 0) {
         *err = ENAMETOOLONG;
         return SHMLOCK_SYSTEM;
@@ -224,7 +230,8 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
         if (size == 0) {
             return SHMLOCK_NOT_FOUND;    /* attach only */
         }
-        rc = zone_create_file(dir, name, name_len, path, size, out, err);
+        rc = zone_create_file(dir, name, name_len, path, size, nshards, out,
+                              err);
         if (rc != SHMLOCK_EXISTS) {
             return rc;
         }

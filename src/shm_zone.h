@@ -15,8 +15,9 @@
 #include "shmlock.h"
 #include "zone.h"
 
+/* shards: 0 = the default for the size; ignored when attaching. */
 int shm_zone_open(const char *dir, const char *name, size_t name_len,
-    uint64_t size, shmlock_zone_t **out, int *err);
+    uint64_t size, uint32_t shards, shmlock_zone_t **out, int *err);
 /* Drops one reference; the last one unmaps the zone. */
 void shm_zone_close(shmlock_zone_t *z);
 int shm_zone_destroy(const char *dir, const char *name, size_t name_len,

@@ -54,6 +54,7 @@ shmlock_strerror(int rc)
     case SHMLOCK_VALUE_TOO_LARGE: return "value too large";
     case SHMLOCK_BAD_KEY:         return "bad key";
     case SHMLOCK_BAD_VALUE:       return "bad value type";
+    case SHMLOCK_BAD_SHARDS:      return "bad shards";
     default:                      return "unknown error";
     }
 }
@@ -72,11 +73,11 @@ shmlock_zone_name_ok(const char *name, size_t len)
 
 int
 shmlock_zone_open(const char *dir, const char *name, size_t name_len,
-    size_t size, shmlock_zone_t **out)
+    size_t size, unsigned shards, shmlock_zone_t **out)
 {
     int  err, rc;
 
-    rc = shm_zone_open(dir, name, name_len, size, out, &err);
+    rc = shm_zone_open(dir, name, name_len, size, shards, out, &err);
     last_errno = err;
     return rc;
 }
@@ -107,6 +108,12 @@ size_t
 shmlock_zone_size(shmlock_zone_t *zone)
 {
     return zone->size;
+}
+
+unsigned
+shmlock_zone_shards(shmlock_zone_t *zone)
+{
+    return zone->nshards;
 }
 
 int

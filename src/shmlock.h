@@ -34,7 +34,8 @@ enum {
     SHMLOCK_TIMEOUT,        /* a wait timed out */
     SHMLOCK_VALUE_TOO_LARGE,/* "value too large" */
     SHMLOCK_BAD_KEY,        /* key empty or longer than SHMLOCK_KEY_MAX */
-    SHMLOCK_BAD_VALUE       /* "bad value type" */
+    SHMLOCK_BAD_VALUE,      /* "bad value type" */
+    SHMLOCK_BAD_SHARDS      /* "bad shards" */
 };
 
 /* Value types, numbered as Lua's (and ngx.shared.DICT's) type tags. */
@@ -79,11 +80,17 @@ typedef struct {
 
 /*
  * Create the zone `name` (size bytes) under `dir` (NULL: $SHMLOCK_DIR, else
- * /dev/shm), or attach to it if it exists (its real size is kept).  With
- * size 0, only attach: SHMLOCK_NOT_FOUND when there is no such zone.
+ * /dev/shm), or attach to it if it exists (its real size and shards are
+ * kept).  With size 0, only attach: SHMLOCK_NOT_FOUND when there is no
+ * such zone.  shards: how many shards a new zone is split into (1, 2, 4,
+ * 8 or 16, each at least 64 KiB: else SHMLOCK_BAD_SHARDS); 0 = the
+ * default: 1 under 2 MiB, then as many as keep each shard 1 MiB or more,
+ * up to 16.
  */
 SHMLOCK_API int shmlock_zone_open(const char *dir, const char *name,
-    size_t name_len, size_t size, shmlock_zone_t **out);
+    size_t name_len, size_t size, unsigned shards, shmlock_zone_t **out);
+/* The number of shards of an open zone. */
+SHMLOCK_API unsigned shmlock_zone_shards(shmlock_zone_t *zone);
 /*
  * A zone handle is reference counted within the process: open gives one
  * reference, retain adds one, close drops one and the last unmaps.  Lua

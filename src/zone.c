@@ -6,16 +6,28 @@
 
 #define ALIGN64(x)  (((x) + 63) & ~(uint64_t) 63)
 
-/* As many shards as keep each at least ZONE_SHARD_MIN: a power of two. */
-static uint32_t
-zone_nshards(uint64_t size)
+uint32_t
+zone_shards_for(uint64_t size, uint32_t want)
 {
     uint32_t  n = 1;
 
-    while (n * 2 <= ZONE_SHARDS_MAX && size / (n * 2) >= ZONE_SHARD_MIN) {
-        n *= 2;
+    if (want == 0) {
+        while (n * 2 <= ZONE_SHARDS_MAX
+               && size / (n * 2) >= ZONE_SHARD_AUTO_MIN)
+        {
+            n *= 2;
+        }
+        return n;
     }
-    return n;
+    if (want == 1) {
+        return 1;
+    }
+    if (want > ZONE_SHARDS_MAX || (want & (want - 1)) != 0
+        || size / want < ZONE_SHARD_MIN)
+    {
+        return 0;
+    }
+    return want;
 }
 
 /*
@@ -25,13 +37,13 @@ zone_nshards(uint64_t size)
  * short however small the entries are) and a 1-byte read mark.
  */
 static void
-zone_geometry(uint64_t size, zone_geometry_t *g)
+zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
 {
     uint64_t  hdr, waits, shdr, fixed, avail, n, b, stride;
 
     hdr = ALIGN64(sizeof(zone_hdr_t));
     waits = 2 * ZONE_WAIT_WORDS * sizeof(uint32_t);
-    g->nshards = zone_nshards(size);
+    g->nshards = nshards;
     g->waits_off = hdr;
     g->shards_off = ALIGN64(hdr + waits);
     stride = size > g->shards_off ? (size - g->shards_off) / g->nshards : 0;
@@ -64,7 +76,7 @@ zone_geometry(uint64_t size, zone_geometry_t *g)
 }
 
 void
-zone_format(char *base, uint64_t size)
+zone_format(char *base, uint64_t size, uint32_t nshards)
 {
     zone_hdr_t       *h = (zone_hdr_t *) base;
     shmlock_zone_t    zone;
@@ -78,7 +90,7 @@ zone_format(char *base, uint64_t size)
     h->chunk_size = ZONE_CHUNK_SIZE;
     h->wait_words = ZONE_WAIT_WORDS;
     h->shard_hdr_size = sizeof(shard_hdr_t);
-    zone_geometry(size, &g);
+    zone_geometry(size, nshards, &g);
     h->nshards = g.nshards;
     h->waits_off = g.waits_off;
     h->shards_off = g.shards_off;
@@ -119,8 +131,12 @@ zone_check(const char *base, uint64_t size)
         return -1;
     }
 
-    /* the geometry is a function of the size: anything else was tampered */
-    zone_geometry(size, &g);
+    /* the geometry is a function of the size and the shard count:
+     * anything else was tampered */
+    if (zone_shards_for(size, h->nshards) != h->nshards) {
+        return -1;
+    }
+    zone_geometry(size, h->nshards, &g);
     if (h->nshards != g.nshards || h->waits_off != g.waits_off
         || h->shards_off != g.shards_off || h->shard_size != g.shard_size
         || h->nchunks != g.nchunks || h->nbuckets != g.nbuckets

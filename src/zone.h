@@ -6,10 +6,12 @@
  *
  * A zone is split into shards by key hash, each a dictionary of its own
  * with its own mutex, so that processes changing different keys do not
- * queue on one lock nor pass one cache line between their cores.  Zones
- * under 2 MB have one shard; larger ones as many as keep each shard at
- * least ZONE_SHARD_MIN bytes, up to ZONE_SHARDS_MAX.  An entry lives in
- * one shard, so the largest entry is bounded by a shard's memory.
+ * queue on one lock nor pass one cache line between their cores.  By
+ * default zones under 2 MiB have one shard, larger ones as many as keep
+ * each shard at least ZONE_SHARD_AUTO_MIN bytes, up to ZONE_SHARDS_MAX;
+ * the creator may ask for a count instead (each shard then at least
+ * ZONE_SHARD_MIN bytes).  An entry lives in one shard, so the largest
+ * entry is bounded by a shard's memory.
  *
  * Everything in the zone is addressed by offsets or 32-bit chunk indices,
  * never by pointers: each process maps the zone at its own address.  The
@@ -30,8 +32,9 @@
 #define ZONE_CHUNK_SIZE   64
 #define ZONE_WAIT_WORDS   1024
 #define ZONE_UNDO_BYTES   4096
-#define ZONE_SHARDS_MAX   16
-#define ZONE_SHARD_MIN    ((uint64_t) 1 << 20)
+#define ZONE_SHARDS_MAX       16
+#define ZONE_SHARD_AUTO_MIN   ((uint64_t) 1 << 20)
+#define ZONE_SHARD_MIN        ((uint64_t) 64 << 10)
 
 /*
  * The one update that is not published by a single word store: rewriting
@@ -137,8 +140,15 @@ typedef struct {
     uint64_t  chunks_off;
 } zone_geometry_t;
 
-/* Lays out an empty zone of `size` bytes at base (size already checked). */
-void zone_format(char *base, uint64_t size);
+/*
+ * The shard count for a zone of `size` bytes: `want` if it is 1, or a
+ * power of two up to ZONE_SHARDS_MAX that leaves each shard ZONE_SHARD_MIN
+ * bytes; the default for the size if want is 0; else 0 (not possible).
+ */
+uint32_t zone_shards_for(uint64_t size, uint32_t want);
+/* Lays out an empty zone of `size` bytes at base (size and nshards as
+ * zone_shards_for answered). */
+void zone_format(char *base, uint64_t size, uint32_t nshards);
 /* Checks a mapped file's header; 0 when it is one of ours, intact. */
 int zone_check(const char *base, uint64_t size);
 /* Fills the process-local handle from a checked header. */

@@ -57,7 +57,9 @@ local cache_mod, cache_obj             -- resty.shmlock.cache, if present
 
 function _M.init()
     ours = assert(shdict.open("bench_dict", { size = "16m" }))
-    ours_locks = assert(shdict.open("bench_locks", { size = "4m" }))
+    -- a zone of locks, opened as the README advises (16 shards)
+    ours_locks = assert(shdict.open("bench_locks", { size = "4m",
+                                                     shards = 16 }))
     ours_cache = assert(shdict.open("bench_cache", { size = "4m" }))
     ours_big = assert(shdict.open("bench_big",
                                   { size = NBIG * 256 + 4 * 1024 * 1024 }))

@@ -23,11 +23,12 @@ typedef struct {
 } shmlock_value_t;
 
 int shmlock_zone_open(const char *dir, const char *name, size_t name_len,
-    size_t size, shmlock_zone_t **out);
+    size_t size, unsigned shards, shmlock_zone_t **out);
 void shmlock_zone_retain(shmlock_zone_t *zone);
 void shmlock_zone_close(shmlock_zone_t *zone);
 int shmlock_zone_destroy(const char *dir, const char *name, size_t name_len);
 size_t shmlock_zone_size(shmlock_zone_t *zone);
+unsigned shmlock_zone_shards(shmlock_zone_t *zone);
 int shmlock_zone_name_ok(const char *name, size_t len);
 const char *shmlock_strerror(int rc);
 int shmlock_errno(void);

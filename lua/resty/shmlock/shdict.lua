@@ -418,6 +418,11 @@ function methods.free_space(self)
     return tonumber(C.shmlock_dict_free_space(zone_of(self)))
 end
 
+-- syntax: n = dict:shards()  (beyond ngx.shared.DICT)
+function methods.shards(self)
+    return tonumber(C.shmlock_zone_shards(zone_of(self)))
+end
+
 -- syntax: ok, err = dict:verify()
 function methods.verify(self)
     local rc = C.shmlock_dict_verify(zone_of(self), msg_buf, 256)
@@ -459,13 +464,18 @@ local function parse_size(size)
     return size
 end
 
+-- the shard counts opts.shards may ask for (0: the default)
+local SHARDS = { [0] = true, [1] = true, [2] = true, [4] = true, [8] = true,
+                 [16] = true }
+
 local function check_name(name)
     return type(name) == "string" and C.shmlock_zone_name_ok(name, #name) == 1
 end
 
 -- syntax: dict, err = shdict.open(name, opts?)
---   opts.size: bytes, or "64k" / "10m" / "1g" (default "1m")
---   opts.dir:  directory of the zone files (default $SHMLOCK_DIR or /dev/shm)
+--   opts.size:   bytes, or "64k" / "10m" / "1g" (default "1m")
+--   opts.dir:    directory of the zone files (default $SHMLOCK_DIR or /dev/shm)
+--   opts.shards: 1, 2, 4, 8 or 16 (default: by size, see shmlock.h)
 function _M.open(name, opts)
     if not check_name(name) then
         return nil, "bad zone name"
@@ -482,6 +492,10 @@ function _M.open(name, opts)
     if not size then
         return nil, "bad size"
     end
+    local shards = opts and opts.shards or 0
+    if type(shards) ~= "number" or not SHARDS[shards] then
+        return nil, "bad shards"
+    end
 
     local id = (dir or "") .. "\0" .. name
     local dict = zones[id]
@@ -494,7 +508,7 @@ function _M.open(name, opts)
         size = 0
     end
 
-    local rc = C.shmlock_zone_open(dir, name, #name, size, zone_out)
+    local rc = C.shmlock_zone_open(dir, name, #name, size, shards, zone_out)
     if rc ~= OK then
         if rc == SYSTEM then
             return nil, sys_error("failed to open zone \"" .. name .. "\"")
