@@ -728,9 +728,9 @@ test_shard_counts(void)
     CHECK_RC(shmlock_zone_open(dir, KEY("count"), 1 << 20, 2, &again),
              SHMLOCK_OK);
     CHECK(shmlock_zone_shards(again) == 16);
+    shmlock_zone_close(again);
     CHECK_RC(shmlock_zone_open(dir, KEY("count"), 0, 0, &again), SHMLOCK_OK);
     CHECK(shmlock_zone_shards(again) == 16);
-    shmlock_zone_close(again);
     shmlock_zone_close(again);
     verify(z);
     shmlock_zone_close(z);
