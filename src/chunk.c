@@ -95,38 +95,48 @@ chunk_next_data(const zone_t *z, uint32_t *c)
     return ((cont_t *) chunk_at(z, *c))->data;
 }
 
-void
-chunk_write(zone_t *z, uint32_t head, size_t off, const char *src, size_t len)
+/*
+ * Copies len bytes between the stream, from byte `off` on, and mem: into
+ * the chunks when `in`, out of them otherwise (a constant at each caller,
+ * so the branch folds away).
+ */
+static inline void
+chunk_copy(const zone_t *z, uint32_t head, size_t off, char *mem, size_t len,
+    int in)
 {
     uint32_t  c;
     size_t    room;
     char     *p = chunk_seek(z, head, off, &c, &room);
 
-    while (len > room) {
-        memcpy(p, src, room);
-        src += room;
+    for ( ;; ) {
+        size_t  n = len < room ? len : room;
+
+        if (in) {
+            memcpy(p, mem, n);
+        } else {
+            memcpy(mem, p, n);
+        }
+        if (len <= room) {
+            return;
+        }
+        mem += room;
         len -= room;
         p = chunk_next_data(z, &c);
         room = CHUNK_CONT_DATA;
     }
-    memcpy(p, src, len);
+}
+
+void
+chunk_write(zone_t *z, uint32_t head, size_t off, const char *src, size_t len)
+{
+    /* src is only read */
+    chunk_copy(z, head, off, (char *) src, len, 1);
 }
 
 void
 chunk_read(const zone_t *z, uint32_t head, size_t off, char *dst, size_t len)
 {
-    uint32_t  c;
-    size_t    room;
-    char     *p = chunk_seek(z, head, off, &c, &room);
-
-    while (len > room) {
-        memcpy(dst, p, room);
-        dst += room;
-        len -= room;
-        p = chunk_next_data(z, &c);
-        room = CHUNK_CONT_DATA;
-    }
-    memcpy(dst, p, len);
+    chunk_copy(z, head, off, dst, len, 0);
 }
 
 int
