@@ -68,6 +68,23 @@ describe("resty.shmlock across processes", function()
                worst * 1000)
     end)
 
+    it("keeps 32 non-atomic counters exact in a zone of 16 shards: "
+       .. "4 processes x 8000 updates", function()
+        local sharded = assert(shdict.open("mp_sharded", { dir = dir,
+                                                           shards = 16 }))
+        assert.equal(16, sharded:shards())
+        local results = run(sharded, dir, 4, "count", { n = 8000,
+                                                        keys = 32 })
+        for i = 1, 4 do
+            assert.equal(8000, results[i].done)
+        end
+        for j = 0, 31 do
+            assert.equal(4 * 8000 / 32, sharded:get("counter:" .. j))
+            assert.is_nil(sharded:get("lock:" .. j))
+        end
+        assert.is_true(sharded:verify())
+    end)
+
     describe("a holder SIGKILLed with exptime = 30", function()
         local function start_holder()
             local proc = env.worker("hold", { zone = dict.name, dir = dir,

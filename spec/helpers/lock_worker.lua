@@ -8,7 +8,8 @@
 --
 -- modes:
 --   count     n times: lock key, counter = counter + 1 (get, then set),
---             unlock.  Prints done, max_wait (s).
+--             unlock.  Prints done, max_wait (s).  With keys=K, iteration
+--             i takes key ":" j and counter "counter:" j, j = i % K.
 --   fair      for `secs` seconds: lock key, hold `hold_us` microseconds
 --             (busy), unlock, rest `rest_us`.  Prints done, max_wait, p99.
 --   hold      lock key (exptime), store our pid under "pid", then hold it
@@ -76,9 +77,14 @@ end
 if mode == "count" then
     local lock = resty_lock:new(dict, opts)
     local max_wait = 0
-    for _ = 1, o.n do
+    for i = 1, o.n do
+        local lkey, counter = key, "counter"
+        if o.keys then
+            lkey = key .. ":" .. i % o.keys
+            counter = "counter:" .. i % o.keys
+        end
         local t0 = now_us()
-        local elapsed, e = lock:lock(key)
+        local elapsed, e = lock:lock(lkey)
         if not elapsed then
             fail("lock: " .. e)
         end
@@ -86,8 +92,8 @@ if mode == "count" then
         if w > max_wait then
             max_wait = w
         end
-        local v = dict:get("counter") or 0
-        dict:set("counter", v + 1)
+        local v = dict:get(counter) or 0
+        dict:set(counter, v + 1)
         local ok, e2 = lock:unlock()
         if not ok then
             fail("unlock: " .. e2)
