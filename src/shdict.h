@@ -1,12 +1,13 @@
 /*
- * shdict: the dictionary in a zone, with ngx.shared.DICT's semantics.
+ * shdict: the dictionary in one shard of a zone (zone_t), with
+ * ngx.shared.DICT's semantics.
  *
  * Entries live in chains of 64-byte chunks: a head chunk (metadata, the
  * first bytes of key+value) and continuation chunks (60 bytes of data
- * each).  All chunks come from one free list, so there is no fragmentation
- * and free_space() is exact.  Entries hang in a hash table (chained through
- * the head) and in one LRU list.  Every function here runs with the zone
- * mutex held.
+ * each).  All of a shard's chunks come from one free list, so there is no
+ * fragmentation and free_space() is exact.  Entries hang in a hash table
+ * (chained through the head) and in one LRU list.  Every function here
+ * runs with the shard's mutex held.
  */
 
 #ifndef SHDICT_H
