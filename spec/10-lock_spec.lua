@@ -73,6 +73,15 @@ describe("resty.shmlock", function()
             assert.is_nil(shdict.opened("nosuch"))
         end)
 
+        it("returns nil, 'incompatible zone' for a zone file it cannot use "
+           .. "(another program's, an older layout)", function()
+            local f = assert(io.open(dir .. "/shmlock.foreign", "wb"))
+            f:write(("not a zone "):rep(4000))
+            f:close()
+            assert.same({ nil, "incompatible zone" },
+                        { resty_lock:new("foreign") })
+        end)
+
         it("returns nil, 'dictionary not found' for what is no dict",
            function()
             for _, v in ipairs({ 1, true, {}, "../x", "" }) do

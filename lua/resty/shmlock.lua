@@ -68,7 +68,13 @@ local shared_names = {}
 local ATTACH = { create = false }
 
 
--- the dict object (a zone) or the ngx.shared dict behind dict_name
+-- Zone errors new() reports as they are: a zone file is there under that
+-- name but cannot be used.  The others ("not found", "bad zone name" for
+-- names no zone can have) are resty.lock's "dictionary not found".
+local REPORTED = { ["incompatible zone"] = true }
+
+-- the dict object (a zone) or the ngx.shared dict behind dict_name; else
+-- nil, nil, and why our zone of that name could not be opened
 local function find(name)
     if type(name) == "table" then
         if name._zone then
@@ -84,7 +90,10 @@ local function find(name)
     if shared then
         return nil, shared
     end
-    local dict = shdict.opened(name) or shdict.open(name, ATTACH)
+    local dict, err = shdict.opened(name)
+    if not dict then
+        dict, err = shdict.open(name, ATTACH)
+    end
     if dict then
         return dict
     end
@@ -95,7 +104,7 @@ local function find(name)
             return nil, shared
         end
     end
-    return nil
+    return nil, nil, err
 end
 
 
@@ -113,8 +122,11 @@ function _M.new(a, b, c)
         dict_name, opts = a, b
     end
 
-    local dict, shared = find(dict_name)
+    local dict, shared, why = find(dict_name)
     if not dict and not shared then
+        if why and (REPORTED[why] or why:find("^failed to open zone")) then
+            return nil, why
+        end
         return nil, "dictionary not found"
     end
 
