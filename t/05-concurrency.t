@@ -1,6 +1,6 @@
 # Many concurrent requests on 2 workers (and LuaJIT processes at the same
 # time) lock one key around a non-atomic read / sleep / write of a counter
-# in the zone: the final count is exact.  The same workload without the
+# in a sharded zone: the final count is exact.  The same workload without the
 # lock loses updates, which shows the test can see a broken lock.
 use strict;
 use warnings;
@@ -20,7 +20,11 @@ my $t = ShmTest->new(
     init_by_lua_block {
         local shdict = require "resty.shmlock.shdict"
         resty_lock = require "resty.shmlock"
-        T = { zone = assert(shdict.open("counters")) }
+        -- a zone of 16 shards: the lock key and the counter may live in
+        -- different shards, each with its own mutex
+        T = { zone = assert(shdict.open("counters", { size = "2m",
+                                                      shards = 16 })) }
+        assert(T.zone:shards() == 16)
     }
 EOF
     config => <<'EOF',
