@@ -19,7 +19,7 @@ wait_slot(uint32_t hash)
 /*
  * Wakes the sleepers on the key's word, if any is counted: one load when
  * nobody waits.  The load is sequentially consistent, after the release
- * (a seq_cst unlock of the zone mutex) it must not be moved before.
+ * (a seq_cst unlock of the shard's mutex) it must not be moved before.
  */
 static inline void
 wait_wake_counted(shmlock_zone_t *zone, uint32_t hash)

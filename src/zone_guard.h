@@ -1,7 +1,8 @@
 /*
- * zone_guard: the zone mutex around a dictionary call, and recovery of a
+ * zone_guard: a shard's mutex around a dictionary call, and recovery of a
  * dead holder's half-done update when its mutex is taken over.  Every
- * exported call that touches the dictionary goes through these.
+ * exported call that touches the dictionary goes through these, for the
+ * shard of its key (zone_shard) or for each shard in turn.
  */
 
 #ifndef ZONE_GUARD_H
