@@ -7,7 +7,7 @@
 #include "hash.h"
 #include "optimistic.h"
 #include "shdict.h"
-#include "zone_guard.h"
+#include "dict_call.h"
 #include "shm_zone.h"
 #include "sys.h"
 #include "zw.h"
@@ -17,21 +17,6 @@
 #include <string.h>
 
 static __thread int  last_errno;
-
-/* The Lua layer checks keys and values before calling; C callers get a
- * status instead of a corrupted zone. */
-#define CHECK_KEY(len)                                                       \
-    if (__builtin_expect((len) - 1 >= SHMLOCK_KEY_MAX, 0)) {                 \
-        return SHMLOCK_BAD_KEY;                                              \
-    }
-
-static inline int
-value_ok(const shmlock_value_t *v)
-{
-    return v->type == SHMLOCK_TNIL || v->type == SHMLOCK_TBOOLEAN
-           || v->type == SHMLOCK_TNUMBER
-           || (v->type == SHMLOCK_TSTRING && (v->str != NULL || v->len == 0));
-}
 
 const char *
 shmlock_strerror(int rc)
@@ -130,22 +115,8 @@ shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
     size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
     int64_t now_ms, int *forcible)
 {
-    uint32_t  hash = hash_bytes(key, key_len);
-    zone_t   *z = zone_shard(zone, hash);
-    int       rc;
-
-    CHECK_KEY(key_len);
-    if (!value_ok(val)) {
-        return SHMLOCK_BAD_VALUE;
-    }
-    if (now_ms < 0) {
-        now_ms = 0;
-    }
-    zone_write_lock(z);
-    rc = shdict_store(z, op, key, key_len, hash, val, exptime_ms, now_ms,
-                      forcible);
-    zone_write_unlock(z);
-    return rc;
+    return dict_store_hashed(zone, op, key, key_len, hash_bytes(key, key_len),
+                             val, exptime_ms, now_ms, forcible);
 }
 
 int
@@ -241,18 +212,7 @@ int
 shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
     const shmlock_value_t *old)
 {
-    uint32_t  hash = hash_bytes(key, key_len);
-    zone_t   *z = zone_shard(zone, hash);
-    int       rc;
-
-    CHECK_KEY(key_len);
-    if (!value_ok(old)) {
-        return SHMLOCK_BAD_VALUE;
-    }
-    zone_write_lock(z);
-    rc = shdict_cad(z, key, key_len, hash, old);
-    zone_write_unlock(z);
-    return rc;
+    return dict_cad_hashed(zone, key, key_len, hash_bytes(key, key_len), old);
 }
 
 void
