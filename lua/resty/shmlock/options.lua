@@ -11,6 +11,7 @@
 local type = type
 local error = error
 local min = math.min
+local floor = math.floor
 
 local _M = {}
 
@@ -58,6 +59,17 @@ function _M.lock(opts)
         end
     end
     return exptime, timeout or 5, step or 0.001, ratio or 2, max_step or 0.5
+end
+
+-- syntax: ms = options.ms(seconds)
+-- An expiry in seconds as whole milliseconds, rounded to the nearest; a
+-- positive one is never rounded down to 0 ("never expires").
+function _M.ms(seconds)
+    local ms = floor(seconds * 1000 + 0.5)
+    if ms == 0 and seconds > 0 then
+        return 1
+    end
+    return ms
 end
 
 return _M

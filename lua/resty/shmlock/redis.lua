@@ -306,11 +306,7 @@ end
 -- Options, as resty.lock (same defaults and clamping), checked by name.
 
 local function ms_string(seconds)
-    local ms = floor(seconds * 1000 + 0.5)
-    if ms == 0 and seconds > 0 then
-        ms = 1
-    end
-    return format("%.0f", ms)
+    return format("%.0f", options.ms(seconds))
 end
 
 -- new(client, opts) or :new(client, opts)

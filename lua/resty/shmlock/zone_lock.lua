@@ -44,6 +44,7 @@ local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 local cached_ms = require("resty.shmlock.clock").cached_ms
 local token = require "resty.shmlock.token"
+local ms = require("resty.shmlock.options").ms
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
@@ -102,17 +103,6 @@ end
 _M.now_us = now_us
 
 
--- seconds -> the zone's milliseconds (0 = never; never rounds a real
--- expiry down to "never")
-function _M.ms(seconds)
-    local ms = floor(seconds * 1000 + 0.5)
-    if ms == 0 and seconds > 0 then
-        return 1
-    end
-    return ms
-end
-
-
 -- the key's value: a string, nil when absent, true for a value that is not
 -- a string (not ours: treated as a holder we cannot identify)
 local function read(zone, key, klen)
@@ -138,13 +128,6 @@ local function cas(zone, key, klen, from, to, exp_ms)
     val.str = to
     val.len = #to
     return C.shmlock_dict_cas(zone, key, klen, old, val, exp_ms, forcible)
-end
-
-
-local function cad(zone, key, klen, tok, tlen)
-    old.str = tok
-    old.len = tlen
-    return C.shmlock_dict_cad(zone, key, klen, old)
 end
 
 
@@ -196,11 +179,14 @@ local function hand_off(zone, key, klen, tok)
         local rc
         if starver then
             rc = cas(zone, key, klen, v, starver, s_exp)
+            if rc == OK then
+                wake(zone, key, klen)
+            end
         else
-            rc = cad(zone, key, klen, tok, #tok)  -- the mark was withdrawn
+            -- the mark was withdrawn: a plain release (which wakes too)
+            rc = C.shmlock_lock_release(zone, key, klen, tok, #tok)
         end
         if rc == OK then
-            wake(zone, key, klen)
             return 1
         end
         -- CHANGED: the mark moved meanwhile; NOT_FOUND: expired
@@ -231,7 +217,7 @@ end
 -- mark.  A new token (not just a new TTL) makes a marker's cas, which
 -- copies the TTL it read just before, fail if we extended in between.
 function _M.renew(zone, key, klen, tok, new_tok, seconds)
-    local exp_ms = _M.ms(seconds)
+    local exp_ms = ms(seconds)
     local rc = cas(zone, key, klen, tok, new_tok, exp_ms)
     while rc == CHANGED do
         local v = read(zone, key, klen)
