@@ -40,7 +40,7 @@ local next_token = token.next
 local hold = handle.hold
 local drop = handle.drop
 local retoken = handle.retoken
-local ms = zone_lock.ms
+local ms = options.ms
 local ACQUIRED = zone_lock.ACQUIRED
 
 
@@ -191,6 +191,7 @@ end
 
 -- after the first add found the key held
 local function wait(self, ops, key, klen, tok, may_wait)
+    local refusal = "timeout"
     if may_wait and self.timeout > 0 then
         if not in_nginx then
             return zone_lock.block(self, key, klen, tok)
@@ -199,12 +200,7 @@ local function wait(self, ops, key, klen, tok, may_wait)
         if YIELDABLE[phase] then
             return sleep(self, ops, key, klen, tok)
         end
-        if ops.look(self.store, key, klen, tok, self.exptime_ms, true)
-           == ACQUIRED
-        then
-            return 0
-        end
-        return nil, "cannot wait in " .. tostring(phase) .. " phase"
+        refusal = "cannot wait in " .. tostring(phase) .. " phase"
     end
 
     -- no waiting; a dead holder's lock is still ours at once
@@ -213,7 +209,7 @@ local function wait(self, ops, key, klen, tok, may_wait)
     then
         return 0
     end
-    return nil, "timeout"
+    return nil, refusal
 end
 
 
