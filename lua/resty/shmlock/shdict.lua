@@ -157,21 +157,18 @@ local function get(self, key, stale)
 
     local rc = C.shmlock_dict_get(zone, key, #key, stale, val, str_buf,
                                   str_size)
-    if rc == AGAIN then
+    -- AGAIN: the buffer is too small for the value; grow it and ask again,
+    -- twice at most (the value may grow between the two calls)
+    for _ = 1, 2 do
+        if rc ~= AGAIN then
+            break
+        end
         grow(val.len)
         rc = C.shmlock_dict_get(zone, key, #key, stale, val, str_buf,
                                 str_size)
     end
     if rc ~= OK then
-        -- the value grew between the two calls: one more try, then give up
-        if rc == AGAIN then
-            grow(val.len)
-            rc = C.shmlock_dict_get(zone, key, #key, stale, val, str_buf,
-                                    str_size)
-        end
-        if rc ~= OK then
-            return nil, errors[rc]
-        end
+        return nil, errors[rc]
     end
 
     local typ = val.type
@@ -234,6 +231,19 @@ function methods.delete(self, key)
     return store(self, OP_SET, key, nil)
 end
 
+-- v as a number (a numeric string converts), else raises at the caller
+-- of the method: "bad <name> arg: number expected, got <type>"
+local function number_arg(v, name)
+    if type(v) == "number" then
+        return v
+    end
+    local n = tonumber(v)
+    if not n then
+        error("bad " .. name .. " arg: number expected, got " .. type(v), 3)
+    end
+    return n
+end
+
 -- syntax: newval, err, forcible = dict:incr(key, value, init?, init_ttl?)
 function methods.incr(self, key, value, init, init_ttl)
     local zone = zone_of(self)
@@ -243,33 +253,14 @@ function methods.incr(self, key, value, init, init_ttl)
         return nil, err
     end
 
-    if type(value) ~= "number" then
-        local n = tonumber(value)
-        if not n then
-            error("bad value arg: number expected, got " .. type(value), 2)
-        end
-        value = n
-    end
-
+    value = number_arg(value, "value")
     -- as ngx.shared.DICT, a false init means no init
     if init then
-        local typ = type(init)
-        if typ ~= "number" then
-            init = tonumber(init)
-            if not init then
-                error("bad init arg: number expected, got " .. typ, 2)
-            end
-        end
+        init = number_arg(init, "init")
     end
 
     if init_ttl ~= nil then
-        local typ = type(init_ttl)
-        if typ ~= "number" then
-            init_ttl = tonumber(init_ttl)
-            if not init_ttl then
-                error("bad init_ttl arg: number expected, got " .. typ, 2)
-            end
-        end
+        init_ttl = number_arg(init_ttl, "init_ttl")
         if init_ttl < 0 then
             error('bad "init_ttl" argument', 2)
         end
