@@ -116,17 +116,25 @@ end
 
 local function load()
     local tried = {}
-    local candidates = { getenv("SHMLOCK_LIB"), checkout_lib() }
 
+    -- the library at path, or nil (and why, in `tried`)
+    local function try(path)
+        local ok, lib = pcall(ffi.load, path)
+        if ok then
+            return lib
+        end
+        tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
+    end
+
+    local candidates = { getenv("SHMLOCK_LIB"), checkout_lib() }
     for i = 1, 2 do
         local path = candidates[i]
         if path and path ~= "" then
             if exists(path) then
-                local ok, lib = pcall(ffi.load, path)
-                if ok then
+                local lib = try(path)
+                if lib then
                     return lib
                 end
-                tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
             else
                 tried[#tried + 1] = path .. " (absent)"
             end
@@ -135,11 +143,10 @@ local function load()
 
     local path, err = package.searchpath("libshmlock", package.cpath)
     if path then
-        local ok, lib = pcall(ffi.load, path)
-        if ok then
+        local lib = try(path)
+        if lib then
             return lib
         end
-        tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
     else
         tried[#tried + 1] = "package.cpath:" .. err
     end
