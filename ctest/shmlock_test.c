@@ -175,14 +175,23 @@ expect_str(shmlock_zone_t *z, const char *key, const char *s, size_t len)
     free(buf);
 }
 
-static double
-expect_num(shmlock_zone_t *z, const char *key)
+/* What get() says of key; its bytes are dropped (8 at most may come). */
+static shmlock_value_t
+get_small(shmlock_zone_t *z, const char *key)
 {
     shmlock_value_t  out;
     char             buf[8];
 
     CHECK_RC(shmlock_dict_get(z, KEY(key), 0, &out, buf, sizeof(buf)),
              SHMLOCK_OK);
+    return out;
+}
+
+static double
+expect_num(shmlock_zone_t *z, const char *key)
+{
+    shmlock_value_t  out = get_small(z, key);
+
     CHECK(out.type == SHMLOCK_TNUMBER);
     return out.num;
 }
@@ -191,11 +200,8 @@ expect_num(shmlock_zone_t *z, const char *key)
 static double
 read_num(shmlock_zone_t *z, const char *key)
 {
-    shmlock_value_t  out;
-    char             buf[8];
+    shmlock_value_t  out = get_small(z, key);
 
-    CHECK_RC(shmlock_dict_get(z, KEY(key), 0, &out, buf, sizeof(buf)),
-             SHMLOCK_OK);
     CHECK(out.type == SHMLOCK_TNUMBER || out.type == SHMLOCK_TNIL);
     return out.type == SHMLOCK_TNIL ? 0 : out.num;
 }
@@ -203,12 +209,7 @@ read_num(shmlock_zone_t *z, const char *key)
 static void
 expect_absent(shmlock_zone_t *z, const char *key)
 {
-    shmlock_value_t  out;
-    char             buf[8];
-
-    CHECK_RC(shmlock_dict_get(z, KEY(key), 0, &out, buf, sizeof(buf)),
-             SHMLOCK_OK);
-    CHECK(out.type == SHMLOCK_TNIL);
+    CHECK(get_small(z, key).type == SHMLOCK_TNIL);
 }
 
 static int
