@@ -74,6 +74,11 @@ end
 
 local B = {}
 
+-- The loops are written out once per store and variant on purpose: a loop
+-- shared through a function argument would be one JIT trace for both
+-- stores, specialised on whichever ran first, and would measure the other
+-- through side exits.
+
 -- lock + unlock, new object per iteration
 B.lock_new_ours = function(n)
     local j = 0
