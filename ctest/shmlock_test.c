@@ -304,11 +304,16 @@ test_zone_files(void)
     CHECK_RC(set_str(a, SHMLOCK_OP_SET, "k", "from a"), SHMLOCK_OK);
     expect_str(b, "k", KEY("from a"));
 
-    /* destroy unlinks the name; mapped users keep working */
+    /* destroy unlinks the name, and every mapping of the zone refuses to
+     * act on it from then on */
+    CHECK(shmlock_zone_dead(a) == 0);
     CHECK_RC(shmlock_zone_destroy(dir, KEY("files")), SHMLOCK_OK);
     CHECK(stat(zone_file("files"), &st) != 0 && errno == ENOENT);
-    CHECK_RC(set_str(b, SHMLOCK_OP_SET, "k2", "still here"), SHMLOCK_OK);
-    expect_str(a, "k2", KEY("still here"));
+    CHECK(shmlock_zone_dead(a) == 1 && shmlock_zone_dead(b) == 1);
+    CHECK_RC(set_str(b, SHMLOCK_OP_SET, "k2", "too late"),
+             SHMLOCK_DESTROYED);
+    CHECK_RC(shmlock_lock_acquire(a, KEY("lk"), KEY("tok"), 1000, 0),
+             SHMLOCK_DESTROYED);
     CHECK_RC(shmlock_zone_destroy(dir, KEY("files")), SHMLOCK_NOT_FOUND);
     close_zone(a);
     close_zone(b);
@@ -640,6 +645,16 @@ test_lock_calls(shmlock_zone_t *z)
     verify(z);
 }
 
+/* flush_expired's count (the call itself must succeed) */
+static int
+flush_expired(shmlock_zone_t *z, int max_count)
+{
+    int  freed = -1;
+
+    CHECK_RC(shmlock_dict_flush_expired(z, max_count, &freed), SHMLOCK_OK);
+    return freed;
+}
+
 static void
 test_flush_and_keys(shmlock_zone_t *z)
 {
@@ -647,9 +662,9 @@ test_flush_and_keys(shmlock_zone_t *z)
     int     i, count, freed;
     size_t  used;
 
-    shmlock_dict_flush_all(z);
+    CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
     CHECK(count_keys(z) == 0);
-    freed = shmlock_dict_flush_expired(z, 0);
+    freed = flush_expired(z, 0);
     CHECK(freed >= 0);
     verify(z);
 
@@ -671,14 +686,14 @@ test_flush_and_keys(shmlock_zone_t *z)
 
     sleep_ms(250);
     CHECK(count_keys(z) == 90);
-    CHECK(shmlock_dict_flush_expired(z, 3) == 3);
-    CHECK(shmlock_dict_flush_expired(z, 0) == 7);
-    CHECK(shmlock_dict_flush_expired(z, 0) == 0);
+    CHECK(flush_expired(z, 3) == 3);
+    CHECK(flush_expired(z, 0) == 7);
+    CHECK(flush_expired(z, 0) == 0);
     CHECK(count_keys(z) == 90);
 
-    shmlock_dict_flush_all(z);
+    CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
     CHECK(count_keys(z) == 0);
-    CHECK(shmlock_dict_flush_expired(z, 0) == 90);
+    CHECK(flush_expired(z, 0) == 90);
     verify(z);
 }
 
@@ -791,11 +806,11 @@ test_shards(void)
     }
     sleep_ms(5);
     CHECK(count_keys(z) == 500);
-    CHECK(shmlock_dict_flush_expired(z, 100) == 100);
-    CHECK(shmlock_dict_flush_expired(z, 0) == 400);
-    shmlock_dict_flush_all(z);
+    CHECK(flush_expired(z, 100) == 100);
+    CHECK(flush_expired(z, 0) == 400);
+    CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
     CHECK(count_keys(z) == 0);
-    CHECK(shmlock_dict_flush_expired(z, 0) == 500);
+    CHECK(flush_expired(z, 0) == 500);
     CHECK(shmlock_dict_free_space(z) == empty);
     verify(z);
 
@@ -879,10 +894,10 @@ test_eviction(void)
     }
 
     /* once the locks expire they make room again */
-    shmlock_dict_flush_all(z);
+    CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
     CHECK_RC(store(z, SHMLOCK_OP_SET, "more", v, 0), SHMLOCK_OK);
-    shmlock_dict_flush_all(z);
-    shmlock_dict_flush_expired(z, 0);
+    CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
+    flush_expired(z, 0);
     CHECK(shmlock_dict_free_space(z) == total);
     verify(z);
 
@@ -951,8 +966,8 @@ crash_child_ops(shmlock_zone_t *z)
     shmlock_dict_cad(z, KEY("lock"), &two);
     shmlock_dict_expire(z, KEY("victim"), 10);
     store(z, SHMLOCK_OP_SET, "victim", nil_value(), 0);
-    shmlock_dict_flush_all(z);
-    shmlock_dict_flush_expired(z, 0);
+    CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
+    flush_expired(z, 0);
 }
 
 static void

@@ -511,13 +511,26 @@ print(id .. " " .. tostring(ok) .. " " .. tostring(aerr) .. " "
                         pack(shdict.destroy("", { dir = dir })))
         end)
 
-        it("lets open() create a fresh, empty zone while the old object "
-           .. "keeps working", function()
+        it("lets open() create a fresh, empty zone, and the old object "
+           .. "answers nil, 'zone destroyed'", function()
             local old = assert(shdict.open("phoenix", { dir = dir,
                                                         size = "64k" }))
             old:set("k", "old value")
             assert.same({ n = 1, true },
                         pack(shdict.destroy("phoenix", { dir = dir })))
+
+            -- the old mapping refuses to act: nobody else will see it
+            assert.same({ n = 2, nil, "zone destroyed" }, pack(old:get("k")))
+            assert.same({ n = 3, false, "zone destroyed", false },
+                        pack(old:set("k2", "lost")))
+            assert.same({ n = 2, nil, "zone destroyed" },
+                        pack(old:incr("n", 1, 0)))
+            assert.same({ n = 2, nil, "zone destroyed" },
+                        pack(old:get_keys(0)))
+            assert.same({ n = 2, nil, "zone destroyed" },
+                        pack(old:flush_expired()))
+            assert.same({ n = 2, nil, "zone destroyed" },
+                        pack(old:verify()))
 
             local new = assert(shdict.open("phoenix", { dir = dir,
                                                         size = "32k" }))
@@ -525,20 +538,15 @@ print(id .. " " .. tostring(ok) .. " " .. tostring(aerr) .. " "
             assert.same({ n = 1, 32768 }, pack(new:capacity()))
             assert.same({}, new:get_keys(0))
             assert.same({ n = 1, nil }, pack(new:get("k")))
-
-            -- the old mapping is intact and still private to its users
-            assert.same({ n = 1, "old value" }, pack(old:get("k")))
-            assert.same({ n = 3, true, nil, false },
-                        pack(old:set("k2", "also old")))
-            assert.same({ n = 1, nil }, pack(new:get("k2")))
-            assert.same({ n = 1, true }, pack(old:verify()))
             assert.same({ n = 1, true }, pack(new:verify()))
+            assert.is_true(rawequal(new, shdict.opened("phoenix", dir)))
 
             -- and another process attaching by name gets the new zone
+            new:set("k3", "new")
             local out = run_child(tmp, child_script(dir, "phoenix", nil, [[
-print(d:capacity(), d:get("k"), d:get("k2"))
+print(d:capacity(), d:get("k"), d:get("k3"))
 ]]))
-            assert.equal("32768\tnil\tnil\n", out)
+            assert.equal("32768\tnil\tnew\n", out)
         end)
     end)
 end)

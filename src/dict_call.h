@@ -10,6 +10,7 @@
 #define DICT_CALL_H
 
 #include "shmlock.h"
+#include "shm_zone.h"
 #include "zone_guard.h"
 
 /* The Lua layer checks keys and values before calling; C callers get a
@@ -17,6 +18,12 @@
 #define CHECK_KEY(len)                                                       \
     if (__builtin_expect((len) - 1 >= SHMLOCK_KEY_MAX, 0)) {                 \
         return SHMLOCK_BAD_KEY;                                              \
+    }
+
+/* A destroyed zone is refused before anything is read or written in it. */
+#define CHECK_LIVE(zone)                                                     \
+    if (__builtin_expect(shm_zone_dead(zone), 0)) {                          \
+        return SHMLOCK_DESTROYED;                                            \
     }
 
 static inline int
@@ -35,6 +42,8 @@ dict_store_hashed(shmlock_zone_t *zone, int op, const char *key,
     zone_t  *z = zone_shard(zone, hash);
     int      rc;
 
+    *forcible = 0;
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     if (!value_ok(val)) {
         return SHMLOCK_BAD_VALUE;
@@ -56,6 +65,7 @@ dict_cad_hashed(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t  *z = zone_shard(zone, hash);
     int      rc;
 
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     if (!value_ok(old)) {
         return SHMLOCK_BAD_VALUE;

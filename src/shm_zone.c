@@ -5,9 +5,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +17,12 @@
 #define ZONE_DEFAULT_DIR  "/dev/shm"
 #define ZONE_PREFIX       "shmlock."
 #define ZONE_ATTEMPTS     8
+#define ZONE_TMP_TRIES    8
+#define ZONE_DIR_WAIT_MS  2000   /* how long destroy waits for the dir lock */
+
+/* attach outcomes that send shm_zone_open round again */
+#define ZONE_GONE  (-1)          /* no file under the name */
+#define ZONE_DEAD  (-2)          /* a dead zone still under the name */
 
 int
 shm_zone_name_ok(const char *name, size_t len)
@@ -36,23 +44,141 @@ shm_zone_name_ok(const char *name, size_t len)
     return 1;
 }
 
-static int
-zone_path(char *path, size_t size, const char *dir, const char *name,
-    size_t name_len, const char *tmp)
+static const char *
+zone_dir(const char *dir)
 {
-    int  n;
-
     if (dir == NULL || dir[0] == '\0') {
         dir = getenv("SHMLOCK_DIR");
     }
     if (dir == NULL || dir[0] == '\0') {
         dir = ZONE_DEFAULT_DIR;
     }
-    /* the temporary file is hidden: names never start with '.' */
-    n = snprintf(path, size, "%s/%s" ZONE_PREFIX "%.*s%s", dir,
-                 tmp ? "." : "", (int) name_len, name, tmp ? tmp : "");
+    return dir;
+}
+
+static int
+zone_path(char *path, size_t size, const char *dir, const char *name,
+    size_t name_len)
+{
+    int  n = snprintf(path, size, "%s/" ZONE_PREFIX "%.*s", dir,
+                      (int) name_len, name);
+
     return n > 0 && (size_t) n < size ? 0 : -1;
 }
+
+
+/* ---- this process's mappings ---- */
+
+static pthread_mutex_t   reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static shmlock_zone_t   *reg_head;
+static pthread_once_t    reg_once = PTHREAD_ONCE_INIT;
+
+/* a thread that held the lock at fork() is not in the child to release it */
+static void
+reg_child(void)
+{
+    pthread_mutex_t  fresh = PTHREAD_MUTEX_INITIALIZER;
+
+    reg_lock = fresh;
+}
+
+static void
+reg_init(void)
+{
+    pthread_atfork(NULL, NULL, reg_child);
+}
+
+static void
+reg_enter(void)
+{
+    pthread_once(&reg_once, reg_init);
+    pthread_mutex_lock(&reg_lock);
+}
+
+static void
+reg_leave(void)
+{
+    pthread_mutex_unlock(&reg_lock);
+}
+
+/* The live mapping of that file, with one more reference; else NULL. */
+static shmlock_zone_t *
+reg_find(const struct stat *st)
+{
+    shmlock_zone_t  *z;
+
+    reg_enter();
+    for (z = reg_head; z != NULL; z = z->next) {
+        if (z->dev == (uint64_t) st->st_dev && z->ino == (uint64_t) st->st_ino
+            && !shm_zone_dead(z))
+        {
+            z->handles++;
+            break;
+        }
+    }
+    reg_leave();
+    return z;
+}
+
+static int
+reg_add(char *base, uint64_t size, const struct stat *st,
+    shmlock_zone_t **out)
+{
+    shmlock_zone_t  *z = malloc(sizeof(*z));
+
+    if (z == NULL) {
+        munmap(base, size);
+        errno = ENOMEM;
+        return SHMLOCK_SYSTEM;
+    }
+    zone_attach(z, base, size);
+    z->dev = (uint64_t) st->st_dev;
+    z->ino = (uint64_t) st->st_ino;
+    z->handles = 1;
+    reg_enter();
+    z->next = reg_head;
+    reg_head = z;
+    reg_leave();
+    *out = z;
+    return SHMLOCK_OK;
+}
+
+void
+shm_zone_retain(shmlock_zone_t *z)
+{
+    reg_enter();
+    z->handles++;
+    reg_leave();
+}
+
+void
+shm_zone_close(shmlock_zone_t *z)
+{
+    shmlock_zone_t  **l;
+    int               last;
+
+    if (z == NULL) {
+        return;
+    }
+    reg_enter();
+    last = --z->handles == 0;
+    if (last) {
+        for (l = &reg_head; *l != NULL; l = &(*l)->next) {
+            if (*l == z) {
+                *l = z->next;
+                break;
+            }
+        }
+    }
+    reg_leave();
+    if (last) {
+        munmap(z->base, z->size);
+        free(z);
+    }
+}
+
+
+/* ---- files ---- */
 
 static int
 zone_map(int fd, uint64_t size, char **base)
@@ -66,26 +192,34 @@ zone_map(int fd, uint64_t size, char **base)
     return 0;
 }
 
+/* Why a file under a zone's name cannot be trusted as a zone, or OK. */
 static int
-zone_handle(char *base, uint64_t size, shmlock_zone_t **out)
+zone_file_ok(const struct stat *st)
 {
-    shmlock_zone_t  *z = malloc(sizeof(*z));
-
-    if (z == NULL) {
-        munmap(base, size);
-        errno = ENOMEM;
-        return SHMLOCK_SYSTEM;
+    if (!S_ISREG(st->st_mode)) {
+        return SHMLOCK_INCOMPATIBLE;
     }
-    zone_attach(z, base, size);
-    z->handles = 1;
-    *out = z;
+    if (st->st_uid != geteuid()) {
+        return SHMLOCK_NOT_OWNER;
+    }
+    /* another user who may write the zone may break it under us */
+    if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+        return SHMLOCK_UNSAFE_MODE;
+    }
+    if ((uint64_t) st->st_size < SHMLOCK_MIN_SIZE) {
+        return SHMLOCK_INCOMPATIBLE;
+    }
     return SHMLOCK_OK;
 }
 
-/* Attach to a published zone.  ENOENT is passed up: it was destroyed in
- * between, and the caller may create it again. */
+/*
+ * Attach to the zone published under `path`.  ZONE_GONE: no such file (it
+ * may be created); ZONE_DEAD: a dead zone is still there (*dead gets its
+ * identity).
+ */
 static int
-zone_attach_file(const char *path, shmlock_zone_t **out, int *err)
+zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
+    struct stat *dead)
 {
     struct stat  st;
     char        *base;
@@ -94,6 +228,9 @@ zone_attach_file(const char *path, shmlock_zone_t **out, int *err)
     fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         *err = errno;
+        if (errno == ENOENT) {
+            return ZONE_GONE;
+        }
         return errno == ELOOP ? SHMLOCK_INCOMPATIBLE : SHMLOCK_SYSTEM;
     }
     if (fstat(fd, &st) != 0) {
@@ -102,11 +239,15 @@ zone_attach_file(const char *path, shmlock_zone_t **out, int *err)
         return SHMLOCK_SYSTEM;
     }
     /* fstat before mmap: a short file would SIGBUS instead of failing */
-    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()
-        || (uint64_t) st.st_size < SHMLOCK_MIN_SIZE)
-    {
+    rc = zone_file_ok(&st);
+    if (rc != SHMLOCK_OK) {
         close(fd);
-        return SHMLOCK_INCOMPATIBLE;
+        return rc;
+    }
+    *out = reg_find(&st);
+    if (*out != NULL) {
+        close(fd);
+        return SHMLOCK_OK;
     }
     if (zone_map(fd, (uint64_t) st.st_size, &base) != 0) {
         *err = errno;
@@ -115,11 +256,20 @@ zone_attach_file(const char *path, shmlock_zone_t **out, int *err)
     }
     close(fd);
 
+    rc = SHMLOCK_OK;
     if (zone_check(base, (uint64_t) st.st_size) != 0) {
-        munmap(base, (size_t) st.st_size);
-        return SHMLOCK_INCOMPATIBLE;
+        rc = SHMLOCK_INCOMPATIBLE;
+    } else if (((zone_hdr_t *) base)->dead) {
+        *dead = st;
+        rc = ZONE_DEAD;
+    } else if (((zone_hdr_t *) base)->pidns != sys_pidns()) {
+        rc = SHMLOCK_FOREIGN_NS;
     }
-    rc = zone_handle(base, (uint64_t) st.st_size, out);
+    if (rc != SHMLOCK_OK) {
+        munmap(base, (size_t) st.st_size);
+        return rc;
+    }
+    rc = reg_add(base, (uint64_t) st.st_size, &st, out);
     if (rc != SHMLOCK_OK) {
         *err = errno;
     }
@@ -145,63 +295,262 @@ zone_reserve(int fd, uint64_t size)
     return ftruncate(fd, (off_t) size);
 }
 
-/* Build a zone in a hidden file and publish it under `path` with link(2). */
+/*
+ * A new, unpublished file in dir: anonymous (O_TMPFILE) where the file
+ * system has it (tmp[0] is then '\0'), else under a hidden name with 64
+ * random bits, which nobody can plant in advance.
+ */
+static int
+zone_tmpfile(const char *dir, const char *name, size_t name_len, char *tmp,
+    size_t tmp_size)
+{
+    uint64_t  r;
+    int       fd, i, n;
+
+    tmp[0] = '\0';
+    fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR
+                    && errno != EINVAL))
+    {
+        return fd;
+    }
+    for (i = 0; i < ZONE_TMP_TRIES; i++) {
+        if (sys_random(&r, sizeof(r)) != 0) {
+            return -1;
+        }
+        n = snprintf(tmp, tmp_size, "%s/." ZONE_PREFIX "%.*s.%016llx.tmp",
+                     dir, (int) name_len, name, (unsigned long long) r);
+        if (n <= 0 || (size_t) n >= tmp_size) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  0600);
+        if (fd >= 0 || errno != EEXIST) {
+            return fd;
+        }
+    }
+    return -1;
+}
+
+/* Gives the built file its name; fails with EEXIST if the name is taken. */
+static int
+zone_publish(int fd, const char *tmp, const char *path)
+{
+    char  proc[64];
+
+    if (tmp[0] != '\0') {
+        return link(tmp, path);
+    }
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0) {
+        return 0;
+    }
+    if (errno != ENOENT) {
+        return -1;
+    }
+    /* no /proc: this one needs CAP_DAC_READ_SEARCH */
+    return linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH);
+}
+
+/* Build a zone in an unpublished file and publish it under `path`. */
 static int
 zone_create_file(const char *dir, const char *name, size_t name_len,
     const char *path, uint64_t size, uint32_t nshards, shmlock_zone_t **out,
     int *err)
 {
-    static unsigned  seq;
-    char             tmp[4096], suffix[64];
-    char            *base;
-    int              fd, rc;
+    char         tmp[4096];
+    char        *base;
+    struct stat  st;
+    int          fd, rc;
 
-    snprintf(suffix, sizeof(suffix), ".%u.%u.tmp", sys_pid(),
-             __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
-    if (zone_path(tmp, sizeof(tmp), dir, name, name_len, suffix) != 0) {
-        *err = ENAMETOOLONG;
-        return SHMLOCK_SYSTEM;
-    }
-
-    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = zone_tmpfile(dir, name, name_len, tmp, sizeof(tmp));
     if (fd < 0) {
         *err = errno;
         return SHMLOCK_SYSTEM;
     }
     if (fchmod(fd, 0600) != 0 || zone_reserve(fd, size) != 0
-        || zone_map(fd, size, &base) != 0)
+        || fstat(fd, &st) != 0 || zone_map(fd, size, &base) != 0)
     {
         *err = errno;
-        close(fd);
-        unlink(tmp);
-        return SHMLOCK_SYSTEM;
+        goto failed;
     }
-    close(fd);
 
     zone_format(base, size, nshards);
 
-    if (link(tmp, path) != 0) {
+    if (zone_publish(fd, tmp, path) != 0) {
         *err = errno;
-        unlink(tmp);
         munmap(base, size);
-        return *err == EEXIST ? SHMLOCK_EXISTS : SHMLOCK_SYSTEM;
+        goto failed;
     }
-    unlink(tmp);
+    if (tmp[0] != '\0') {
+        unlink(tmp);
+    }
+    close(fd);
 
-    rc = zone_handle(base, size, out);
+    rc = reg_add(base, size, &st, out);
     if (rc != SHMLOCK_OK) {
         *err = errno;
     }
     return rc;
+
+failed:
+    if (tmp[0] != '\0') {
+        unlink(tmp);
+    }
+    close(fd);
+    return *err == EEXIST ? SHMLOCK_EXISTS : SHMLOCK_SYSTEM;
 }
+
+
+/* ---- destroying ---- */
+
+/*
+ * An flock on the directory: whoever unlinks a zone name holds it, and
+ * unlinks only the very file it judged, so two of them (or one and a
+ * process creating the zone afresh) never remove a zone published in
+ * between.  Creating needs no lock: link(2) fails on an existing name.
+ */
+static int
+zone_dir_lock(const char *dir, int *err)
+{
+    int      fd;
+    int64_t  deadline = sys_now_ms() + ZONE_DIR_WAIT_MS;
+
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if ((errno != EWOULDBLOCK && errno != EINTR)
+            || sys_now_ms() >= deadline)
+        {
+            *err = errno == EWOULDBLOCK ? 0 : errno;
+            close(fd);
+            return -1;
+        }
+        usleep(1000);
+    }
+    return fd;
+}
+
+static int
+same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* Unlinks `path` if it still names the file `st`; dir lock held. */
+static int
+zone_unlink_if(const char *path, const struct stat *st)
+{
+    struct stat  now;
+
+    if (lstat(path, &now) != 0) {
+        return errno == ENOENT ? 0 : -1;
+    }
+    if (!same_file(&now, st)) {
+        return 0;
+    }
+    return unlink(path);
+}
+
+/* A dead zone left under the name by a destroyer that died: finish it. */
+static int
+zone_remove_dead(const char *dir, const char *path, const struct stat *dead,
+    int *err)
+{
+    int  dfd = zone_dir_lock(dir, err);
+
+    if (dfd < 0) {
+        return *err == 0 ? SHMLOCK_DIR_BUSY : SHMLOCK_SYSTEM;
+    }
+    if (zone_unlink_if(path, dead) != 0) {
+        *err = errno;
+        close(dfd);
+        return SHMLOCK_SYSTEM;
+    }
+    close(dfd);
+    return SHMLOCK_OK;
+}
+
+/* Marks the zone in the open file fd dead, if it is one of ours. */
+static void
+zone_mark_dead(int fd, const struct stat *st)
+{
+    zone_hdr_t  *h;
+
+    if (!S_ISREG(st->st_mode) || st->st_uid != geteuid()
+        || (uint64_t) st->st_size < SHMLOCK_MIN_SIZE)
+    {
+        return;
+    }
+    h = mmap(NULL, sizeof(zone_hdr_t), PROT_READ | PROT_WRITE, MAP_SHARED,
+             fd, 0);
+    if (h == MAP_FAILED) {
+        return;
+    }
+    if (memcmp(h->magic, ZONE_MAGIC, sizeof(ZONE_MAGIC)) == 0
+        && h->layout == ZONE_LAYOUT)
+    {
+        __atomic_store_n(&h->dead, 1, __ATOMIC_SEQ_CST);
+    }
+    munmap(h, sizeof(zone_hdr_t));
+}
+
+int
+shm_zone_destroy(const char *dir, const char *name, size_t name_len, int *err)
+{
+    char         path[4096];
+    struct stat  st;
+    int          dfd, fd, rc = SHMLOCK_OK;
+
+    *err = 0;
+    if (!shm_zone_name_ok(name, name_len)) {
+        return SHMLOCK_BAD_NAME;
+    }
+    dir = zone_dir(dir);
+    if (zone_path(path, sizeof(path), dir, name, name_len) != 0) {
+        *err = ENAMETOOLONG;
+        return SHMLOCK_SYSTEM;
+    }
+    dfd = zone_dir_lock(dir, err);
+    if (dfd < 0) {
+        return *err == 0 ? SHMLOCK_DIR_BUSY : SHMLOCK_SYSTEM;
+    }
+
+    fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        zone_mark_dead(fd, &st);
+        if (zone_unlink_if(path, &st) != 0) {
+            *err = errno;
+            rc = SHMLOCK_SYSTEM;
+        }
+    } else if (unlink(path) != 0) {
+        /* not a zone we may open (a symlink, another user's file...):
+         * the name goes all the same, as the caller asked */
+        *err = errno;
+        rc = errno == ENOENT ? SHMLOCK_NOT_FOUND : SHMLOCK_SYSTEM;
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    close(dfd);
+    return rc;
+}
+
+
+/* ---- opening ---- */
 
 int
 shm_zone_open(const char *dir, const char *name, size_t name_len,
     uint64_t size, uint32_t shards, shmlock_zone_t **out, int *err)
 {
-    char      path[4096];
-    int       rc, attempt;
-    uint32_t  nshards;
+    char         path[4096];
+    struct stat  dead;
+    int          rc, attempt;
+    uint32_t     nshards;
 
     *err = 0;
     if (!shm_zone_name_ok(name, name_len)) {
@@ -216,17 +565,26 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
     if (size != 0 && nshards == 0) {
         return SHMLOCK_BAD_SHARDS;
     }
-    if (zone_path(path, sizeof(path), dir, name, name_len, NULL) != 0) {
+    dir = zone_dir(dir);
+    if (zone_path(path, sizeof(path), dir, name, name_len) != 0) {
         *err = ENAMETOOLONG;
         return SHMLOCK_SYSTEM;
     }
 
     /* attach, else create; a racing creator or destroyer sends us round */
     for (attempt = 0; attempt < ZONE_ATTEMPTS; attempt++) {
-        rc = zone_attach_file(path, out, err);
-        if (rc != SHMLOCK_SYSTEM || *err != ENOENT) {
+        rc = zone_attach_file(path, out, err, &dead);
+        if (rc == ZONE_DEAD) {
+            rc = zone_remove_dead(dir, path, &dead, err);
+            if (rc != SHMLOCK_OK) {
+                return rc;
+            }
+            continue;
+        }
+        if (rc != ZONE_GONE) {
             return rc;
         }
+        *err = 0;
         if (size == 0) {
             return SHMLOCK_NOT_FOUND;    /* attach only */
         }
@@ -238,33 +596,4 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
     }
     *err = EAGAIN;
     return SHMLOCK_SYSTEM;
-}
-
-void
-shm_zone_close(shmlock_zone_t *z)
-{
-    if (z != NULL && --z->handles == 0) {
-        munmap(z->base, z->size);
-        free(z);
-    }
-}
-
-int
-shm_zone_destroy(const char *dir, const char *name, size_t name_len, int *err)
-{
-    char  path[4096];
-
-    *err = 0;
-    if (!shm_zone_name_ok(name, name_len)) {
-        return SHMLOCK_BAD_NAME;
-    }
-    if (zone_path(path, sizeof(path), dir, name, name_len, NULL) != 0) {
-        *err = ENAMETOOLONG;
-        return SHMLOCK_SYSTEM;
-    }
-    if (unlink(path) != 0) {
-        *err = errno;
-        return errno == ENOENT ? SHMLOCK_NOT_FOUND : SHMLOCK_SYSTEM;
-    }
-    return SHMLOCK_OK;
 }

@@ -1,12 +1,27 @@
 /*
- * shm_zone: the file behind a zone.  A zone named N lives in
- * <dir>/shmlock.N (dir: $SHMLOCK_DIR, else /dev/shm, a tmpfs).
+ * shm_zone: the file behind a zone, and this process's mappings of zones.
+ * A zone named N lives in <dir>/shmlock.N (dir: $SHMLOCK_DIR, else
+ * /dev/shm, a tmpfs).
  *
- * Creation never exposes a half-built zone: the creator builds it in a
- * hidden temporary file and publishes it with link(2), which fails with
- * EEXIST if another process published first; the loser then attaches to the
+ * Creation never exposes a half-built zone, and cannot be denied by files
+ * planted in the directory: the creator builds the zone in an anonymous
+ * file (O_TMPFILE; where the file system lacks it, a temporary name with
+ * 64 random bits) and publishes it with link(2), which fails with EEXIST
+ * if another process published first; the loser then attaches to the
  * winner's zone.  Files are created 0600, opened with O_NOFOLLOW, and must
- * be regular files owned by the caller.
+ * be regular files owned by the caller, writable by nobody else, made in
+ * our pid namespace.
+ *
+ * Destroying a zone marks it dead in its header, then unlinks the name:
+ * every process that still has it mapped answers SHMLOCK_DESTROYED from
+ * then on instead of acting on a zone nobody else will see, and opening the
+ * name again reaches the new zone.  Destroy and the removal of a dead file
+ * left by a destroyer that died midway hold an flock on the directory, so
+ * that neither unlinks a zone published in between.
+ *
+ * A process maps each zone file once, whatever the number of Lua VMs or
+ * threads that open it: open finds an existing mapping by the file's
+ * device and inode, and the last close unmaps it.
  */
 
 #ifndef SHM_ZONE_H
@@ -18,10 +33,17 @@
 /* shards: 0 = the default for the size; ignored when attaching. */
 int shm_zone_open(const char *dir, const char *name, size_t name_len,
     uint64_t size, uint32_t shards, shmlock_zone_t **out, int *err);
+void shm_zone_retain(shmlock_zone_t *z);
 /* Drops one reference; the last one unmaps the zone. */
 void shm_zone_close(shmlock_zone_t *z);
 int shm_zone_destroy(const char *dir, const char *name, size_t name_len,
     int *err);
 int shm_zone_name_ok(const char *name, size_t len);
+
+static inline int
+shm_zone_dead(const shmlock_zone_t *z)
+{
+    return __atomic_load_n(&z->hdr->dead, __ATOMIC_ACQUIRE) != 0;
+}
 
 #endif /* SHM_ZONE_H */

@@ -10,6 +10,7 @@
 #include "dict_call.h"
 #include "shm_zone.h"
 #include "sys.h"
+#include "token.h"
 #include "zw.h"
 
 #include <errno.h>
@@ -32,7 +33,7 @@ shmlock_strerror(int rc)
     case SHMLOCK_BAD_SIZE:        return "bad size";
     case SHMLOCK_INCOMPATIBLE:    return "incompatible zone";
     case SHMLOCK_SYSTEM:          return "system error";
-    case SHMLOCK_CORRUPT:         return "corrupt";
+    case SHMLOCK_CORRUPT:         return "corrupt zone";
     case SHMLOCK_BUSY:            return "busy";
     case SHMLOCK_AGAIN:           return "buffer too small";
     case SHMLOCK_TIMEOUT:         return "timeout";
@@ -40,6 +41,13 @@ shmlock_strerror(int rc)
     case SHMLOCK_BAD_KEY:         return "bad key";
     case SHMLOCK_BAD_VALUE:       return "bad value type";
     case SHMLOCK_BAD_SHARDS:      return "bad shards";
+    case SHMLOCK_DESTROYED:       return "zone destroyed";
+    case SHMLOCK_NOT_OWNER:       return "zone file owned by another user";
+    case SHMLOCK_UNSAFE_MODE:     return "zone file writable by group or "
+                                         "others";
+    case SHMLOCK_FOREIGN_NS:      return "zone made in another pid namespace";
+    case SHMLOCK_DIR_BUSY:        return "zone directory locked by another "
+                                         "process";
     default:                      return "unknown error";
     }
 }
@@ -70,7 +78,13 @@ shmlock_zone_open(const char *dir, const char *name, size_t name_len,
 void
 shmlock_zone_retain(shmlock_zone_t *zone)
 {
-    zone->handles++;
+    shm_zone_retain(zone);
+}
+
+int
+shmlock_zone_dead(shmlock_zone_t *zone)
+{
+    return shm_zone_dead(zone);
 }
 
 void
@@ -127,6 +141,7 @@ shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t   *z = zone_shard(zone, hash);
     int       rc, tries;
 
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     for (tries = 0; tries < 4; tries++) {
         rc = optimistic_get(z, key, key_len, hash, get_stale, out, buf,
@@ -151,6 +166,8 @@ shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
+    *forcible = 0;
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     zone_write_lock(z);
     rc = shdict_incr(z, key, key_len, hash, value, has_init, init,
@@ -167,6 +184,7 @@ shmlock_dict_ttl(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     zone_lock(z);
     rc = shdict_ttl(z, key, key_len, hash, ttl_ms);
@@ -182,6 +200,7 @@ shmlock_dict_expire(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     zone_write_lock(z);
     rc = shdict_expire(z, key, key_len, hash, exptime_ms);
@@ -198,6 +217,8 @@ shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
+    *forcible = 0;
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     if (!value_ok(old) || !value_ok(val)) {
         return SHMLOCK_BAD_VALUE;
@@ -215,31 +236,36 @@ shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
     return dict_cad_hashed(zone, key, key_len, hash_bytes(key, key_len), old);
 }
 
-void
+int
 shmlock_dict_flush_all(shmlock_zone_t *zone)
 {
     uint32_t  i;
 
+    CHECK_LIVE(zone);
     for (i = 0; i < zone->nshards; i++) {
         zone_write_lock(&zone->shard[i]);
         shdict_flush_all(&zone->shard[i]);
         zone_write_unlock(&zone->shard[i]);
     }
+    return SHMLOCK_OK;
 }
 
 int
-shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count)
+shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count, int *freed)
 {
     uint32_t  i;
     int       n = 0;
 
+    *freed = 0;
+    CHECK_LIVE(zone);
     for (i = 0; i < zone->nshards && (max_count <= 0 || n < max_count); i++) {
         zone_write_lock(&zone->shard[i]);
         n += shdict_flush_expired(&zone->shard[i],
                                   max_count > 0 ? max_count - n : 0);
         zone_write_unlock(&zone->shard[i]);
     }
-    return n;
+    *freed = n;
+    return SHMLOCK_OK;
 }
 
 /* Shard by shard; once buf is full, the rest only counts the bytes. */
@@ -251,6 +277,9 @@ shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
     size_t    u, total = 0;
     int       n, keys = 0;
 
+    *count = 0;
+    *used = 0;
+    CHECK_LIVE(zone);
     for (i = 0; i < zone->nshards && (max_count <= 0 || keys < max_count);
          i++)
     {
@@ -295,6 +324,7 @@ shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size)
     if (msg_size > 0) {
         msg[0] = '\0';
     }
+    CHECK_LIVE(zone);
     for (i = 0; i < zone->nshards && rc == SHMLOCK_OK; i++) {
         zone_lock(&zone->shard[i]);
         rc = shdict_verify(&zone->shard[i], msg, msg_size);
@@ -347,10 +377,13 @@ shmlock_proc_start(int pid)
 int
 shmlock_proc_alive(int pid, uint64_t start)
 {
-    if (pid <= 0 || !sys_pid_alive((uint32_t) pid)) {
-        return 0;
-    }
-    return start == 0 || sys_proc_start((uint32_t) pid) == start;
+    return pid > 0 && sys_proc_alive((uint32_t) pid, start, ~(uint64_t) 0);
+}
+
+size_t
+shmlock_token_next(char *buf, size_t size)
+{
+    return size >= TOKEN_MAX ? token_next(buf) : 0;
 }
 
 void

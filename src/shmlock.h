@@ -27,7 +27,8 @@ enum {
     SHMLOCK_BAD_SIZE,       /* "bad size" */
     SHMLOCK_INCOMPATIBLE,   /* "incompatible zone" */
     SHMLOCK_SYSTEM,         /* a system call failed: see shmlock_errno() */
-    SHMLOCK_CORRUPT,        /* verify() found a broken structure */
+    SHMLOCK_CORRUPT,        /* "corrupt zone": a structure is broken (verify
+                               says which); the call did nothing sane */
     SHMLOCK_BUSY,           /* trylock: held by someone else */
     SHMLOCK_AGAIN,          /* output buffer too small: the size needed is
                                returned, call again with a larger buffer */
@@ -35,7 +36,14 @@ enum {
     SHMLOCK_VALUE_TOO_LARGE,/* "value too large" */
     SHMLOCK_BAD_KEY,        /* key empty or longer than SHMLOCK_KEY_MAX */
     SHMLOCK_BAD_VALUE,      /* "bad value type" */
-    SHMLOCK_BAD_SHARDS      /* "bad shards" */
+    SHMLOCK_BAD_SHARDS,     /* "bad shards" */
+    SHMLOCK_DESTROYED,      /* the zone was destroyed (shmlock_zone_destroy
+                               by any process): open the name again */
+    SHMLOCK_NOT_OWNER,      /* the zone file belongs to another user */
+    SHMLOCK_UNSAFE_MODE,    /* the zone file is writable by group/others */
+    SHMLOCK_FOREIGN_NS,     /* the zone was made in another pid namespace */
+    SHMLOCK_DIR_BUSY        /* the zone directory stayed locked (flock) by
+                               another process: destroy could not finish */
 };
 
 /* Value types, numbered as Lua's (and ngx.shared.DICT's) type tags. */
@@ -99,6 +107,12 @@ SHMLOCK_API unsigned shmlock_zone_shards(shmlock_zone_t *zone);
  */
 SHMLOCK_API void shmlock_zone_retain(shmlock_zone_t *zone);
 SHMLOCK_API void shmlock_zone_close(shmlock_zone_t *zone);
+/*
+ * 1 once the zone was destroyed (by any process): every call on it then
+ * answers SHMLOCK_DESTROYED; open the name again for the zone that has it
+ * now.
+ */
+SHMLOCK_API int shmlock_zone_dead(shmlock_zone_t *zone);
 SHMLOCK_API int shmlock_zone_destroy(const char *dir, const char *name,
     size_t name_len);
 SHMLOCK_API size_t shmlock_zone_size(shmlock_zone_t *zone);
@@ -145,10 +159,10 @@ SHMLOCK_API int shmlock_dict_cas(shmlock_zone_t *zone, const char *key,
 SHMLOCK_API int shmlock_dict_cad(shmlock_zone_t *zone, const char *key,
     size_t key_len, const shmlock_value_t *old);
 
-SHMLOCK_API void shmlock_dict_flush_all(shmlock_zone_t *zone);
-/* max_count 0 = all; returns the number freed */
+SHMLOCK_API int shmlock_dict_flush_all(shmlock_zone_t *zone);
+/* max_count 0 = all; *freed gets the number freed */
 SHMLOCK_API int shmlock_dict_flush_expired(shmlock_zone_t *zone,
-    int max_count);
+    int max_count, int *freed);
 
 /*
  * Live keys, at most max_count (0 = all), written to buf as a sequence of
@@ -227,6 +241,14 @@ SHMLOCK_API int shmlock_self_pid(void);
 SHMLOCK_API uint64_t shmlock_proc_start(int pid);
 /* 1 if the process pid is running and (if start != 0) started at start. */
 SHMLOCK_API int shmlock_proc_alive(int pid, uint64_t start);
+/*
+ * A fresh lock owner token, "<pid>:<start>:<16 hex digits>", unique on the
+ * host for every call (shared by all Lua VMs and threads of the process):
+ * written to buf, which must hold SHMLOCK_TOKEN_MAX bytes; returns its
+ * length (0 if size is too small).
+ */
+#define SHMLOCK_TOKEN_MAX  64
+SHMLOCK_API size_t shmlock_token_next(char *buf, size_t size);
 
 
 /* ---- test hooks (used by the crash tests; harmless otherwise) ---- */

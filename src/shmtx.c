@@ -8,26 +8,43 @@
 #define SHMTX_YIELDS       4
 #define SHMTX_SLEEP_US     5000   /* a sleeper re-checks the owner this often */
 
+/*
+ * The futex sleeps on the owner's pid half of the word (futexes are 32
+ * bits): it changes whenever the word is released or changes hands, but
+ * for a takeover by a process reusing the dead owner's pid, which the
+ * sleeper's timeout covers.
+ */
+static inline uint32_t *
+shmtx_futex_word(shmtx_t *mtx)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return (uint32_t *) &mtx->owner;
+#else
+    return (uint32_t *) &mtx->owner + 1;
+#endif
+}
+
 void
 shmtx_init(shmtx_t *mtx)
 {
-    __atomic_store_n(&mtx->lock, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&mtx->owner, 0, __ATOMIC_RELEASE);
     mtx->waiters = 0;
     mtx->takeovers = 0;
 }
 
 /*
- * The owner is only suspected dead once the same pid has held the word
- * across a whole sleep: a live holder keeps the mutex for a microsecond, so
- * the liveness probe (kill + /proc) stays off every normal path.
+ * The owner is only suspected dead once the same identity has held the
+ * word across a whole sleep: a live holder keeps the mutex for a
+ * microsecond, so the liveness probe (kill + /proc) stays off every normal
+ * path.
  */
 static int
-shmtx_take_over(shmtx_t *mtx, uint32_t owner, uint32_t pid)
+shmtx_take_over(shmtx_t *mtx, uint64_t owner, uint64_t self)
 {
-    if (sys_pid_alive(owner)) {
+    if (sys_proc_alive((uint32_t) owner, owner >> 32, 0xffffffffu)) {
         return 0;
     }
-    if (__atomic_compare_exchange_n(&mtx->lock, &owner, pid, 0,
+    if (__atomic_compare_exchange_n(&mtx->owner, &owner, self, 0,
                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     {
         __atomic_add_fetch(&mtx->takeovers, 1, __ATOMIC_RELAXED);
@@ -37,13 +54,13 @@ shmtx_take_over(shmtx_t *mtx, uint32_t owner, uint32_t pid)
 }
 
 int
-shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
+shmtx_lock_slow(shmtx_t *mtx, uint64_t self)
 {
-    uint32_t  owner, suspect = 0;
+    uint64_t  owner, suspect = 0;
     int       n, i;
 
     for ( ;; ) {
-        if (shmtx_trylock(mtx, pid)) {
+        if (shmtx_trylock(mtx, self)) {
             return 0;
         }
 
@@ -52,7 +69,7 @@ shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
                 for (i = 0; i < n; i++) {
                     sys_cpu_pause();
                 }
-                if (shmtx_trylock(mtx, pid)) {
+                if (shmtx_trylock(mtx, self)) {
                     return 0;
                 }
             }
@@ -60,23 +77,24 @@ shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
 
         for (i = 0; i < SHMTX_YIELDS; i++) {
             sched_yield();
-            if (shmtx_trylock(mtx, pid)) {
+            if (shmtx_trylock(mtx, self)) {
                 return 0;
             }
         }
 
-        owner = __atomic_load_n(&mtx->lock, __ATOMIC_RELAXED);
+        owner = __atomic_load_n(&mtx->owner, __ATOMIC_RELAXED);
         if (owner == 0) {
             continue;
         }
-        if (owner == suspect && shmtx_take_over(mtx, owner, pid)) {
+        if (owner == suspect && shmtx_take_over(mtx, owner, self)) {
             return 1;
         }
         suspect = owner;
 
         /* counted before the kernel re-reads the word: see shmtx_unlock */
         __atomic_add_fetch(&mtx->waiters, 1, __ATOMIC_SEQ_CST);
-        sys_futex_wait(&mtx->lock, owner, SHMTX_SLEEP_US);
+        sys_futex_wait(shmtx_futex_word(mtx), (uint32_t) owner,
+                       SHMTX_SLEEP_US);
         __atomic_sub_fetch(&mtx->waiters, 1, __ATOMIC_SEQ_CST);
     }
 }
@@ -84,5 +102,5 @@ shmtx_lock_slow(shmtx_t *mtx, uint32_t pid)
 void
 shmtx_wake(shmtx_t *mtx)
 {
-    sys_futex_wake(&mtx->lock, 1);
+    sys_futex_wake(shmtx_futex_word(mtx), 1);
 }

@@ -8,36 +8,92 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 /*
- * getpid() is a real system call in current glibc; the mutex needs the pid
- * on every lock, so it is cached here and refreshed in the child after a
- * fork (nginx forks its workers after init_by_lua has opened zones).
+ * getpid() is a real system call in current glibc, and the start time a
+ * read of /proc; the mutex needs both on every lock, so they are cached
+ * here and forgotten in the child after a fork (nginx forks its workers
+ * after init_by_lua has opened zones): the child computes its own on first
+ * use.
  */
-uint32_t  sys_cached_pid;
-static pthread_once_t  pid_once = PTHREAD_ONCE_INIT;
+uint64_t                sys_cached_self;
+static uint64_t         self_start;
+static uint64_t         self_pidns;
+static pthread_once_t   self_once = PTHREAD_ONCE_INIT;
 
 static void
-pid_refresh(void)
+self_forget(void)
 {
-    sys_cached_pid = (uint32_t) getpid();
+    __atomic_store_n(&sys_cached_self, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&self_pidns, 0, __ATOMIC_RELAXED);
 }
 
 static void
-pid_init(void)
+self_init(void)
 {
-    pid_refresh();
-    pthread_atfork(NULL, NULL, pid_refresh);
+    pthread_atfork(NULL, NULL, self_forget);
 }
 
-uint32_t
-sys_pid_slow(void)
+uint64_t
+sys_self_slow(void)
 {
-    pthread_once(&pid_once, pid_init);
-    return sys_cached_pid;
+    uint32_t  pid;
+    uint64_t  start, self;
+
+    pthread_once(&self_once, self_init);
+    pid = (uint32_t) getpid();
+    start = sys_proc_start(pid);
+    self = (uint64_t) pid | (start << 32);
+    /* threads racing here compute the same value */
+    __atomic_store_n(&self_start, start, __ATOMIC_RELAXED);
+    __atomic_store_n(&sys_cached_self, self, __ATOMIC_RELAXED);
+    return self;
+}
+
+uint64_t
+sys_self_start(void)
+{
+    sys_self();
+    return __atomic_load_n(&self_start, __ATOMIC_RELAXED);
+}
+
+uint64_t
+sys_pidns(void)
+{
+    char                buf[64];
+    ssize_t             n;
+    unsigned long long  ino;
+    uint64_t            ns = __atomic_load_n(&self_pidns, __ATOMIC_RELAXED);
+
+    if (ns != 0) {
+        return ns;
+    }
+    sys_self();     /* registers the fork handler that forgets it */
+    n = readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
+    if (n <= 0) {
+        return 0;
+    }
+    buf[n] = '\0';
+    if (sscanf(buf, "pid:[%llu]", &ino) != 1) {
+        return 0;
+    }
+    __atomic_store_n(&self_pidns, (uint64_t) ino, __ATOMIC_RELAXED);
+    return ino;
+}
+
+int
+sys_random(void *buf, size_t n)
+{
+    ssize_t  r;
+
+    do {
+        r = getrandom(buf, n, 0);
+    } while (r < 0 && errno == EINTR);
+    return r == (ssize_t) n ? 0 : -1;
 }
 
 int64_t
@@ -146,21 +202,24 @@ sys_proc_start(uint32_t pid)
 }
 
 int
-sys_pid_alive(uint32_t pid)
+sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask)
 {
     char      state;
-    uint64_t  start;
+    uint64_t  now_start;
 
     if (pid == 0) {
         return 0;
     }
-    if (kill((pid_t) pid, 0) != 0) {
-        /* EPERM: it exists but belongs to another user; assume alive */
-        return errno == EPERM;
-    }
-    /* a killed process stays a zombie until its parent reaps it */
-    if (proc_stat(pid, &state, &start) == 0 && (state == 'Z' || state == 'X')) {
+    if (kill((pid_t) pid, 0) != 0 && errno != EPERM) {
         return 0;
     }
-    return 1;
+    if (proc_stat(pid, &state, &now_start) != 0) {
+        /* gone since kill(), or no /proc: then the pid is all we know */
+        return kill((pid_t) pid, 0) == 0 || errno == EPERM;
+    }
+    /* a killed process stays a zombie until its parent reaps it */
+    if (state == 'Z' || state == 'X') {
+        return 0;
+    }
+    return start == 0 || (now_start & start_mask) == (start & start_mask);
 }

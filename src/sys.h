@@ -1,24 +1,42 @@
 /*
- * sys: the few OS services the core needs, wrapped once: the process's pid
- * (cached, refreshed after fork), the monotonic clock, futexes on shared
- * memory, and process liveness.
+ * sys: the few OS services the core needs, wrapped once: who this process
+ * is (pid and start time, cached, refreshed after fork), the monotonic
+ * clock, futexes on shared memory, process liveness and the pid namespace.
  */
 
 #ifndef SYS_H
 #define SYS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-extern uint32_t  sys_cached_pid;
-uint32_t sys_pid_slow(void);
+/*
+ * This process as the shard mutexes and lock tokens name it: the pid in
+ * the low 32 bits, the low 32 bits of its start time (clock ticks since
+ * boot) in the high ones.  A pid is reused by another process; a pid with
+ * the start time is not (but for a pid reused within one clock tick, which
+ * takes a privileged writer of ns_last_pid).  Never 0.
+ */
+extern uint64_t  sys_cached_self;
+uint64_t sys_self_slow(void);
+
+static inline uint64_t
+sys_self(void)
+{
+    uint64_t  self = sys_cached_self;
+
+    return __builtin_expect(self != 0, 1) ? self : sys_self_slow();
+}
 
 static inline uint32_t
 sys_pid(void)
 {
-    uint32_t  pid = sys_cached_pid;
-
-    return __builtin_expect(pid != 0, 1) ? pid : sys_pid_slow();
+    return (uint32_t) sys_self();
 }
+
+/* Start time of this process, whole (the id keeps its low 32 bits). */
+uint64_t sys_self_start(void);
+
 int64_t sys_now_ms(void);
 int64_t sys_now_us(void);
 int sys_ncpu(void);
@@ -27,9 +45,20 @@ int sys_ncpu(void);
 int sys_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_us);
 void sys_futex_wake(uint32_t *word, int n);
 
-/* 0 = gone (no such process, a zombie, or another user's), 1 = alive. */
-int sys_pid_alive(uint32_t pid);
+/*
+ * 1 if process pid runs and, when start != 0, started at `start` (compared
+ * on the bits `start_mask` keeps); 0 if it is gone, a zombie, or a younger
+ * process that reuses the pid.  A process of another user counts as alive
+ * (kill answers EPERM; /proc still shows its start time).
+ */
+int sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask);
 uint64_t sys_proc_start(uint32_t pid);
+
+/* The inode of this process's pid namespace (0 if /proc cannot tell). */
+uint64_t sys_pidns(void);
+
+/* n random bytes from the kernel; 0 on success. */
+int sys_random(void *buf, size_t n);
 
 static inline void
 sys_cpu_pause(void)

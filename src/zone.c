@@ -1,5 +1,6 @@
 #include "zone.h"
 #include "shdict.h"
+#include "sys.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -100,6 +101,7 @@ zone_format(char *base, uint64_t size, uint32_t nshards)
     h->buckets_off = g.buckets_off;
     h->refs_off = g.refs_off;
     h->chunks_off = g.chunks_off;
+    h->pidns = sys_pidns();
 
     zone_attach(&zone, base, size);
     memset(zone.wait_seq, 0, 2 * ZONE_WAIT_WORDS * sizeof(uint32_t));

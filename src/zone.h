@@ -28,7 +28,7 @@
 #include "shmtx.h"
 
 #define ZONE_MAGIC        "SHMLOCK"    /* 7 chars + NUL */
-#define ZONE_LAYOUT       3
+#define ZONE_LAYOUT       4
 #define ZONE_CHUNK_SIZE   64
 #define ZONE_WAIT_WORDS   1024
 #define ZONE_UNDO_BYTES   4096
@@ -96,6 +96,11 @@ typedef struct {
     uint64_t      buckets_off;
     uint64_t      refs_off;      /* one "recently read" byte per chunk */
     uint64_t      chunks_off;    /* offset of (unused) chunk 0 */
+    uint64_t      pidns;         /* the creator's pid namespace: pids in
+                                    the zone mean processes of that one */
+    uint32_t      dead;          /* set by destroy before it unlinks the
+                                    file: every later call refuses */
+    uint32_t      pad;
 } zone_hdr_t;
 
 /* One shard as a process sees it: what the dictionary code works on. */
@@ -110,12 +115,16 @@ typedef struct {
 
 struct shmlock_zone_s {
     zone_hdr_t    *hdr;
+    struct shmlock_zone_s  *next;   /* this process's open zones (shm_zone.c) */
+    uint64_t       dev;           /* the file, to find the mapping again */
+    uint64_t       ino;
     char          *base;
     uint64_t       size;
     uint32_t      *wait_seq;      /* ZONE_WAIT_WORDS sequence words */
     uint32_t      *wait_sleepers; /* ZONE_WAIT_WORDS sleeper counts */
-    uint32_t       handles;       /* this process's references to the
-                                     mapping: unmapped when it drops to 0 */
+    uint32_t       handles;       /* references to the mapping in this
+                                     process (all its Lua VMs and threads):
+                                     unmapped when it drops to 0 */
     uint32_t       nshards;
     uint32_t       shard_shift;   /* the shard is the hash's top bits */
     zone_t         shard[ZONE_SHARDS_MAX];

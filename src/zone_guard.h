@@ -16,7 +16,7 @@ static inline void
 zone_lock(zone_t *z)
 {
     /* taking over a dead holder's mutex: its update may be half done */
-    if (__builtin_expect(shmtx_lock(&z->hdr->mutex, sys_pid()), 0)) {
+    if (__builtin_expect(shmtx_lock(&z->hdr->mutex, sys_self()), 0)) {
         shdict_recover(z);
         /* it may have died with seq odd: make it even, and different */
         __atomic_store_n(&z->hdr->seq, (z->hdr->seq | 1) + 1,
@@ -27,7 +27,7 @@ zone_lock(zone_t *z)
 static inline void
 zone_unlock(zone_t *z)
 {
-    shmtx_unlock(&z->hdr->mutex, sys_pid());
+    shmtx_unlock(&z->hdr->mutex, sys_self());
 }
 
 /* A change to the dictionary: mutex held, and seq odd for lock-free readers */

@@ -72,17 +72,9 @@ function _M.dead_pid()
     return pid
 end
 
--- the inode of our pid namespace, as tokens carry it
-function _M.pidns()
-    local f = io.popen("readlink /proc/self/ns/pid")
-    local ns = f:read("*l"):match("^pid:%[(%d+)%]$")
-    f:close()
-    return tonumber(ns)
-end
-
--- an owner token as resty.shmlock.token makes them
-function _M.token(pid, start, serial, pidns)
-    return ("%d:%d:%d:%015d"):format(pid, start, pidns or _M.pidns(), serial)
+-- an owner token as the C library makes them (shmlock_token_next)
+function _M.token(pid, start, serial)
+    return ("%d:%d:%016x"):format(pid, start, serial)
 end
 
 local path = "LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' "

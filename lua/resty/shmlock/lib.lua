@@ -26,6 +26,7 @@ int shmlock_zone_open(const char *dir, const char *name, size_t name_len,
     size_t size, unsigned shards, shmlock_zone_t **out);
 void shmlock_zone_retain(shmlock_zone_t *zone);
 void shmlock_zone_close(shmlock_zone_t *zone);
+int shmlock_zone_dead(shmlock_zone_t *zone);
 int shmlock_zone_destroy(const char *dir, const char *name, size_t name_len);
 size_t shmlock_zone_size(shmlock_zone_t *zone);
 unsigned shmlock_zone_shards(shmlock_zone_t *zone);
@@ -53,8 +54,9 @@ int shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
     int64_t exptime_ms, int *forcible);
 int shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
     const shmlock_value_t *old);
-void shmlock_dict_flush_all(shmlock_zone_t *zone);
-int shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count);
+int shmlock_dict_flush_all(shmlock_zone_t *zone);
+int shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count,
+    int *freed);
 int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
     size_t buf_size, int *count, size_t *used);
 size_t shmlock_dict_capacity(shmlock_zone_t *zone);
@@ -82,6 +84,7 @@ int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
 int shmlock_self_pid(void);
 uint64_t shmlock_proc_start(int pid);
 int shmlock_proc_alive(int pid, uint64_t start);
+size_t shmlock_token_next(char *buf, size_t size);
 
 void shmlock_test_crash_at(int n);
 void shmlock_test_mutex_lock(shmlock_zone_t *zone);

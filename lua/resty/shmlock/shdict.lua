@@ -47,7 +47,11 @@ local msg_buf = ffi_new("char[256]")
 local str_size = 4096
 local str_buf = ffi_new("char[?]", str_size)
 
-local zones = {}     -- name -> dict opened by this process
+-- dir .. "\0" .. name -> the dict this process opened there, while it is
+-- in use: the table does not keep it alive, so a zone nobody references is
+-- unmapped when its dict is collected (the C library maps each file once
+-- per process, whoever opens it)
+local zones = setmetatable({}, { __mode = "v" })
 
 local errors = require "resty.shmlock.errors"
 
@@ -361,8 +365,12 @@ function methods.cad(self, key, old_value)
     return true
 end
 
+-- syntax: dict:flush_all()   (nil, err only on a destroyed zone)
 function methods.flush_all(self)
-    C.shmlock_dict_flush_all(zone_of(self))
+    local rc = C.shmlock_dict_flush_all(zone_of(self))
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
 end
 
 -- syntax: freed = dict:flush_expired(max_count?)
@@ -371,10 +379,14 @@ function methods.flush_expired(self, max_count)
     if max_count ~= nil and type(max_count) ~= "number" then
         error('bad "max_count" argument', 2)
     end
-    return tonumber(C.shmlock_dict_flush_expired(zone, max_count or 0))
+    local rc = C.shmlock_dict_flush_expired(zone, max_count or 0, count_buf)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return tonumber(count_buf[0])
 end
 
--- syntax: keys = dict:get_keys(max_count?)   (default 1024, 0 = all)
+-- syntax: keys, err = dict:get_keys(max_count?)   (default 1024, 0 = all)
 function methods.get_keys(self, max_count)
     local zone = zone_of(self)
     if max_count == nil then
@@ -389,6 +401,9 @@ function methods.get_keys(self, max_count)
         grow(used_buf[0])
         rc = C.shmlock_dict_get_keys(zone, max_count, str_buf, str_size,
                                      count_buf, used_buf)
+    end
+    if rc ~= OK then
+        return nil, errors[rc]
     end
 
     local keys = {}
@@ -455,6 +470,15 @@ local function parse_size(size)
     return size
 end
 
+-- dict, unless its zone was destroyed (by any process): then the name
+-- must be resolved again
+local function live(dict)
+    if dict and C.shmlock_zone_dead(dict._zone) == 0 then
+        return dict
+    end
+    return nil
+end
+
 -- the shard counts opts.shards may ask for (0: the default)
 local SHARDS = { [0] = true, [1] = true, [2] = true, [4] = true, [8] = true,
                  [16] = true }
@@ -489,7 +513,7 @@ function _M.open(name, opts)
     end
 
     local id = (dir or "") .. "\0" .. name
-    local dict = zones[id]
+    local dict = live(zones[id])
     if dict then
         return dict
     end
@@ -516,9 +540,10 @@ function _M.open(name, opts)
     return dict
 end
 
--- the dict this process opened under `name` (nil if none)
+-- the dict this process opened under `name` and still uses (nil if none,
+-- or if the zone was destroyed since)
 function _M.opened(name, dir)
-    return zones[(dir or "") .. "\0" .. tostring(name)]
+    return live(zones[(dir or "") .. "\0" .. tostring(name)])
 end
 
 -- syntax: ok, err = shdict.destroy(name, opts?)
