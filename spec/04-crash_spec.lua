@@ -488,6 +488,25 @@ describe("resty.shmlock.shdict when a process dies", function()
             return out
         end
 
+        -- pinned entries until the zone takes no more (safe_add: nothing
+        -- is evicted for them): nothing is free, only set() entries could
+        -- still be evicted
+        local function fill_pinned(dict)
+            local i = 0
+            while true do
+                i = i + 1
+                local ok, err = dict:safe_add("f" .. i, ("f"):rep(50))
+                if not ok then
+                    assert.equal("no memory", err)
+                    break
+                end
+            end
+            while dict:safe_add("g" .. i, "") do
+                i = i + 1
+            end
+            assert.equal(0, dict:free_space())
+        end
+
         local big = ("B"):rep(2000)
 
         -- op returns what the child must see; atomic scenarios must leave
@@ -554,6 +573,31 @@ describe("resty.shmlock.shdict when a process dies", function()
                 name = "safe_set of a new key",
                 setup = target(),
                 op = function(d) return d:safe_set(T, ("f"):rep(40), 0, 1) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "cas to a shorter value in a full zone (shrinks in "
+                       .. "place, frees the chunks cut off)",
+                size = "32k",
+                keys = concat_lists({ T }, keys_of("f", 40)),
+                setup = function(dict)
+                    assert.is_true((dict:add(T, ("o"):rep(300), 0, 5)))
+                    fill_pinned(dict)
+                end,
+                op = function(d)
+                    return d:cas(T, ("o"):rep(300), "short", 1000, 6)
+                end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "replace by a shorter value in a full zone",
+                size = "32k",
+                keys = concat_lists({ T }, keys_of("f", 40)),
+                setup = function(dict)
+                    assert.is_true((dict:set(T, ("w"):rep(130), 0, 1)))
+                    fill_pinned(dict)
+                end,
+                op = function(d) return d:replace(T, ("s"):rep(40), 0, 2) end,
                 expect = { true, nil, false },
             },
             {

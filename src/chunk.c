@@ -47,10 +47,12 @@ void
 chunk_free(zone_t *z, uint32_t first)
 {
     dict_state_t  *d = &z->hdr->dict;
-    uint32_t       last = first, n = 1;
+    uint32_t       last = first, n = 1, steps = 0;
     cont_t        *c;
 
-    for (c = chunk_at(z, last); c->next != 0; c = chunk_at(z, last)) {
+    for (c = chunk_at(z, last); c->next != 0 && !chunk_walk_over(z, &steps);
+         c = chunk_at(z, last))
+    {
         last = c->next;
         n++;
     }

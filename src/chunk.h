@@ -40,10 +40,40 @@ typedef struct {
     char      data[CHUNK_CONT_DATA];
 } cont_t;
 
+/*
+ * Every chunk index the dictionary follows comes from shared memory, which
+ * a crash, a bug or another writer may have filled with anything.  So an
+ * index is checked where it is used: one out of range marks the call
+ * broken (it answers SHMLOCK_CORRUPT) and reads and writes chunk 0 instead,
+ * which is in the mapping and belongs to no entry.  Walks are bounded by
+ * the number of chunks (no chain can be longer), so a cycle ends too.
+ * Readers without the mutex (optimistic.c) check before they come here.
+ */
+static inline uint32_t
+chunk_index(const zone_t *z, uint32_t i)
+{
+    if (__builtin_expect(i > z->nchunks, 0)) {
+        ((zone_t *) z)->broken = 1;     /* the one field a reader may set */
+        return 0;
+    }
+    return i;
+}
+
 static inline void *
 chunk_at(const zone_t *z, uint32_t i)
 {
-    return z->chunks + (size_t) i * ZONE_CHUNK_SIZE;
+    return z->chunks + (size_t) chunk_index(z, i) * ZONE_CHUNK_SIZE;
+}
+
+/* A walk that took more steps than there are chunks went round a cycle. */
+static inline int
+chunk_walk_over(const zone_t *z, uint32_t *steps)
+{
+    if (__builtin_expect(++*steps > z->nchunks, 0)) {
+        ((zone_t *) z)->broken = 1;
+        return 1;
+    }
+    return 0;
 }
 
 static inline entry_t *
@@ -57,11 +87,19 @@ entry_at(const zone_t *z, uint32_t i)
  * a byte per chunk: readers without the mutex may set it on a chunk that is
  * being reused, which must never touch the chunk itself.  A hint only.
  */
+static inline uint8_t *
+chunk_ref(const zone_t *z, uint32_t i)
+{
+    return &z->refs[chunk_index(z, i)];
+}
+
 static inline void
 chunk_mark_read(const zone_t *z, uint32_t i)
 {
-    if (__atomic_load_n(&z->refs[i], __ATOMIC_RELAXED) == 0) {
-        __atomic_store_n(&z->refs[i], 1, __ATOMIC_RELAXED);
+    uint8_t  *r = chunk_ref(z, i);
+
+    if (__atomic_load_n(r, __ATOMIC_RELAXED) == 0) {
+        __atomic_store_n(r, 1, __ATOMIC_RELAXED);
     }
 }
 

@@ -54,8 +54,7 @@ dict_store_hashed(shmlock_zone_t *zone, int op, const char *key,
     zone_write_lock(z);
     rc = shdict_store(z, op, key, key_len, hash, val, exptime_ms, now_ms,
                       forcible);
-    zone_write_unlock(z);
-    return rc;
+    return zone_write_unlock(z, rc);
 }
 
 static inline int
@@ -72,8 +71,7 @@ dict_cad_hashed(shmlock_zone_t *zone, const char *key, size_t key_len,
     }
     zone_write_lock(z);
     rc = shdict_cad(z, key, key_len, hash, old);
-    zone_write_unlock(z);
-    return rc;
+    return zone_write_unlock(z, rc);
 }
 
 #endif /* DICT_CALL_H */

@@ -5,10 +5,13 @@
 uint32_t
 entry_lookup(const zone_t *z, const char *key, size_t klen, uint32_t hash)
 {
-    uint32_t   i;
+    uint32_t   i, steps = 0;
     entry_t   *e;
 
     for (i = z->buckets[hash & z->bucket_mask]; i != 0; i = e->hnext) {
+        if (chunk_walk_over(z, &steps)) {
+            return 0;
+        }
         e = entry_at(z, i);
         if (e->hash == hash && e->key_len == klen
             && chunk_equal(z, i, 0, key, klen))
@@ -20,11 +23,17 @@ entry_lookup(const zone_t *z, const char *key, size_t klen, uint32_t hash)
 }
 
 uint32_t *
-entry_link(const zone_t *z, uint32_t i)
+entry_link(zone_t *z, uint32_t i)
 {
     uint32_t  *l = &z->buckets[entry_at(z, i)->hash & z->bucket_mask];
+    uint32_t   steps = 0;
 
     while (*l != i) {
+        if (*l == 0 || chunk_walk_over(z, &steps)) {
+            /* i is not in its chain: the zone is corrupt */
+            z->broken = 1;
+            return &z->scratch;
+        }
         l = &entry_at(z, *l)->hnext;
     }
     return l;
@@ -119,7 +128,7 @@ entry_fill(zone_t *z, uint32_t c, const char *key, size_t klen,
 
     /* c is not reachable yet: plain writes */
     e->lru_prev = 0;
-    z->refs[c] = 0;
+    *chunk_ref(z, c) = 0;
     e->hash = hash;
     e->key_len = (uint16_t) klen;
     e->vtype = (uint8_t) v->type;
@@ -228,10 +237,13 @@ entry_value_out(const zone_t *z, uint32_t i, shmlock_value_t *out)
 void
 entry_each(zone_t *z, entry_visit_pt fn, void *ctx)
 {
-    uint32_t  b, i, next;
+    uint32_t  b, i, next, steps = 0;
 
     for (b = 0; b <= z->bucket_mask; b++) {
         for (i = z->buckets[b]; i != 0; i = next) {
+            if (chunk_walk_over(z, &steps)) {
+                return;
+            }
             next = entry_at(z, i)->hnext;
             if (fn(z, i, ctx) != 0) {
                 return;

@@ -49,7 +49,7 @@ entry_deadline(int64_t *now, int64_t exptime_ms)
 uint32_t entry_lookup(const zone_t *z, const char *key, size_t klen,
     uint32_t hash);
 /* The hash-chain word pointing at entry i. */
-uint32_t *entry_link(const zone_t *z, uint32_t i);
+uint32_t *entry_link(zone_t *z, uint32_t i);
 
 void entry_lru_unlink(zone_t *z, uint32_t i);
 void entry_lru_push(zone_t *z, uint32_t i);
@@ -68,6 +68,19 @@ int entry_put(zone_t *z, uint32_t old, const char *key, size_t klen,
 int entry_rewrite(zone_t *z, uint32_t i, size_t klen,
     const shmlock_value_t *v, int64_t expires, int pinned);
 void entry_rewrite_undo(zone_t *z);
+
+/*
+ * A value a reader may hand out: of a type we store, and no longer than the
+ * chunks could hold (a caller sizes its buffer by the length).
+ */
+static inline int
+entry_value_sane(const zone_t *z, const entry_t *e)
+{
+    return (e->vtype == SHMLOCK_TSTRING || e->vtype == SHMLOCK_TNUMBER
+            || e->vtype == SHMLOCK_TBOOLEAN)
+           && (uint64_t) e->key_len + e->value_len
+              <= (uint64_t) z->nchunks * CHUNK_CONT_DATA + CHUNK_HEAD_DATA;
+}
 
 int entry_value_equal(const zone_t *z, uint32_t i, const shmlock_value_t *v);
 void entry_value_out(const zone_t *z, uint32_t i, shmlock_value_t *out);

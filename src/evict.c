@@ -12,8 +12,10 @@ evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
     uint32_t       i = d->lru_tail, prev, seen = 0;
 
     while (i != 0 && d->free_count < need && (scan == 0 || seen < scan)) {
+        if (chunk_walk_over(z, &seen)) {
+            return;
+        }
         prev = entry_at(z, i)->lru_prev;
-        seen++;
         if (i != keep && entry_expired(entry_at(z, i), now)) {
             entry_remove(z, i);
         }
@@ -31,7 +33,8 @@ void
 evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now, int *forcible)
 {
     dict_state_t  *d = &z->hdr->dict;
-    uint64_t       budget = 2 * (uint64_t) d->nentries + 2;
+    uint32_t       n = d->nentries < z->nchunks ? d->nentries : z->nchunks;
+    uint64_t       budget = 2 * (uint64_t) n + 2;
     uint32_t       i;
     entry_t       *e;
 
@@ -46,8 +49,8 @@ evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now, int *forcible)
             entry_lru_unlink(z, i);
             entry_lru_push(z, i);
 
-        } else if (z->refs[i] != 0) {
-            z->refs[i] = 0;
+        } else if (*chunk_ref(z, i) != 0) {
+            *chunk_ref(z, i) = 0;
             entry_lru_unlink(z, i);
             entry_lru_push(z, i);
 
@@ -68,15 +71,18 @@ void
 evict_sweep(zone_t *z, uint32_t need, uint32_t keep, int64_t *now)
 {
     dict_state_t  *d = &z->hdr->dict;
-    uint32_t       b, n, i, next;
+    uint32_t       b, n, i, next, steps = 0;
 
     b = d->sweep & z->bucket_mask;
     for (n = 0; n <= z->bucket_mask && d->free_count < need; n++) {
         for (i = z->buckets[b]; i != 0; i = next) {
+            if (chunk_walk_over(z, &steps)) {
+                return;
+            }
             next = entry_at(z, i)->hnext;
             if (i != keep && entry_expired(entry_at(z, i), now)) {
                 entry_remove(z, i);
-                }
+            }
         }
         b = (b + 1) & z->bucket_mask;
     }

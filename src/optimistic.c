@@ -131,6 +131,9 @@ optimistic_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
     }
 
     entry_value_out(z, i, out);
+    if (!entry_value_sane(z, e)) {
+        return OPTIMISTIC_RETRY;    /* the locked path tells what is wrong */
+    }
     if (out->type == SHMLOCK_TSTRING) {
         vlen = (uint32_t) out->len;
         if (vlen > buf_size) {

@@ -73,7 +73,7 @@ shdict_recover(zone_t *z)
 {
     dict_state_t  *d = &z->hdr->dict;
     uint8_t       *seen;
-    uint32_t       b, i, n = 0;
+    uint32_t       b, i, n = 0, steps = 0;
     entry_t       *e;
 
     /* first the one multi-word update, so the hash chains are whole */
@@ -81,9 +81,18 @@ shdict_recover(zone_t *z)
 
     seen = calloc((size_t) z->nchunks + 1, 1);
 
+    /*
+     * A chain that leaves the chunks or comes round again is not from a
+     * crash (which leaves the chains whole) but from some other writer:
+     * the zone is corrupt, and the rebuild stops there, bounded.
+     */
     d->lru_head = d->lru_tail = 0;
     for (b = 0; b <= z->bucket_mask; b++) {
         for (i = z->buckets[b]; i != 0; i = e->hnext) {
+            if (i > z->nchunks || chunk_walk_over(z, &steps)) {
+                z->broken = 1;
+                break;
+            }
             e = entry_at(z, i);
             n++;
             if (seen != NULL) {

@@ -1,10 +1,15 @@
 /*
  * Rewriting an entry in place: when the new key+value needs as many chunks
- * as the old, set/replace/cas reuse them instead of allocating a copy.  It
- * needs no free memory (a full zone still accepts overwrites, as ngx's
- * does) and is faster.  Crash safety comes from the undo area in the zone
- * header (zone.h): old head and value saved, `active` set, rewrite,
- * `active` cleared.  Values larger than the undo area take the copy path.
+ * as the old or fewer, set/replace/cas reuse the entry's own chunks
+ * instead of allocating a copy, and free the chunks it no longer needs.  So
+ * a same-size or smaller value never needs free memory (a full zone still
+ * takes it, as ngx.shared.DICT does), and it is faster.  Crash safety
+ * comes from the undo area in the shard header (zone.h): the old head, the
+ * old value bytes the new value overwrites and the link that cuts the
+ * chain short are saved, `active` set, the entry rewritten, `active`
+ * cleared; the chunks cut off are freed only then.  A value that would
+ * overwrite more old bytes than the undo area holds (ZONE_UNDO_BYTES)
+ * takes the copy path.
  */
 
 #include "entry.h"
@@ -18,6 +23,16 @@ rewrite_fence(void)
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 
+/* The chunk at position pos (0: the head) of the chain from i. */
+static uint32_t
+rewrite_nth(const zone_t *z, uint32_t i, uint32_t pos)
+{
+    while (pos-- > 0) {
+        i = ((const cont_t *) chunk_at(z, i))->next;
+    }
+    return i;
+}
+
 int
 entry_rewrite(zone_t *z, uint32_t i, size_t klen, const shmlock_value_t *v,
     int64_t expires, int pinned)
@@ -26,20 +41,26 @@ entry_rewrite(zone_t *z, uint32_t i, size_t klen, const shmlock_value_t *v,
     entry_t      *e = entry_at(z, i);
     size_t        old_len = e->vtype == SHMLOCK_TSTRING ? e->value_len : 0;
     size_t        new_len = v->type == SHMLOCK_TSTRING ? v->len : 0;
+    size_t        saved = old_len < new_len ? old_len : new_len;
+    uint32_t      n_new = chunks_for(klen + new_len), cut = 0, tail = 0;
     double        num = v->num;
     uint64_t      bits;
     int           was_pinned = e->eflags & ENTRY_PINNED;
 
-    if (old_len > ZONE_UNDO_BYTES
-        || chunks_for(klen + old_len) != chunks_for(klen + new_len))
-    {
+    if (saved > ZONE_UNDO_BYTES || n_new > chunks_for(klen + old_len)) {
         return 0;
+    }
+    if (n_new < chunks_for(klen + old_len)) {
+        cut = rewrite_nth(z, i, n_new - 1);      /* the last chunk kept */
+        tail = ((cont_t *) chunk_at(z, cut))->next;
     }
 
     memcpy(u->head, e, ZONE_CHUNK_SIZE);
-    chunk_read(z, i, klen, u->bytes, old_len);
+    chunk_read(z, i, klen, u->bytes, saved);
     u->entry = i;
-    u->len = (uint32_t) old_len;
+    u->len = (uint32_t) saved;
+    u->cut = cut != i ? cut : 0;     /* the head's link is in the copy */
+    u->cut_next = tail;
     ZW32(z, u->active, 1);
 
     if (v->type == SHMLOCK_TBOOLEAN) {
@@ -55,8 +76,17 @@ entry_rewrite(zone_t *z, uint32_t i, size_t klen, const shmlock_value_t *v,
     if (new_len > 0) {
         chunk_write(z, i, klen, v->str, new_len);
     }
+    if (cut != 0) {
+        ZW32(z, ((cont_t *) chunk_at(z, cut))->next, 0);
+    }
     rewrite_fence();
     ZW32(z, u->active, 0);
+
+    /* unreachable now: a crash from here on leaks them only until the
+     * recovery, which rebuilds the free list from the hash chains */
+    if (tail != 0) {
+        chunk_free(z, tail);
+    }
 
     /*
      * The LRU list is derived state: bring it in line with the new class.
@@ -66,11 +96,11 @@ entry_rewrite(zone_t *z, uint32_t i, size_t klen, const shmlock_value_t *v,
      */
     if (was_pinned && !pinned) {
         entry_lru_push(z, i);
-        z->refs[i] = 0;
+        *chunk_ref(z, i) = 0;
     } else if (!was_pinned && pinned) {
         entry_lru_unlink(z, i);
     } else if (!pinned) {
-        z->refs[i] = 1;
+        *chunk_ref(z, i) = 1;
     }
     return 1;
 }
@@ -89,6 +119,9 @@ entry_rewrite_undo(zone_t *z)
     }
     e = entry_at(z, u->entry);
     memcpy(e, u->head, ZONE_CHUNK_SIZE);
+    if (u->cut != 0) {
+        ((cont_t *) chunk_at(z, u->cut))->next = u->cut_next;
+    }
     chunk_write(z, u->entry, e->key_len, u->bytes, u->len);
     rewrite_fence();
     u->active = 0;

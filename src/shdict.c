@@ -98,6 +98,11 @@ shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
     }
 
     entry_value_out(z, i, out);
+    if (!entry_value_sane(z, e)) {
+        z->broken = 1;
+        out->type = SHMLOCK_TNIL;
+        return SHMLOCK_CORRUPT;
+    }
     if (out->type == SHMLOCK_TSTRING) {
         if (out->len > buf_size) {
             return SHMLOCK_AGAIN;

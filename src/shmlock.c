@@ -153,8 +153,7 @@ shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     /* writers keep getting in the way: queue up with them */
     zone_lock(z);
     rc = shdict_get(z, key, key_len, hash, get_stale, out, buf, buf_size);
-    zone_unlock(z);
-    return rc;
+    return zone_unlock(z, rc);
 }
 
 int
@@ -172,8 +171,7 @@ shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_write_lock(z);
     rc = shdict_incr(z, key, key_len, hash, value, has_init, init,
                      init_ttl_ms, forcible);
-    zone_write_unlock(z);
-    return rc;
+    return zone_write_unlock(z, rc);
 }
 
 int
@@ -188,8 +186,7 @@ shmlock_dict_ttl(shmlock_zone_t *zone, const char *key, size_t key_len,
     CHECK_KEY(key_len);
     zone_lock(z);
     rc = shdict_ttl(z, key, key_len, hash, ttl_ms);
-    zone_unlock(z);
-    return rc;
+    return zone_unlock(z, rc);
 }
 
 int
@@ -204,8 +201,7 @@ shmlock_dict_expire(shmlock_zone_t *zone, const char *key, size_t key_len,
     CHECK_KEY(key_len);
     zone_write_lock(z);
     rc = shdict_expire(z, key, key_len, hash, exptime_ms);
-    zone_write_unlock(z);
-    return rc;
+    return zone_write_unlock(z, rc);
 }
 
 int
@@ -225,8 +221,7 @@ shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
     }
     zone_write_lock(z);
     rc = shdict_cas(z, key, key_len, hash, old, val, exptime_ms, forcible);
-    zone_write_unlock(z);
-    return rc;
+    return zone_write_unlock(z, rc);
 }
 
 int
@@ -240,21 +235,22 @@ int
 shmlock_dict_flush_all(shmlock_zone_t *zone)
 {
     uint32_t  i;
+    int       rc = SHMLOCK_OK;
 
     CHECK_LIVE(zone);
     for (i = 0; i < zone->nshards; i++) {
         zone_write_lock(&zone->shard[i]);
         shdict_flush_all(&zone->shard[i]);
-        zone_write_unlock(&zone->shard[i]);
+        rc = zone_write_unlock(&zone->shard[i], rc);
     }
-    return SHMLOCK_OK;
+    return rc;
 }
 
 int
 shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count, int *freed)
 {
     uint32_t  i;
-    int       n = 0;
+    int       n = 0, rc = SHMLOCK_OK;
 
     *freed = 0;
     CHECK_LIVE(zone);
@@ -262,10 +258,10 @@ shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count, int *freed)
         zone_write_lock(&zone->shard[i]);
         n += shdict_flush_expired(&zone->shard[i],
                                   max_count > 0 ? max_count - n : 0);
-        zone_write_unlock(&zone->shard[i]);
+        rc = zone_write_unlock(&zone->shard[i], rc);
     }
     *freed = n;
-    return SHMLOCK_OK;
+    return rc;
 }
 
 /* Shard by shard; once buf is full, the rest only counts the bytes. */
@@ -275,7 +271,7 @@ shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
 {
     uint32_t  i;
     size_t    u, total = 0;
-    int       n, keys = 0;
+    int       n, keys = 0, rc = SHMLOCK_OK;
 
     *count = 0;
     *used = 0;
@@ -287,12 +283,15 @@ shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
         shdict_get_keys(&zone->shard[i], max_count > 0 ? max_count - keys : 0,
                         total < buf_size ? buf + total : buf,
                         total < buf_size ? buf_size - total : 0, &n, &u);
-        zone_unlock(&zone->shard[i]);
+        rc = zone_unlock(&zone->shard[i], rc);
         keys += n;
         total += u;
     }
     *count = keys;
     *used = total;
+    if (rc != SHMLOCK_OK) {
+        return rc;
+    }
     return total > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
 }
 
@@ -328,7 +327,11 @@ shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size)
     for (i = 0; i < zone->nshards && rc == SHMLOCK_OK; i++) {
         zone_lock(&zone->shard[i]);
         rc = shdict_verify(&zone->shard[i], msg, msg_size);
-        zone_unlock(&zone->shard[i]);
+        rc = zone_unlock(&zone->shard[i], rc);
+        if (rc == SHMLOCK_CORRUPT && msg_size > 0 && msg[0] == '\0') {
+            snprintf(msg, msg_size, "corrupt: a chunk index out of range "
+                     "or a chain that loops");
+        }
         if (rc != SHMLOCK_OK && zone->nshards > 1 && msg_size > 0) {
             /* say which shard, in front of what is wrong */
             char        what[256];
@@ -408,6 +411,6 @@ shmlock_test_mutex_unlock(shmlock_zone_t *zone)
     uint32_t  i;
 
     for (i = 0; i < zone->nshards; i++) {
-        zone_unlock(&zone->shard[i]);
+        zone_unlock(&zone->shard[i], SHMLOCK_OK);
     }
 }

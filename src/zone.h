@@ -38,14 +38,19 @@
 
 /*
  * The one update that is not published by a single word store: rewriting
- * an entry in place (same number of chunks), which needs no free memory.
- * The old head chunk and value bytes are saved here first; recovery puts
- * them back if the writer died with `active` set.
+ * an entry in place (into as many chunks as it has, or fewer), which needs
+ * no free memory.  The old head chunk, the old value bytes the new value
+ * overwrites and the link that cuts off chunks no longer needed are saved
+ * here first; recovery puts them back if the writer died with `active`
+ * set.
  */
 typedef struct {
     uint32_t  active;
     uint32_t  entry;
     uint32_t  len;           /* saved value bytes */
+    uint32_t  cut;           /* the chunk whose `next` was cut (0: none, or
+                                the head, saved whole) */
+    uint32_t  cut_next;      /* its `next` before the cut */
     uint32_t  pad;
     char      head[ZONE_CHUNK_SIZE];
     char      bytes[ZONE_UNDO_BYTES];
@@ -103,7 +108,11 @@ typedef struct {
     uint32_t      pad;
 } zone_hdr_t;
 
-/* One shard as a process sees it: what the dictionary code works on. */
+/*
+ * One shard as a process sees it: what the dictionary code works on.  The
+ * geometry is this process's copy, checked once at attach: nothing a writer
+ * puts in the shard later can move it.
+ */
 typedef struct {
     shard_hdr_t   *hdr;
     uint32_t      *buckets;
@@ -111,6 +120,11 @@ typedef struct {
     uint32_t       nchunks;
     char          *chunks;
     uint8_t       *refs;          /* read marks, indexed by chunk */
+    uint32_t       broken;        /* set when the call under way met an
+                                     index out of range or a walk too long:
+                                     the call answers SHMLOCK_CORRUPT */
+    uint32_t       scratch;       /* where a write meant for a link that is
+                                     not there goes (a corrupt chain) */
 } zone_t;
 
 struct shmlock_zone_s {

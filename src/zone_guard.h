@@ -15,6 +15,7 @@
 static inline void
 zone_lock(zone_t *z)
 {
+    z->broken = 0;
     /* taking over a dead holder's mutex: its update may be half done */
     if (__builtin_expect(shmtx_lock(&z->hdr->mutex, sys_self()), 0)) {
         shdict_recover(z);
@@ -24,10 +25,18 @@ zone_lock(zone_t *z)
     }
 }
 
-static inline void
-zone_unlock(zone_t *z)
+/*
+ * Returns rc, or SHMLOCK_CORRUPT if the call met a broken structure (see
+ * chunk_index): read before the mutex goes, as the next holder resets it.
+ */
+static inline int
+zone_unlock(zone_t *z, int rc)
 {
+    if (__builtin_expect(z->broken, 0)) {
+        rc = SHMLOCK_CORRUPT;
+    }
     shmtx_unlock(&z->hdr->mutex, sys_self());
+    return rc;
 }
 
 /* A change to the dictionary: mutex held, and seq odd for lock-free readers */
@@ -38,11 +47,11 @@ zone_write_lock(zone_t *z)
     zone_write_begin(z);
 }
 
-static inline void
-zone_write_unlock(zone_t *z)
+static inline int
+zone_write_unlock(zone_t *z, int rc)
 {
     zone_write_end(z);
-    zone_unlock(z);
+    return zone_unlock(z, rc);
 }
 
 #endif /* ZONE_GUARD_H */
