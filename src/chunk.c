@@ -32,9 +32,13 @@ chunk_alloc(zone_t *z, uint32_t n)
     if (n == 0 || d->free_count < n) {
         return 0;
     }
-    first = last = d->free_head;
-    for (i = 1; i < n; i++) {
-        last = ((cont_t *) chunk_at(z, last))->next;
+    first = last = chunk_index(z, d->free_head);
+    for (i = 1; i < n && last != 0; i++) {
+        last = chunk_next(z, last);
+    }
+    if (last == 0) {
+        z->broken = 1;          /* fewer free chunks than counted */
+        return 0;
     }
     c = chunk_at(z, last);
     ZW32(z, d->free_head, c->next);
@@ -47,16 +51,15 @@ void
 chunk_free(zone_t *z, uint32_t first)
 {
     dict_state_t  *d = &z->hdr->dict;
-    uint32_t       last = first, n = 1, steps = 0;
-    cont_t        *c;
+    uint32_t       last = first, next, n = 1, steps = 0;
 
-    for (c = chunk_at(z, last); c->next != 0 && !chunk_walk_over(z, &steps);
-         c = chunk_at(z, last))
+    while ((next = chunk_next(z, last)) != 0
+           && !chunk_walk_over(z, &steps))
     {
-        last = c->next;
+        last = next;
         n++;
     }
-    ZW32(z, c->next, d->free_head);
+    ZW32(z, ((cont_t *) chunk_at(z, last))->next, d->free_head);
     ZW32(z, d->free_head, first);
     ZW32(z, d->free_count, d->free_count + n);
 }
@@ -79,9 +82,9 @@ chunk_seek(const zone_t *z, uint32_t head, size_t off, uint32_t *c,
         return entry_at(z, head)->data + off;
     }
     off -= CHUNK_HEAD_DATA;
-    i = ((const cont_t *) chunk_at(z, head))->next;
+    i = chunk_next(z, head);
     while (off >= CHUNK_CONT_DATA) {
-        i = ((const cont_t *) chunk_at(z, i))->next;
+        i = chunk_next(z, i);
         off -= CHUNK_CONT_DATA;
     }
     *c = i;
@@ -93,7 +96,7 @@ chunk_seek(const zone_t *z, uint32_t head, size_t off, uint32_t *c,
 static inline char *
 chunk_next_data(const zone_t *z, uint32_t *c)
 {
-    *c = ((const cont_t *) chunk_at(z, *c))->next;
+    *c = chunk_next(z, *c);
     return ((cont_t *) chunk_at(z, *c))->data;
 }
 

@@ -43,11 +43,14 @@ typedef struct {
 /*
  * Every chunk index the dictionary follows comes from shared memory, which
  * a crash, a bug or another writer may have filled with anything.  So an
- * index is checked where it is used: one out of range marks the call
- * broken (it answers SHMLOCK_CORRUPT) and reads and writes chunk 0 instead,
- * which is in the mapping and belongs to no entry.  Walks are bounded by
- * the number of chunks (no chain can be longer), so a cycle ends too.
- * Readers without the mutex (optimistic.c) check before they come here.
+ * index is checked where it is read from a link (chunk_index): one out of
+ * range marks the call broken (it answers SHMLOCK_CORRUPT) and reads as 0,
+ * the end of any chain; chunk 0 is in the mapping and belongs to no entry,
+ * so code that follows a 0 anyway (a corrupt count said there was more)
+ * touches nothing that matters.  Walks are bounded by the number of chunks
+ * (no chain can be longer), so a cycle ends too.  chunk_at() itself trusts
+ * its index: every index reaches it through chunk_index or a check of the
+ * same kind (readers without the mutex, optimistic.c, check their own).
  */
 static inline uint32_t
 chunk_index(const zone_t *z, uint32_t i)
@@ -62,7 +65,7 @@ chunk_index(const zone_t *z, uint32_t i)
 static inline void *
 chunk_at(const zone_t *z, uint32_t i)
 {
-    return z->chunks + (size_t) chunk_index(z, i) * ZONE_CHUNK_SIZE;
+    return z->chunks + (size_t) i * ZONE_CHUNK_SIZE;
 }
 
 /* A walk that took more steps than there are chunks went round a cycle. */
@@ -90,7 +93,14 @@ entry_at(const zone_t *z, uint32_t i)
 static inline uint8_t *
 chunk_ref(const zone_t *z, uint32_t i)
 {
-    return &z->refs[chunk_index(z, i)];
+    return &z->refs[i];
+}
+
+/* The next chunk of i's chain (0: the end), checked. */
+static inline uint32_t
+chunk_next(const zone_t *z, uint32_t i)
+{
+    return chunk_index(z, ((const cont_t *) chunk_at(z, i))->next);
 }
 
 static inline void

@@ -8,7 +8,9 @@ entry_lookup(const zone_t *z, const char *key, size_t klen, uint32_t hash)
     uint32_t   i, steps = 0;
     entry_t   *e;
 
-    for (i = z->buckets[hash & z->bucket_mask]; i != 0; i = e->hnext) {
+    for (i = chunk_index(z, z->buckets[hash & z->bucket_mask]); i != 0;
+         i = chunk_index(z, e->hnext))
+    {
         if (chunk_walk_over(z, &steps)) {
             return 0;
         }
@@ -29,7 +31,7 @@ entry_link(zone_t *z, uint32_t i)
     uint32_t   steps = 0;
 
     while (*l != i) {
-        if (*l == 0 || chunk_walk_over(z, &steps)) {
+        if (*l == 0 || *l > z->nchunks || chunk_walk_over(z, &steps)) {
             /* i is not in its chain: the zone is corrupt */
             z->broken = 1;
             return &z->scratch;
@@ -44,16 +46,18 @@ entry_lru_unlink(zone_t *z, uint32_t i)
 {
     dict_state_t  *d = &z->hdr->dict;
     entry_t       *e = entry_at(z, i);
+    uint32_t       prev = chunk_index(z, e->lru_prev);
+    uint32_t       next = chunk_index(z, e->lru_next);
 
-    if (e->lru_prev != 0) {
-        ZW32(z, entry_at(z, e->lru_prev)->lru_next, e->lru_next);
+    if (prev != 0) {
+        ZW32(z, entry_at(z, prev)->lru_next, next);
     } else {
-        ZW32(z, d->lru_head, e->lru_next);
+        ZW32(z, d->lru_head, next);
     }
-    if (e->lru_next != 0) {
-        ZW32(z, entry_at(z, e->lru_next)->lru_prev, e->lru_prev);
+    if (next != 0) {
+        ZW32(z, entry_at(z, next)->lru_prev, prev);
     } else {
-        ZW32(z, d->lru_tail, e->lru_prev);
+        ZW32(z, d->lru_tail, prev);
     }
 }
 
@@ -73,9 +77,10 @@ void
 entry_lru_link_head(zone_t *z, uint32_t i)
 {
     dict_state_t  *d = &z->hdr->dict;
+    uint32_t       head = chunk_index(z, d->lru_head);
 
-    if (d->lru_head != 0) {
-        ZW32(z, entry_at(z, d->lru_head)->lru_prev, i);
+    if (head != 0) {
+        ZW32(z, entry_at(z, head)->lru_prev, i);
     } else {
         ZW32(z, d->lru_tail, i);
     }
@@ -240,11 +245,11 @@ entry_each(zone_t *z, entry_visit_pt fn, void *ctx)
     uint32_t  b, i, next, steps = 0;
 
     for (b = 0; b <= z->bucket_mask; b++) {
-        for (i = z->buckets[b]; i != 0; i = next) {
+        for (i = chunk_index(z, z->buckets[b]); i != 0; i = next) {
             if (chunk_walk_over(z, &steps)) {
                 return;
             }
-            next = entry_at(z, i)->hnext;
+            next = chunk_index(z, entry_at(z, i)->hnext);
             if (fn(z, i, ctx) != 0) {
                 return;
             }

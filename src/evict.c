@@ -9,13 +9,13 @@ evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
     int64_t *now)
 {
     dict_state_t  *d = &z->hdr->dict;
-    uint32_t       i = d->lru_tail, prev, seen = 0;
+    uint32_t       i = chunk_index(z, d->lru_tail), prev, seen = 0;
 
     while (i != 0 && d->free_count < need && (scan == 0 || seen < scan)) {
         if (chunk_walk_over(z, &seen)) {
             return;
         }
-        prev = entry_at(z, i)->lru_prev;
+        prev = chunk_index(z, entry_at(z, i)->lru_prev);
         if (i != keep && entry_expired(entry_at(z, i), now)) {
             entry_remove(z, i);
         }
@@ -38,8 +38,9 @@ evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now, int *forcible)
     uint32_t       i;
     entry_t       *e;
 
-    while (d->free_count < need && budget-- > 0 && d->lru_tail != 0) {
-        i = d->lru_tail;
+    while (d->free_count < need && budget-- > 0
+           && (i = chunk_index(z, d->lru_tail)) != 0)
+    {
         e = entry_at(z, i);
 
         if (entry_expired(e, now) && i != keep) {
@@ -75,11 +76,11 @@ evict_sweep(zone_t *z, uint32_t need, uint32_t keep, int64_t *now)
 
     b = d->sweep & z->bucket_mask;
     for (n = 0; n <= z->bucket_mask && d->free_count < need; n++) {
-        for (i = z->buckets[b]; i != 0; i = next) {
+        for (i = chunk_index(z, z->buckets[b]); i != 0; i = next) {
             if (chunk_walk_over(z, &steps)) {
                 return;
             }
-            next = entry_at(z, i)->hnext;
+            next = chunk_index(z, entry_at(z, i)->hnext);
             if (i != keep && entry_expired(entry_at(z, i), now)) {
                 entry_remove(z, i);
             }

@@ -18,7 +18,7 @@ shmlock_lock_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
                            .len = tok_len };
     int              forcible;
 
-    CHECK_KEY(key_len);
+    /* dict_store_hashed checks the key */
     if (tok == NULL) {
         return SHMLOCK_BAD_VALUE;
     }
@@ -36,7 +36,6 @@ shmlock_lock_release(shmlock_zone_t *zone, const char *key, size_t key_len,
                            .len = tok_len };
     int              rc;
 
-    CHECK_KEY(key_len);
     if (tok == NULL) {
         return SHMLOCK_BAD_VALUE;
     }

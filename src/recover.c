@@ -60,7 +60,7 @@ recover_free_count(zone_t *z)
     dict_state_t  *d = &z->hdr->dict;
     uint32_t       c, n = 0;
 
-    for (c = d->free_head; c != 0 && n < z->nchunks;
+    for (c = d->free_head; c != 0 && c <= z->nchunks && n < z->nchunks;
          c = ((cont_t *) chunk_at(z, c))->next)
     {
         n++;

@@ -23,12 +23,16 @@ rewrite_fence(void)
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 
-/* The chunk at position pos (0: the head) of the chain from i. */
+/* The chunk at position pos (0: the head) of the chain from i; 0 if the
+ * chain is shorter (then the zone is corrupt). */
 static uint32_t
-rewrite_nth(const zone_t *z, uint32_t i, uint32_t pos)
+rewrite_nth(zone_t *z, uint32_t i, uint32_t pos)
 {
-    while (pos-- > 0) {
-        i = ((const cont_t *) chunk_at(z, i))->next;
+    while (pos-- > 0 && i != 0) {
+        i = chunk_next(z, i);
+    }
+    if (i == 0) {
+        z->broken = 1;
     }
     return i;
 }
@@ -52,7 +56,7 @@ entry_rewrite(zone_t *z, uint32_t i, size_t klen, const shmlock_value_t *v,
     }
     if (n_new < chunks_for(klen + old_len)) {
         cut = rewrite_nth(z, i, n_new - 1);      /* the last chunk kept */
-        tail = ((cont_t *) chunk_at(z, cut))->next;
+        tail = cut != 0 ? chunk_next(z, cut) : 0;
     }
 
     memcpy(u->head, e, ZONE_CHUNK_SIZE);
@@ -112,7 +116,7 @@ entry_rewrite_undo(zone_t *z)
     entry_t      *e;
 
     if (!u->active || u->entry == 0 || u->entry > z->nchunks
-        || u->len > ZONE_UNDO_BYTES)
+        || u->cut > z->nchunks || u->len > ZONE_UNDO_BYTES)
     {
         u->active = 0;
         return;

@@ -22,7 +22,7 @@ shdict_format(zone_t *z)
 static inline void
 shdict_reclaim_tail(zone_t *z, int64_t *now)
 {
-    uint32_t  t = z->hdr->dict.lru_tail;
+    uint32_t  t = chunk_index(z, z->hdr->dict.lru_tail);
 
     if (t != 0 && entry_at(z, t)->expires != 0) {
         evict_expired(z, UINT32_MAX, 0, 2, now);
@@ -39,7 +39,6 @@ shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
     entry_t   *e;
     int        pinned, rc;
 
-    *forcible = 0;
     shdict_reclaim_tail(z, &now);
 
     i = entry_lookup(z, key, klen, hash);

@@ -383,10 +383,10 @@ shmlock_proc_alive(int pid, uint64_t start)
     return pid > 0 && sys_proc_alive((uint32_t) pid, start, ~(uint64_t) 0);
 }
 
-size_t
-shmlock_token_next(char *buf, size_t size)
+int
+shmlock_token_block(char *dst)
 {
-    return size >= TOKEN_MAX ? token_next(buf) : 0;
+    return (int) token_block(dst);
 }
 
 void

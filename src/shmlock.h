@@ -242,13 +242,15 @@ SHMLOCK_API uint64_t shmlock_proc_start(int pid);
 /* 1 if the process pid is running and (if start != 0) started at start. */
 SHMLOCK_API int shmlock_proc_alive(int pid, uint64_t start);
 /*
- * A fresh lock owner token, "<pid>:<start>:<16 hex digits>", unique on the
- * host for every call (shared by all Lua VMs and threads of the process):
- * written to buf, which must hold SHMLOCK_TOKEN_MAX bytes; returns its
- * length (0 if size is too small).
+ * Lock owner tokens are "<pid>:<start>:<serial>" (start:
+ * shmlock_proc_start of the pid; serial: 16 hex digits).  A caller takes
+ * serials in blocks of 4096: this writes the 13 high hex digits of a fresh
+ * block at dst (the caller counts the 3 low ones) and returns the pid of
+ * this process.  Blocks come from one counter per process, shared by all
+ * its Lua VMs and threads, so that a token is never handed out twice on
+ * the host.
  */
-#define SHMLOCK_TOKEN_MAX  64
-SHMLOCK_API size_t shmlock_token_next(char *buf, size_t size);
+SHMLOCK_API int shmlock_token_block(char *dst);
 
 
 /* ---- test hooks (used by the crash tests; harmless otherwise) ---- */

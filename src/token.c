@@ -1,59 +1,53 @@
 #include "token.h"
 #include "sys.h"
 
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
-static uint64_t        token_serial;
-static pthread_once_t  token_once = PTHREAD_ONCE_INIT;
+static uint64_t  token_counter;     /* the next block; 0: not seeded yet */
 
-/* The "<pid>:<start>:" of the process a thread last made a token for. */
-static __thread uint64_t  prefix_self;
-static __thread char      prefix[48];
-static __thread size_t    prefix_len;
+/* "00".."ff": two digits per byte of the serial */
+static const char  hex_pairs[513] =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
 
-static void
+/* The first block: a random one (never block 0, which means "not
+ * seeded"); threads racing here agree on one seed. */
+static uint64_t
 token_seed(void)
 {
-    uint64_t  r;
+    uint64_t  r, zero = 0;
 
     if (sys_random(&r, sizeof(r)) != 0) {
         r = (uint64_t) sys_now_us() * 0x9e3779b97f4a7c15ULL;
     }
-    __atomic_store_n(&token_serial, r, __ATOMIC_RELAXED);
+    r >>= TOKEN_BLOCK_BITS;
+    r |= 1;
+    __atomic_compare_exchange_n(&token_counter, &zero, r, 0,
+                                __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    return __atomic_fetch_add(&token_counter, 1, __ATOMIC_RELAXED);
 }
 
-static void
-token_prefix(uint64_t self)
+uint32_t
+token_block(char *dst)
 {
-    int  n;
+    uint64_t  block = __atomic_fetch_add(&token_counter, 1, __ATOMIC_RELAXED);
+    int       i;
 
-    n = snprintf(prefix, sizeof(prefix), "%u:%llu:", (uint32_t) self,
-                 (unsigned long long) sys_self_start());
-    prefix_len = n > 0 && (size_t) n < sizeof(prefix) ? (size_t) n : 0;
-    prefix_self = self;
-}
-
-size_t
-token_next(char *buf)
-{
-    static const char  hex[] = "0123456789abcdef";
-    uint64_t           self = sys_self(), serial;
-    int                i;
-
-    pthread_once(&token_once, token_seed);
-    if (prefix_self != self) {
-        token_prefix(self);
+    if (__builtin_expect(block == 0, 0)) {
+        block = token_seed();
     }
-    serial = __atomic_fetch_add(&token_serial, 1, __ATOMIC_RELAXED);
-
-    memcpy(buf, prefix, prefix_len);
-    buf += prefix_len;
-    for (i = 15; i >= 0; i--) {
-        buf[i] = hex[serial & 15];
-        serial >>= 4;
+    /* 13 digits: the low 52 bits of the block number */
+    dst[TOKEN_HIGH_LEN - 1] = hex_pairs[2 * (block & 0xf) + 1];
+    block >>= 4;
+    for (i = TOKEN_HIGH_LEN - 3; i >= 0; i -= 2) {
+        memcpy(dst + i, hex_pairs + 2 * (block & 0xff), 2);
+        block >>= 8;
     }
-    return prefix_len + 16;
+    return sys_pid();
 }

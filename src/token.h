@@ -3,22 +3,28 @@
  *
  * pid and start (the process's start time in clock ticks since boot)
  * name the process even after its pid is reused; serial is 16 hex digits
- * of one counter in this library, shared by every Lua VM and thread of the
- * process, so that no two acquisitions on the host get the same token
+ * from one counter in this library, shared by every Lua VM and thread of
+ * the process, so that no two acquisitions on the host get the same token
  * however many VMs a process runs (nginx with lua_code_cache off, http and
  * stream Lua in one worker, an embedding host).  The counter starts at a
  * random value, so that two copies of the library loaded in one process
  * (from two paths) do not count the same serials.
+ *
+ * A VM takes serials in blocks of TOKEN_BLOCK: here it gets a block's 13
+ * high digits, and it counts the 3 low ones itself, so that a token costs
+ * no call into C but once per block.
  */
 
 #ifndef TOKEN_H
 #define TOKEN_H
 
-#include <stddef.h>
+#include <stdint.h>
 
-#define TOKEN_MAX  64
+#define TOKEN_BLOCK_BITS  12
+#define TOKEN_HIGH_LEN    13    /* hex digits of a block number */
 
-/* Writes a fresh token to buf (TOKEN_MAX bytes); returns its length. */
-size_t token_next(char *buf);
+/* Writes the next free block's 13 hex digits to dst; returns the pid of
+ * this process (the caller's prefix is stale if made for another). */
+uint32_t token_block(char *dst);
 
 #endif /* TOKEN_H */

@@ -15,7 +15,6 @@
 static inline void
 zone_lock(zone_t *z)
 {
-    z->broken = 0;
     /* taking over a dead holder's mutex: its update may be half done */
     if (__builtin_expect(shmtx_lock(&z->hdr->mutex, sys_self()), 0)) {
         shdict_recover(z);
@@ -27,12 +26,14 @@ zone_lock(zone_t *z)
 
 /*
  * Returns rc, or SHMLOCK_CORRUPT if the call met a broken structure (see
- * chunk_index): read before the mutex goes, as the next holder resets it.
+ * chunk_index); the mark is cleared for the next call while the mutex is
+ * still ours (it is only ever set under the mutex).
  */
 static inline int
 zone_unlock(zone_t *z, int rc)
 {
     if (__builtin_expect(z->broken, 0)) {
+        z->broken = 0;
         rc = SHMLOCK_CORRUPT;
     }
     shmtx_unlock(&z->hdr->mutex, sys_self());

@@ -84,7 +84,7 @@ int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
 int shmlock_self_pid(void);
 uint64_t shmlock_proc_start(int pid);
 int shmlock_proc_alive(int pid, uint64_t start);
-size_t shmlock_token_next(char *buf, size_t size);
+int shmlock_token_block(char *dst);
 
 void shmlock_test_crash_at(int n);
 void shmlock_test_mutex_lock(shmlock_zone_t *zone);

@@ -6,41 +6,84 @@
 --
 -- pid and start (the process start time in clock ticks since boot, from
 -- /proc/<pid>/stat) identify the process even after its pid is reused.
--- The C library makes them (shmlock_token_next): its serial counter is one
--- per process, shared by every Lua VM in it (nginx with lua_code_cache off
--- runs a VM per request; http and stream Lua share a worker; a host may
--- embed several states), so two VMs never hand out the same token and
--- neither takes the other's lock for its own.  Tokens are compared as
--- whole strings, and parsed only to ask whether their process still lives.
--- Every process sharing a zone is in one pid namespace (zones refuse
--- others), so a pid in a token means the same process to all of them.
+-- The serial comes from the C library: one counter per process, shared by
+-- every Lua VM in it (nginx with lua_code_cache off runs a VM per request;
+-- http and stream Lua share a worker; a host may embed several states), so
+-- two VMs never hand out the same token and neither takes the other's lock
+-- for its own.  A VM takes serials in blocks of 4096 (shmlock_token_block
+-- writes a block's 13 high hex digits) and counts the 3 low digits itself.
+-- Tokens are compared as whole strings, and parsed only to ask whether
+-- their process still lives.  Every process sharing a zone is in one pid
+-- namespace (zones refuse others), so a pid in a token means the same
+-- process to all of them.
+--
+-- The current token lives in a buffer: the prefix is written once per
+-- process (again after a fork), the block's digits once per block, and the
+-- low digits in place, so taking a token allocates nothing and calls C
+-- once (for the pid: a forked child must not hand out its parent's
+-- tokens) but once per block.
 
 local ffi = require "ffi"
+local bit = require "bit"
 local C = require "resty.shmlock.lib"
 
 local ffi_new = ffi.new
+local ffi_copy = ffi.copy
 local tonumber = tonumber
 local str_match = string.match
 local str_find = string.find
+local band = bit.band
+local rshift = bit.rshift
 
-local _M = { MAX_LEN = 64 }     -- SHMLOCK_TOKEN_MAX
+local SERIAL_LEN = 16       -- hex digits: 13 of the block, 3 counted here
+local LOW_MAX = 4095
+
+local _M = { MAX_LEN = 64 }
+
+local HEX = {}
+for d = 0, 15 do
+    HEX[d] = ("0123456789abcdef"):byte(d + 1)
+end
 
 local buf = ffi_new("char[?]", _M.MAX_LEN)
-local pid = -1                  -- the process `start` was read for
+local len = 0                   -- bytes of a token
+local pid = -1                  -- the pid the prefix was written for
 local start = 0
+local low = LOW_MAX             -- the last serial of the block: take a block
+
+
+local function refresh(p)
+    pid = p
+    start = tonumber(C.shmlock_proc_start(p))
+    local prefix = p .. ":" .. start .. ":"
+    ffi_copy(buf, prefix)
+    len = #prefix + SERIAL_LEN
+    low = LOW_MAX
+end
 
 
 -- syntax: ptr, len = token.next()
 -- A fresh token of this process, in a buffer that the next call
 -- overwrites: copy it (ffi.string, ffi.copy) to keep it.
 function _M.next()
-    return buf, tonumber(C.shmlock_token_next(buf, _M.MAX_LEN))
+    if C.shmlock_self_pid() ~= pid then
+        refresh(C.shmlock_self_pid())
+    end
+    if low == LOW_MAX then
+        C.shmlock_token_block(buf + len - SERIAL_LEN)
+        low = -1
+    end
+    low = low + 1
+    buf[len - 3] = HEX[rshift(low, 8)]
+    buf[len - 2] = HEX[band(rshift(low, 4), 15)]
+    buf[len - 1] = HEX[band(low, 15)]
+    return buf, len
 end
 
 
--- the pid of this process
+-- the pid tokens are being made for (-1 before the first token)
 function _M.pid()
-    return C.shmlock_self_pid()
+    return pid
 end
 
 
@@ -62,8 +105,7 @@ function _M.alive(tok)
     end
     local me = C.shmlock_self_pid()
     if me ~= pid then
-        pid = me
-        start = tonumber(C.shmlock_proc_start(me))
+        refresh(me)
     end
     p, s = tonumber(p), tonumber(s)
     if p == pid and s == start then
