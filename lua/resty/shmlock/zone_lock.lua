@@ -44,19 +44,22 @@ local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 local cached_ms = require("resty.shmlock.clock").cached_ms
 local token = require "resty.shmlock.token"
-local ms = require("resty.shmlock.options").ms
+local options = require "resty.shmlock.options"
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
 local type = type
 local tonumber = tonumber
 local floor = math.floor
+local ceil = math.ceil
 local min = math.min
 local max = math.max
 local str_match = string.match
 local str_find = string.find
 local str_sub = string.sub
 local valid = token.valid
+local ms = options.ms
+local MIN_SLEEP = options.MIN_SLEEP
 
 local OK = 0
 local NOT_FOUND = 1
@@ -326,7 +329,9 @@ end
 
 -- syntax: elapsed, err = zone_lock.block(self, key, klen, tok)
 -- Waits outside nginx: sleeps on the key's wait word, at most one backoff
--- step at a time and never past the deadline; elapsed is measured.
+-- step at a time (at least MIN_SLEEP: a release wakes us anyway, so a
+-- shorter step only burns CPU) and never past the deadline; elapsed is
+-- measured.
 function _M.block(self, key, klen, tok)
     local zone = self.store
     local exp_ms = self.exptime_ms
@@ -363,9 +368,11 @@ function _M.block(self, key, klen, tok)
             return nil, "timeout"
         end
 
-        local us = min(step * 1000000, deadline - now, CHECK_EVERY_US)
+        -- at least 1 us: 0 would not sleep at all
+        local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
+                            CHECK_EVERY_US))
         check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
-        step = min(max(0.001, step * ratio), max_step)
+        step = min(max(MIN_SLEEP, step * ratio), max_step)
     end
 end
 
