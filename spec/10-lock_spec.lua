@@ -539,6 +539,14 @@ describe("resty.shmlock", function()
         end)
     end)
 
+    -- the zone clock in ms, and a starver's deadline a minute ahead
+    local function now_ms()
+        return math.floor(env.now_us() / 1000)
+    end
+    local function later()
+        return now_ms() + 60000
+    end
+
     -- "<pid>:<start>:" of this process's tokens
     local function my_prefix()
         local lock = resty_lock:new(dict)
@@ -656,22 +664,25 @@ describe("resty.shmlock", function()
             local me = my_prefix() .. "999999999999998"
             local other = my_prefix() .. "999999999999997"
             local zone, look = dict._zone, zone_lock.look
+            local till = later()
 
             -- an older starver's mark stays
             assert.is_true(dict:cas("k", tok, tok .. "|" .. other
-                                    .. "|5000|100", 30))
+                                    .. "|5000|100|" .. till, 30))
             assert.equal(zone_lock.BUSY,
-                         look(zone, "k", 1, me, 30000, false, 200))
+                         look(zone, "k", 1, me, 30000, false, 200, till))
             -- a younger one's is replaced, keeping the holder's TTL
-            assert.is_true(dict:cas("k", tok .. "|" .. other .. "|5000|100",
-                                    tok .. "|" .. other .. "|5000|300", 10))
+            assert.is_true(dict:cas("k", tok .. "|" .. other .. "|5000|100|"
+                                    .. till, tok .. "|" .. other
+                                    .. "|5000|300|" .. till, 10))
             assert.equal(zone_lock.MARKED,
-                         look(zone, "k", 1, me, 30000, false, 200))
-            assert.equal(tok .. "|" .. me .. "|30000|200", dict:get("k"))
+                         look(zone, "k", 1, me, 30000, false, 200, till))
+            assert.equal(tok .. "|" .. me .. "|30000|200|" .. till,
+                         dict:get("k"))
             assert.is_true(dict:ttl("k") <= 10)
             -- and a waiter that is not starving does not mark
             assert.equal(zone_lock.MARKED,
-                         look(zone, "k", 1, me, 30000, false, 200))
+                         look(zone, "k", 1, me, 30000, false, 200, till))
             assert.equal(zone_lock.BUSY,
                          look(zone, "k", 1, other, 30000, false, nil))
 
@@ -684,8 +695,84 @@ describe("resty.shmlock", function()
             assert.is_true(dict:add("k", "someone else's", 30))
             assert.equal(zone_lock.BUSY,
                          zone_lock.look(dict._zone, "k", 1, me, 30000, true,
-                                        200))
+                                        200, later()))
             assert.equal("someone else's", dict:get("k"))
+        end)
+
+        -- a mark whose starver's deadline (its last field) has passed
+        local function stale_mark(holder_tok, starver, since)
+            return holder_tok .. "|" .. starver .. "|30000|" .. (since or 1)
+                   .. "|" .. (now_ms() - 1)
+        end
+
+        it("unlock() frees a lock whose starver's deadline passed instead "
+           .. "of handing it over", function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local tok = token_of(holder)
+            local starver = my_prefix() .. "999999999999999"
+            assert.is_true(dict:cas("k", tok, stale_mark(tok, starver), 10))
+            assert.is_true(holder:owned())
+            assert.same({ 1 }, { holder:unlock() })
+            assert.same({ nil, "unlocked" }, { holder:unlock() })
+            assert.is_nil(dict:get("k"))
+            assert.equal(0, resty_lock:new(dict):trylock("k"))
+        end)
+
+        it("unlock() hands the lock over just before the starver's deadline",
+           function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local tok = token_of(holder)
+            local starver = my_prefix() .. "999999999999999"
+            assert.is_true(dict:cas("k", tok, tok .. "|" .. starver
+                                    .. "|30000|1|" .. (now_ms() + 1000), 10))
+            assert.same({ 1 }, { holder:unlock() })
+            assert.equal(starver, dict:get("k"))
+        end)
+
+        it("a starving waiter replaces a stale mark, even an older "
+           .. "starver's", function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local tok = token_of(holder)
+            local me = my_prefix() .. "999999999999998"
+            local other = my_prefix() .. "999999999999997"
+            local till = later()
+            assert.is_true(dict:cas("k", tok, stale_mark(tok, other, 100),
+                                    10))
+            assert.equal(zone_lock.MARKED,
+                         zone_lock.look(dict._zone, "k", 1, me, 30000, false,
+                                        200, till))
+            assert.equal(tok .. "|" .. me .. "|30000|200|" .. till,
+                         dict:get("k"))
+        end)
+
+        it("writes a mark with a long exptime and deadline in digits, and "
+           .. "hands it over", function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local tok = token_of(holder)
+            local me = my_prefix() .. "999999999999998"
+            assert.equal(zone_lock.MARKED,
+                         zone_lock.look(dict._zone, "k", 1, me, 1e15, false,
+                                        200, 1e15))
+            assert.equal(tok .. "|" .. me .. "|1000000000000000|200|"
+                         .. "1000000000000000", dict:get("k"))
+            assert.same({ 1 }, { holder:unlock() })
+            assert.equal(me, dict:get("k"))
+            assert.is_true(dict:ttl("k") > 1e12 - 10)
+        end)
+
+        it("a dead holder's lock goes to the waiter, not to a stale mark",
+           function()
+            local dead = env.token(env.dead_pid(), 12345, 1)
+            local starver = my_prefix() .. "999999999999999"
+            assert.is_true(dict:add("k", stale_mark(dead, starver), 30))
+            local lock = resty_lock:new(dict)
+            assert.equal(0, lock:trylock("k"))
+            assert.is_true(lock:owned())
+            assert.equal(1, lock:unlock())
         end)
     end)
 

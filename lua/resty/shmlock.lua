@@ -278,7 +278,10 @@ end
 
 -- syntax: ok, err = lock:unlock()
 -- 1; nil, "unlocked" if this object holds no lock; nil, "expired" if our
--- lock expired (someone else may hold the key now: left untouched).
+-- lock expired (someone else may hold the key now: left untouched); nil
+-- and the store's error ("no memory", ...) if the release failed while
+-- the key is still ours: the object keeps holding it (unlock again, or
+-- the lock goes when the object is collected or at its exptime).
 function _M.unlock(self)
     local cd = self.cd
     if not cd then
@@ -286,9 +289,12 @@ function _M.unlock(self)
     end
     local ok, err = self.ops.release(self.store, self.key, cd.key_len, cd.tok,
                                      cd.tok_len)
-    drop(self)
     if ok then
+        drop(self)
         return ok
+    end
+    if err == "expired" then
+        drop(self)
     end
     return nil, err
 end
@@ -298,7 +304,8 @@ end
 -- Resets the lock's expiry to timeout seconds (nil: the object's exptime;
 -- 0: never expires; NaN, infinite or above 1e12 raises, as a negative
 -- timeout).  true; nil, "unlocked"; nil, "expired" (our lock expired
--- meanwhile: the object no longer holds it).
+-- meanwhile: the object no longer holds it); nil and the store's error
+-- (the object still holds the lock, with its old expiry).
 function _M.expire(self, time)
     if not self.cd then
         return nil, "unlocked"
