@@ -8,7 +8,8 @@
 -- "opts must be a table", "opts.<name> must be a number" (NaN included),
 -- "opts.<name> must be >= 0" (exptime, timeout), "opts.<name> must be > 0"
 -- (step, ratio, max_step: zero would never back off, or loop for ever),
--- "opts.<name> must be <= 1e12" (infinity included: see MAX_SECONDS).
+-- "opts.<name> must be <= 1e12" (infinity included: see MAX_SECONDS; the
+-- same bound for ratio, which is no time, keeps one rule for all five).
 --
 -- Waiters never sleep less than MIN_SLEEP at a time, whatever step and
 -- max_step say (but the last sleep before the deadline may be shorter).
