@@ -196,6 +196,84 @@ describe("shdict", function()
             raises('bad "flags" argument',
                    function() d:cas("k", 1, 2, 0, {}) end)
         end)
+
+        -- times that would reach the C core as garbage (a double beyond
+        -- int64_t) or pass a "< 0" check (NaN): misuse, as a negative one;
+        -- 1e12 s is the largest accepted
+        it("raise 'bad \"exptime\" argument' for an exptime of NaN, "
+           .. "+-infinity or above 1e12 s, in every method taking one",
+           function()
+            for _, t in ipairs({ 0 / 0, math.huge, -math.huge, 1e12 + 1e6 })
+            do
+                for _, m in ipairs({ "set", "safe_set", "add", "safe_add",
+                                     "replace" }) do
+                    raises('bad "exptime" argument',
+                           function() d[m](d, "k", 1, t) end)
+                end
+                raises('bad "exptime" argument',
+                       function() d:cas("k", 1, 2, t) end)
+                assert.same({ n = 3, true, nil, false }, pack(d:set("k", 1)))
+                raises('bad "exptime" argument',
+                       function() d:expire("k", t) end)
+                raises('bad "init_ttl" argument',
+                       function() d:incr("n", 1, 0, t) end)
+                assert.same({ n = 1, 1 }, pack(d:get("k")))
+                assert.same({ n = 1, 0 }, pack(d:ttl("k")))
+                assert.same({ n = 1, nil }, pack(d:get("n")))
+            end
+
+            assert.same({ n = 3, true, nil, false },
+                        pack(d:set("k", 1, 1e12)))
+            local ttl = d:ttl("k")
+            assert.is_true(ttl > 1e12 - 10 and ttl <= 1e12, tostring(ttl))
+            assert.same({ n = 1, true }, pack(d:expire("k", 1e12)))
+            assert.same({ n = 3, 1, nil, false },
+                        pack(d:incr("n", 1, 0, 1e12)))
+            assert.is_true(d:ttl("n") > 1e12 - 10)
+        end)
+    end)
+
+    describe("an exptime below the zone's 1 ms resolution", function()
+        -- the key must expire, not live for ever (0.0001 s * 1000 = 0.1,
+        -- which an int64_t of milliseconds truncates to 0: never)
+        local function expires(key)
+            local ttl = d:ttl(key)      -- nil if that 1 ms is over already
+            assert.is_true(ttl == nil or ttl > 0 and ttl <= 0.001,
+                           "ttl " .. tostring(ttl))
+            sleep(0.01)
+            assert.same({ n = 1, nil }, pack(d:get(key)))
+        end
+
+        for _, m in ipairs({ "set", "safe_set", "add", "safe_add" }) do
+            it(m .. "() gives the key 1 ms", function()
+                assert.is_true((d[m](d, "k", 1, 0.0001)))
+                expires("k")
+            end)
+        end
+
+        it("replace() gives the key 1 ms", function()
+            d:set("k", 1)
+            assert.is_true((d:replace("k", 2, 0.0001)))
+            expires("k")
+        end)
+
+        it("cas() gives the key 1 ms", function()
+            d:set("k", 1)
+            assert.is_true((d:cas("k", 1, 2, 0.0001)))
+            expires("k")
+        end)
+
+        it("expire() gives the key 1 ms", function()
+            d:set("k", 1)
+            assert.same({ n = 1, true }, pack(d:expire("k", 0.0001)))
+            expires("k")
+        end)
+
+        it("incr()'s init_ttl gives the key 1 ms", function()
+            assert.same({ n = 3, 1, nil, false },
+                        pack(d:incr("n", 1, 0, 0.0001)))
+            expires("n")
+        end)
     end)
 
     describe("value types", function()

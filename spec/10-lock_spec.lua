@@ -12,6 +12,16 @@ local function gc()
     collectgarbage()
 end
 
+-- the error f() raised; it must point at this file (the caller's line)
+local function raised(f)
+    local ok, err = pcall(f)
+    assert.is_false(ok, "no error raised")
+    assert.is_string(err)
+    assert.truthy(err:find("10%-lock_spec%.lua:%d+: "),
+                  "error does not point at the caller: " .. err)
+    return (err:gsub("^.-10%-lock_spec%.lua:%d+: ", ""))
+end
+
 describe("resty.shmlock", function()
     local dir, dict, n
 
@@ -143,6 +153,29 @@ describe("resty.shmlock", function()
                 resty_lock:new(dict, "opts")
             end, "opts must be a table")
         end)
+
+        it("raises on an infinite or too large option (above 1e12), at "
+           .. "the caller's line", function()
+            for _, name in ipairs({ "exptime", "timeout", "step", "ratio",
+                                    "max_step" }) do
+                for _, v in ipairs({ math.huge, 1e12 + 1e6 }) do
+                    assert.equal("opts." .. name .. " must be <= 1e12",
+                                 raised(function()
+                                     resty_lock:new(dict, { [name] = v })
+                                 end))
+                end
+            end
+            assert.equal("opts.timeout must be >= 0", raised(function()
+                resty_lock:new(dict, { timeout = -math.huge })
+            end))
+            assert.equal("opts.max_step must be > 0", raised(function()
+                resty_lock:new(dict, { max_step = -math.huge })
+            end))
+            local lock = resty_lock:new(dict, { exptime = 1e12,
+                timeout = 1e12, step = 1e12, ratio = 1e12, max_step = 1e12 })
+            assert.equal(0, lock:lock("k"))
+            assert.is_true(dict:ttl("k") > 1e12 - 10)
+        end)
     end)
 
     describe("lock()", function()
@@ -250,6 +283,26 @@ describe("resty.shmlock", function()
             assert.is_true(math.abs(elapsed - dt) < 0.005)
             assert.equal(1, l2:unlock())
         end)
+
+        -- a wait of 0.3 s behind a holder; whatever the steps, sleeps
+        -- are at least 1 ms (cut to the deadline), never a spin
+        for _, opts in ipairs({ { max_step = 1e-7 },
+                                { step = 1e-7, max_step = 1e-7 } }) do
+            local name = opts.step and "step and max_step" or "max_step"
+            it("does not spin with a " .. name .. " of 1e-7 s", function()
+                local holder = resty_lock:new(dict)
+                assert.equal(0, holder:lock("k"))
+                opts.timeout = 0.3
+                local waiter = resty_lock:new(dict, opts)
+                local t0, cpu0 = env.now(), env.cpu()
+                assert.same({ nil, "timeout" }, { waiter:lock("k") })
+                local wall, cpu = env.now() - t0, env.cpu() - cpu0
+                assert.is_true(wall >= 0.3 and wall < 0.4, "waited " .. wall)
+                assert.is_true(cpu < 0.1, "CPU " .. cpu .. " s in a "
+                                          .. wall .. " s wait")
+                assert.equal(1, holder:unlock())
+            end)
+        end
 
         it("returns the dictionary's 'no memory'", function()
             local small = assert(shdict.open("small" .. n, { size = "32k" }))
@@ -382,6 +435,20 @@ describe("resty.shmlock", function()
             assert.has_error(function() lock:expire("1") end,
                              'bad "exptime" argument')
         end)
+
+        it("raises on a NaN, infinite or too large timeout (above 1e12), "
+           .. "at the caller's line", function()
+            local lock = resty_lock:new(dict)
+            assert.equal(0, lock:lock("k"))
+            for _, t in ipairs({ 0 / 0, math.huge, -math.huge, 1e12 + 1e6 })
+            do
+                assert.equal('bad "exptime" argument',
+                             raised(function() lock:expire(t) end))
+            end
+            assert.is_true(lock:owned())
+            assert.is_true(lock:expire(1e12))
+            assert.is_true(dict:ttl("k") > 1e12 - 10)
+        end)
     end)
 
     describe("garbage collection", function()
@@ -471,6 +538,14 @@ describe("resty.shmlock", function()
             assert.is_false(lock:owned())
         end)
     end)
+
+    -- the zone clock in ms, and a starver's deadline a minute ahead
+    local function now_ms()
+        return math.floor(env.now_us() / 1000)
+    end
+    local function later()
+        return now_ms() + 60000
+    end
 
     -- "<pid>:<start>:" of this process's tokens
     local function my_prefix()
@@ -580,22 +655,25 @@ describe("resty.shmlock", function()
             local me = my_prefix() .. "999999999999998"
             local other = my_prefix() .. "999999999999997"
             local zone, look = dict._zone, zone_lock.look
+            local till = later()
 
             -- an older starver's mark stays
             assert.is_true(dict:cas("k", tok, tok .. "|" .. other
-                                    .. "|5000|100", 30))
+                                    .. "|5000|100|" .. till, 30))
             assert.equal(zone_lock.BUSY,
-                         look(zone, "k", 1, me, 30000, false, 200))
+                         look(zone, "k", 1, me, 30000, false, 200, till))
             -- a younger one's is replaced, keeping the holder's TTL
-            assert.is_true(dict:cas("k", tok .. "|" .. other .. "|5000|100",
-                                    tok .. "|" .. other .. "|5000|300", 10))
+            assert.is_true(dict:cas("k", tok .. "|" .. other .. "|5000|100|"
+                                    .. till, tok .. "|" .. other
+                                    .. "|5000|300|" .. till, 10))
             assert.equal(zone_lock.MARKED,
-                         look(zone, "k", 1, me, 30000, false, 200))
-            assert.equal(tok .. "|" .. me .. "|30000|200", dict:get("k"))
+                         look(zone, "k", 1, me, 30000, false, 200, till))
+            assert.equal(tok .. "|" .. me .. "|30000|200|" .. till,
+                         dict:get("k"))
             assert.is_true(dict:ttl("k") <= 10)
             -- and a waiter that is not starving does not mark
             assert.equal(zone_lock.MARKED,
-                         look(zone, "k", 1, me, 30000, false, 200))
+                         look(zone, "k", 1, me, 30000, false, 200, till))
             assert.equal(zone_lock.BUSY,
                          look(zone, "k", 1, other, 30000, false, nil))
 
@@ -608,8 +686,84 @@ describe("resty.shmlock", function()
             assert.is_true(dict:add("k", "someone else's", 30))
             assert.equal(zone_lock.BUSY,
                          zone_lock.look(dict._zone, "k", 1, me, 30000, true,
-                                        200))
+                                        200, later()))
             assert.equal("someone else's", dict:get("k"))
+        end)
+
+        -- a mark whose starver's deadline (its last field) has passed
+        local function stale_mark(holder_tok, starver, since)
+            return holder_tok .. "|" .. starver .. "|30000|" .. (since or 1)
+                   .. "|" .. (now_ms() - 1)
+        end
+
+        it("unlock() frees a lock whose starver's deadline passed instead "
+           .. "of handing it over", function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local tok = token_of(holder)
+            local starver = my_prefix() .. "999999999999999"
+            assert.is_true(dict:cas("k", tok, stale_mark(tok, starver), 10))
+            assert.is_true(holder:owned())
+            assert.same({ 1 }, { holder:unlock() })
+            assert.same({ nil, "unlocked" }, { holder:unlock() })
+            assert.is_nil(dict:get("k"))
+            assert.equal(0, resty_lock:new(dict):trylock("k"))
+        end)
+
+        it("unlock() hands the lock over just before the starver's deadline",
+           function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local tok = token_of(holder)
+            local starver = my_prefix() .. "999999999999999"
+            assert.is_true(dict:cas("k", tok, tok .. "|" .. starver
+                                    .. "|30000|1|" .. (now_ms() + 1000), 10))
+            assert.same({ 1 }, { holder:unlock() })
+            assert.equal(starver, dict:get("k"))
+        end)
+
+        it("a starving waiter replaces a stale mark, even an older "
+           .. "starver's", function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local tok = token_of(holder)
+            local me = my_prefix() .. "999999999999998"
+            local other = my_prefix() .. "999999999999997"
+            local till = later()
+            assert.is_true(dict:cas("k", tok, stale_mark(tok, other, 100),
+                                    10))
+            assert.equal(zone_lock.MARKED,
+                         zone_lock.look(dict._zone, "k", 1, me, 30000, false,
+                                        200, till))
+            assert.equal(tok .. "|" .. me .. "|30000|200|" .. till,
+                         dict:get("k"))
+        end)
+
+        it("writes a mark with a long exptime and deadline in digits, and "
+           .. "hands it over", function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local tok = token_of(holder)
+            local me = my_prefix() .. "999999999999998"
+            assert.equal(zone_lock.MARKED,
+                         zone_lock.look(dict._zone, "k", 1, me, 1e15, false,
+                                        200, 1e15))
+            assert.equal(tok .. "|" .. me .. "|1000000000000000|200|"
+                         .. "1000000000000000", dict:get("k"))
+            assert.same({ 1 }, { holder:unlock() })
+            assert.equal(me, dict:get("k"))
+            assert.is_true(dict:ttl("k") > 1e12 - 10)
+        end)
+
+        it("a dead holder's lock goes to the waiter, not to a stale mark",
+           function()
+            local dead = env.token(env.dead_pid(), 12345, 1)
+            local starver = my_prefix() .. "999999999999999"
+            assert.is_true(dict:add("k", stale_mark(dead, starver), 30))
+            local lock = resty_lock:new(dict)
+            assert.equal(0, lock:trylock("k"))
+            assert.is_true(lock:owned())
+            assert.equal(1, lock:unlock())
         end)
     end)
 
@@ -688,12 +842,18 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
             return data[k]
         end
         function d.get(_, k) return live(k) end
+        -- as lua-resty-core: exptime * 1000 reaches nginx as a long of
+        -- milliseconds, 0 = never
+        local function expiry(exp)
+            local ms = math.floor((exp or 0) * 1000)
+            return ms > 0 and fake.clock + ms / 1000 or nil
+        end
         function d.add(_, k, v, exp)
             if live(k) ~= nil then
                 return false, "exists"
             end
             data[k] = v
-            deadline[k] = exp and exp > 0 and fake.clock + exp or nil
+            deadline[k] = expiry(exp)
             return true
         end
         function d.replace(_, k, v, exp)
@@ -701,7 +861,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
                 return false, "not found"
             end
             data[k] = v
-            deadline[k] = exp and exp > 0 and fake.clock + exp or nil
+            deadline[k] = expiry(exp)
             return true
         end
         function d.delete(_, k)
@@ -792,6 +952,31 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
             local elapsed = nginx_lock:new(dict, case[1]):lock("k" .. i)
             assert.is_true(near(case[2], elapsed), tostring(elapsed))
         end
+    end)
+
+    it("never sleeps less than 1 ms but for a last step cut to the "
+       .. "timeout, whatever step and max_step", function()
+        local holder = nginx_lock:new(dict)
+        assert.equal(0, holder:lock("k"))
+        for _, opts in ipairs({ { max_step = 1e-7 }, { step = 1e-7 },
+                                { step = 1e-7, max_step = 1e-7 } }) do
+            fake.steps, fake.clock = {}, 0
+            opts.timeout = 0.0105
+            assert.same({ nil, "timeout" },
+                        { nginx_lock:new(dict, opts):lock("k") })
+            local steps = fake.steps
+            assert.is_true(#steps <= 12, #steps .. " steps")
+            for i = 1, #steps - 1 do
+                assert.is_true(steps[i] >= 0.001, "step " .. steps[i])
+            end
+            assert.is_true(near(0.0105, fake.clock), tostring(fake.clock))
+        end
+        -- a step of 1 ms or more is resty.lock's, max_step as well
+        fake.steps, fake.clock = {}, 0
+        assert.same({ nil, "timeout" },
+                    { nginx_lock:new(dict, { timeout = 0.01, step = 0.002,
+                                             max_step = 0.003 }):lock("k") })
+        assert.same({ 0.002, 0.003, 0.003, 0.002 }, fake.steps)
     end)
 
     it("times out after the sum of its steps", function()
@@ -894,6 +1079,20 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
                 assert.is_true(l2:owned())
                 assert.same({ nil, "unlocked" }, { l1:unlock() })
             end
+        end)
+
+        it("gives an exptime below 1 ms as 1 ms, not 0 (never expires)",
+           function()
+            local lock = nginx_lock:new("fallback", { exptime = 0.0001 })
+            assert.equal(0, lock:lock("short"))
+            fake.clock = fake.clock + 0.002
+            assert.is_nil(shared:get("short"))
+
+            lock = nginx_lock:new("fallback")
+            assert.equal(0, lock:lock("renewed"))
+            assert.is_true(lock:expire(0.0001))
+            fake.clock = fake.clock + 0.002
+            assert.is_nil(shared:get("renewed"))
         end)
 
         it("is released by the GC", function()

@@ -108,8 +108,10 @@ describe("resty.shmlock.redis", function()
                 { { max_step = 0 }, "opts.max_step must be > 0" },
                 { { timeout = 0 / 0 }, "opts.timeout must be a number" },
                 { { prefix = 1 }, "opts.prefix must be a string" },
-                { { exptime = math.huge },
-                  "opts.exptime must be finite (0 means never expires)" },
+                { { exptime = math.huge }, "opts.exptime must be <= 1e12" },
+                { { exptime = 1e12 + 1e6 }, "opts.exptime must be <= 1e12" },
+                { { timeout = math.huge }, "opts.timeout must be <= 1e12" },
+                { { max_step = -math.huge }, "opts.max_step must be > 0" },
                 { 42, "opts must be a table" },
             }
             for _, case in ipairs(cases) do
@@ -206,6 +208,27 @@ describe("resty.shmlock.redis", function()
             assert.same({ nil, "timeout" }, { waiter:lock("t") })
             local took = now() - t0
             assert.is_true(took >= 0.29 and took < 0.4, took)
+            assert.equal(1, holder:unlock())
+        end)
+
+        it("tries at most once per ms, whatever step and max_step",
+           function()
+            local holder = redis_lock.new(raw)
+            assert.equal(0, holder:lock("spin"))
+            for _, opts in ipairs({ { max_step = 1e-7 },
+                                    { step = 1e-7, max_step = 1e-7 } }) do
+                opts.timeout = 0.3
+                local waiter = redis_lock.new(client(), opts)
+                raw:config("resetstat")
+                local t0 = now()
+                assert.same({ nil, "timeout" }, { waiter:lock("spin") })
+                local took = now() - t0
+                assert.is_true(took >= 0.29 and took < 0.4, took)
+                -- a first attempt and one per sleep of >= 1 ms
+                local tries = commandstats().cmdstat_evalsha
+                assert.is_true(tries <= 302, tries .. " tries in " .. took
+                                             .. " s")
+            end
             assert.equal(1, holder:unlock())
         end)
 
@@ -378,6 +401,11 @@ describe("resty.shmlock.redis", function()
                            err)
             assert.has_error(function() lock:expire("1") end,
                              'bad "timeout" argument')
+            for _, bad in ipairs({ 0 / 0, math.huge, 1e12 + 1e6 }) do
+                assert.has_error(function() lock:expire(bad) end,
+                                 'bad "timeout" argument')
+            end
+            assert.is_true(lock:expire(1e12))
             assert.equal(1, lock:unlock())
         end)
     end)

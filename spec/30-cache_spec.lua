@@ -262,6 +262,101 @@ describe("resty.shmlock.cache", function()
     end)
 
 
+    describe("ttl limits", function()
+        -- infinity and times above 1e12 s would reach the zone as garbage
+        local big = { math.huge, 1e12 + 1e6 }
+        local fields = { "ttl", "neg_ttl", "resurrect_ttl" }
+
+        it("new() raises on an infinite or too large ttl, naming it",
+           function()
+            for _, field in ipairs(fields) do
+                for _, v in ipairs(big) do
+                    assert.equal("opts." .. field .. " must be <= 1e12",
+                                 raised(function()
+                                     cache.new("c", { [field] = v })
+                                 end))
+                end
+            end
+        end)
+
+        it("get() and set() raise on an infinite or too large ttl, naming "
+           .. "it", function()
+            local c = new_cache()
+            local ok = function() return 1 end
+            for _, field in ipairs(fields) do
+                for _, v in ipairs(big) do
+                    assert.equal("opts." .. field .. " must be <= 1e12",
+                                 raised(function()
+                                     c:get("k", { [field] = v }, ok)
+                                 end))
+                end
+            end
+            for _, v in ipairs(big) do
+                assert.equal("ttl must be <= 1e12",
+                             raised(function() c:set("k", 1, v) end))
+            end
+            assert.same({ n = 1, nil }, pack(c:peek("k", true)))
+        end)
+
+        it("accepts 1e12 for ttl and resurrect_ttl together", function()
+            -- (the zone keeps the entry for at most 1e12 s)
+            local c = new_cache({ ttl = 1e12, resurrect_ttl = 1e12 })
+            assert.same({ n = 1, true }, pack(c:set("k", "v")))
+            assert.same({ n = 3, "w", nil, 3 }, pack(c:get("j", nil,
+                function() return "w" end)))
+            assert.is_true(c:peek("k") > 1e12 - 10)
+            assert.is_true(c.dict:ttl(c.prefix .. "j") > 1e12 - 10)
+            -- and refuses what is too large still
+            assert.equal("opts.resurrect_ttl must be <= 1e12",
+                         raised(function()
+                             c:get("z", { resurrect_ttl = 2e12 }, error)
+                         end))
+        end)
+
+        -- 0.0001 s must not become 0 ms, "never expires", in the zone
+        it("a ttl below 1 ms expires from the zone: set(), get(), a "
+           .. "loader's ttl, neg_ttl", function()
+            local c = new_cache({ neg_ttl = 0.0001, l1_size = 0 })
+            assert.same({ n = 1, true }, pack(c:set("a", "v", 0.0001)))
+            assert.same({ n = 3, "v", nil, 3 }, pack(c:get("b",
+                { ttl = 0.0001 }, function() return "v" end)))
+            assert.same({ n = 3, "v", nil, 3 }, pack(c:get("c", nil,
+                function() return "v", nil, 0.0001 end)))
+            assert.same({ n = 3, nil, nil, 3 }, pack(c:get("d", nil,
+                function() return nil end)))
+            proc.sleep(0.01)
+            for _, key in ipairs({ "a", "b", "c", "d" }) do
+                assert.same({ n = 1, nil }, pack(c:peek(key)), key)
+                -- gone from the zone too, not kept for ever
+                assert.same({ n = 1, nil },
+                            pack(c.dict:get(c.prefix .. key)), key)
+            end
+        end)
+
+        it("gives an ngx.shared dict 1 ms, never less, for a ttl below "
+           .. "1 ms", function()
+            -- ngx.shared.DICT truncates exptime * 1000 to whole ms
+            local exptimes, store = {}, {}
+            local fake = {
+                get = function(_, k) return store[k] end,
+                get_stale = function(_, k) return store[k] end,
+                set = function(_, k, v, exptime)
+                    store[k] = v
+                    exptimes[#exptimes + 1] = exptime
+                    return true
+                end,
+                delete = function(_, k) store[k] = nil return true end,
+            }
+            local c = new_cache({ dict = fake })
+            c:set("a", "v", 0.0001)
+            c:get("b", { ttl = 0.0001, resurrect_ttl = 0.0001 },
+                  function() return "v" end)
+            c:set("c", "v", 0)
+            c:set("d", "v", 2)
+            assert.same({ 0.001, 0.001, 0, 2 }, exptimes)
+        end)
+    end)
+
     describe("get()", function()
         it("calls the loader on a miss with the extra arguments: hit level 3",
            function()
@@ -513,13 +608,29 @@ describe("resty.shmlock.cache", function()
 
             it("refuses a bad ttl from the loader", function()
                 local c = new_cache()
-                local msg = "loader returned a bad ttl (a number >= 0 "
-                            .. "expected)"
+                local msg = "loader returned a bad ttl (a number from 0 to "
+                            .. "1e12 expected)"
                 assert.same({ n = 2, nil, msg }, pack(c:get("k", nil,
                     function() return "v", nil, -1 end)))
                 assert.same({ n = 2, nil, msg }, pack(c:get("k", nil,
                     function() return "v", nil, "10" end)))
                 expect_not_cached(c, "k")
+            end)
+
+            it("refuses a NaN, infinite or too large ttl from the loader",
+               function()
+                local c = new_cache()
+                local msg = "loader returned a bad ttl (a number from 0 to "
+                            .. "1e12 expected)"
+                for _, ttl in ipairs({ 0 / 0, math.huge, -math.huge,
+                                       1e12 + 1e6 }) do
+                    assert.same({ n = 2, nil, msg }, pack(c:get("k", nil,
+                        function() return "v", nil, ttl end)),
+                        tostring(ttl))
+                end
+                expect_not_cached(c, "k")
+                assert.same({ n = 3, "v", nil, 3 }, pack(c:get("k2", nil,
+                    function() return "v", nil, 1e12 end)))
             end)
 
             it("returns the zone's error when the value does not fit",

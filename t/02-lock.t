@@ -150,6 +150,38 @@ EOF
                 holder:unlock()
             }
         }
+        # a step or max_step below 1 ms: ngx.sleep would only yield and
+        # the waiter spin; it must sleep >= 1 ms, so use little CPU
+        location = /tiny-step {
+            content_by_lua_block {
+                local ffi = require "ffi"
+                pcall(ffi.cdef, [[
+                    struct t_rusage { long ut_s, ut_us, st_s, st_us;
+                                      long rest[14]; };
+                    int getrusage(int who, struct t_rusage *usage);
+                ]])
+                local ru = ffi.new("struct t_rusage")
+                local function cpu()
+                    assert(ffi.C.getrusage(0, ru) == 0)
+                    return tonumber(ru.ut_s + ru.st_s)
+                           + tonumber(ru.ut_us + ru.st_us) / 1e6
+                end
+                local key = ngx.var.arg_key
+                local holder = assert(resty_lock:new("locks"))
+                assert(holder:lock(key) == 0)
+                local opts = { timeout = 0.3, max_step = 1e-7 }
+                if ngx.var.arg_step then
+                    opts.step = 1e-7
+                end
+                local waiter = assert(resty_lock:new("locks", opts))
+                local cpu0 = cpu()
+                local elapsed, err = waiter:lock(key)
+                local used = cpu() - cpu0
+                ngx.say(tostring(elapsed), " ", tostring(err), " ",
+                        used < 0.1 or used)
+                holder:unlock()
+            }
+        }
         location = /api {
             content_by_lua_block {
                 local out = {}
@@ -212,6 +244,14 @@ $t->block("inside nginx a lock's expiry comes from nginx's cached monotonic cloc
 $t->block("inside nginx the backoff is resty.lock's: 0.127 behind a 0.1 s holder",
     request => "GET /backoff?key=bk",
     body    => "0.127 nil\n");
+
+$t->block("a waiter with max_step 1e-7 sleeps >= 1 ms steps, using little CPU",
+    request => "GET /tiny-step?key=ts1",
+    body    => "nil timeout true\n");
+
+$t->block("... with step and max_step 1e-7 too",
+    request => "GET /tiny-step?key=ts2&step=1",
+    body    => "nil timeout true\n");
 
 $t->block("a held key gives 'timeout' after opts.timeout",
     request => "GET /timeout?key=to",

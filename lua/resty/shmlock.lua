@@ -41,6 +41,8 @@ local hold = handle.hold
 local drop = handle.drop
 local retoken = handle.retoken
 local ms = options.ms
+local seconds_ok = options.seconds_ok
+local MIN_SLEEP = options.MIN_SLEEP
 local ACQUIRED = zone_lock.ACQUIRED
 
 
@@ -157,12 +159,18 @@ function _M.new(a, b, c)
 end
 
 
--- resty.lock's wait inside nginx: ngx.sleep steps; elapsed is their sum
+-- resty.lock's wait inside nginx: ngx.sleep steps; elapsed is their sum.
+-- Unlike resty.lock, no step is below MIN_SLEEP (ngx.sleep would only
+-- yield: a spin) except a last one cut to the timeout left; for steps of
+-- 1 ms and more the steps are resty.lock's.
 local function sleep(self, ops, key, klen, tok)
     local store, exp_ms = self.store, self.exptime_ms
     local step, ratio, max_step = self.step, self.ratio, self.max_step
     local timeout = self.timeout
     local elapsed = 0
+    if step < MIN_SLEEP then
+        step = min(MIN_SLEEP, timeout)
+    end
 
     while timeout > 0 do
         ngx_sleep(step)
@@ -183,7 +191,7 @@ local function sleep(self, ops, key, klen, tok)
         if timeout <= 0 then
             break
         end
-        step = min(max(0.001, step * ratio), timeout, max_step)
+        step = min(max(MIN_SLEEP, min(step * ratio, max_step)), timeout)
     end
     return nil, "timeout"
 end
@@ -270,7 +278,10 @@ end
 
 -- syntax: ok, err = lock:unlock()
 -- 1; nil, "unlocked" if this object holds no lock; nil, "expired" if our
--- lock expired (someone else may hold the key now: left untouched).
+-- lock expired (someone else may hold the key now: left untouched); nil
+-- and the store's error ("no memory", ...) if the release failed while
+-- the key is still ours: the object keeps holding it (unlock again, or
+-- the lock goes when the object is collected or at its exptime).
 function _M.unlock(self)
     local cd = self.cd
     if not cd then
@@ -278,25 +289,30 @@ function _M.unlock(self)
     end
     local ok, err = self.ops.release(self.store, self.key, cd.key_len, cd.tok,
                                      cd.tok_len)
-    drop(self)
     if ok then
+        drop(self)
         return ok
+    end
+    if err == "expired" then
+        drop(self)
     end
     return nil, err
 end
 
 
 -- syntax: ok, err = lock:expire(timeout?)
--- Resets the lock's expiry to timeout seconds (nil: the object's exptime).
--- true; nil, "unlocked"; nil, "expired" (our lock expired meanwhile: the
--- object no longer holds it).
+-- Resets the lock's expiry to timeout seconds (nil: the object's exptime;
+-- 0: never expires; NaN, infinite or above 1e12 raises, as a negative
+-- timeout).  true; nil, "unlocked"; nil, "expired" (our lock expired
+-- meanwhile: the object no longer holds it); nil and the store's error
+-- (the object still holds the lock, with its old expiry).
 function _M.expire(self, time)
     if not self.cd then
         return nil, "unlocked"
     end
     if time == nil then
         time = self.exptime
-    elseif type(time) ~= "number" or not (time >= 0) then
+    elseif not seconds_ok(time) then
         error('bad "exptime" argument', 2)
     end
 

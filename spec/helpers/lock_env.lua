@@ -11,6 +11,12 @@ int shmlock_spec_setenv(const char *name, const char *value, int overwrite)
 int shmlock_spec_unsetenv(const char *name) __asm__("unsetenv");
 int shmlock_spec_kill(int pid, int sig) __asm__("kill");
 int shmlock_spec_usleep(unsigned int usec) __asm__("usleep");
+struct shmlock_spec_rusage {
+    long utime_sec, utime_usec, stime_sec, stime_usec;
+    long rest[14];
+};
+int shmlock_spec_getrusage(int who, struct shmlock_spec_rusage *usage)
+    __asm__("getrusage");
 ]]
 
 local _M = {}
@@ -23,6 +29,15 @@ end
 
 function _M.sleep(seconds)
     ffi.C.shmlock_spec_usleep(seconds * 1e6)
+end
+
+local usage = ffi.new("struct shmlock_spec_rusage")
+
+-- CPU seconds (user + system) this process has used so far
+function _M.cpu()
+    assert(ffi.C.shmlock_spec_getrusage(0, usage) == 0)     -- RUSAGE_SELF
+    return tonumber(usage.utime_sec + usage.stime_sec)
+           + tonumber(usage.utime_usec + usage.stime_usec) / 1e6
 end
 
 -- a fresh empty directory

@@ -24,6 +24,7 @@ local buffer = require "string.buffer"
 local C = require "resty.shmlock.lib"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
+local options = require "resty.shmlock.options"
 
 local ffi_new = ffi.new
 local ffi_copy = ffi.copy
@@ -36,6 +37,11 @@ local pcall = pcall
 local setmetatable = setmetatable
 local getmetatable = getmetatable
 local str_byte = string.byte
+local min = math.min
+local seconds_ok = options.seconds_ok
+local at_least_ms = options.at_least_ms
+local MAX_SECONDS = options.MAX_SECONDS
+local MAX_TEXT = options.MAX_TEXT
 
 local _M = { _VERSION = "0.1.0" }
 local mt = { __index = _M }
@@ -188,7 +194,8 @@ end
 
 
 -- Option checks: programmer misuse raises, naming the option, at the level
--- of the caller of the public function.
+-- of the caller of the public function.  A ttl is at most MAX_SECONDS
+-- (1e12: infinity and larger would reach the zone as garbage).
 local function check_ttl(v, what, level, positive)
     if type(v) ~= "number" then
         error(what .. " must be a number", level + 1)
@@ -199,6 +206,9 @@ local function check_ttl(v, what, level, positive)
         end
     elseif not (v >= 0) then
         error(what .. " must be >= 0", level + 1)
+    end
+    if v > MAX_SECONDS then
+        error(what .. " must be <= " .. MAX_TEXT, level + 1)
     end
 end
 
@@ -353,12 +363,14 @@ end
 
 
 -- the zone expiry of an entry with logical ttl `ttl`: a stale copy stays
--- for resurrect_ttl more seconds
+-- for resurrect_ttl more seconds.  At most MAX_SECONDS, and never below
+-- 1 ms but for 0: an ngx.shared dict would truncate it to 0, never expires
+-- (our zones round it up by themselves).
 local function zone_exptime(ttl, resurrect_ttl)
-    if ttl == 0 or not resurrect_ttl then
-        return ttl
+    if ttl ~= 0 and resurrect_ttl then
+        ttl = min(ttl + resurrect_ttl, MAX_SECONDS)
     end
-    return ttl + resurrect_ttl
+    return at_least_ms(ttl)
 end
 
 local function set_l1(self, key, value, remaining)
@@ -466,8 +478,9 @@ local function loaded(ok, value, err, ttl, neg_ttl, lttl)
         return nil, err
     end
     if lttl ~= nil then
-        if type(lttl) ~= "number" or not (lttl >= 0) then
-            return nil, "loader returned a bad ttl (a number >= 0 expected)"
+        if not seconds_ok(lttl) then
+            return nil, "loader returned a bad ttl (a number from 0 to "
+                        .. MAX_TEXT .. " expected)"
         end
         return value, nil, lttl
     end

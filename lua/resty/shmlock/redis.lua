@@ -35,7 +35,7 @@ local setmetatable = setmetatable
 local floor = math.floor
 local min = math.min
 local max = math.max
-local huge = math.huge
+local MIN_SLEEP = options.MIN_SLEEP
 local byte = string.byte
 local find = string.find
 local match = string.match
@@ -327,9 +327,6 @@ function _M.new(a, b, c)
     if prefix ~= nil and type(prefix) ~= "string" then
         error("opts.prefix must be a string", 2)
     end
-    if exptime == huge then
-        error("opts.exptime must be finite (0 means never expires)", 2)
-    end
 
     return setmetatable({
         client = client,
@@ -437,7 +434,8 @@ function _M.lock(self, key)
     end
 
     -- held by someone else: back off exponentially, each sleep drawn from
-    -- [step/2, step] so that waiters spread out, and never past the deadline
+    -- [step/2, step] so that waiters spread out, never below MIN_SLEEP (a
+    -- spin of Redis round trips) and never past the deadline
     local timeout = self.timeout
     if timeout <= 0 then
         return nil, "timeout"
@@ -451,7 +449,7 @@ function _M.lock(self, key)
         if left <= 0 then
             return nil, "timeout"
         end
-        local s = step * (0.5 + 0.5 * random())
+        local s = max(MIN_SLEEP, step * (0.5 + 0.5 * random()))
         if s > left then
             s = left
         end
@@ -465,7 +463,7 @@ function _M.lock(self, key)
         if err then
             return nil, err
         end
-        step = min(max(0.001, step * ratio), max_step)
+        step = min(max(MIN_SLEEP, step * ratio), max_step)
     end
 end
 
@@ -503,9 +501,7 @@ function _M.expire(self, timeout)
     local ms
     if timeout == nil then
         ms = self.ms
-    elseif type(timeout) ~= "number" or not (timeout >= 0)
-           or timeout == huge
-    then
+    elseif not options.seconds_ok(timeout) then
         error('bad "timeout" argument', 2)
     else
         ms = ms_string(timeout)

@@ -6,9 +6,11 @@
 -- unlock and expire compare, then delete or replace: exact between the
 -- light threads of one worker (nothing yields in between), best effort
 -- between workers.  No waking, no dead-holder takeover, no starvation
--- mode: those need the zone's compare-and-swap.
+-- mode: those need the zone's compare-and-swap.  Expiries below 1 ms are
+-- given as 1 ms (ngx.shared.DICT would truncate them to 0: never).
 
 local ffi = require "ffi"
+local at_least_ms = require("resty.shmlock.options").at_least_ms
 
 local ffi_str = ffi.string
 local type = type
@@ -24,7 +26,7 @@ function _M.add(self, key, klen, tok, tlen)
     if type(tok) ~= "string" then
         tok = ffi_str(tok, tlen)
     end
-    local ok, err = self.store:add(key, tok, self.exptime)
+    local ok, err = self.store:add(key, tok, at_least_ms(self.exptime))
     if ok then
         return true
     end
@@ -60,7 +62,7 @@ function _M.renew(dict, key, klen, tok, new_tok, seconds)
     if dict:get(key) ~= tok then
         return nil, "expired"
     end
-    local ok, err = dict:replace(key, new_tok, seconds)
+    local ok, err = dict:replace(key, new_tok, at_least_ms(seconds))
     if not ok then
         return nil, err == "not found" and "expired" or err
     end

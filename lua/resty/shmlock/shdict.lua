@@ -4,9 +4,13 @@
 -- Argument checks and error strings follow lua-resty-core's shdict.lua:
 -- runtime conditions return nil/false plus a message, programmer misuse
 -- (a bad exptime, a call on something that is not a dict) raises.
+-- Beyond it: an exptime or init_ttl that is NaN, infinite or above 1e12
+-- seconds raises too (resty.shmlock.options.MAX_SECONDS), and one below
+-- 1 ms is 1 ms, not 0 ("never expires").
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
+local options = require "resty.shmlock.options"
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
@@ -16,6 +20,8 @@ local tostring = tostring
 local tonumber = tonumber
 local error = error
 local setmetatable = setmetatable
+local seconds_ok = options.seconds_ok
+local ms = options.ms
 
 local OK = 0
 local NOT_FOUND = 1
@@ -107,14 +113,15 @@ local function fill(v, value, flags)
     return true
 end
 
+-- exptime (seconds, nil or false: 0) as milliseconds for the C core
 local function check_exptime(exptime, level)
     if not exptime then
         return 0
     end
-    if type(exptime) ~= "number" or exptime < 0 then
+    if not seconds_ok(exptime) then
         error('bad "exptime" argument', level + 1)
     end
-    return exptime * 1000
+    return ms(exptime)
 end
 
 -- the public store methods tail-call this, so level 2 here is their caller
@@ -265,7 +272,7 @@ function methods.incr(self, key, value, init, init_ttl)
 
     if init_ttl ~= nil then
         init_ttl = number_arg(init_ttl, "init_ttl")
-        if init_ttl < 0 then
+        if not seconds_ok(init_ttl) then
             error('bad "init_ttl" argument', 2)
         end
         if not init then
@@ -279,7 +286,7 @@ function methods.incr(self, key, value, init, init_ttl)
     forcible[0] = 0
     local rc = C.shmlock_dict_incr(zone, key, #key, num_buf,
                                    init and 1 or 0, init or 0,
-                                   init_ttl * 1000, forcible)
+                                   ms(init_ttl), forcible)
     if rc ~= OK then
         return nil, errors[rc]
     end
@@ -307,7 +314,7 @@ end
 -- syntax: ok, err = dict:expire(key, exptime)
 function methods.expire(self, key, exptime)
     local zone = zone_of(self)
-    if type(exptime) ~= "number" or exptime < 0 then
+    if not seconds_ok(exptime) then
         error('bad "exptime" argument', 2)
     end
     local err
@@ -315,7 +322,7 @@ function methods.expire(self, key, exptime)
     if not key then
         return nil, err
     end
-    local rc = C.shmlock_dict_expire(zone, key, #key, exptime * 1000)
+    local rc = C.shmlock_dict_expire(zone, key, #key, ms(exptime))
     if rc ~= OK then
         return nil, errors[rc]
     end

@@ -9,7 +9,8 @@
 -- becomes *starving*; it marks the held lock by appending itself to the
 -- value (cas, keeping the holder's TTL):
 --
---     "<holder token>|<starver token>|<starver exptime ms>|<since ms>"
+--     "<holder token>|<starver token>|<starver exptime ms>|<since ms>|"
+--     .. "<until ms>"
 --
 -- A release of a marked lock hands it over: cas(value -> starver token),
 -- so the key is never free in between and nobody can barge in.  Only one
@@ -28,6 +29,27 @@
 -- would leave the lock idle for a step), but cannot barge past a mark
 -- either: a marked lock is never free.
 --
+-- Giving up.  A starver whose timeout passes withdraws its mark (cas back
+-- to the holder's token) unless the lock reached it.  <until> is its
+-- deadline (zone clock, ms): from then on the mark is stale, whether or
+-- not the withdrawal worked.  A release does not hand the lock to a stale
+-- mark (it frees the key), a dead holder's lock is not handed to it, and
+-- any starver may replace it.  So a withdrawal that fails (a zone error)
+-- cannot leave the key to an owner who stopped waiting: the starver
+-- returns "timeout" at once and its mark is ignored.  A handoff before the
+-- deadline reaches a starver still waiting: it finds the lock at its next
+-- look, or when it reads the key to withdraw (only if that read fails too
+-- is the lock left to its exptime).  A mark without <until> (written by
+-- an older version) never goes stale.
+--
+-- Bounded loops.  A compare-and-swap that fails with CHANGED (someone
+-- changed the value between our read and our write) is retried, at most
+-- RETRIES times; NOT_FOUND means our lock expired; any other code (no
+-- memory, a broken zone) is final and returned as it is (resty.shmlock.
+-- errors), never taken for "expired".  A waiter's loop ends at its
+-- deadline; it never sleeps less than options.MIN_SLEEP at a time, but
+-- the last sleep, cut to the deadline.
+--
 -- Waking.  Outside nginx a waiter sleeps on the key's wait word in the zone
 -- (a futex).  It counts itself as a waiter and reads the word before it
 -- looks at the key (shmlock_wait_begin), so a release in between cuts the
@@ -44,19 +66,24 @@ local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 local cached_ms = require("resty.shmlock.clock").cached_ms
 local token = require "resty.shmlock.token"
-local ms = require("resty.shmlock.options").ms
+local options = require "resty.shmlock.options"
+local errors = require "resty.shmlock.errors"
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
 local type = type
 local tonumber = tonumber
 local floor = math.floor
+local ceil = math.ceil
 local min = math.min
 local max = math.max
 local str_match = string.match
 local str_find = string.find
 local str_sub = string.sub
+local str_format = string.format
 local valid = token.valid
+local ms = options.ms
+local MIN_SLEEP = options.MIN_SLEEP
 
 local OK = 0
 local NOT_FOUND = 1
@@ -69,6 +96,9 @@ local T_NIL, T_STRING = 0, 4
 -- a waiter sleeps at most this long between looks at the holder, so that
 -- a holder that dies while we wait is noticed within it
 local CHECK_EVERY_US = 100000
+
+-- tries of a compare-and-swap that keeps failing with CHANGED
+local RETRIES = 32
 
 -- outcomes of one look at a busy key
 local BUSY, ACQUIRED, MARKED = 0, 1, 2
@@ -93,8 +123,6 @@ local forcible = ffi_new("int[1]")
 local buf_size = 256
 local buf = ffi_new("char[?]", buf_size)
 
-local errors = require "resty.shmlock.errors"
-
 
 -- monotonic microseconds, comparable between processes
 local function now_us()
@@ -102,17 +130,31 @@ local function now_us()
 end
 _M.now_us = now_us
 
+-- the same clock in milliseconds
+local function now_ms()
+    return tonumber(C.shmlock_now_ms())
+end
 
--- the key's value: a string, nil when absent, true for a value that is not
--- a string (not ours: treated as a holder we cannot identify)
+
+-- The key's value: a string, nil when absent, true for a value that is
+-- not a string (not ours: treated as a holder we cannot identify); nil,
+-- err when the zone fails.
 local function read(zone, key, klen)
     local rc = C.shmlock_dict_get(zone, key, klen, 0, out, buf, buf_size)
-    while rc == AGAIN do
+    -- AGAIN: the buffer is too small; grow it and ask again, twice at most
+    -- (the value may grow in between)
+    for _ = 1, 2 do
+        if rc ~= AGAIN then
+            break
+        end
         buf_size = tonumber(out.len)
         buf = ffi_new("char[?]", buf_size)
         rc = C.shmlock_dict_get(zone, key, klen, 0, out, buf, buf_size)
     end
-    if rc ~= OK or out.type == T_NIL then
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    if out.type == T_NIL then
         return nil
     end
     if out.type ~= T_STRING then
@@ -136,16 +178,27 @@ local function wake(zone, key, klen)
 end
 
 
--- holder, starver, starver's exptime (ms), starver's wait start (ms)
+-- holder, starver, starver's exptime (ms), starver's wait start (ms),
+-- starver's deadline (ms; nil in a mark without one)
 local function split(v)
     if not str_find(v, "|", 1, true) then
         return v
     end
-    local h, s, e, since = str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)$")
+    local h, s, e, since, till =
+        str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)|(%d+)$")
     if not h then
-        return v
+        h, s, e, since = str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)$")
+        if not h then
+            return v
+        end
     end
-    return h, s, tonumber(e), tonumber(since)
+    return h, s, tonumber(e), tonumber(since), tonumber(till)
+end
+
+
+-- whether a starver marked with deadline `till` may still be waiting
+local function waiting(till)
+    return not till or till > now_ms()
 end
 
 
@@ -165,41 +218,50 @@ function _M.add(self, key, klen, tok, tlen)
 end
 
 
--- A marked lock being released: hand it to the marked waiter.
+-- A marked lock being released: hand it to the marked waiter if it may
+-- still be waiting, else free the key.
 local function hand_off(zone, key, klen, tok)
-    while true do
-        local v = read(zone, key, klen)
+    for _ = 1, RETRIES do
+        local v, err = read(zone, key, klen)
+        if err then
+            return nil, err
+        end
         if type(v) ~= "string" then
             return nil, "expired"
         end
-        local holder, starver, s_exp = split(v)
+        local holder, starver, s_exp, _, till = split(v)
         if holder ~= tok then
             return nil, "expired"
         end
         local rc
-        if starver then
+        if starver and waiting(till) then
             rc = cas(zone, key, klen, v, starver, s_exp)
-            if rc == OK then
-                wake(zone, key, klen)
-            end
         else
-            -- the mark was withdrawn: a plain release (which wakes too)
-            rc = C.shmlock_lock_release(zone, key, klen, tok, #tok)
+            -- the mark was withdrawn, or is stale: a plain release
+            old.str = v
+            old.len = #v
+            rc = C.shmlock_dict_cad(zone, key, klen, old)
         end
         if rc == OK then
+            wake(zone, key, klen)
             return 1
         end
-        -- CHANGED: the mark moved meanwhile; NOT_FOUND: expired
-        if rc ~= CHANGED then
+        if rc == NOT_FOUND then
             return nil, "expired"
         end
+        if rc ~= CHANGED then
+            return nil, errors[rc]
+        end
+        -- CHANGED: the mark moved meanwhile
     end
+    return nil, errors[CHANGED]
 end
 
 
 -- syntax: ok, err = zone_lock.release(zone, key, klen, tok, tlen)
--- 1, or nil, "expired" when the key no longer holds our token.  key and
--- tok: Lua strings or char pointers (the handle's copies).
+-- 1; nil, "expired" when the key no longer holds our token; nil, err when
+-- the zone failed (the key may still be ours).  key and tok: Lua strings
+-- or char pointers (the handle's copies).
 function _M.release(zone, key, klen, tok, tlen)
     local rc = C.shmlock_lock_release(zone, key, klen, tok, tlen)
     if rc == OK then
@@ -208,7 +270,10 @@ function _M.release(zone, key, klen, tok, tlen)
     if rc == CHANGED then
         return hand_off(zone, key, klen, ffi_str(tok, tlen))
     end
-    return nil, "expired"
+    if rc == NOT_FOUND then
+        return nil, "expired"
+    end
+    return nil, errors[rc]
 end
 
 
@@ -216,20 +281,33 @@ end
 -- Moves our lock to a fresh token with a new expiry, keeping a starver's
 -- mark.  A new token (not just a new TTL) makes a marker's cas, which
 -- copies the TTL it read just before, fail if we extended in between.
+-- true; nil, "expired"; nil, err when the zone failed (still ours).
 function _M.renew(zone, key, klen, tok, new_tok, seconds)
     local exp_ms = ms(seconds)
-    local rc = cas(zone, key, klen, tok, new_tok, exp_ms)
-    while rc == CHANGED do
-        local v = read(zone, key, klen)
+    local v = tok
+    for _ = 1, RETRIES do
+        local rc = cas(zone, key, klen, v, new_tok .. str_sub(v, #tok + 1),
+                       exp_ms)
+        if rc == OK then
+            return true
+        end
+        if rc == NOT_FOUND then
+            return nil, "expired"
+        end
+        if rc ~= CHANGED then
+            return nil, errors[rc]
+        end
+        -- CHANGED: marked (or unmarked) meanwhile, or no longer ours
+        local err
+        v, err = read(zone, key, klen)
+        if err then
+            return nil, err
+        end
         if type(v) ~= "string" or split(v) ~= tok then
             return nil, "expired"
         end
-        rc = cas(zone, key, klen, v, new_tok .. str_sub(v, #tok + 1), exp_ms)
     end
-    if rc == OK then
-        return true
-    end
-    return nil, "expired"
+    return nil, errors[CHANGED]
 end
 
 
@@ -240,10 +318,13 @@ function _M.holds(zone, key, klen, tok)
 end
 
 
--- The holder is dead: take the key, or give it to a live starver.
-local function take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp)
+-- The holder is dead: take the key, or give it to a live starver still
+-- waiting.
+local function take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp,
+                         till)
     local to = tok
-    if starver and starver ~= tok and token.alive(starver) then
+    if starver and starver ~= tok and waiting(till) and token.alive(starver)
+    then
         to, exp_ms = starver, s_exp
     end
     if cas(zone, key, klen, v, to, exp_ms) ~= OK then
@@ -254,8 +335,10 @@ local function take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp)
 end
 
 
-local function mark(zone, key, klen, v, holder, tok, exp_ms, since)
-    local marked = holder .. "|" .. tok .. "|" .. exp_ms .. "|" .. since
+-- (%.0f: tostring would write 1e+15 for a long exptime or timeout)
+local function mark(zone, key, klen, v, holder, tok, exp_ms, since, till)
+    local marked = str_format("%s|%s|%.0f|%.0f|%.0f", holder, tok, exp_ms,
+                              since, till)
     if cas(zone, key, klen, v, marked, KEEP_TTL) == OK then
         return MARKED
     end
@@ -264,15 +347,15 @@ end
 
 
 -- syntax: outcome = zone_lock.look(zone, key, klen, tok, exp_ms, check,
---                                  since)
+--                                  since, till)
 -- One look at a key our add found busy.  check: ask whether the holder's
 -- process lives (a holder that took the key since our last look was alive
--- a moment ago: not worth a /proc read); since: our wait start in ms if we
--- are starving (may mark the lock), else nil.
-local function look(zone, key, klen, tok, exp_ms, check, since)
+-- a moment ago: not worth a /proc read); since, till: our wait start and
+-- deadline in ms if we are starving (may mark the lock), else nil.
+local function look(zone, key, klen, tok, exp_ms, check, since, till)
     local v = read(zone, key, klen)
     if v == nil then
-        -- released since our add: one more try
+        -- released since our add (or the zone failed): one more try
         local rc = C.shmlock_lock_acquire(zone, key, klen, tok, #tok, exp_ms,
                                           cached_ms())
         return rc == OK and ACQUIRED or BUSY
@@ -280,22 +363,23 @@ local function look(zone, key, klen, tok, exp_ms, check, since)
     if v == true then
         return BUSY
     end
-    local holder, starver, s_exp, s_since = split(v)
+    local holder, starver, s_exp, s_since, s_till = split(v)
     if holder == tok then
         -- handed over to us (and maybe marked by the next starver already)
         return ACQUIRED
     end
     if check and not token.alive(holder) then
-        return take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp)
+        return take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp,
+                         s_till)
     end
     if starver == tok then
         return MARKED
     end
     if since and valid(holder)
-       and (not starver or s_since > since
+       and (not starver or s_since > since or not waiting(s_till)
             or (check and not token.alive(starver)))
     then
-        return mark(zone, key, klen, v, holder, tok, exp_ms, since)
+        return mark(zone, key, klen, v, holder, tok, exp_ms, since, till)
     end
     return BUSY
 end
@@ -303,9 +387,10 @@ _M.look = look
 
 
 -- A starver giving up: remove its mark, unless the lock reached it.
--- true if we hold the lock after all.
+-- true if we hold the lock after all.  A mark it fails to remove (the
+-- zone failed) is stale from our deadline on: see "Giving up" above.
 local function withdraw(zone, key, klen, tok)
-    while true do
+    for _ = 1, RETRIES do
         local v = read(zone, key, klen)
         if type(v) ~= "string" then
             return false
@@ -317,16 +402,19 @@ local function withdraw(zone, key, klen, tok)
         if starver ~= tok then
             return false
         end
-        if cas(zone, key, klen, v, holder, KEEP_TTL) == OK then
+        if cas(zone, key, klen, v, holder, KEEP_TTL) ~= CHANGED then
             return false
         end
     end
+    return false
 end
 
 
 -- syntax: elapsed, err = zone_lock.block(self, key, klen, tok)
 -- Waits outside nginx: sleeps on the key's wait word, at most one backoff
--- step at a time and never past the deadline; elapsed is measured.
+-- step at a time (at least MIN_SLEEP: a release wakes us anyway, so a
+-- shorter step only burns CPU) and never past the deadline; elapsed is
+-- measured.
 function _M.block(self, key, klen, tok)
     local zone = self.store
     local exp_ms = self.exptime_ms
@@ -337,6 +425,7 @@ function _M.block(self, key, klen, tok)
     local deadline = start + self.timeout * 1000000
     local starve_at = start + _M.STARVE_AFTER * 1000000
     local since = floor(start / 1000)
+    local till = floor(deadline / 1000)
     local marked = false
     local check = true
 
@@ -344,8 +433,9 @@ function _M.block(self, key, klen, tok)
         -- counted as a waiter before looking: see shmlock_wait_begin
         local seq = C.shmlock_wait_begin(zone, hash)
         local now = now_us()
+        local starving = now >= starve_at
         local got = look(zone, key, klen, tok, exp_ms, check,
-                         now >= starve_at and since or nil)
+                         starving and since or nil, starving and till or nil)
         if got == ACQUIRED then
             C.shmlock_wait_end(zone, hash, seq, 0)
             return (now_us() - start) / 1000000
@@ -363,9 +453,11 @@ function _M.block(self, key, klen, tok)
             return nil, "timeout"
         end
 
-        local us = min(step * 1000000, deadline - now, CHECK_EVERY_US)
+        -- at least 1 us: 0 would not sleep at all
+        local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
+                            CHECK_EVERY_US))
         check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
-        step = min(max(0.001, step * ratio), max_step)
+        step = min(max(MIN_SLEEP, step * ratio), max_step)
     end
 end
 

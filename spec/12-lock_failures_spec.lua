@@ -1,0 +1,316 @@
+-- resty.shmlock when the zone says no: a full zone under a marked lock
+-- (real processes), and zone errors injected into the lock's C calls.
+-- Whatever fails, every loop ends (at the caller's deadline, or after a
+-- few retries), a waiter returns "timeout" on time without burning CPU, a
+-- release that fails while the lock is still ours keeps it held (never
+-- "expired"), and no key is left to an owner who stopped waiting.
+
+local proc = require "helpers.proc"
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+local zone_lock = require "resty.shmlock.zone_lock"
+local env = require "spec.helpers.lock_env"
+
+local function gc()
+    collectgarbage()
+    collectgarbage()
+end
+
+-- the zone clock in ms
+local function now_ms()
+    return math.floor(env.now_us() / 1000)
+end
+
+-- fills the zone with entries that never expire, smaller and smaller,
+-- until not even an empty string fits
+local function fill(dict)
+    local i = 0
+    for _, size in ipairs({ 200, 50, 10, 0 }) do
+        local ok, err
+        repeat
+            i = i + 1
+            ok, err = dict:add("f" .. i, string.rep("x", size))
+        until not ok
+        assert.equal("no memory", err)
+    end
+    return i
+end
+
+local function write_file(path, s)
+    local f = assert(io.open(path, "wb"))
+    f:write(s)
+    f:close()
+end
+
+local function read_file(path)
+    local f = io.open(path, "rb")
+    if not f then
+        return nil
+    end
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+
+
+describe("resty.shmlock in a full zone (processes)", function()
+    local dir, dict, n
+
+    setup(function()
+        dir = proc.tmpdir()
+        n = 0
+    end)
+
+    teardown(function()
+        proc.rmtree(dir)
+    end)
+
+    before_each(function()
+        n = n + 1
+        dict = assert(shdict.open("full" .. n, { dir = dir, size = "32k" }))
+    end)
+
+    after_each(function()
+        proc.reap_all()
+    end)
+
+    -- Forks a waiter W on key "k" with `timeout`; it writes
+    -- "<elapsed> <err> <wall s> <cpu s>" to a file, unlocks what it got.
+    local function waiter(timeout)
+        local out = dir .. "/waiter" .. n
+        local pid = proc.spawn(function()
+            local lock = assert(resty_lock:new(dict, { timeout = timeout }))
+            local t0, cpu0 = env.now(), env.cpu()
+            local elapsed, err = lock:lock("k")
+            local wall, cpu = env.now() - t0, env.cpu() - cpu0
+            if elapsed then
+                assert(lock:unlock() == 1, "W's unlock")
+            end
+            write_file(out, ("%s %s %.3f %.3f"):format(tostring(elapsed),
+                                                       tostring(err), wall,
+                                                       cpu))
+        end)
+        local function result()
+            local s = read_file(out)
+            if not s then
+                return nil
+            end
+            local elapsed, err, wall, cpu =
+                s:match("^(%S+) (%S+) (%S+) (%S+)$")
+            return { elapsed = elapsed, err = err, wall = tonumber(wall),
+                     cpu = tonumber(cpu) }
+        end
+        return pid, result
+    end
+
+    -- A holds "k" (exptime 0: never expires by itself), W starves and
+    -- marks it, then the zone fills up
+    local function marked_then_full(timeout)
+        local holder = assert(resty_lock:new(dict, { exptime = 0 }))
+        assert.equal(0, holder:lock("k"))
+        local pid, result = waiter(timeout)
+        assert.truthy(env.wait_for(function()
+            return dict:get("k"):find("|", 1, true)
+        end, 2), "W never marked the lock")
+        fill(dict)
+        return holder, pid, result
+    end
+
+    it("a marked waiter times out on time, without spinning; the holder's "
+       .. "unlock then frees the key", function()
+        local holder, pid, result = marked_then_full(1)
+
+        local res = proc.wait(pid, 3)
+        assert.same({ "exit", 0, "" }, { res.how, res.code, res.msg })
+        local r = result()
+        assert.same({ "nil", "timeout" }, { r.elapsed, r.err })
+        assert.is_true(r.wall >= 1 and r.wall < 1.2, "W waited " .. r.wall)
+        assert.is_true(r.cpu < 0.1, "W used " .. r.cpu .. " s of CPU")
+
+        local t0 = env.now()
+        assert.same({ 1 }, { holder:unlock() })
+        assert.is_true(env.now() - t0 < 0.05)
+        assert.is_false(holder:owned())
+        assert.is_nil(dict:get("k"))
+
+        -- another process takes the key at once
+        local other = proc.spawn(function()
+            local lock = assert(resty_lock:new(dict))
+            local elapsed, err = lock:trylock("k")
+            assert(elapsed == 0, "trylock: " .. tostring(err))
+            assert(lock:unlock() == 1)
+        end)
+        res = proc.wait(other, 2)
+        assert.same({ "exit", 0, "" }, { res.how, res.code, res.msg })
+    end)
+
+    -- needs the C core to cas a value to a shorter one without free
+    -- memory (until then unlock() answers nil, "no memory", and keeps the
+    -- lock held)
+    it("the holder's unlock hands the lock to the marked waiter", function()
+        local holder, pid, result = marked_then_full(3)
+
+        assert.same({ 1 }, { holder:unlock() })
+        assert.is_false(holder:owned())
+
+        local res = proc.wait(pid, 5)
+        assert.same({ "exit", 0, "" }, { res.how, res.code, res.msg })
+        local r = result()
+        assert.equal("nil", r.err)
+        assert.is_true(tonumber(r.elapsed) < 3, "W waited " .. r.elapsed)
+        assert.is_nil(dict:get("k"))
+    end)
+end)
+
+
+describe("resty.shmlock when a zone call fails (injected)", function()
+    local dir, dict, n
+    -- C function name -> the code it returns instead of running, or a
+    -- function of its arguments answering that code (nil: run it)
+    local fail = {}
+    local zl                    -- zone_lock over the failing C library
+
+    setup(function()
+        dir = env.tmpdir()
+        n = 0
+        local real = require "resty.shmlock.lib"
+        local failing = setmetatable({}, { __index = function(_, name)
+            local f = fail[name]
+            if f == nil then
+                return real[name]
+            end
+            return function(...)
+                local rc = f
+                if type(f) == "function" then
+                    rc = f(...)
+                end
+                if rc then
+                    return rc
+                end
+                return real[name](...)
+            end
+        end })
+        local saved = package.loaded["resty.shmlock.zone_lock"]
+        package.loaded["resty.shmlock.lib"] = failing
+        package.loaded["resty.shmlock.zone_lock"] = nil
+        zl = require "resty.shmlock.zone_lock"
+        package.loaded["resty.shmlock.lib"] = real
+        package.loaded["resty.shmlock.zone_lock"] = saved
+    end)
+
+    teardown(function()
+        env.rmdir(dir)
+    end)
+
+    before_each(function()
+        n = n + 1
+        dict = assert(shdict.open("inject" .. n, { dir = dir }))
+        for k in pairs(fail) do
+            fail[k] = nil
+        end
+    end)
+
+    -- a lock object whose zone calls go through the failing library
+    local function new_lock(opts)
+        local lock = assert(resty_lock:new(dict, opts))
+        lock.ops = zl
+        return lock
+    end
+
+    -- "<pid>:<start>:<ns>:" of this process's tokens
+    local function my_prefix()
+        local lock = resty_lock:new(dict)
+        assert.equal(0, lock:lock("prefix"))
+        local prefix = dict:get("prefix"):match("^%d+:%d+:%d+:")
+        assert.equal(1, lock:unlock())
+        return prefix
+    end
+
+    -- the holder's lock on "k", marked by a starver of ours that waits
+    -- for another minute
+    local function held_and_marked()
+        local holder = new_lock()
+        assert.equal(0, holder:lock("k"))
+        local tok = dict:get("k")
+        local starver = my_prefix() .. "999999999999999"
+        local marked = tok .. "|" .. starver .. "|30000|1|"
+                       .. (now_ms() + 60000)
+        assert.is_true(dict:cas("k", tok, marked, 10))
+        return holder, marked, starver
+    end
+
+    for _, case in ipairs({ { 3, "no memory" }, { 10, "corrupt" } }) do
+        local rc, msg = case[1], case[2]
+
+        it("unlock() returns nil, '" .. msg .. "' when the handoff fails, "
+           .. "and keeps the lock held", function()
+            local holder, marked, starver = held_and_marked()
+            fail.shmlock_dict_cas = rc
+            assert.same({ nil, msg }, { holder:unlock() })
+            assert.is_true(holder:owned())
+            assert.equal(marked, dict:get("k"))
+            assert.same({ nil, "locked" }, { holder:lock("j") })
+            -- the failure passes: unlock again hands the lock over
+            fail.shmlock_dict_cas = nil
+            assert.same({ 1 }, { holder:unlock() })
+            assert.equal(starver, dict:get("k"))
+        end)
+
+        it("unlock() returns nil, '" .. msg .. "' when the release fails, "
+           .. "and the GC still releases the lock", function()
+            (function()
+                local holder = new_lock()
+                assert.equal(0, holder:lock("k"))
+                fail.shmlock_lock_release = rc
+                assert.same({ nil, msg }, { holder:unlock() })
+                assert.is_true(holder:owned())
+                fail.shmlock_lock_release = nil
+            end)()
+            assert.is_string(dict:get("k"))
+            gc()
+            assert.is_nil(dict:get("k"))
+        end)
+
+        it("expire() returns nil, '" .. msg .. "' and keeps the lock, "
+           .. "with its token", function()
+            local holder = new_lock()
+            assert.equal(0, holder:lock("k"))
+            local tok = dict:get("k")
+            fail.shmlock_dict_cas = rc
+            assert.same({ nil, msg }, { holder:expire(60) })
+            assert.is_true(holder:owned())
+            assert.equal(tok, dict:get("k"))
+            fail.shmlock_dict_cas = nil
+            assert.same({ 1 }, { holder:unlock() })
+            assert.is_nil(dict:get("k"))
+        end)
+    end
+
+    it("a starver whose withdrawal fails returns 'timeout' on time; its "
+       .. "stale mark is not handed the lock", function()
+        local holder = assert(resty_lock:new(dict))
+        assert.equal(0, holder:lock("k"))
+        local tok = dict:get("k")
+
+        -- a waiter outside nginx: it marks the lock after 2 ms; at its
+        -- deadline the withdrawal (a cas to a shorter value) fails
+        fail.shmlock_dict_cas = function(_, _, _, old, new)
+            return new.len < old.len and 3 or nil
+        end
+        local waiter = new_lock({ timeout = 0.1 })
+        local me = my_prefix() .. "999999999999990"
+        local t0, cpu0 = env.now(), env.cpu()
+        assert.same({ nil, "timeout" }, { zl.block(waiter, "k", 1, me) })
+        local wall, cpu = env.now() - t0, env.cpu() - cpu0
+        assert.is_true(wall >= 0.1 and wall < 0.12, "waited " .. wall)
+        assert.is_true(cpu < 0.05, "CPU " .. cpu .. " s")
+        local v = dict:get("k")
+        assert.equal(tok .. "|" .. me .. "|",
+                     v:sub(1, #tok + #me + 2))   -- the mark stayed
+
+        -- the holder's release frees the key instead of handing it to
+        -- a waiter who gave up
+        assert.same({ 1 }, { holder:unlock() })
+        assert.is_nil(dict:get("k"))
+    end)
+end)
