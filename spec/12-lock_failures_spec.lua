@@ -217,11 +217,11 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         return lock
     end
 
-    -- "<pid>:<start>:<ns>:" of this process's tokens
+    -- "<pid>:<start>:" of this process's tokens
     local function my_prefix()
         local lock = resty_lock:new(dict)
         assert.equal(0, lock:lock("prefix"))
-        local prefix = dict:get("prefix"):match("^%d+:%d+:%d+:")
+        local prefix = dict:get("prefix"):match("^%d+:%d+:")
         assert.equal(1, lock:unlock())
         return prefix
     end
@@ -232,14 +232,14 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         local holder = new_lock()
         assert.equal(0, holder:lock("k"))
         local tok = dict:get("k")
-        local starver = my_prefix() .. "999999999999999"
+        local starver = my_prefix() .. "ffffffffffffffff"
         local marked = tok .. "|" .. starver .. "|30000|1|"
                        .. (now_ms() + 60000)
         assert.is_true(dict:cas("k", tok, marked, 10))
         return holder, marked, starver
     end
 
-    for _, case in ipairs({ { 3, "no memory" }, { 10, "corrupt" } }) do
+    for _, case in ipairs({ { 3, "no memory" }, { 10, "corrupt zone" } }) do
         local rc, msg = case[1], case[2]
 
         it("unlock() returns nil, '" .. msg .. "' when the handoff fails, "

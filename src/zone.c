@@ -176,6 +176,8 @@ zone_attach(shmlock_zone_t *zone, char *base, uint64_t size)
         z->nchunks = h->nchunks;
         z->chunks = s + h->chunks_off;
         z->refs = (uint8_t *) (s + h->refs_off);
+        z->broken = 0;
+        z->scratch = 0;
     }
 }
 
