@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define SYS_PID_MAX  (4 * 1024 * 1024)     /* the kernel's PID_MAX_LIMIT */
+
 /*
  * getpid() is a real system call in current glibc, and the start time a
  * read of /proc; the mutex needs both on every lock, so they are cached
@@ -207,7 +209,9 @@ sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask)
     char      state;
     uint64_t  now_start;
 
-    if (pid == 0) {
+    /* beyond the kernel's limit (PID_MAX_LIMIT) it is garbage, not a pid:
+     * as a pid_t it might even be negative, a process group to kill() */
+    if (pid == 0 || pid > SYS_PID_MAX) {
         return 0;
     }
     if (kill((pid_t) pid, 0) != 0 && errno != EPERM) {
