@@ -5,14 +5,17 @@
  * It walks every exported operation, the error paths, eviction, a full
  * zone, zone files that are not ours, and the crash paths: processes
  * SIGKILLed in the middle of an update or while holding the zone mutex.
- * After each phase the zone must pass verify().  Zones live in a private
- * temporary directory that is removed at the end.
+ * After each phase the zone must pass verify().  Then zones with garbage
+ * written into them: every call must still return one of its statuses.
+ * Zones live in a private temporary directory that is removed at the end.
  *
  * usage: shmlock_test [dir]     (default: a new directory under $TMPDIR)
+ * SHMLOCK_CORRUPT_ROUNDS=n: corruption rounds per zone (default 300)
  */
 
 #define _GNU_SOURCE
 #include "shmlock.h"
+#include "zone.h"       /* the corruption test finds the words to overwrite */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -906,6 +909,394 @@ test_eviction(void)
 }
 
 
+/* ---- corrupted zones ---- */
+
+/*
+ * A zone whose body holds garbage must answer, not crash nor hang: each
+ * round puts back a populated zone's bytes, overwrites a random span of its
+ * body (or bends a few index words: buckets, the free and LRU lists'
+ * heads, entries' chunk, chain and LRU links, lengths) from a seed, then
+ * runs every dictionary call, each of which must return one of its
+ * statuses (SHMLOCK_CORRUPT among them).  A crash or a hang (alarm) says
+ * which round and call before the process dies.
+ *
+ * The shards' mutex words are the one thing set back after the garbage:
+ * to 0, or every CORRUPT_DEAD_EVERY-th round to a dead process's pid, so
+ * that the first call takes the mutex over and recovery runs over the
+ * garbage.  A garbage owner could be this very process, which would then
+ * wait for itself; spec/12-corrupt_spec.lua covers garbage owners.
+ */
+
+#define CORRUPT_ROUNDS      300
+#define CORRUPT_DEAD_EVERY  8
+#define CORRUPT_ALARM_S     20      /* one round, under valgrind too */
+#define CORRUPT_KEY_MAX     256
+
+#define ST(code)      (1u << SHMLOCK_##code)
+#define ST_STORE      (ST(OK) | ST(NOT_FOUND) | ST(EXISTS) | ST(NO_MEMORY) \
+                       | ST(CORRUPT))
+#define ST_LOOKUP     (ST(OK) | ST(NOT_FOUND) | ST(CORRUPT))
+#define ST_COMPARE    (ST(OK) | ST(NOT_FOUND) | ST(CHANGED) | ST(NO_MEMORY) \
+                       | ST(CORRUPT))
+
+/* the call `what`: its status must be one of `allowed` */
+#define CALL(what, allowed, expr)                                            \
+    do { corrupt_call = what; corrupt_expect((expr), (allowed)); } while (0)
+
+static char         corrupt_what[512];   /* the round: seed and garbage */
+static const char  *corrupt_call = "";   /* the call in progress */
+static uint32_t     corrupt_rng;
+
+/* the signals a crash or a hang ends in, and their handlers before ours */
+static const int         corrupt_sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+                                            SIGALRM };
+#define CORRUPT_NSIGS    (sizeof(corrupt_sigs) / sizeof(corrupt_sigs[0]))
+static struct sigaction  corrupt_old[CORRUPT_NSIGS];
+
+static uint32_t
+corrupt_rand(uint32_t n)
+{
+    corrupt_rng ^= corrupt_rng << 13;
+    corrupt_rng ^= corrupt_rng >> 17;
+    corrupt_rng ^= corrupt_rng << 5;
+    return n == 0 ? corrupt_rng : corrupt_rng % n;
+}
+
+static void
+corrupt_say(const char *s)
+{
+    ssize_t  n = write(2, s, strlen(s));
+
+    (void) n;
+}
+
+/*
+ * A crash or the alarm: say where, then let the handler from before ours
+ * (ASan's, or the default) have the signal: a fault comes back as the
+ * faulting instruction runs again, the alarm is raised again.
+ */
+static void
+corrupt_signal(int sig)
+{
+    size_t  i;
+
+    corrupt_say("shmlock_test: corrupted zone, ");
+    corrupt_say(corrupt_what);
+    corrupt_say(sig == SIGALRM ? ": hung in " : ": crashed in ");
+    corrupt_say(corrupt_call);
+    corrupt_say("\n");
+    for (i = 0; i < CORRUPT_NSIGS; i++) {
+        if (corrupt_sigs[i] == sig) {
+            sigaction(sig, &corrupt_old[i], NULL);
+        }
+    }
+    if (sig == SIGALRM) {
+        raise(sig);
+    }
+}
+
+/* on: our handler for the signals of a crash or hang; off: the old ones */
+static void
+corrupt_handlers(int on)
+{
+    struct sigaction  sa;
+    size_t            i;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = corrupt_signal;
+    sa.sa_flags = SA_NODEFER;
+    for (i = 0; i < CORRUPT_NSIGS; i++) {
+        CHECK(sigaction(corrupt_sigs[i], on ? &sa : &corrupt_old[i],
+                        on ? &corrupt_old[i] : NULL) == 0);
+    }
+}
+
+static void
+corrupt_expect(int rc, unsigned allowed)
+{
+    if (rc < 0 || rc >= 32 || !(allowed & (1u << rc))) {
+        fprintf(stderr, "%s: %s returned %d (%s)\n", corrupt_what,
+                corrupt_call, rc, shmlock_strerror(rc));
+        exit(1);
+    }
+}
+
+/* Key number i: short or long, as the population and the calls use it. */
+static size_t
+corrupt_key(char *key, int i)
+{
+    if (i % 3 == 0) {
+        int  n = snprintf(key, CORRUPT_KEY_MAX, "long/key/%d/", i);
+
+        memset(key + n, 'x', (size_t) (20 + i % 200));
+        key[n + 20 + i % 200] = '\0';
+    } else {
+        snprintf(key, CORRUPT_KEY_MAX, "k%d", i);
+    }
+    return strlen(key);
+}
+
+/* Fills the zone to about 97% with a mix of entries; returns their count. */
+static int
+corrupt_populate(shmlock_zone_t *z, char *val)
+{
+    static const size_t  lens[] = { 0, 5, 12, 40, 100, 300, 1000, 3000 };
+    char                 key[CORRUPT_KEY_MAX];
+    size_t               len;
+    int                  i;
+
+    for (i = 0; shmlock_dict_free_space(z) > shmlock_dict_capacity(z) / 32;
+         i++)
+    {
+        CHECK(i < 1000000);
+        corrupt_key(key, i);
+        len = lens[i % 8];
+        switch (i % 8) {
+        case 0:
+            store(z, SHMLOCK_OP_ADD, key, str_value(val, len, 0), 0);
+            break;
+        case 1:
+            store(z, SHMLOCK_OP_SET, key, num_value(i * 1.5), 0);
+            break;
+        case 2:
+            store(z, SHMLOCK_OP_ADD, key, str_value(val, len, 0), 1);
+            break;
+        case 3:
+            store(z, SHMLOCK_OP_SET, key, str_value(val, len, i), 1);
+            break;
+        case 4:
+            shmlock_lock_acquire(z, KEY(key), KEY("1:2:3:000000000000001"),
+                                 600000, 0);
+            break;
+        default:
+            store(z, SHMLOCK_OP_SET, key, str_value(val, len, 0),
+                  i % 2 ? 0 : 600000);
+        }
+    }
+    sleep_ms(2);      /* the 1 ms entries expire */
+    return i;
+}
+
+/* A random span of the body, or a few index words, overwritten. */
+static void
+corrupt_write(shmlock_zone_t *z)
+{
+    zone_hdr_t  *h = z->hdr;
+    char        *s, *at;
+    size_t       len, body = h->waits_off, n, w;
+    uint32_t     v, words;
+
+    if (corrupt_rand(2) == 0) {
+        size_t  lens[3] = { 1 + corrupt_rand(16), 17 + corrupt_rand(240),
+                            2048 };
+
+        len = lens[corrupt_rand(3)];
+        if (corrupt_rand(4) == 0) {
+            /* a shard's header and first buckets: what every call reads */
+            s = (char *) z->shard[corrupt_rand(z->nshards)].hdr;
+            at = s + corrupt_rand((uint32_t) (h->buckets_off + 1024));
+        } else {
+            at = z->base + body + corrupt_rand((uint32_t) (z->size - body
+                                                           - len));
+        }
+        for (n = 0; n < len; n++) {
+            at[n] = (char) corrupt_rand(256);
+        }
+        n = strlen(corrupt_what);
+        snprintf(corrupt_what + n, sizeof(corrupt_what) - n,
+                 "%zu random bytes at %zu", len, (size_t) (at - z->base));
+        return;
+    }
+
+    words = 1 + corrupt_rand(8);
+    for (w = 0; w < words; w++) {
+        zone_t    *sh = &z->shard[corrupt_rand(z->nshards)];
+        uint32_t  *word, pick = corrupt_rand(8);
+        uint32_t   values[4] = { 0xFFFFFFFF, sh->nchunks + 1,
+                                 corrupt_rand(sh->nchunks + 1),
+                                 corrupt_rand(0) };
+
+        if (pick == 0) {
+            /* free_head .. nentries */
+            word = &sh->hdr->dict.free_head + corrupt_rand(5);
+        } else if (pick == 1) {
+            word = &sh->buckets[corrupt_rand(sh->bucket_mask + 1)];
+        } else {
+            /* next, hnext, lru_prev, lru_next, hash, value_len */
+            word = (uint32_t *) (sh->chunks + (size_t) ZONE_CHUNK_SIZE
+                                 * (1 + corrupt_rand(sh->nchunks)))
+                   + corrupt_rand(6);
+        }
+        v = values[corrupt_rand(4)];
+        *word = v;
+        n = strlen(corrupt_what);
+        snprintf(corrupt_what + n, sizeof(corrupt_what) - n, "%s%zu = %u",
+                 w == 0 ? "words at " : ", ", (size_t) ((char *) word
+                                                        - z->base), v);
+    }
+}
+
+/* Every kind of update on one key that may exist. */
+static void
+corrupt_updates(shmlock_zone_t *z, const char *key, size_t klen, char *val,
+    size_t n)
+{
+    shmlock_value_t  u = str_value(val, n, 0), one = num_value(1);
+    int64_t          ttl;
+    double           d;
+    int              forcible;
+
+    CALL("replace", ST_STORE, shmlock_dict_store(z, SHMLOCK_OP_REPLACE, key,
+                                                 klen, &u, 0, &forcible));
+    CALL("add", ST_STORE, shmlock_dict_store(z, SHMLOCK_OP_ADD, key, klen,
+                                             &one, 0, &forcible));
+    u.len = n + 200;
+    CALL("set longer", ST_STORE, shmlock_dict_store(z, SHMLOCK_OP_SET, key,
+                                                    klen, &u, 0, &forcible));
+    u.len = n;
+    CALL("set shorter", ST_STORE, shmlock_dict_store(z, SHMLOCK_OP_SET, key,
+                                                     klen, &u, 0, &forcible));
+    CALL("set same size", ST_STORE,
+         shmlock_dict_store(z, SHMLOCK_OP_SET, key, klen, &u, 100000,
+                            &forcible));
+    CALL("safe_set", ST_STORE,
+         shmlock_dict_store(z, SHMLOCK_OP_SET | SHMLOCK_OP_SAFE, key, klen,
+                            &u, 0, &forcible));
+    CALL("cas", ST_COMPARE, shmlock_dict_cas(z, key, klen, &u, &one, 0,
+                                             &forcible));
+    d = 1;
+    CALL("incr", ST_LOOKUP | ST(NOT_A_NUMBER),
+         shmlock_dict_incr(z, key, klen, &d, 0, 0, 0, &forcible));
+    d = 1;
+    CALL("incr with init", ST_LOOKUP | ST(NOT_A_NUMBER) | ST(NO_MEMORY),
+         shmlock_dict_incr(z, key, klen, &d, 1, 0, 100000, &forcible));
+    CALL("cad", ST_COMPARE, shmlock_dict_cad(z, key, klen, &one));
+    CALL("expire", ST_LOOKUP, shmlock_dict_expire(z, key, klen, 100000));
+    CALL("ttl", ST_LOOKUP, shmlock_dict_ttl(z, key, klen, &ttl));
+    CALL("lock_acquire", ST_STORE,
+         shmlock_lock_acquire(z, key, klen, KEY("tok"), 100000, 0));
+    CALL("lock_release", ST_COMPARE,
+         shmlock_lock_release(z, key, klen, KEY("tok")));
+    if (n % 2 == 0) {
+        CALL("delete", ST_STORE, store(z, SHMLOCK_OP_SET, key, nil_value(),
+                                       0));
+    }
+}
+
+/* get and get_stale: a status, and a length no larger than the zone. */
+static void
+corrupt_get(shmlock_zone_t *z, const char *key, size_t klen, int stale,
+    char *buf, size_t size)
+{
+    shmlock_value_t  out;
+    int              rc;
+
+    corrupt_call = stale ? "get_stale" : "get";
+    rc = shmlock_dict_get(z, key, klen, stale, &out, buf, size);
+    corrupt_expect(rc, ST(OK) | ST(AGAIN) | ST(CORRUPT));
+    if (rc == SHMLOCK_AGAIN && out.len > size) {
+        fprintf(stderr, "%s: %s asks for %zu bytes from a zone of %zu\n",
+                corrupt_what, corrupt_call, out.len, size);
+        exit(1);
+    }
+}
+
+/* Every call, on every key, a few new ones, and the whole zone. */
+static void
+corrupt_calls(shmlock_zone_t *z, int nkeys, char *val, char *buf)
+{
+    size_t  size = shmlock_zone_size(z), klen, used, stored;
+    char    key[CORRUPT_KEY_MAX + 8], msg[256];
+    int     i, count;
+
+    for (i = 0; i < nkeys; i++) {
+        klen = corrupt_key(key, i);
+        corrupt_get(z, key, klen, 0, buf, size);
+        corrupt_get(z, key, klen, 1, buf, size);
+    }
+    for (i = 0; i < nkeys; i += nkeys / 32 + 1) {
+        klen = corrupt_key(key, i);
+        corrupt_updates(z, key, klen, val, (size_t) (i % 70));
+    }
+    /* new keys, enough to make every shard evict */
+    for (i = 0, stored = 0; stored < size / 8; i++, stored += 1000) {
+        klen = corrupt_key(key, nkeys + i);
+        memcpy(key + klen, ":new", 5);
+        klen += 4;
+        corrupt_updates(z, key, klen, val, 1000);
+    }
+    corrupt_call = "get_keys";
+    corrupt_expect(shmlock_dict_get_keys(z, 0, buf, size, &count, &used),
+                   ST(OK) | ST(AGAIN) | ST(CORRUPT));
+    corrupt_call = "flush_expired";
+    count = shmlock_dict_flush_expired(z, 0);
+    if (count < 0) {
+        fprintf(stderr, "%s: flush_expired returned %d\n", corrupt_what,
+                count);
+        exit(1);
+    }
+    corrupt_call = "free_space";
+    (void) shmlock_dict_free_space(z);
+    corrupt_call = "verify";
+    corrupt_expect(shmlock_dict_verify(z, msg, sizeof(msg)),
+                   ST(OK) | ST(CORRUPT));
+    corrupt_call = "flush_all";
+    shmlock_dict_flush_all(z);
+    corrupt_call = "";
+}
+
+static void
+test_corruption(size_t size, unsigned shards, int rounds)
+{
+    shmlock_zone_t  *z = NULL;
+    char            *snapshot, *val, *buf;
+    int              round, nkeys;
+    uint32_t         s;
+    pid_t            dead;
+
+    dead = fork();
+    CHECK(dead >= 0);
+    if (dead == 0) {
+        _exit(0);
+    }
+    CHECK(reap(dead) == 0);         /* its pid is nobody's now */
+
+    CHECK_RC(shmlock_zone_open(dir, KEY("corrupt"), size, shards, &z),
+             SHMLOCK_OK);
+    snapshot = malloc(size);
+    val = malloc(4096);
+    buf = malloc(size);
+    CHECK(snapshot != NULL && val != NULL && buf != NULL);
+    memset(val, 'v', 4096);
+    nkeys = corrupt_populate(z, val);
+    verify(z);
+    memcpy(snapshot, z->base, size);
+
+    corrupt_handlers(1);
+    for (round = 0; round < rounds; round++) {
+        memcpy(z->base, snapshot, size);
+        corrupt_rng = 0x9e3779b9u * (uint32_t) (round + 1);
+        snprintf(corrupt_what, sizeof(corrupt_what),
+                 "%zu bytes, %u shards, round %d: ", size, shards, round);
+        corrupt_write(z);
+        for (s = 0; s < z->nshards; s++) {
+            z->shard[s].hdr->mutex.lock
+                = round % CORRUPT_DEAD_EVERY == 0 ? (uint32_t) dead : 0;
+        }
+        alarm(CORRUPT_ALARM_S);
+        corrupt_calls(z, nkeys, val, buf);
+        alarm(0);
+    }
+
+    corrupt_handlers(0);
+    free(snapshot);
+    free(val);
+    free(buf);
+    shmlock_zone_close(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("corrupt")), SHMLOCK_OK);
+}
+
+
 /* ---- processes ---- */
 
 static void
@@ -1142,7 +1533,8 @@ main(int argc, char **argv)
 {
     shmlock_zone_t  *z;
     const char      *tmp = getenv("TMPDIR");
-    int              own_dir = argc < 2, i;
+    const char      *env = getenv("SHMLOCK_CORRUPT_ROUNDS");
+    int              own_dir = argc < 2, i, rounds;
     size_t           sizes[2] = { 1 << 20, 8 << 20 };
 
     if (own_dir) {
@@ -1178,6 +1570,10 @@ main(int argc, char **argv)
     test_eviction();
     test_crash_in_update();
     test_concurrency();
+
+    rounds = env ? atoi(env) : CORRUPT_ROUNDS;
+    test_corruption(64 << 10, 1, rounds);
+    test_corruption(512 << 10, 4, rounds);
 
     if (own_dir) {
         CHECK(rmdir(dir) == 0);
