@@ -1229,19 +1229,15 @@ corrupt_calls(shmlock_zone_t *z, int nkeys, char *val, char *buf)
     corrupt_expect(shmlock_dict_get_keys(z, 0, buf, size, &count, &used),
                    ST(OK) | ST(AGAIN) | ST(CORRUPT));
     corrupt_call = "flush_expired";
-    count = shmlock_dict_flush_expired(z, 0);
-    if (count < 0) {
-        fprintf(stderr, "%s: flush_expired returned %d\n", corrupt_what,
-                count);
-        exit(1);
-    }
+    corrupt_expect(shmlock_dict_flush_expired(z, 0, &count),
+                   ST(OK) | ST(CORRUPT));
     corrupt_call = "free_space";
     (void) shmlock_dict_free_space(z);
     corrupt_call = "verify";
     corrupt_expect(shmlock_dict_verify(z, msg, sizeof(msg)),
                    ST(OK) | ST(CORRUPT));
     corrupt_call = "flush_all";
-    shmlock_dict_flush_all(z);
+    corrupt_expect(shmlock_dict_flush_all(z), ST(OK) | ST(CORRUPT));
     corrupt_call = "";
 }
 
@@ -1280,8 +1276,8 @@ test_corruption(size_t size, unsigned shards, int rounds)
                  "%zu bytes, %u shards, round %d: ", size, shards, round);
         corrupt_write(z);
         for (s = 0; s < z->nshards; s++) {
-            z->shard[s].hdr->mutex.lock
-                = round % CORRUPT_DEAD_EVERY == 0 ? (uint32_t) dead : 0;
+            z->shard[s].hdr->mutex.owner
+                = round % CORRUPT_DEAD_EVERY == 0 ? (uint64_t) dead : 0;
         }
         alarm(CORRUPT_ALARM_S);
         corrupt_calls(z, nkeys, val, buf);

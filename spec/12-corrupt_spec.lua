@@ -39,7 +39,7 @@ local bxor, lshift, rshift = bit.bxor, bit.lshift, bit.rshift
 -- dict_state_t and zone_undo_t) and src/chunk.h (entry_t), to find the
 -- words to bend.  Keep them in sync: geometry() refuses a zone whose
 -- layout number or header sizes differ from these.
-local LAYOUT = 3
+local LAYOUT = 4
 ffi.cdef [[
 typedef struct {
     char      magic[8];
@@ -51,15 +51,19 @@ typedef struct {
     uint64_t  shards_off, shard_size;
     uint32_t  nchunks, nbuckets;
     uint64_t  buckets_off, refs_off, chunks_off;
+    uint64_t  pidns;
+    uint32_t  dead, hdr_pad;
 } shmlock_spec_zone_hdr_t;
 
 typedef struct {
-    uint32_t  lock, waiters, takeovers;
+    uint32_t  lock, lock_start;     /* the owner: pid, start time (low) */
+    uint32_t  waiters, takeovers;
     uint32_t  seq;
     uint32_t  free_head, free_count, lru_head, lru_tail, nentries, sweep,
               recoveries;
-    uint8_t   hot_line_pad[20];
-    uint32_t  undo_active, undo_entry, undo_len, undo_pad;
+    uint8_t   hot_line_pad[16];
+    uint32_t  undo_active, undo_entry, undo_len, undo_cut, undo_cut_next,
+              undo_pad;
     char      undo_head[64];
     char      undo_bytes[4096];
 } shmlock_spec_shard_hdr_t;
@@ -170,7 +174,8 @@ local function field_at(ctype, fields, rel)
     return name
 end
 
-local HDR_FIELDS = { "lock", "waiters", "takeovers", "seq", "free_head",
+local HDR_FIELDS = { "lock", "lock_start", "waiters", "takeovers", "seq",
+                     "free_head",
                      "free_count", "lru_head", "lru_tail", "nentries",
                      "sweep", "recoveries" }
 local ENTRY_FIELDS = { "next", "hnext", "lru_prev", "lru_next", "hash",
@@ -701,7 +706,9 @@ function check.store(r)
     if r[1] == true and r[2] == nil and type(r[3]) == "boolean" then
         return nil
     end
-    if not r[1] and ERRORS[r[2]] and r[3] ~= true then
+    -- forcible may be true on a failure, as ngx.shared.DICT's "no memory"
+    -- after evictions: entries were evicted before the corruption showed
+    if not r[1] and ERRORS[r[2]] and type(r[3]) == "boolean" then
         return nil
     end
     return "answered " .. show(r[1]) .. ", " .. show(r[2]) .. ", "
