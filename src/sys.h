@@ -17,7 +17,7 @@
  * the start time is not (but for a pid reused within one clock tick, which
  * takes a privileged writer of ns_last_pid).  Never 0.
  */
-extern uint64_t  sys_cached_self;
+extern uint64_t  sys_cached_self __attribute__((visibility("hidden")));
 uint64_t sys_self_slow(void);
 
 static inline uint64_t
