@@ -44,6 +44,7 @@ local ms = options.ms
 local seconds_ok = options.seconds_ok
 local MIN_SLEEP = options.MIN_SLEEP
 local ACQUIRED = zone_lock.ACQUIRED
+local FAILED = zone_lock.FAILED
 
 
 local ngx = ngx
@@ -184,8 +185,13 @@ local function sleep(self, ops, key, klen, tok)
         if ok == nil then
             return nil, err
         end
-        if ops.look(store, key, klen, tok, exp_ms, true) == ACQUIRED then
+        local got
+        got, err = ops.look(store, key, klen, tok, exp_ms, true)
+        if got == ACQUIRED then
             return elapsed
+        end
+        if got == FAILED then
+            return nil, err
         end
 
         if timeout <= 0 then
@@ -212,10 +218,13 @@ local function wait(self, ops, key, klen, tok, may_wait)
     end
 
     -- no waiting; a dead holder's lock is still ours at once
-    if ops.look(self.store, key, klen, tok, self.exptime_ms, true)
-       == ACQUIRED
-    then
+    local got, err = ops.look(self.store, key, klen, tok, self.exptime_ms,
+                              true)
+    if got == ACQUIRED then
         return 0
+    end
+    if got == FAILED then
+        return nil, err
     end
     return nil, refusal
 end

@@ -101,10 +101,12 @@ local CHECK_EVERY_US = 100000
 local RETRIES = 32
 
 -- outcomes of one look at a busy key
-local BUSY, ACQUIRED, MARKED = 0, 1, 2
+-- (FAILED: the zone answered an error, given with it: a destroyed or
+-- corrupt zone, no memory to take a free key; the wait ends with it)
+local BUSY, ACQUIRED, MARKED, FAILED = 0, 1, 2, 3
 
 local _M = {
-    BUSY = BUSY, ACQUIRED = ACQUIRED, MARKED = MARKED,
+    BUSY = BUSY, ACQUIRED = ACQUIRED, MARKED = MARKED, FAILED = FAILED,
     -- seconds of waiting after which a waiter starts starvation mode
     STARVE_AFTER = 0.002,
 }
@@ -346,19 +348,29 @@ local function mark(zone, key, klen, v, holder, tok, exp_ms, since, till)
 end
 
 
--- syntax: outcome = zone_lock.look(zone, key, klen, tok, exp_ms, check,
---                                  since, till)
+-- syntax: outcome, err = zone_lock.look(zone, key, klen, tok, exp_ms,
+--                                       check, since, till)
 -- One look at a key our add found busy.  check: ask whether the holder's
 -- process lives (a holder that took the key since our last look was alive
 -- a moment ago: not worth a /proc read); since, till: our wait start and
 -- deadline in ms if we are starving (may mark the lock), else nil.
+-- FAILED comes with the zone's error.
 local function look(zone, key, klen, tok, exp_ms, check, since, till)
-    local v = read(zone, key, klen)
+    local v, err = read(zone, key, klen)
+    if err then
+        return FAILED, err
+    end
     if v == nil then
-        -- released since our add (or the zone failed): one more try
+        -- released since our add: one more try
         local rc = C.shmlock_lock_acquire(zone, key, klen, tok, #tok, exp_ms,
                                           cached_ms())
-        return rc == OK and ACQUIRED or BUSY
+        if rc == OK then
+            return ACQUIRED
+        end
+        if rc ~= EXISTS then
+            return FAILED, errors[rc]
+        end
+        return BUSY
     end
     if v == true then
         return BUSY
@@ -434,11 +446,17 @@ function _M.block(self, key, klen, tok)
         local seq = C.shmlock_wait_begin(zone, hash)
         local now = now_us()
         local starving = now >= starve_at
-        local got = look(zone, key, klen, tok, exp_ms, check,
-                         starving and since or nil, starving and till or nil)
+        local got, err = look(zone, key, klen, tok, exp_ms, check,
+                              starving and since or nil,
+                              starving and till or nil)
         if got == ACQUIRED then
             C.shmlock_wait_end(zone, hash, seq, 0)
             return (now_us() - start) / 1000000
+        end
+        if got == FAILED then
+            -- a mark of ours goes stale at our deadline: see "Giving up"
+            C.shmlock_wait_end(zone, hash, seq, 0)
+            return nil, err
         end
         if got == MARKED then
             marked = true
