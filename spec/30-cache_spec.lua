@@ -252,6 +252,11 @@ describe("resty.shmlock.cache", function()
                                            lock_dict = locks })))
             assert.equal("opts.lock_opts must be a table",
                          raised(new("c", { lock_opts = 5 })))
+            -- checked before the zone is made, named as written
+            assert.equal("opts.lock_opts.timeout must be >= 0",
+                         raised(new("c", { lock_opts = { timeout = -1 } })))
+            assert.equal("opts.lock_opts.step must be > 0",
+                         raised(new("c", { lock_opts = { step = 0 } })))
             assert.equal("opts.dict must be a zone or a zone name",
                          raised(new("c", { dict = 5 })))
             assert.equal("opts.dict must be a zone or a zone name",

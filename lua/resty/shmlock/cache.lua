@@ -264,8 +264,19 @@ local function check_lock_options(opts)
             error("opts.lock excludes opts.lock_dict and opts.lock_opts", 3)
         end
     end
-    if opts.lock_opts ~= nil and type(opts.lock_opts) ~= "table" then
-        error("opts.lock_opts must be a table", 3)
+    local lock_opts = opts.lock_opts
+    if lock_opts ~= nil then
+        if type(lock_opts) ~= "table" then
+            error("opts.lock_opts must be a table", 3)
+        end
+        -- checked now, before any zone is opened, and reported as the
+        -- caller wrote it: "opts.lock_opts.timeout must be >= 0"
+        local ok, err = pcall(options.lock, lock_opts)
+        if not ok then
+            err = tostring(err):gsub("^.-:%d+: ", ""):gsub("^opts%.",
+                                                           "opts.lock_opts.")
+            error(err, 3)
+        end
     end
 end
 
