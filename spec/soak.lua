@@ -26,7 +26,8 @@
 --
 -- Environment: SOAK_SECONDS (300), SOAK_WORKERS (counter processes, 6),
 -- SOAK_KILL_MS (mean interval between the storm's kills, 150),
--- SOAK_REUSE_EVERY (seconds between pid reuses, 10), SOAK_SEED.
+-- SOAK_REUSE_EVERY (seconds between pid reuses, 10), SOAK_SEED,
+-- SOAK_HANG_AFTER (10 s), SOAK_BREAK (the self-test: "lock" or "hang").
 
 local root = (arg and arg[0] or ""):match("^(.-)spec/soak%.lua$") or ""
 package.path = root .. "lua/?.lua;" .. root .. "lua/?/init.lua;" .. root
@@ -68,16 +69,25 @@ local CFG = {
     crash_writes = 3000,        -- ... at one of their first that many
     die_share = 0.25,           -- workers that die inside a round
     die_rounds = 200,           -- ... in one of their first that many
-    hang_after = 10,            -- seconds without progress: a hang
+    hang_after = num_env("SOAK_HANG_AFTER", 10),    -- seconds without
+                                -- progress that make a hang
     takeover_limit = 2,         -- seconds the others may stall after a
                                 -- kill inside the mutex
     grace = 20,                 -- seconds to stop at the end
     progress_every = 10,
+    -- the soak's self-test: "lock" makes the counter workers' locks skip
+    -- a lock now and then, "hang" makes one worker stop inside a round;
+    -- the soak must then fail
+    breaks = os.getenv("SOAK_BREAK"),
 }
 
+-- Every process (VM) that ever writes a counter keeps its tallies there:
+-- about 200 bytes per writer, some 130 writers a second.  The zones grow
+-- with the run (28 MB each for 300 s), so that they never fill up.
+local COUNTER_SIZE = (8 + math.ceil(CFG.seconds * 0.064)) * 1024 * 1024
 local ZONES = {
-    { name = "cnt1", size = "8m", shards = 1 },
-    { name = "cnt2", size = "8m", shards = 8 },
+    { name = "cnt1", size = COUNTER_SIZE, shards = 1 },
+    { name = "cnt2", size = COUNTER_SIZE, shards = 8 },
 }
 local KEYS = 4                          -- k1 .. k4 in each counter zone
 local SLOT_LANES = 4
@@ -112,7 +122,8 @@ local totals = {}               -- board fields, summed over ended lanes
 for _, name in ipairs(board.FIELDS) do
     totals[name] = 0
 end
-local messages = {}             -- the first violations and hangs
+local messages = {}             -- the first violations
+local hang_messages = {}
 local rounds_of = {}            -- kind of process -> lock rounds done
 
 
@@ -121,13 +132,17 @@ local function violation(msg)
     if #messages < 30 then
         messages[#messages + 1] = msg
     end
-    say("# VIOLATION " .. msg)
+    if S.violations <= 100 then
+        say("# VIOLATION " .. msg)
+    elseif S.violations == 101 then
+        say("# (more violations: counted, not shown)")
+    end
 end
 
 local function hang(msg)
     S.hangs = S.hangs + 1
-    if #messages < 30 then
-        messages[#messages + 1] = "hang: " .. msg
+    if #hang_messages < 30 then
+        hang_messages[#hang_messages + 1] = msg
     end
     say("# HANG " .. msg)
 end
@@ -249,6 +264,7 @@ local MAINS = {
 }
 
 local serial = 0
+local hang_planted = false
 
 local function spawn(slot)
     serial = serial + 1
@@ -265,6 +281,12 @@ local function spawn(slot)
         -- a VM cannot wait long for a key another VM of its process holds
         cfg.timeout = slot.vms > 1 and 0.003 or 2
         deaths(cfg, slot.vms)
+        cfg.break_lock = CFG.breaks == "lock"
+        if CFG.breaks == "hang" and not hang_planted and slot.vms == 1 then
+            hang_planted = true
+            cfg.crash_at, cfg.die_round = nil, nil
+            cfg.hang_round = 30
+        end
     elseif slot.kind == "locker" then
         cfg.timeout = 0.5
         deaths(cfg, 1)
@@ -277,7 +299,8 @@ local function spawn(slot)
         pid = pid, slot = slot, kind = slot.kind, who = cfg.who,
         base = slot.base, lanes = lanes, started = now_us(),
         crash_at = cfg.crash_at,
-        killable = slot.kind == "counter" or slot.kind == "locker",
+        killable = (slot.kind == "counter" or slot.kind == "locker")
+                   and not cfg.hang_round,
     }
     slot.pid = pid
 end
@@ -684,13 +707,14 @@ end
 
 local tests = {}
 
-local function check(ok, desc, details)
-    tests[#tests + 1] = { ok = ok, desc = desc, details = details or {} }
+local function check(ok, desc, details, todo)
+    tests[#tests + 1] = { ok = ok, desc = desc, details = details or {},
+                          todo = todo }
 end
 
 -- the counter zones: exact counts, no live marker, locks free or dead
 local function check_counters()
-    local sum, writers, bad, reconciled = 0, 0, {}, 0
+    local sum, writers, tallies, bad, reconciled = 0, 0, 0, {}, 0
     local locks_ok, lock_bad = true, {}
     local lane = b.lane[VICTIM_LANE]
     clear_lane(VICTIM_LANE)
@@ -709,6 +733,7 @@ local function check_counters()
             for _, key in ipairs(keys) do
                 local r = res[key]
                 sum, writers = sum + r.n, writers + r.writers
+                tallies = tallies + r.sum
                 reconciled = reconciled + r.reconciled
                 if r.n ~= r.sum then
                     bad[#bad + 1] = fmt("%s %s: counter %d, tallies %d", d.name,
@@ -736,6 +761,9 @@ local function check_counters()
                 end
             end
         end
+        S.used = S.used or {}
+        S.used[#S.used + 1] = fmt("%s %.0f%%", d.name,
+                                  100 - 100 * d:free_space() / d:capacity())
         for i = 1, 40 do
             local v = d:get("v:" .. i)
             if v ~= nil and not tostring(v):match("^v:" .. i .. "|") then
@@ -746,6 +774,7 @@ local function check_counters()
     end
     reconciled = reconciled + board.get(lane, "reconciled")
     S.increments, S.writers, S.final_reconciled = sum, writers, reconciled
+    S.tallies = tallies
     check(#bad == 0, fmt("counters exact: %d increments of %d keys = the "
                          .. "tallies of %d writers (%d reconciled at the "
                          .. "end); no live marker left", sum, #dicts * KEYS,
@@ -852,8 +881,9 @@ local function summary(duration)
             .. "reconciled", totals.rounds, rounds_of.counter or 0,
             rounds_of.locker or 0, rounds_of.impostor or 0, totals.timeouts,
             totals.sibling, totals.reconciled + (S.final_reconciled or 0)),
-        fmt("counter increments: %d (exact: the tallies of %d writers)",
-            S.increments or 0, S.writers or 0),
+        fmt("counter increments: %d; the tallies of their %d writers add up "
+            .. "to %d (zones used: %s)", S.increments or 0, S.writers or 0,
+            S.tallies or 0, table.concat(S.used or {}, ", ")),
         fmt("operations: %d dictionary calls, %d lock/unlock calls",
             totals.ops, totals.locks),
         fmt("zone destroys: %d (%d 'zone destroyed' answers, %d rounds "
@@ -932,16 +962,28 @@ local function main()
     check_counters()
     check_zones()
     check_scenarios()
+    -- TAP's TODO: a known defect, reported without failing the run (a fix
+    -- turns it into an unexpected success)
+    check(totals.dead_waits == 0,
+          "a lock() waiting when its zone is destroyed returns "
+          .. "'zone destroyed'",
+          { fmt("%d waits answered 'timeout' after their whole timeout "
+                .. "instead (resty.shmlock.zone_lock's look() takes a zone "
+                .. "error for a released key)", totals.dead_waits) },
+          "lock() outside nginx waits out its timeout in a destroyed zone")
     check(S.violations == 0, fmt("no violations (%d)", S.violations),
           messages)
-    check(S.hangs == 0, fmt("no hangs (%d)", S.hangs))
+    check(S.hangs == 0, fmt("no hangs (%d)", S.hangs), hang_messages)
     cleanup()
 
     local failed = 0
     for i, t in ipairs(tests) do
-        say(fmt("%s %d - %s", t.ok and "ok" or "not ok", i, t.desc))
+        say(fmt("%s %d - %s%s", t.ok and "ok" or "not ok", i, t.desc,
+                t.todo and " # TODO " .. t.todo or ""))
         if not t.ok then
-            failed = failed + 1
+            if not t.todo then
+                failed = failed + 1
+            end
             for _, d in pairs(t.details) do
                 say("#   " .. d)
             end

@@ -44,11 +44,39 @@ local function value_ok(key, v)
 end
 
 
+-- SOAK_BREAK=lock (the soak's self-test): a lock object that now and
+-- then does not lock at all
+local function broken(lock)
+    local fake = false
+    local function take(method)
+        return function(_, key)
+            fake = random(20) == 1
+            if fake then
+                return 0
+            end
+            return lock[method](lock, key)
+        end
+    end
+    return {
+        lock = take("lock"),
+        trylock = take("trylock"),
+        unlock = function()
+            if fake then
+                fake = false
+                return 1
+            end
+            return lock:unlock()
+        end,
+    }
+end
+
+
 -- syntax: w = soak_counter.new(cfg)
 -- One lane: cfg.addr (the board), cfg.fd (report pipe), cfg.lane, cfg.id,
 -- cfg.who, cfg.dir, cfg.zones (names), cfg.keys, cfg.timeout,
 -- cfg.die_round / cfg.die_point (kill ourselves at that point of that
--- round: see soak_round), cfg.seed.
+-- round: see soak_round), cfg.seed; the self-test's cfg.break_lock and
+-- cfg.hang_round (stop for good inside that round).
 function _M.new(cfg)
     math.randomseed(cfg.seed)
     local b = board.attach(cfg.addr)
@@ -61,6 +89,9 @@ function _M.new(cfg)
         local d = assert(shdict.open(name, { dir = cfg.dir }))
         self.dicts[i] = d
         self.locks[i] = assert(resty_lock:new(d, { timeout = cfg.timeout }))
+        if cfg.break_lock then
+            self.locks[i] = broken(self.locks[i])
+        end
     end
     local who = cfg.who
     self.ctx = {
@@ -71,10 +102,12 @@ function _M.new(cfg)
         end,
         zone_name = function(d) return d.name end,
         die = function(point)
-            if point == cfg.die_point
-               and board.get(lane, "rounds") + 1 == cfg.die_round
-            then
+            local n = board.get(lane, "rounds") + 1
+            if point == cfg.die_point and n == cfg.die_round then
                 board.die(lane)
+            end
+            while point == 1 and n == cfg.hang_round do
+                ffi.C.poll(nil, 0, 1000)
             end
         end,
     }

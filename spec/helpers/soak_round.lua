@@ -198,13 +198,15 @@ function _M.enter(ctx, dict, lock, key, try)
             return nil, failed(ctx, "get " .. mk, err)
         end
         if cur == ctx.me or _M.alive(cur) then
+            -- reported, and the round goes on as if nothing had happened,
+            -- so that the counts show what the breach did too
             ctx.violation(fmt("%s: two holders of L:%s: %s and %s (alive)",
                               ctx.zone_name(dict), key, ctx.me,
                               tostring(cur)))
-            abandon(ctx, r)
-            return nil, "violation"
+            ok, err = dict:safe_set(mk, ctx.me)
+        else
+            ok, err = dict:cas(mk, cur, ctx.me)
         end
-        ok, err = dict:cas(mk, cur, ctx.me)
         op(ctx)
         if not ok then
             if ctx.tolerate[err] then
@@ -214,8 +216,6 @@ function _M.enter(ctx, dict, lock, key, try)
             ctx.violation(fmt("%s: %s changed under L:%s: cas from %s: %s",
                               ctx.zone_name(dict), mk, key, tostring(cur),
                               tostring(err)))
-            abandon(ctx, r)
-            return nil, "violation"
         end
     end
     ctx.die(1)
@@ -298,8 +298,6 @@ function _M.leave(ctx, r)
         ctx.violation(fmt("%s: %s changed while we held L:%s: %s (%s)",
                           ctx.zone_name(dict), mk, key,
                           tostring(dict:get(mk)), tostring(err)))
-        abandon(ctx, r)
-        return "violation"
     end
     ctx.die(4)
 
