@@ -74,12 +74,15 @@ local CFG = {
     takeover_limit = 2,         -- seconds the others may stall after a
                                 -- kill inside the mutex
     grace = 20,                 -- seconds to stop at the end
-    progress_every = 10,
+    progress_every = 10,        -- seconds (a quarter of a short run)
     -- the soak's self-test: "lock" makes the counter workers' locks skip
     -- a lock now and then, "hang" makes one worker stop inside a round;
     -- the soak must then fail
     breaks = os.getenv("SOAK_BREAK"),
 }
+
+CFG.progress_every = math.min(CFG.progress_every,
+                              math.max(1, CFG.seconds / 4))
 
 -- Every process (VM) that ever writes a counter keeps its tallies there:
 -- about 200 bytes per writer, some 130 writers a second.  The zones grow
@@ -116,7 +119,9 @@ local S = {                     -- figures
     forks = 0, attempts = 0, orphans = 0, reuses = 0, reuse_failed = 0,
     victims = 0, worst_resume = 0, worst_impostor = 0,
     kills = { storm = 0, in_cs = 0, crash_at = 0, mutex = 0 },
-    violations = 0, hangs = 0,
+    holding = {}, waiting = {},         -- kills by kind, of a lock holder
+                                        -- or waiter
+    violations = 0, hangs = 0, verifies = 0,
 }
 local totals = {}               -- board fields, summed over ended lanes
 for _, name in ipairs(board.FIELDS) do
@@ -198,6 +203,11 @@ local function harvest_lane(l, p)
     end
     if lane.dying ~= 0 then
         p.dying = true
+    end
+    if lane.state == board.HOLDING then
+        p.holding = true
+    elseif lane.state == board.WAITING then
+        p.waiting = true
     end
     clear_lane(l)
 end
@@ -317,6 +327,12 @@ local function classify(p, res)
                      or p.crash_at and "crash_at"
         if kind then
             S.kills[kind] = S.kills[kind] + 1
+            -- where the lanes were when the process died
+            if p.holding then
+                S.holding[kind] = (S.holding[kind] or 0) + 1
+            elseif p.waiting then
+                S.waiting[kind] = (S.waiting[kind] or 0) + 1
+            end
         else
             violation(p.who .. ": killed by a SIGKILL nobody sent")
         end
@@ -587,6 +603,7 @@ local function pid_reuse()
             end
         end
     end
+    local vstart = tonumber(lib.shmlock_proc_start(vpid))
     procs.kill(vpid)
     if not await_exit(vpid, 5) then
         violation("the victim outlived SIGKILL for 5 s")
@@ -594,8 +611,14 @@ local function pid_reuse()
     local impostor, gate
     if can_reuse then
         impostor, gate = spawn_impostor(vpid, zi, key)
-        if impostor then
+        if impostor
+           and tonumber(lib.shmlock_proc_start(impostor)) ~= vstart
+        then
             S.reuses = S.reuses + 1
+        elseif impostor then
+            S.reuse_failed = S.reuse_failed + 1
+            say("# pid reuse: the impostor started in the victim's clock "
+                .. "tick")
         else
             S.reuse_failed = S.reuse_failed + 1
             say("# pid reuse: " .. tostring(gate))
@@ -636,6 +659,35 @@ local function pid_reuse()
         end
         S.worst_impostor = math.max(S.worst_impostor, now_us() - t0)
     end
+end
+
+
+-- every zone verifies while the soak goes on (checked by a child: the
+-- driver must not block on a zone mutex)
+local function verify_zones()
+    local pid = fork(function()
+        local zones = { shdict.open(phoenix.NAME, { create = false }) }
+        for _, d in ipairs(dicts) do
+            zones[#zones + 1] = d
+        end
+        for _, d in ipairs(zones) do
+            local ok, err = d:verify()
+            if not ok and err ~= "zone destroyed" then
+                board.report(report.w, "V verifier: " .. d.name .. ": "
+                                       .. tostring(err))
+            end
+        end
+    end, nil, "verifier")
+    running[pid] = { pid = pid, kind = "verifier", who = "verifier",
+                     base = 0, lanes = 0 }
+    if not await_exit(pid, 5) then
+        hang("verifier (pid " .. pid .. ") stuck for 5 s: "
+             .. procs.describe(pid))
+        running[pid].hung = true
+        procs.kill(pid)
+        await_exit(pid, 5)
+    end
+    S.verifies = S.verifies + 1
 end
 
 
@@ -873,8 +925,11 @@ local function summary(duration)
             .. "%d forks to reuse a pid)", S.forks + totals.children
             + S.attempts, S.forks, totals.children, S.attempts),
         fmt("kills: %d (storm %d, at a structural write %d, inside a round "
-            .. "%d, inside the mutex %d)", kills, k.storm, k.crash_at,
-            k.in_cs, k.mutex),
+            .. "%d, inside the mutex %d); of a lock holder: storm %d, at a "
+            .. "write %d; of a waiter in lock(): storm %d, at a write %d",
+            kills, k.storm, k.crash_at, k.in_cs, k.mutex,
+            S.holding.storm or 0, S.holding.crash_at or 0,
+            S.waiting.storm or 0, S.waiting.crash_at or 0),
         fmt("lock rounds: %d completed (counter workers %d, phoenix lockers "
             .. "%d, impostors %d), %d lock timeouts, %d refused between VMs "
             .. "of a process, %d half-done rounds of dead holders "
@@ -898,6 +953,8 @@ local function summary(duration)
             .. "kill inside the mutex %.0f ms, worst impostor round %.0f ms",
             S.reuses, S.reuse_failed, S.worst_resume / 1000,
             S.worst_impostor / 1000),
+        fmt("zones verified during the run: %d times; orphans reaped: %d",
+            S.verifies, S.orphans),
         fmt("violations: %d, hangs: %d, duration: %.1f s", S.violations,
             S.hangs, duration),
     }
@@ -951,6 +1008,7 @@ local function main()
             next_hang_check = now + 1e6
         end
         if now >= next_progress then
+            verify_zones()
             progress((now - start) / 1e6)
             next_progress = now + CFG.progress_every * 1e6
         end

@@ -5,9 +5,9 @@
 -- * the board: an anonymous shared mapping the driver makes before its
 --   first fork, so every process and every Lua VM in it sees the same
 --   page (a VM reaches it by address).  A stop flag, one progress time per
---   counter key, and one lane per Lua VM at work: its process, the time of
---   its last progress, a flag set right before a deliberate self-kill, and
---   counters (FIELDS).  Each lane has one writer; the driver only reads,
+--   counter key, and one lane per Lua VM at work: where it is in a round
+--   (STATE), the time of its last progress, a flag set right before a
+--   deliberate self-kill, and counters (FIELDS).  Each lane has one writer; the driver only reads,
 --   so a killed process leaves its counts exact up to its last operation.
 -- * the report pipe: one line per violation, written in one write() of at
 --   most PIPE_BUF bytes, so lines from processes killed mid-way are never
@@ -43,6 +43,9 @@ _M.FIELDS = {
     "fills",        -- full zone: entries pinned to fill it
     "children",     -- processes a conductor forked
 }
+-- lane.state
+_M.IDLE, _M.WAITING, _M.HOLDING = 0, 1, 2
+
 local INDEX = {}
 for i, name in ipairs(_M.FIELDS) do
     INDEX[name] = i - 1
@@ -51,7 +54,7 @@ _M.INDEX = INDEX
 local NFIELDS = #_M.FIELDS
 
 for _, decl in ipairs {
-    "typedef struct { int32_t pid; int32_t dying; int64_t beat_us; double n["
+    "typedef struct { int32_t state; int32_t dying; int64_t beat_us; double n["
         .. NFIELDS .. "]; } soak_lane_t;",
     "typedef struct { int32_t stop; int32_t pad; int64_t key_beat["
         .. _M.KEYS .. "]; soak_lane_t lane[" .. _M.LANES

@@ -112,6 +112,7 @@ local function abandon(ctx, r)
     board.add(ctx.lane, "aborted")
     board.add(ctx.lane, "locks")
     r.lock:unlock()
+    ctx.lane.state = board.IDLE
 end
 
 -- Step 2: a dead writer's half-done round completed for it; the value a
@@ -167,11 +168,13 @@ function _M.enter(ctx, dict, lock, key, try)
     local lane = ctx.lane
     board.add(lane, "locks")
     local elapsed, err
+    lane.state = board.WAITING
     if try then
         elapsed, err = lock:trylock("L:" .. key)
     else
         elapsed, err = lock:lock("L:" .. key)
     end
+    lane.state = elapsed and board.HOLDING or board.IDLE
     if not elapsed then
         if err == "timeout" then
             board.add(lane, "timeouts")
@@ -303,6 +306,7 @@ function _M.leave(ctx, r)
 
     board.add(ctx.lane, "locks")
     ok, err = r.lock:unlock()
+    ctx.lane.state = board.IDLE
     if ok ~= 1 then
         return failed(ctx, "unlock " .. key, err)
     end
