@@ -132,7 +132,12 @@ local hang_messages = {}
 local rounds_of = {}            -- kind of process -> lock rounds done
 
 
+local interrupted                -- the signal that cut the run short
+
 local function violation(msg)
+    if interrupted then
+        return          -- the children took the signal too
+    end
     S.violations = S.violations + 1
     if #messages < 30 then
         messages[#messages + 1] = msg
@@ -318,7 +323,7 @@ end
 
 -- what a process's end means
 local function classify(p, res)
-    if p.hung then
+    if p.hung or interrupted then
         return
     end
     if res.how == "signal" and res.sig == procs.SIGKILL then
@@ -995,6 +1000,11 @@ local function main()
     local next_hang_check = start + 1e6
     local next_progress = start + CFG.progress_every * 1e6
     while now_us() < finish do
+        interrupted = procs.interrupted()
+        if interrupted then
+            say("# interrupted by signal " .. interrupted .. ": stopping")
+            break
+        end
         reap_all()
         read_reports()
         storm()
@@ -1032,6 +1042,10 @@ local function main()
     check(S.violations == 0, fmt("no violations (%d)", S.violations),
           messages)
     check(S.hangs == 0, fmt("no hangs (%d)", S.hangs), hang_messages)
+    if interrupted then
+        check(false, "ran its whole time (interrupted by signal "
+                     .. interrupted .. ")")
+    end
     cleanup()
 
     local failed = 0

@@ -9,8 +9,10 @@
 -- not found").  Any other answer is a violation, and so is a second
 -- holder inside one live zone (the in:K marker).
 --
--- The conductor makes the zone (a random size and shard count), lets the
--- lockers work, then destroys it, two ways in turn:
+-- The conductor makes the zone (a random size and shard count) and names
+-- the incarnation in its key "gen" (lockers keep their tallies per
+-- incarnation, and skip a zone not named yet), lets the lockers work,
+-- then destroys it, two ways in turn:
 -- * checked: it takes every key's lock first, so that no round is under
 --   way; the counters must then equal their tallies (that incarnation's
 --   mutual exclusion, whatever the lockers went through), the zone must
@@ -59,10 +61,12 @@ function _M.locker(cfg)
     local b = board.attach(cfg.addr)
     local lane = b.lane[cfg.lane]
     local violation = reporter(cfg)
-    local ctx = {
+    local ctx
+    ctx = {
         lane = lane, id = cfg.id, me = round.me(cfg.id),
         tolerate = { ["zone destroyed"] = true },
-        tallies = setmetatable({}, { __mode = "k" }),
+        tallies = {},
+        zone_id = function() return ctx.gen end,
         violation = violation,
         zone_name = function() return _M.NAME end,
         die = function(point)
@@ -90,14 +94,31 @@ function _M.locker(cfg)
             sleep_ms(1)
         else
             local d = lock.dict
-            local r, out = round.enter(ctx, d, lock, keys[random(#keys)])
-            if r then
-                out = round.leave(ctx, r)
-            elseif out == "timeout" and C.shmlock_zone_dead(d._zone) == 1 then
-                board.add(lane, "dead_waits")
+            local gen
+            gen, err = d:get("gen")
+            board.add(lane, "ops")
+            if gen ~= ctx.gen then
+                ctx.gen, ctx.tallies = gen, {}
             end
-            if out ~= "timeout" then
+            if not gen then
+                if err ~= nil and err ~= "zone destroyed" then
+                    violation("get gen: " .. tostring(err))
+                end
+                board.add(lane, err and "destroyed" or "absent")
                 board.beat(lane)
+                sleep_ms(1)
+            else
+                local r, out = round.enter(ctx, d, lock, keys[random(#keys)])
+                if r then
+                    out = round.leave(ctx, r)
+                elseif out == "timeout"
+                       and C.shmlock_zone_dead(d._zone) == 1
+                then
+                    board.add(lane, "dead_waits")
+                end
+                if out ~= "timeout" then
+                    board.beat(lane)
+                end
             end
         end
     end
@@ -186,12 +207,18 @@ function _M.conduct(cfg)
     local violation = reporter(cfg)
     board.beat(lane)
 
-    local n = 0
+    local n, made = 0, 0
+    local pid = C.shmlock_self_pid()
     while b.stop == 0 do
         local size = SIZES[random(#SIZES)]
         local d, err = shdict.open(_M.NAME, { size = size[1],
                                               shards = size[2] })
-        if not d then
+        local ok
+        if d then
+            made = made + 1
+            ok, err = d:safe_set("gen", pid .. ":" .. made)
+        end
+        if not ok then
             violation("conductor: open: " .. tostring(err))
             sleep_ms(10)
         else
@@ -204,7 +231,6 @@ function _M.conduct(cfg)
                 break
             end
             n = n + 1
-            local ok
             if n % 2 == 0 then
                 ok = checked_destroy(d, lane, violation)
             else

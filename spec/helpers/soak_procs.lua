@@ -17,6 +17,12 @@ local band, rshift = bit.band, bit.rshift
 for _, decl in ipairs {
     "int prctl(int option, ...);",
     "int getppid(void);",
+    "typedef struct { unsigned long val[16]; } soak_sigset_t;",
+    "int sigemptyset(soak_sigset_t *set);",
+    "int sigaddset(soak_sigset_t *set, int sig);",
+    "int sigismember(const soak_sigset_t *set, int sig);",
+    "int sigprocmask(int how, const soak_sigset_t *set, soak_sigset_t *old);",
+    "int sigpending(soak_sigset_t *set);",
 } do
     pcall(ffi.cdef, decl)
 end
@@ -27,6 +33,9 @@ local WNOHANG = 1
 local ECHILD = 10
 local SIGKILL, SIGSTOP, SIGCONT = 9, 19, 18
 
+local SIG_BLOCK, SIG_SETMASK = 0, 2
+local STOPS = { 1, 2, 15 }          -- SIGHUP, SIGINT, SIGTERM
+
 local _M = { SIGKILL = SIGKILL, SIGSTOP = SIGSTOP, SIGCONT = SIGCONT }
 
 local ul = ffi.typeof("unsigned long")
@@ -34,10 +43,32 @@ local status = ffi.new("int[1]")
 local driver_pid
 
 
+local stops = ffi.new("soak_sigset_t")
+local pending = ffi.new("soak_sigset_t")
+local empty = ffi.new("soak_sigset_t")
+C.sigemptyset(stops)
+C.sigemptyset(empty)
+for _, sig in ipairs(STOPS) do
+    C.sigaddset(stops, sig)
+end
+
 -- The calling process becomes the driver: the reaper of its descendants.
+-- SIGHUP, SIGINT and SIGTERM are held for interrupted() to see, so that
+-- the driver cleans up (its children take them as usual).
 function _M.become_driver()
     driver_pid = C.getpid()
     C.prctl(PR_SET_CHILD_SUBREAPER, ul(1), ul(0), ul(0), ul(0))
+    C.sigprocmask(SIG_BLOCK, stops, nil)
+end
+
+-- the signal that asked the driver to stop, or nil
+function _M.interrupted()
+    C.sigpending(pending)
+    for _, sig in ipairs(STOPS) do
+        if C.sigismember(pending, sig) == 1 then
+            return sig
+        end
+    end
 end
 
 -- syntax: pid = soak_procs.fork(fn, arg, opts)
@@ -53,6 +84,7 @@ function _M.fork(fn, arg, opts)
     if pid > 0 then
         return pid
     end
+    C.sigprocmask(SIG_SETMASK, empty, nil)
     C.prctl(PR_SET_PDEATHSIG, ul(SIGKILL), ul(0), ul(0), ul(0))
     if C.getppid() ~= driver_pid then
         C._exit(98)         -- the driver died before the line above

@@ -162,8 +162,10 @@ end
 -- 1-2.  r: the round, to pass to leave(); else
 -- nil and "timeout", "aborted" (zone destroyed, tolerated) or "violation"
 -- (reported).  ctx: { lane, id, me, tolerate = { [err] = true },
--- violation = fn(msg), zone_name = fn(dict), tallies = { [dict] = {} },
--- die = fn(point) }.
+-- violation = fn(msg), zone_name = fn(dict), tallies = {}, die =
+-- fn(point), zone_id = fn(dict) or nil }: our tallies are kept in
+-- ctx.tallies[zone_id(dict)] (default: [dict]; a zone destroyed and made
+-- again must have another id).
 function _M.enter(ctx, dict, lock, key, try)
     local lane = ctx.lane
     board.add(lane, "locks")
@@ -245,10 +247,11 @@ function _M.enter(ctx, dict, lock, key, try)
         end
     end
 
-    local tallies = ctx.tallies[dict]
+    local zid = ctx.zone_id and ctx.zone_id(dict) or dict
+    local tallies = ctx.tallies[zid]
     if not tallies then
         tallies = {}
-        ctx.tallies[dict] = tallies
+        ctx.tallies[zid] = tallies
     end
     local t = tallies[key] or 0
     local zt
