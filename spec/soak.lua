@@ -793,8 +793,8 @@ local function check_counters()
                 tallies = tallies + r.sum
                 reconciled = reconciled + r.reconciled
                 if r.n ~= r.sum then
-                    bad[#bad + 1] = fmt("%s %s: counter %d, tallies %d", d.name,
-                                        key, r.n, r.sum)
+                    bad[#bad + 1] = fmt("%s %s: counter %d, tallies %d",
+                                        d.name, key, r.n, r.sum)
                 end
                 if r.marker and round.alive(r.marker) then
                     bad[#bad + 1] = fmt("%s in:%s is %s, alive", d.name, key,
@@ -829,7 +829,6 @@ local function check_counters()
             end
         end
     end
-    reconciled = reconciled + board.get(lane, "reconciled")
     S.increments, S.writers, S.final_reconciled = sum, writers, reconciled
     S.tallies = tallies
     check(#bad == 0, fmt("counters exact: %d increments of %d keys = the "
@@ -1070,7 +1069,8 @@ end
 
 local ok, err = xpcall(main, debug.traceback)
 if not ok then
-    say("not ok - the soak driver failed: " .. tostring(err):gsub("\n", "\n# "))
+    local msg = tostring(err):gsub("\n", "\n# ")
+    say("not ok - the soak driver failed: " .. msg)
     say("1..1")
     procs.sweep(5)
     if dir then

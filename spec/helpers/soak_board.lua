@@ -7,8 +7,9 @@
 --   page (a VM reaches it by address).  A stop flag, one progress time per
 --   counter key, and one lane per Lua VM at work: where it is in a round
 --   (STATE), the time of its last progress, a flag set right before a
---   deliberate self-kill, and counters (FIELDS).  Each lane has one writer; the driver only reads,
---   so a killed process leaves its counts exact up to its last operation.
+--   deliberate self-kill, and counters (FIELDS).  Each lane has one
+--   writer; the driver only reads, so a killed process leaves its counts
+--   exact up to its last operation.
 -- * the report pipe: one line per violation, written in one write() of at
 --   most PIPE_BUF bytes, so lines from processes killed mid-way are never
 --   torn or mixed.

@@ -30,7 +30,8 @@ local mt = { __index = _M }
 
 -- self-describing values, as spec/04-crash_spec.lua's storm
 local function value_for(key, seq)
-    return key .. "|" .. seq .. "|" .. string.char(97 + seq % 26):rep(seq % 150)
+    return key .. "|" .. seq .. "|"
+           .. string.char(97 + seq % 26):rep(seq % 150)
 end
 
 local function value_ok(key, v)

@@ -206,6 +206,9 @@ end
 -- subreaper), within `secs`; returns how many were killed.
 function _M.sweep(secs)
     local killed = 0
+    if not driver_pid then
+        return 0
+    end
     local deadline = board.now_us() + secs * 1e6
     repeat
         local left = _M.children_of(driver_pid)
