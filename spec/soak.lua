@@ -615,18 +615,20 @@ local function pid_reuse()
     end
     local impostor, gate
     if can_reuse then
-        impostor, gate = spawn_impostor(vpid, zi, key)
-        if impostor
-           and tonumber(lib.shmlock_proc_start(impostor)) ~= vstart
-        then
-            S.reuses = S.reuses + 1
-        elseif impostor then
+        local why
+        impostor, why = spawn_impostor(vpid, zi, key)
+        if not impostor then
             S.reuse_failed = S.reuse_failed + 1
-            say("# pid reuse: the impostor started in the victim's clock "
-                .. "tick")
+            say("# pid reuse: " .. tostring(why))
         else
-            S.reuse_failed = S.reuse_failed + 1
-            say("# pid reuse: " .. tostring(gate))
+            gate = why
+            if tonumber(lib.shmlock_proc_start(impostor)) ~= vstart then
+                S.reuses = S.reuses + 1
+            else
+                S.reuse_failed = S.reuse_failed + 1
+                say("# pid reuse: the impostor started in the victim's "
+                    .. "clock tick")
+            end
         end
     end
     for _, pid in ipairs(stopped) do
@@ -704,11 +706,7 @@ local function setup()
     procs.become_driver()
     b, board_addr = board.create()
     report = proc.pipe()
-    local f = io.open("/proc/sys/kernel/ns_last_pid", "w")
-    can_reuse = f ~= nil
-    if f then
-        f:close()
-    end
+    can_reuse = procs.can_set_last_pid()
     for i, z in ipairs(ZONES) do
         dicts[i] = assert(shdict.open(z.name, { dir = dir, size = z.size,
                                                 shards = z.shards }))
@@ -950,9 +948,10 @@ local function summary(duration)
             totals.destroys, totals.destroyed, totals.aborted,
             totals.dead_waits),
         fmt("full zone: %d cycles, %d handoffs, %d dead-holder takeovers, "
-            .. "worst waiter lateness %.0f ms, worst handoff %.0f ms",
-            totals.cycles, totals.handoffs, totals.takeovers,
-            totals.late_us / 1000, totals.handoff_us / 1000),
+            .. "worst waiter lateness %.0f ms (CPU %.0f ms), worst handoff "
+            .. "%.0f ms", totals.cycles, totals.handoffs, totals.takeovers,
+            totals.late_us / 1000, totals.cpu_us / 1000,
+            totals.handoff_us / 1000),
         fmt("pid reuses forced: %d (%d not achieved), worst resume after a "
             .. "kill inside the mutex %.0f ms, worst impostor round %.0f ms",
             S.reuses, S.reuse_failed, S.worst_resume / 1000,
@@ -986,9 +985,9 @@ local function main()
     local start = now_us()
     say(fmt("# soak: %d s, seed %d, zones in %s", CFG.seconds, CFG.seed, dir))
     if not can_reuse then
-        say("# pid reuse skipped: /proc/sys/kernel/ns_last_pid is not "
-            .. "writable (not root); victims are still killed inside the "
-            .. "mutex")
+        say("# pid reuse skipped: /proc/sys/kernel/ns_last_pid cannot be "
+            .. "written (it takes root); victims are still killed inside "
+            .. "the mutex")
     end
     for _, slot in ipairs(slots) do
         spawn(slot)

@@ -41,6 +41,7 @@ _M.FIELDS = {
     "takeovers",    -- full zone: a dead holder's marked lock taken over
     "late_us",      -- full zone: worst lateness of a timed-out waiter
     "handoff_us",   -- full zone: worst unlock-to-waiter time
+    "cpu_us",       -- full zone: most CPU a timed-out waiter used
     "fills",        -- full zone: entries pinned to fill it
     "children",     -- processes a conductor forked
 }

@@ -172,6 +172,7 @@ function Cycle:timed_out(r, name, timeout)
     end
     local late = r.wall - timeout
     board.max(self.lane, "late_us", late * 1e6)
+    board.max(self.lane, "cpu_us", r.cpu * 1e6)
     if late < 0 or late > _M.LATE then
         self:fail(fmt("%s returned after %.3f s, timeout %.3f s", name,
                       r.wall, timeout))

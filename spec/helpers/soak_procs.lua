@@ -157,19 +157,46 @@ function _M.describe(pid)
         proc_line(pid, "syscall"):match("^%S+") or "?")
 end
 
+local NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+-- Sets the pid the kernel handed out last (so the next fork gets pid + 1
+-- if it is free): true, or nil and why (it takes root).
+function _M.set_last_pid(pid)
+    local f, err = io.open(NS_LAST_PID, "w")
+    if not f then
+        return nil, err
+    end
+    f:setvbuf("no")
+    local ok
+    ok, err = f:write(tostring(pid))
+    f:close()
+    if not ok then
+        return nil, NS_LAST_PID .. ": " .. tostring(err)
+    end
+    return true
+end
+
+-- true when set_last_pid() works here (tried with the current value)
+function _M.can_set_last_pid()
+    local f = io.open(NS_LAST_PID, "r")
+    local last = f and tonumber(f:read("*l"))
+    if f then
+        f:close()
+    end
+    return last ~= nil and _M.set_last_pid(last) == true
+end
+
 -- syntax: pid, forks = soak_procs.fork_as(want, fn, arg, opts, tries)
 -- A child with pid `want` (the pid a dead process had), through
--- /proc/sys/kernel/ns_last_pid (root only).  Children that get another
--- pid are killed and reaped before they run fn: fn must first wait for
--- the caller's go-ahead.  nil, forks, why when the pid could not be had.
+-- set_last_pid().  Children that get another pid are killed and reaped
+-- before they run fn: fn must first wait for the caller's go-ahead.  nil,
+-- forks, why when the pid could not be had.
 function _M.fork_as(want, fn, arg, opts, tries)
     for n = 1, tries do
-        local f, err = io.open("/proc/sys/kernel/ns_last_pid", "w")
-        if not f then
+        local ok, err = _M.set_last_pid(want - 1)
+        if not ok then
             return nil, n - 1, err
         end
-        f:write(tostring(want - 1))
-        f:close()
         local pid = _M.fork(fn, arg, opts)
         if pid == want then
             return pid, n
