@@ -767,74 +767,80 @@ local function check(ok, desc, details, todo)
                           todo = todo }
 end
 
--- the counter zones: exact counts, no live marker, locks free or dead
-local function check_counters()
-    local sum, writers, tallies, bad, reconciled = 0, 0, 0, {}, 0
-    local locks_ok, lock_bad = true, {}
-    local lane = b.lane[VICTIM_LANE]
-    clear_lane(VICTIM_LANE)
-    for _, d in ipairs(dicts) do
-        local keys = {}
-        for k = 1, KEYS do
-            keys[k] = "k" .. k
-        end
-        local res, err = round.check(d, keys, lane)
-        if not res then
-            bad[#bad + 1] = d.name .. ": " .. err
-        else
-            if res.violation then
-                bad[#bad + 1] = d.name .. ": " .. res.violation
-            end
-            for _, key in ipairs(keys) do
-                local r = res[key]
-                sum, writers = sum + r.n, writers + r.writers
-                tallies = tallies + r.sum
-                reconciled = reconciled + r.reconciled
-                if r.n ~= r.sum then
-                    bad[#bad + 1] = fmt("%s %s: counter %d, tallies %d",
+-- a counter key's lock at the end: free or a dead holder's, and ours at
+-- once; what is wrong with it, or nil
+local function lock_left(d, key, r)
+    if r.lock and token.alive(r.lock:match("^[^|]*")) then
+        return fmt("%s L:%s held by %s, alive", d.name, key, r.lock)
+    end
+    local l = assert(resty_lock:new(d, { timeout = 1 }))
+    local t0 = now_us()
+    local elapsed, err = l:lock("L:" .. key)
+    local dt = (now_us() - t0) / 1e6
+    local unlocked = elapsed and l:unlock()
+    if not elapsed or dt > 0.5 or unlocked ~= 1 then
+        return fmt("%s L:%s: lock %s, %s after %.3f s; unlock %s", d.name,
+                   key, tostring(elapsed), tostring(err), dt,
+                   tostring(unlocked))
+    end
+end
+
+-- one counter zone at the end: adds its figures to `acc`, and what is
+-- wrong to acc.bad (counts) and acc.locks (locks)
+local function check_counter_zone(d, lane, acc)
+    local keys = {}
+    for k = 1, KEYS do
+        keys[k] = "k" .. k
+    end
+    local res, err = round.check(d, keys, lane)
+    if not res then
+        acc.bad[#acc.bad + 1] = d.name .. ": " .. err
+        return
+    end
+    acc.bad[#acc.bad + 1] = res.violation and d.name .. ": " .. res.violation
+    for _, key in ipairs(keys) do
+        local r = res[key]
+        acc.sum, acc.writers = acc.sum + r.n, acc.writers + r.writers
+        acc.tallies = acc.tallies + r.sum
+        acc.reconciled = acc.reconciled + r.reconciled
+        if r.n ~= r.sum then
+            acc.bad[#acc.bad + 1] = fmt("%s %s: counter %d, tallies %d",
                                         d.name, key, r.n, r.sum)
-                end
-                if r.marker and round.alive(r.marker) then
-                    bad[#bad + 1] = fmt("%s in:%s is %s, alive", d.name, key,
-                                        r.marker)
-                end
-                if r.lock and token.alive(r.lock:match("^[^|]*")) then
-                    locks_ok = false
-                    lock_bad[#lock_bad + 1] = fmt("%s L:%s held by %s, alive",
-                                                  d.name, key, r.lock)
-                end
-                local l = assert(resty_lock:new(d, { timeout = 1 }))
-                local t0 = now_us()
-                local elapsed, e = l:lock("L:" .. key)
-                if not elapsed or now_us() - t0 > 0.5e6
-                   or l:unlock() ~= 1
-                then
-                    locks_ok = false
-                    lock_bad[#lock_bad + 1] = fmt("%s L:%s: %s, %s", d.name,
-                                                  key, tostring(elapsed),
-                                                  tostring(e))
-                end
-            end
         end
-        S.used = S.used or {}
-        S.used[#S.used + 1] = fmt("%s %.0f%%", d.name,
-                                  100 - 100 * d:free_space() / d:capacity())
-        for i = 1, 40 do
-            local v = d:get("v:" .. i)
-            if v ~= nil and not tostring(v):match("^v:" .. i .. "|") then
-                bad[#bad + 1] = fmt("%s v:%d holds %q", d.name, i,
-                                    tostring(v):sub(1, 40))
-            end
+        if r.marker and round.alive(r.marker) then
+            acc.bad[#acc.bad + 1] = fmt("%s in:%s is %s, alive", d.name, key,
+                                        r.marker)
+        end
+        acc.locks[#acc.locks + 1] = lock_left(d, key, r)
+    end
+    for i = 1, counter.SHARED do
+        local k = "v:" .. i
+        local v = d:get(k)
+        if not counter.value_ok(k, v) then
+            acc.bad[#acc.bad + 1] = fmt("%s %s holds %q", d.name, k,
+                                        tostring(v):sub(1, 40))
         end
     end
-    S.increments, S.writers, S.final_reconciled = sum, writers, reconciled
-    S.tallies = tallies
-    check(#bad == 0, fmt("counters exact: %d increments of %d keys = the "
-                         .. "tallies of %d writers (%d reconciled at the "
-                         .. "end); no live marker left", sum, #dicts * KEYS,
-                         writers, reconciled), bad)
-    check(locks_ok, "every lock free or held by a dead process at the end, "
-                    .. "and taken at once", lock_bad)
+    acc.used[#acc.used + 1] = fmt("%s %.0f%%", d.name,
+                                  100 - 100 * d:free_space() / d:capacity())
+end
+
+-- the counter zones: exact counts, no live marker, locks free or dead
+local function check_counters()
+    local acc = { sum = 0, writers = 0, tallies = 0, reconciled = 0,
+                  bad = {}, locks = {}, used = {} }
+    clear_lane(VICTIM_LANE)
+    for _, d in ipairs(dicts) do
+        check_counter_zone(d, b.lane[VICTIM_LANE], acc)
+    end
+    S.counts = acc
+    check(#acc.bad == 0, fmt("counters exact: %d increments of %d keys = "
+                             .. "the tallies of %d writers (%d reconciled "
+                             .. "at the end); no live marker left", acc.sum,
+                             #dicts * KEYS, acc.writers, acc.reconciled),
+          acc.bad)
+    check(#acc.locks == 0, "every lock free or held by a dead process at "
+                           .. "the end, and taken at once", acc.locks)
 end
 
 -- the phoenix zone's last incarnation, and every zone's structure
@@ -937,10 +943,10 @@ local function summary(duration)
             .. "of a process, %d half-done rounds of dead holders "
             .. "reconciled", totals.rounds, rounds_of.counter or 0,
             rounds_of.locker or 0, rounds_of.impostor or 0, totals.timeouts,
-            totals.sibling, totals.reconciled + (S.final_reconciled or 0)),
+            totals.sibling, totals.reconciled + S.counts.reconciled),
         fmt("counter increments: %d; the tallies of their %d writers add up "
-            .. "to %d (zones used: %s)", S.increments or 0, S.writers or 0,
-            S.tallies or 0, table.concat(S.used or {}, ", ")),
+            .. "to %d (zones used: %s)", S.counts.sum, S.counts.writers,
+            S.counts.tallies, table.concat(S.counts.used, ", ")),
         fmt("operations: %d dictionary calls, %d lock/unlock calls",
             totals.ops, totals.locks),
         fmt("zone destroys: %d (%d 'zone destroyed' answers, %d rounds "

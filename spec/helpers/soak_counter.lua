@@ -24,7 +24,7 @@ local tostring = tostring
 
 local SHARED = 40               -- plain keys v:1 .. v:40 per zone
 
-local _M = {}
+local _M = { SHARED = SHARED }
 local mt = { __index = _M }
 
 
@@ -43,6 +43,7 @@ local function value_ok(key, v)
     return k == key and #rest == seq % 150
            and not rest:find("[^" .. string.char(97 + seq % 26) .. "]")
 end
+_M.value_ok = value_ok
 
 
 -- SOAK_BREAK=lock (the soak's self-test): a lock object that now and
