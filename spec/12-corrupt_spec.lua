@@ -58,10 +58,10 @@ typedef struct {
 typedef struct {
     uint32_t  lock, lock_start;     /* the owner: pid, start time (low) */
     uint32_t  waiters, takeovers;
-    uint32_t  seq, dead;
+    uint32_t  seq;
     uint32_t  free_head, free_count, lru_head, lru_tail, nentries, sweep,
               recoveries;
-    uint8_t   hot_line_pad[12];
+    uint8_t   hot_line_pad[16];
     uint32_t  undo_active, undo_entry, undo_len, undo_cut, undo_cut_next,
               undo_pad;
     char      undo_head[64];
@@ -175,7 +175,7 @@ local function field_at(ctype, fields, rel)
 end
 
 local HDR_FIELDS = { "lock", "lock_start", "waiters", "takeovers", "seq",
-                     "dead", "free_head",
+                     "free_head",
                      "free_count", "lru_head", "lru_tail", "nentries",
                      "sweep", "recoveries" }
 local ENTRY_FIELDS = { "next", "hnext", "lru_prev", "lru_next", "hash",

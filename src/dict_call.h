@@ -20,19 +20,9 @@
         return SHMLOCK_BAD_KEY;                                              \
     }
 
-/*
- * A destroyed zone is refused before anything is read or written in it:
- * by the shard's copy of the mark, in the cache line the call touches
- * anyway; whole-zone calls look at the header's.
- */
+/* A destroyed zone is refused before anything is read or written in it. */
 #define CHECK_LIVE(zone)                                                     \
     if (__builtin_expect(shm_zone_dead(zone), 0)) {                          \
-        return SHMLOCK_DESTROYED;                                            \
-    }
-#define CHECK_SHARD_LIVE(z)                                                  \
-    if (__builtin_expect(__atomic_load_n(&(z)->hdr->dead,                    \
-                                         __ATOMIC_RELAXED) == ZONE_DEAD, 0)) \
-    {                                                                        \
         return SHMLOCK_DESTROYED;                                            \
     }
 
@@ -53,7 +43,7 @@ dict_store_hashed(shmlock_zone_t *zone, int op, const char *key,
     int      rc;
 
     *forcible = 0;
-    CHECK_SHARD_LIVE(z);
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     if (!value_ok(val)) {
         return SHMLOCK_BAD_VALUE;
@@ -74,7 +64,7 @@ dict_cad_hashed(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t  *z = zone_shard(zone, hash);
     int      rc;
 
-    CHECK_SHARD_LIVE(z);
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     if (!value_ok(old)) {
         return SHMLOCK_BAD_VALUE;

@@ -21,8 +21,8 @@
 #define ZONE_DIR_WAIT_MS  2000   /* how long destroy waits for the dir lock */
 
 /* attach outcomes that send shm_zone_open round again */
-#define ZONE_GONE        (-1)    /* no file under the name */
-#define ZONE_FOUND_DEAD  (-2)    /* a dead zone still under the name */
+#define ZONE_GONE  (-1)          /* no file under the name */
+#define ZONE_DEAD  (-2)          /* a dead zone still under the name */
 
 int
 shm_zone_name_ok(const char *name, size_t len)
@@ -214,7 +214,7 @@ zone_file_ok(const struct stat *st)
 
 /*
  * Attach to the zone published under `path`.  ZONE_GONE: no such file (it
- * may be created); ZONE_FOUND_DEAD: a dead zone is still there (*dead gets its
+ * may be created); ZONE_DEAD: a dead zone is still there (*dead gets its
  * identity).
  */
 static int
@@ -261,7 +261,7 @@ zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
         rc = SHMLOCK_INCOMPATIBLE;
     } else if (((zone_hdr_t *) base)->dead) {
         *dead = st;
-        rc = ZONE_FOUND_DEAD;
+        rc = ZONE_DEAD;
     } else if (((zone_hdr_t *) base)->pidns != sys_pidns()) {
         rc = SHMLOCK_FOREIGN_NS;
     }
@@ -475,33 +475,28 @@ zone_remove_dead(const char *dir, const char *path, const struct stat *dead,
     return SHMLOCK_OK;
 }
 
-/*
- * Marks the zone in the open file fd dead, if it is one of ours: in every
- * shard's header (where each call looks) and in the zone header (where
- * opening looks).
- */
+/* Marks the zone in the open file fd dead, if it is one of ours. */
 static void
 zone_mark_dead(int fd, const struct stat *st)
 {
-    shmlock_zone_t   zone;
-    char            *base;
-    uint64_t         size = (uint64_t) st->st_size;
-    uint32_t         i;
+    zone_hdr_t  *h;
 
     if (!S_ISREG(st->st_mode) || st->st_uid != geteuid()
-        || size < SHMLOCK_MIN_SIZE || zone_map(fd, size, &base) != 0)
+        || (uint64_t) st->st_size < SHMLOCK_MIN_SIZE)
     {
         return;
     }
-    if (zone_check(base, size) == 0) {
-        zone_attach(&zone, base, size);
-        for (i = 0; i < zone.nshards; i++) {
-            __atomic_store_n(&zone.shard[i].hdr->dead, ZONE_DEAD,
-                             __ATOMIC_SEQ_CST);
-        }
-        __atomic_store_n(&zone.hdr->dead, 1, __ATOMIC_SEQ_CST);
+    h = mmap(NULL, sizeof(zone_hdr_t), PROT_READ | PROT_WRITE, MAP_SHARED,
+             fd, 0);
+    if (h == MAP_FAILED) {
+        return;
     }
-    munmap(base, size);
+    if (memcmp(h->magic, ZONE_MAGIC, sizeof(ZONE_MAGIC)) == 0
+        && h->layout == ZONE_LAYOUT)
+    {
+        __atomic_store_n(&h->dead, 1, __ATOMIC_SEQ_CST);
+    }
+    munmap(h, sizeof(zone_hdr_t));
 }
 
 int
@@ -579,7 +574,7 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
     /* attach, else create; a racing creator or destroyer sends us round */
     for (attempt = 0; attempt < ZONE_ATTEMPTS; attempt++) {
         rc = zone_attach_file(path, out, err, &dead);
-        if (rc == ZONE_FOUND_DEAD) {
+        if (rc == ZONE_DEAD) {
             rc = zone_remove_dead(dir, path, &dead, err);
             if (rc != SHMLOCK_OK) {
                 return rc;

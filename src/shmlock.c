@@ -141,7 +141,7 @@ shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t   *z = zone_shard(zone, hash);
     int       rc, tries;
 
-    CHECK_SHARD_LIVE(z);
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     for (tries = 0; tries < 4; tries++) {
         rc = optimistic_get(z, key, key_len, hash, get_stale, out, buf,
@@ -166,7 +166,7 @@ shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
     int       rc;
 
     *forcible = 0;
-    CHECK_SHARD_LIVE(z);
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     zone_write_lock(z);
     rc = shdict_incr(z, key, key_len, hash, value, has_init, init,
@@ -182,7 +182,7 @@ shmlock_dict_ttl(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
-    CHECK_SHARD_LIVE(z);
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     zone_lock(z);
     rc = shdict_ttl(z, key, key_len, hash, ttl_ms);
@@ -197,7 +197,7 @@ shmlock_dict_expire(shmlock_zone_t *zone, const char *key, size_t key_len,
     zone_t   *z = zone_shard(zone, hash);
     int       rc;
 
-    CHECK_SHARD_LIVE(z);
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     zone_write_lock(z);
     rc = shdict_expire(z, key, key_len, hash, exptime_ms);
@@ -214,7 +214,7 @@ shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
     int       rc;
 
     *forcible = 0;
-    CHECK_SHARD_LIVE(z);
+    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     if (!value_ok(old) || !value_ok(val)) {
         return SHMLOCK_BAD_VALUE;

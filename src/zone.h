@@ -35,9 +35,6 @@
 #define ZONE_SHARDS_MAX       16
 #define ZONE_SHARD_AUTO_MIN   ((uint64_t) 1 << 20)
 #define ZONE_SHARD_MIN        ((uint64_t) 64 << 10)
-/* a shard's dead mark: one value, not any non-zero word, so that garbage
- * in a corrupt shard is not taken for a destroy */
-#define ZONE_DEAD             0x44454144u     /* "DEAD" */
 
 /*
  * The one update that is not published by a single word store: rewriting
@@ -81,9 +78,6 @@ typedef struct {
         shmtx_t       mutex;
         uint32_t      seq;       /* odd while a writer changes the dictionary:
                                     lets get() read without the mutex */
-        uint32_t      dead;      /* ZONE_DEAD when the zone was destroyed
-                                    (as the header's `dead`, here where
-                                    every call looks anyway) */
         dict_state_t  dict;
     } __attribute__((aligned(64)));
     zone_undo_t   undo;
