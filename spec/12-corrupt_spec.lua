@@ -28,6 +28,7 @@ local proc = require "helpers.proc"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local lib = require "resty.shmlock.lib"
+local layout = require "helpers.zone_layout"
 
 local fmt = string.format
 local concat = table.concat
@@ -35,54 +36,15 @@ local floor = math.floor
 local min = math.min
 local bxor, lshift, rshift = bit.bxor, bit.lshift, bit.rshift
 
--- Mirrors of src/zone.h (zone_hdr_t, shard_hdr_t with its shmtx_t,
--- dict_state_t and zone_undo_t) and src/chunk.h (entry_t), to find the
--- words to bend.  Keep them in sync: geometry() refuses a zone whose
--- layout number or header sizes differ from these.
-local LAYOUT = 4
-ffi.cdef [[
-typedef struct {
-    char      magic[8];
-    uint32_t  layout, hdr_size;
-    uint64_t  size;
-    uint32_t  chunk_size, wait_words;
-    uint64_t  waits_off;
-    uint32_t  nshards, shard_hdr_size;
-    uint64_t  shards_off, shard_size;
-    uint32_t  nchunks, nbuckets;
-    uint64_t  buckets_off, refs_off, chunks_off;
-    uint64_t  pidns;
-    uint32_t  dead, hdr_pad;
-} shmlock_spec_zone_hdr_t;
-
-typedef struct {
-    uint32_t  lock, lock_start;     /* the owner: pid, start time (low) */
-    uint32_t  waiters, takeovers;
-    uint32_t  seq;
-    uint32_t  free_head, free_count, lru_head, lru_tail, nentries, sweep,
-              recoveries;
-    uint8_t   hot_line_pad[16];
-    uint32_t  undo_active, undo_entry, undo_len, undo_cut, undo_cut_next,
-              undo_pad;
-    char      undo_head[64];
-    char      undo_bytes[4096];
-} shmlock_spec_shard_hdr_t;
-
-typedef struct {
-    uint32_t  next, hnext, lru_prev, lru_next, hash, value_len, user_flags;
-    uint16_t  key_len;
-    uint8_t   vtype, eflags;
-    uint64_t  expires, num;
-    char      data[16];
-} shmlock_spec_entry_t;
-]]
+-- mirrors of src/zone.h and src/chunk.h: see helpers.zone_layout
+local LAYOUT = layout.LAYOUT
 pcall(ffi.cdef, [[
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, long off);
 ]])
 
-local ZONE_HDR = "shmlock_spec_zone_hdr_t"
-local SHARD_HDR = "shmlock_spec_shard_hdr_t"
-local ENTRY = "shmlock_spec_entry_t"
+local ZONE_HDR = layout.ZONE_HDR
+local SHARD_HDR = layout.SHARD_HDR
+local ENTRY = layout.ENTRY
 local CHUNK = 64
 
 local function env_number(name, default)

@@ -13,6 +13,7 @@ local resty_lock = require "resty.shmlock"
 local token = require "resty.shmlock.token"
 local lib = require "resty.shmlock.lib"
 local env = require "helpers.lock_env"
+local layout = require "helpers.zone_layout"
 
 local fmt = string.format
 
@@ -185,6 +186,30 @@ describe("resty.shmlock at the edges", function()
             assert.same({ nil, "zone destroyed" }, { l:lock("k") })
             assert.is_true(proc.now() - t0 < 1, "waited to the timeout")
             assert.same(CLEAN, exit_of(proc.wait(pid, 5)))
+        end)
+
+        it("replaces a dead zone a destroyer left behind (killed between "
+           .. "the mark and the unlink)", function()
+            local path = dir .. "/shmlock.halfway"
+            local d = open("halfway")
+            assert.is_true(d:set("k", "old"))
+            -- the file as a destroyer leaves it: marked dead, still there
+            sh(fmt("cp %q %q.copy", path, path))
+            local f = assert(io.open(path .. ".copy", "r+b"))
+            f:seek("set", ffi.offsetof(layout.ZONE_HDR, "dead"))
+            f:write("\1\0\0\0")
+            f:close()
+            assert.is_true(shdict.destroy("halfway", { dir = dir }))
+            sh(fmt("mv %q.copy %q", path, path))
+
+            -- attaching only: the dead file goes, nothing takes its place
+            assert.same({ nil, "not found" },
+                        { shdict.open("halfway", { dir = dir,
+                                                   create = false }) })
+            local again = open("halfway")
+            assert.same({ nil, nil }, { again:get("k") })
+            assert.is_true(again:set("k", "new"))
+            assert.same({ true }, { again:verify() })
         end)
 
         it("unmaps zones whose objects are collected", function()
