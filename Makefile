@@ -1,14 +1,27 @@
 # lua-resty-shmlock
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-WARN     = -Wall -Wextra -Werror -std=gnu11
+# Warnings are errors in development and CI; a user's build (the rockspec)
+# passes WERROR= so that a newer compiler's new warning does not stop it.
+WERROR  ?= -Werror
+WARN     = -Wall -Wextra $(WERROR) -std=gnu11
 PIC      = -fPIC -fvisibility=hidden
-LIB      = libshmlock.so
-SRCS     = $(wildcard src/*.c)
-OBJS     = $(SRCS:src/%.c=build/%.o)
 HDRS     = $(wildcard src/*.h)
 
-# The C test driver (ctest/), linked against the library it tests.
+# Two builds of the library.  libshmlock.so is what users load.
+# libshmlock-test.so (-DSHMLOCK_TESTING) adds the test hooks of shmlock.h
+# (shmlock_test_*) and the crash countdown in every structural write
+# (src/crash.c); the specs, the C driver and the sanitizer runs use it.
+TESTING   = -DSHMLOCK_TESTING
+TEST_ONLY = $(wildcard src/crash.c src/shmlock_test_hooks.c)
+SRCS      = $(filter-out $(TEST_ONLY),$(wildcard src/*.c))
+TEST_SRCS = $(SRCS) $(TEST_ONLY)
+LIB       = libshmlock.so
+OBJS      = $(SRCS:src/%.c=build/%.o)
+TEST_LIB  = libshmlock-test.so
+TEST_OBJS = $(TEST_SRCS:src/%.c=build-test/%.o)
+
+# The C test driver (ctest/), linked against the test build.
 CTEST_SRC = ctest/shmlock_test.c
 CTEST     = build/shmlock_test
 
@@ -18,7 +31,7 @@ SAN         = -fsanitize=address,undefined -fno-sanitize-recover=all \
               -fno-omit-frame-pointer
 ASAN_CFLAGS = -O1 -g $(SAN)
 ASAN_LIB    = libshmlock-asan.so
-ASAN_OBJS   = $(SRCS:src/%.c=build-asan/%.o)
+ASAN_OBJS   = $(TEST_SRCS:src/%.c=build-asan/%.o)
 ASAN_CTEST  = build-asan/shmlock_test
 # luajit is not built with ASan, so the runtime must be preloaded for it to
 # come first in the process (see README, "Testing").
@@ -35,10 +48,14 @@ PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 
-.PHONY: all clean install deps demo bench soak test test-lua test-nginx \
-        test-asan test-valgrind test-install
+.PHONY: all lib clean install deps demo bench soak test test-lua \
+        test-nginx test-asan test-valgrind test-install
 
-all: $(LIB)
+# `make` builds both libraries: the specs run against the test build, and
+# must not find one older than the sources.  `make lib`: the library alone.
+all: $(LIB) $(TEST_LIB)
+
+lib: $(LIB)
 
 build/%.o: src/%.c $(HDRS)
 	@mkdir -p build
@@ -47,22 +64,29 @@ build/%.o: src/%.c $(HDRS)
 $(LIB): $(OBJS)
 	$(CC) $(CFLAGS) -shared -o $@ $(OBJS) $(LDFLAGS)
 
+build-test/%.o: src/%.c $(HDRS)
+	@mkdir -p build-test
+	$(CC) $(CFLAGS) $(TESTING) $(WARN) $(PIC) -c $< -o $@
+
+$(TEST_LIB): $(TEST_OBJS)
+	$(CC) $(CFLAGS) -shared -o $@ $(TEST_OBJS) $(LDFLAGS)
+
 build-asan/%.o: src/%.c $(HDRS)
 	@mkdir -p build-asan
-	$(CC) $(ASAN_CFLAGS) $(WARN) $(PIC) -c $< -o $@
+	$(CC) $(ASAN_CFLAGS) $(TESTING) $(WARN) $(PIC) -c $< -o $@
 
 $(ASAN_LIB): $(ASAN_OBJS)
 	$(CC) $(ASAN_CFLAGS) -shared -o $@ $(ASAN_OBJS) $(LDFLAGS)
 
 # $ORIGIN/..: the driver finds the library at the root of the checkout.
-$(CTEST): $(CTEST_SRC) src/shmlock.h $(LIB)
+$(CTEST): $(CTEST_SRC) $(HDRS) $(TEST_LIB)
 	@mkdir -p build
-	$(CC) $(CFLAGS) $(WARN) -Isrc $(CTEST_SRC) -o $@ \
-	    -L. -l:$(LIB) -Wl,-rpath,'$$ORIGIN/..'
+	$(CC) $(CFLAGS) $(TESTING) $(WARN) -Isrc $(CTEST_SRC) -o $@ \
+	    -L. -l:$(TEST_LIB) -Wl,-rpath,'$$ORIGIN/..'
 
-$(ASAN_CTEST): $(CTEST_SRC) src/shmlock.h $(ASAN_LIB)
+$(ASAN_CTEST): $(CTEST_SRC) $(HDRS) $(ASAN_LIB)
 	@mkdir -p build-asan
-	$(CC) $(ASAN_CFLAGS) $(WARN) -Isrc $(CTEST_SRC) -o $@ \
+	$(CC) $(ASAN_CFLAGS) $(TESTING) $(WARN) -Isrc $(CTEST_SRC) -o $@ \
 	    -L. -l:$(ASAN_LIB) -Wl,-rpath,'$$ORIGIN/..'
 
 deps:
@@ -93,7 +117,8 @@ SOAK_SECONDS ?= 300
 soak:
 	scripts/deps.sh </dev/null
 	$(MAKE) --no-print-directory all
-	SOAK_SECONDS=$(SOAK_SECONDS) $(PROVE) -v -e luajit spec/soak.lua
+	SHMLOCK_LIB='$(CURDIR)/$(TEST_LIB)' SOAK_SECONDS=$(SOAK_SECONDS) \
+	    $(PROVE) -v -e luajit spec/soak.lua
 
 # The whole suite, from a fresh Debian machine: packages, build, specs (the
 # short soak among them), nginx tests, then the same specs and the C driver
@@ -107,7 +132,9 @@ test:
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-valgrind
 
-test-lua: $(LIB)
+# scripts/busted.sh runs the specs against $(TEST_LIB) unless SHMLOCK_LIB
+# says otherwise.
+test-lua: $(LIB) $(TEST_LIB)
 	scripts/busted.sh
 
 test-nginx: $(LIB)
@@ -127,6 +154,7 @@ test-asan: $(ASAN_LIB) $(ASAN_CTEST)
 test-valgrind: $(CTEST)
 	$(VALGRIND) $(CTEST)
 
+# The rockspec installs and loads, and what it installs has no test hooks.
 test-install: $(LIB)
 	scripts/test-install.sh
 
@@ -139,4 +167,4 @@ install: $(LIB)
 	done
 
 clean:
-	rm -rf build build-asan $(LIB) $(ASAN_LIB)
+	rm -rf build build-test build-asan $(LIB) $(TEST_LIB) $(ASAN_LIB)

@@ -8,7 +8,9 @@
 # Extra arguments go to busted, e.g. scripts/busted.sh spec/01-zone_spec.lua
 # The environment passes through: SHMLOCK_LIB picks the library to test
 # (make test-asan), LD_PRELOAD and the sanitizer options reach the spec
-# processes and every process they spawn.
+# processes and every process they spawn.  Without SHMLOCK_LIB the specs
+# run against the test build, libshmlock-test.so (the crash specs need its
+# hooks), which must be there and newer than every source.
 
 set -euo pipefail
 
@@ -27,6 +29,20 @@ if [ $# -eq 0 ] && [ -z "$(find spec -name '*_spec.lua' 2>/dev/null | head -n 1)
         exit 1
     fi
     exit 0
+fi
+
+if [ -z "${SHMLOCK_LIB:-}" ]; then
+    SHMLOCK_LIB=$PWD/libshmlock-test.so
+    if [ ! -f "$SHMLOCK_LIB" ]; then
+        echo "busted: $SHMLOCK_LIB is not built: run make" >&2
+        exit 1
+    fi
+    stale=$(find src -newer "$SHMLOCK_LIB" -name '*.[ch]' | head -n 1)
+    if [ -n "$stale" ]; then
+        echo "busted: $stale is newer than $SHMLOCK_LIB: run make" >&2
+        exit 1
+    fi
+    export SHMLOCK_LIB
 fi
 
 echo "busted under $("$LUAJIT" -v | head -n 1)${SHMLOCK_LIB:+, SHMLOCK_LIB=$SHMLOCK_LIB}"

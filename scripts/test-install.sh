@@ -2,7 +2,8 @@
 # Checks the rockspec: `luarocks make` into a throw-away tree, then, from a
 # directory outside the checkout and with only `luarocks path` to find
 # things, requires every installed module and uses a zone through the
-# installed libshmlock.so.
+# installed libshmlock.so, which must export no test hook (shmlock_test_*:
+# those are the test build's, libshmlock-test.so).
 
 set -euo pipefail
 
@@ -18,6 +19,15 @@ mkdir -p "$work/elsewhere" "$work/zones"
 # LuaJIT is Lua 5.1 to luarocks; Debian's luarocks defaults to 5.2.
 luarocks --lua-version=5.1 make --tree "$tree" "$rockspec" >"$work/log" 2>&1 \
     || { cat "$work/log"; echo "test-install: luarocks make failed" >&2; exit 1; }
+
+installed=$(find "$tree" -name libshmlock.so | head -n 1)
+[ -n "$installed" ] \
+    || { echo "test-install: no libshmlock.so in $tree" >&2; exit 1; }
+hooks=$(nm -D --defined-only "$installed" | awk '$3 ~ /^shmlock_test_/ { print $3 }')
+if [ -n "$hooks" ]; then
+    echo "test-install: $installed exports test hooks:" $hooks >&2
+    exit 1
+fi
 
 eval "$(luarocks --lua-version=5.1 --tree "$tree" path)"
 cd "$work/elsewhere"

@@ -5,7 +5,7 @@
 
 local proc = require "helpers.proc"
 local shdict = require "resty.shmlock.shdict"
-local lib = require "resty.shmlock.lib"
+local lib = require "helpers.test_hooks"
 
 local fmt = string.format
 local concat = table.concat

@@ -11,7 +11,7 @@ local vm = require "helpers.vm"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local token = require "resty.shmlock.token"
-local lib = require "resty.shmlock.lib"
+local lib = require "helpers.test_hooks"
 local env = require "helpers.lock_env"
 local layout = require "helpers.zone_layout"
 

@@ -45,7 +45,7 @@ local env = require "helpers.lock_env"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local token = require "resty.shmlock.token"
-local lib = require "resty.shmlock.lib"
+local lib = require "helpers.test_hooks"
 
 local C = ffi.C
 local fmt = string.format

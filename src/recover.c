@@ -9,19 +9,7 @@
 #include "entry.h"
 #include "shdict.h"
 
-#include <signal.h>
 #include <stdlib.h>
-#include <unistd.h>
-
-int  zw_crash_countdown;
-
-void
-zw_crash_tick(void)
-{
-    if (--zw_crash_countdown == 0) {
-        kill(getpid(), SIGKILL);
-    }
-}
 
 static void
 recover_mark(zone_t *z, uint32_t i, uint8_t *seen)

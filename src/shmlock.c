@@ -11,7 +11,6 @@
 #include "shm_zone.h"
 #include "sys.h"
 #include "token.h"
-#include "zw.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -387,30 +386,4 @@ int
 shmlock_token_block(char *dst)
 {
     return (int) token_block(dst);
-}
-
-void
-shmlock_test_crash_at(int n)
-{
-    zw_crash_countdown = n;
-}
-
-void
-shmlock_test_mutex_lock(shmlock_zone_t *zone)
-{
-    uint32_t  i;
-
-    for (i = 0; i < zone->nshards; i++) {
-        zone_lock(&zone->shard[i]);
-    }
-}
-
-void
-shmlock_test_mutex_unlock(shmlock_zone_t *zone)
-{
-    uint32_t  i;
-
-    for (i = 0; i < zone->nshards; i++) {
-        zone_unlock(&zone->shard[i], SHMLOCK_OK);
-    }
 }

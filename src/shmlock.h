@@ -253,12 +253,14 @@ SHMLOCK_API int shmlock_proc_alive(int pid, uint64_t start);
 SHMLOCK_API int shmlock_token_block(char *dst);
 
 
-/* ---- test hooks (used by the crash tests; harmless otherwise) ---- */
+/* ---- test hooks: only in the test build (libshmlock-test.so) ---- */
 
+#ifdef SHMLOCK_TESTING
 /* SIGKILL this process before its n-th structural write from now (0: never). */
 SHMLOCK_API void shmlock_test_crash_at(int n);
-/* Take / release the zone's internal mutex directly. */
+/* Take / release every shard's mutex of the zone directly. */
 SHMLOCK_API void shmlock_test_mutex_lock(shmlock_zone_t *zone);
 SHMLOCK_API void shmlock_test_mutex_unlock(shmlock_zone_t *zone);
+#endif
 
 #endif /* SHMLOCK_H */

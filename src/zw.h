@@ -20,16 +20,17 @@
 
 #include <stdint.h>
 
-extern int  zw_crash_countdown;
-void zw_crash_tick(void);
+#ifdef SHMLOCK_TESTING
+#include "crash.h"
+#endif
 
 static inline void
 zw_before(void)
 {
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    if (__builtin_expect(zw_crash_countdown != 0, 0)) {
-        zw_crash_tick();
-    }
+#ifdef SHMLOCK_TESTING
+    crash_point();
+#endif
 }
 
 #define ZW32(z, word, v)  do { uint32_t zw_v_ = (v); zw_before();            \

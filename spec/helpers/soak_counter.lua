@@ -12,7 +12,7 @@
 -- and by the in:K marker.
 
 local ffi = require "ffi"
-local C = require "resty.shmlock.lib"
+local C = require "helpers.test_hooks"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local board = require "helpers.soak_board"

@@ -21,7 +21,7 @@
 -- * raw: at once, in the middle of the lockers' rounds and waits.
 
 local ffi = require "ffi"
-local C = require "resty.shmlock.lib"
+local C = require "helpers.test_hooks"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local board = require "helpers.soak_board"

@@ -86,10 +86,6 @@ uint64_t shmlock_proc_start(int pid);
 int shmlock_proc_alive(int pid, uint64_t start);
 int shmlock_token_block(char *dst);
 
-void shmlock_test_crash_at(int n);
-void shmlock_test_mutex_lock(shmlock_zone_t *zone);
-void shmlock_test_mutex_unlock(shmlock_zone_t *zone);
-
 char *strerror(int errnum);
 ]]
 

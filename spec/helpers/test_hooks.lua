@@ -1,0 +1,26 @@
+-- helpers.test_hooks: the library under test with its test hooks declared
+-- (src/shmlock.h, under SHMLOCK_TESTING).  Only the test build has them:
+-- libshmlock-test.so, which scripts/busted.sh and `make soak` load unless
+-- SHMLOCK_LIB names another (the sanitizer build has them too).
+
+local ffi = require "ffi"
+local lib = require "resty.shmlock.lib"
+
+-- each declaration alone: another module may have declared some of them
+for _, decl in ipairs {
+    "void shmlock_test_crash_at(int n);",
+    "void shmlock_test_mutex_lock(shmlock_zone_t *zone);",
+    "void shmlock_test_mutex_unlock(shmlock_zone_t *zone);",
+} do
+    pcall(ffi.cdef, decl)
+end
+
+local ok = pcall(function() return lib.shmlock_test_crash_at end)
+if not ok then
+    error("the library under test has no test hooks (shmlock_test_*): "
+          .. "SHMLOCK_LIB=" .. tostring(os.getenv("SHMLOCK_LIB"))
+          .. "; run `make` and load libshmlock-test.so (scripts/busted.sh "
+          .. "does unless SHMLOCK_LIB is set)", 2)
+end
+
+return lib

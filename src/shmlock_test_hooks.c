@@ -1,0 +1,38 @@
+/*
+ * The test hooks of the ABI (shmlock.h, SHMLOCK_TESTING): built into
+ * libshmlock-test.so and the sanitizer build only, for the crash tests.
+ */
+
+#ifndef SHMLOCK_TESTING
+#error "shmlock_test_hooks.c is for the test build (-DSHMLOCK_TESTING) only"
+#endif
+
+#include "shmlock.h"
+#include "crash.h"
+#include "zone_guard.h"
+
+void
+shmlock_test_crash_at(int n)
+{
+    crash_at(n);
+}
+
+void
+shmlock_test_mutex_lock(shmlock_zone_t *zone)
+{
+    uint32_t  i;
+
+    for (i = 0; i < zone->nshards; i++) {
+        zone_lock(&zone->shard[i]);
+    }
+}
+
+void
+shmlock_test_mutex_unlock(shmlock_zone_t *zone)
+{
+    uint32_t  i;
+
+    for (i = 0; i < zone->nshards; i++) {
+        zone_unlock(&zone->shard[i], SHMLOCK_OK);
+    }
+}
