@@ -215,6 +215,16 @@ expect_absent(shmlock_zone_t *z, const char *key)
     CHECK(get_small(z, key).type == SHMLOCK_TNIL);
 }
 
+/* The key's wake word as it is now (counted and uncounted at once). */
+static uint32_t
+wait_word(shmlock_zone_t *z, uint32_t hash)
+{
+    uint32_t  seq = shmlock_wait_begin(z, hash);
+
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
+    return seq;
+}
+
 static int
 count_keys(shmlock_zone_t *z)
 {
@@ -279,6 +289,25 @@ test_names(void)
     CHECK_RC(shmlock_zone_destroy(dir, KEY("a/b")), SHMLOCK_BAD_NAME);
     CHECK_RC(shmlock_zone_destroy(dir, KEY("never-made")), SHMLOCK_NOT_FOUND);
 
+    /* shmlock_errno: the errno behind a SHMLOCK_SYSTEM, and 0 after any
+     * other outcome of a zone call: never a stale one */
+    CHECK_RC(shmlock_zone_open("/nonexistent-shmlock-dir", KEY("x"), 1 << 20,
+                               0, &z), SHMLOCK_SYSTEM);
+    CHECK(shmlock_errno() == ENOENT);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("never-made")), SHMLOCK_NOT_FOUND);
+    CHECK(shmlock_errno() == 0);
+    CHECK_RC(shmlock_zone_destroy("/nonexistent-shmlock-dir", KEY("x")),
+             SHMLOCK_SYSTEM);
+    CHECK(shmlock_errno() == ENOENT);
+    CHECK_RC(shmlock_zone_open(dir, KEY("errno"), 64 * 1024, 0, &z),
+             SHMLOCK_OK);
+    CHECK(shmlock_errno() == 0);
+    CHECK_RC(shmlock_zone_open("/nonexistent-shmlock-dir", KEY("x"), 1 << 20,
+                               0, &z), SHMLOCK_SYSTEM);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("errno")), SHMLOCK_OK);
+    CHECK(shmlock_errno() == 0);
+    shmlock_zone_close(z);
+
     for (int rc = SHMLOCK_OK; rc <= SHMLOCK_VALUE_TOO_LARGE; rc++) {
         CHECK(shmlock_strerror(rc) != NULL);
     }
@@ -297,11 +326,11 @@ test_zone_files(void)
     CHECK(stat(zone_file("files"), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
     CHECK(S_ISREG(st.st_mode));
-    CHECK(shmlock_zone_size(a) == 256 * 1024);
+    CHECK(shmlock_dict_capacity(a) == 256 * 1024);
 
     /* attaching with another size keeps the real one */
     b = open_zone("files", 4 << 20);
-    CHECK(shmlock_zone_size(b) == 256 * 1024);
+    CHECK(shmlock_dict_capacity(b) == 256 * 1024);
     CHECK(shmlock_dict_capacity(b) == shmlock_dict_capacity(a));
 
     CHECK_RC(set_str(a, SHMLOCK_OP_SET, "k", "from a"), SHMLOCK_OK);
@@ -324,7 +353,7 @@ test_zone_files(void)
     /* the same name now makes a new, empty zone */
     a = open_zone("files", 64 * 1024);
     expect_absent(a, "k");
-    CHECK(shmlock_zone_size(a) == 64 * 1024);
+    CHECK(shmlock_dict_capacity(a) == 64 * 1024);
     close_zone(a);
     CHECK_RC(shmlock_zone_destroy(dir, KEY("files")), SHMLOCK_OK);
 }
@@ -629,12 +658,12 @@ test_lock_calls(shmlock_zone_t *z)
              SHMLOCK_OK);
     seq = shmlock_wait_begin(z, hash);
     CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_OK);
-    CHECK(shmlock_wait_seq(z, hash) != seq);
+    CHECK(wait_word(z, hash) != seq);
     CHECK_RC(shmlock_wait_end(z, hash, seq, 1000000), SHMLOCK_OK);
     /* a failed release does not */
     seq = shmlock_wait_begin(z, hash);
     CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_NOT_FOUND);
-    CHECK(shmlock_wait_seq(z, hash) == seq);
+    CHECK(wait_word(z, hash) == seq);
     CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
 
     CHECK_RC(shmlock_lock_acquire(z, "", 0, KEY(tok), 5000, 0),
@@ -1205,7 +1234,7 @@ corrupt_get(shmlock_zone_t *z, const char *key, size_t klen, int stale,
 static void
 corrupt_calls(shmlock_zone_t *z, int nkeys, char *val, char *buf)
 {
-    size_t  size = shmlock_zone_size(z), klen, used, stored;
+    size_t  size = shmlock_dict_capacity(z), klen, used, stored;
     char    key[CORRUPT_KEY_MAX + 8], msg[256];
     int     i, count;
 
@@ -1316,16 +1345,21 @@ test_processes(shmlock_zone_t *z)
     CHECK(reap(pid) == 0);
     CHECK(shmlock_proc_alive(pid, 0) == 0);
 
-    /* wait words: a stale sequence returns at once, a current one waits */
+    /* wait words: a current sequence waits, a stale one returns at once */
     {
         uint32_t  h = shmlock_hash(KEY("w"));
-        uint32_t  seq = shmlock_wait_seq(z, h);
+        uint32_t  seq = shmlock_wait_begin(z, h);
 
         CHECK(h == shmlock_hash(KEY("w")));
-        CHECK_RC(shmlock_wait(z, h, seq, 2000), SHMLOCK_TIMEOUT);
-        shmlock_wake(z, h);
-        CHECK(shmlock_wait_seq(z, h) != seq);
-        CHECK_RC(shmlock_wait(z, h, seq, 1000000), SHMLOCK_OK);
+        CHECK_RC(shmlock_wait_end(z, h, seq, 2000), SHMLOCK_TIMEOUT);
+        seq = shmlock_wait_begin(z, h);
+        shmlock_wake_waiters(z, h);
+        CHECK(wait_word(z, h) != seq);
+        CHECK_RC(shmlock_wait_end(z, h, seq, 1000000), SHMLOCK_OK);
+        /* nobody counted: a wake leaves the word alone */
+        seq = wait_word(z, h);
+        shmlock_wake_waiters(z, h);
+        CHECK(wait_word(z, h) == seq);
     }
     CHECK(shmlock_now_ms() > 0);
 }

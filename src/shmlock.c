@@ -70,7 +70,8 @@ shmlock_zone_open(const char *dir, const char *name, size_t name_len,
     int  err, rc;
 
     rc = shm_zone_open(dir, name, name_len, size, shards, out, &err);
-    last_errno = err;
+    /* err may hold what a round before the one that succeeded met */
+    last_errno = rc == SHMLOCK_SYSTEM ? err : 0;
     return rc;
 }
 
@@ -98,14 +99,8 @@ shmlock_zone_destroy(const char *dir, const char *name, size_t name_len)
     int  err, rc;
 
     rc = shm_zone_destroy(dir, name, name_len, &err);
-    last_errno = err;
+    last_errno = rc == SHMLOCK_SYSTEM ? err : 0;
     return rc;
-}
-
-size_t
-shmlock_zone_size(shmlock_zone_t *zone)
-{
-    return zone->size;
 }
 
 unsigned
@@ -119,17 +114,8 @@ shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
     size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
     int *forcible)
 {
-    return shmlock_dict_store_at(zone, op, key, key_len, val, exptime_ms, 0,
-                                 forcible);
-}
-
-int
-shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
-    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
-    int64_t now_ms, int *forcible)
-{
     return dict_store_hashed(zone, op, key, key_len, hash_bytes(key, key_len),
-                             val, exptime_ms, now_ms, forcible);
+                             val, exptime_ms, 0, forcible);
 }
 
 int

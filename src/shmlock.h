@@ -62,10 +62,13 @@ enum {
     SHMLOCK_OP_SAFE = 4
 };
 
-#define SHMLOCK_NAME_MAX   64
-#define SHMLOCK_KEEP_TTL   (-1)   /* cas: keep the entry's current expiry */
-#define SHMLOCK_KEY_MAX    65535
-#define SHMLOCK_MIN_SIZE   (32 * 1024)
+/* Limits (enum constants, so that the Lua cdef has them by name). */
+enum {
+    SHMLOCK_NAME_MAX = 64,        /* bytes of a zone name */
+    SHMLOCK_KEEP_TTL = -1,        /* cas: keep the entry's current expiry */
+    SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
+    SHMLOCK_MIN_SIZE = 32768      /* bytes of the smallest zone */
+};
 
 typedef struct shmlock_zone_s  shmlock_zone_t;
 
@@ -115,11 +118,16 @@ SHMLOCK_API void shmlock_zone_close(shmlock_zone_t *zone);
 SHMLOCK_API int shmlock_zone_dead(shmlock_zone_t *zone);
 SHMLOCK_API int shmlock_zone_destroy(const char *dir, const char *name,
     size_t name_len);
-SHMLOCK_API size_t shmlock_zone_size(shmlock_zone_t *zone);
 SHMLOCK_API int shmlock_zone_name_ok(const char *name, size_t len);
 
 SHMLOCK_API const char *shmlock_strerror(int rc);
-SHMLOCK_API int shmlock_errno(void);   /* errno of the last SHMLOCK_SYSTEM */
+/*
+ * The errno behind SHMLOCK_SYSTEM: what this thread's last
+ * shmlock_zone_open or shmlock_zone_destroy met when it returned
+ * SHMLOCK_SYSTEM, else 0 (each of the two sets it, success included).  No
+ * other call returns SHMLOCK_SYSTEM, and none touches it.
+ */
+SHMLOCK_API int shmlock_errno(void);
 
 
 /* ---- dictionary (ngx.shared.DICT semantics; times in milliseconds) ---- */
@@ -127,16 +135,6 @@ SHMLOCK_API int shmlock_errno(void);   /* errno of the last SHMLOCK_SYSTEM */
 SHMLOCK_API int shmlock_dict_store(shmlock_zone_t *zone, int op,
     const char *key, size_t key_len, const shmlock_value_t *val,
     int64_t exptime_ms, int *forcible);
-
-/*
- * store with the caller's reading of the zone clock (CLOCK_MONOTONIC, ms):
- * inside nginx, its cached ngx_current_msec is that clock, and saves a
- * clock read per call (a stale reading shortens a new entry's life by the
- * staleness, as ngx.shared.DICT's cached time does).  0: read the clock.
- */
-SHMLOCK_API int shmlock_dict_store_at(shmlock_zone_t *zone, int op,
-    const char *key, size_t key_len, const shmlock_value_t *val,
-    int64_t exptime_ms, int64_t now_ms, int *forcible);
 
 /* On SHMLOCK_AGAIN, out->len holds the string length needed. */
 SHMLOCK_API int shmlock_dict_get(shmlock_zone_t *zone, const char *key,
@@ -188,22 +186,14 @@ SHMLOCK_API uint32_t shmlock_hash(const char *key, size_t len);
 
 /*
  * Per-key wake-up: a fixed array of 32-bit sequence words in the zone,
- * indexed by key hash.  A waiter reads the word, re-checks its condition,
- * then sleeps while the word still holds that value; a releaser bumps the
- * word and wakes the sleepers.  Spurious wake-ups are possible.
- */
-SHMLOCK_API uint32_t shmlock_wait_seq(shmlock_zone_t *zone, uint32_t hash);
-SHMLOCK_API int shmlock_wait(shmlock_zone_t *zone, uint32_t hash,
-    uint32_t seq, int64_t timeout_us);
-SHMLOCK_API void shmlock_wake(shmlock_zone_t *zone, uint32_t hash);
-
-/*
- * The same, cheaper for releasers: a waiter announces itself first
- * (wait_begin: counted as a sleeper, returns the word), re-checks its
- * condition, then wait_end sleeps (timeout_us > 0) and uncounts itself;
- * wake_waiters bumps the word and wakes only when a waiter is counted, so
- * an uncontended release costs one load.  Either the releaser sees the
- * waiter counted, or the waiter's re-check sees the release.
+ * indexed by key hash, each with a count of its sleepers.  A waiter
+ * announces itself first (wait_begin: counted as a sleeper, returns the
+ * word), re-checks its condition, then wait_end sleeps while the word
+ * still holds that value (timeout_us > 0; SHMLOCK_TIMEOUT when it ran out)
+ * and uncounts itself; wake_waiters bumps the word and wakes only when a
+ * waiter is counted, so an uncontended release costs one load.  Either the
+ * releaser sees the waiter counted, or the waiter's re-check sees the
+ * release.  Spurious wake-ups are possible.
  */
 SHMLOCK_API uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
 SHMLOCK_API int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash,
@@ -215,8 +205,11 @@ SHMLOCK_API void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
 
 /*
  * Takes key for the owner token tok: an add of the string tok with
- * exptime_ms (so pinned: never evicted while live).  now_ms as in
- * store_at (0: read the clock).  SHMLOCK_OK: taken;
+ * exptime_ms (so pinned: never evicted while live).  now_ms: the caller's
+ * reading of the zone clock (CLOCK_MONOTONIC, ms; 0: read it here): inside
+ * nginx, its cached ngx_current_msec is that clock and saves a clock read
+ * per lock (a stale reading shortens the lock's life by the staleness, as
+ * ngx.shared.DICT's cached time does).  SHMLOCK_OK: taken;
  * SHMLOCK_EXISTS: held (live); SHMLOCK_NO_MEMORY, SHMLOCK_BAD_KEY,
  * SHMLOCK_BAD_VALUE (tok NULL).
  */

@@ -8,39 +8,6 @@
 #include <errno.h>
 
 uint32_t
-shmlock_wait_seq(shmlock_zone_t *zone, uint32_t hash)
-{
-    return __atomic_load_n(&zone->wait_seq[wait_slot(hash)], __ATOMIC_ACQUIRE);
-}
-
-int
-shmlock_wait(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
-    int64_t timeout_us)
-{
-    uint32_t  s = wait_slot(hash);
-    int       rc;
-
-    /* counted before the kernel compares the word: a waker that misses the
-     * count has already bumped the word, and the wait returns at once */
-    __atomic_add_fetch(&zone->wait_sleepers[s], 1, __ATOMIC_SEQ_CST);
-    rc = sys_futex_wait(&zone->wait_seq[s], seq, timeout_us);
-    __atomic_sub_fetch(&zone->wait_sleepers[s], 1, __ATOMIC_SEQ_CST);
-
-    return rc == ETIMEDOUT ? SHMLOCK_TIMEOUT : SHMLOCK_OK;
-}
-
-void
-shmlock_wake(shmlock_zone_t *zone, uint32_t hash)
-{
-    uint32_t  s = wait_slot(hash);
-
-    __atomic_add_fetch(&zone->wait_seq[s], 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&zone->wait_sleepers[s], __ATOMIC_SEQ_CST) != 0) {
-        sys_futex_wake(&zone->wait_seq[s], 0x7fffffff);
-    }
-}
-
-uint32_t
 shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash)
 {
     uint32_t  s = wait_slot(hash);

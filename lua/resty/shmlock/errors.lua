@@ -1,20 +1,26 @@
 -- resty.shmlock.errors: the core's status codes (src/shmlock.h) mapped to
--- the messages the Lua modules return, read once from shmlock_strerror.
+-- the messages the Lua modules return, read once from shmlock_strerror:
+-- errors[C.SHMLOCK_NOT_FOUND] == "not found".  The codes themselves are
+-- read by name from the library: C.SHMLOCK_OK, C.SHMLOCK_NOT_FOUND, ...
+-- (C = require "resty.shmlock.lib").
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 
-local UNKNOWN = "unknown error"
+-- every status but SHMLOCK_OK, as src/shmlock.h lists them
+-- (spec/00-abi_spec.lua checks that none is missing)
+local STATUSES = {
+    "NOT_FOUND", "EXISTS", "NO_MEMORY", "NOT_A_NUMBER", "CHANGED",
+    "BAD_NAME", "BAD_SIZE", "INCOMPATIBLE", "SYSTEM", "CORRUPT", "BUSY",
+    "AGAIN", "TIMEOUT", "VALUE_TOO_LARGE", "BAD_KEY", "BAD_VALUE",
+    "BAD_SHARDS", "DESTROYED", "NOT_OWNER", "UNSAFE_MODE", "FOREIGN_NS",
+    "DIR_BUSY",
+}
 
 local errors = {}
-local rc = 1
-while true do
-    local msg = ffi.string(C.shmlock_strerror(rc))
-    if msg == UNKNOWN then
-        break
-    end
-    errors[rc] = msg
-    rc = rc + 1
+for _, name in ipairs(STATUSES) do
+    local rc = C["SHMLOCK_" .. name]
+    errors[rc] = ffi.string(C.shmlock_strerror(rc))
 end
 
 return errors

@@ -10,7 +10,58 @@ local getenv = os.getenv
 local io_open = io.open
 local concat = table.concat
 
+-- The production ABI of src/shmlock.h, prototype for prototype and enum for
+-- enum (spec/00-abi_spec.lua compares the two).  The status, type, op and
+-- limit constants are read by name: C.SHMLOCK_NOT_FOUND, C.SHMLOCK_KEY_MAX.
+-- The test hooks (SHMLOCK_TESTING) are declared by spec/helpers/test_hooks.
 ffi.cdef[[
+enum {
+    SHMLOCK_OK = 0,
+    SHMLOCK_NOT_FOUND,
+    SHMLOCK_EXISTS,
+    SHMLOCK_NO_MEMORY,
+    SHMLOCK_NOT_A_NUMBER,
+    SHMLOCK_CHANGED,
+    SHMLOCK_BAD_NAME,
+    SHMLOCK_BAD_SIZE,
+    SHMLOCK_INCOMPATIBLE,
+    SHMLOCK_SYSTEM,
+    SHMLOCK_CORRUPT,
+    SHMLOCK_BUSY,
+    SHMLOCK_AGAIN,
+    SHMLOCK_TIMEOUT,
+    SHMLOCK_VALUE_TOO_LARGE,
+    SHMLOCK_BAD_KEY,
+    SHMLOCK_BAD_VALUE,
+    SHMLOCK_BAD_SHARDS,
+    SHMLOCK_DESTROYED,
+    SHMLOCK_NOT_OWNER,
+    SHMLOCK_UNSAFE_MODE,
+    SHMLOCK_FOREIGN_NS,
+    SHMLOCK_DIR_BUSY
+};
+
+enum {
+    SHMLOCK_TNIL = 0,
+    SHMLOCK_TBOOLEAN = 1,
+    SHMLOCK_TNUMBER = 3,
+    SHMLOCK_TSTRING = 4
+};
+
+enum {
+    SHMLOCK_OP_SET = 0,
+    SHMLOCK_OP_ADD = 1,
+    SHMLOCK_OP_REPLACE = 2,
+    SHMLOCK_OP_SAFE = 4
+};
+
+enum {
+    SHMLOCK_NAME_MAX = 64,
+    SHMLOCK_KEEP_TTL = -1,
+    SHMLOCK_KEY_MAX = 65535,
+    SHMLOCK_MIN_SIZE = 32768
+};
+
 typedef struct shmlock_zone_s shmlock_zone_t;
 
 typedef struct {
@@ -24,12 +75,11 @@ typedef struct {
 
 int shmlock_zone_open(const char *dir, const char *name, size_t name_len,
     size_t size, unsigned shards, shmlock_zone_t **out);
+unsigned shmlock_zone_shards(shmlock_zone_t *zone);
 void shmlock_zone_retain(shmlock_zone_t *zone);
 void shmlock_zone_close(shmlock_zone_t *zone);
 int shmlock_zone_dead(shmlock_zone_t *zone);
 int shmlock_zone_destroy(const char *dir, const char *name, size_t name_len);
-size_t shmlock_zone_size(shmlock_zone_t *zone);
-unsigned shmlock_zone_shards(shmlock_zone_t *zone);
 int shmlock_zone_name_ok(const char *name, size_t len);
 const char *shmlock_strerror(int rc);
 int shmlock_errno(void);
@@ -37,9 +87,6 @@ int shmlock_errno(void);
 int shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
     size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
     int *forcible);
-int shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
-    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
-    int64_t now_ms, int *forcible);
 int shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size);
 int shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
@@ -66,10 +113,7 @@ int shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size);
 int64_t shmlock_now_ms(void);
 int64_t shmlock_now_us(void);
 uint32_t shmlock_hash(const char *key, size_t len);
-uint32_t shmlock_wait_seq(shmlock_zone_t *zone, uint32_t hash);
-int shmlock_wait(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
-    int64_t timeout_us);
-void shmlock_wake(shmlock_zone_t *zone, uint32_t hash);
+
 uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
 int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
     int64_t timeout_us);
