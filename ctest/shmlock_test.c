@@ -1139,7 +1139,7 @@ corrupt_write(shmlock_zone_t *z)
 
     words = 1 + corrupt_rand(8);
     for (w = 0; w < words; w++) {
-        zone_t    *sh = &z->shard[corrupt_rand(z->nshards)];
+        shard_t   *sh = &z->shard[corrupt_rand(z->nshards)];
         uint32_t  *word, pick = corrupt_rand(8);
         uint32_t   values[4] = { 0xFFFFFFFF, sh->nchunks + 1,
                                  corrupt_rand(sh->nchunks + 1),
@@ -1152,7 +1152,7 @@ corrupt_write(shmlock_zone_t *z)
             word = &sh->buckets[corrupt_rand(sh->bucket_mask + 1)];
         } else {
             /* next, hnext, lru_prev, lru_next, hash, value_len */
-            word = (uint32_t *) (sh->chunks + (size_t) ZONE_CHUNK_SIZE
+            word = (uint32_t *) (sh->chunks + (size_t) SHARD_CHUNK_SIZE
                                  * (1 + corrupt_rand(sh->nchunks)))
                    + corrupt_rand(6);
         }

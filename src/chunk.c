@@ -3,65 +3,64 @@
 
 #include <string.h>
 
-_Static_assert(sizeof(entry_t) == ZONE_CHUNK_SIZE, "entry_t is one chunk");
-_Static_assert(sizeof(cont_t) == ZONE_CHUNK_SIZE, "cont_t is one chunk");
+_Static_assert(sizeof(chunk_t) == SHARD_CHUNK_SIZE, "chunk_t is one chunk");
 
 void
-chunk_format(zone_t *z)
+chunk_format(shard_t *sh)
 {
-    dict_state_t  *d = &z->hdr->dict;
+    shard_dict_t  *d = &sh->hdr->dict;
     uint32_t       i;
 
-    for (i = 1; i < z->nchunks; i++) {
-        ((cont_t *) chunk_at(z, i))->next = i + 1;
+    for (i = 1; i < sh->nchunks; i++) {
+        ((chunk_t *) chunk_at(sh, i))->next = i + 1;
     }
-    if (z->nchunks > 0) {
-        ((cont_t *) chunk_at(z, z->nchunks))->next = 0;
+    if (sh->nchunks > 0) {
+        ((chunk_t *) chunk_at(sh, sh->nchunks))->next = 0;
     }
-    d->free_head = z->nchunks > 0 ? 1 : 0;
-    d->free_count = z->nchunks;
+    d->free_head = sh->nchunks > 0 ? 1 : 0;
+    d->free_count = sh->nchunks;
 }
 
 uint32_t
-chunk_alloc(zone_t *z, uint32_t n)
+chunk_alloc(shard_t *sh, uint32_t n)
 {
-    dict_state_t  *d = &z->hdr->dict;
+    shard_dict_t  *d = &sh->hdr->dict;
     uint32_t       first, last, i;
-    cont_t        *c;
+    chunk_t       *c;
 
     if (n == 0 || d->free_count < n) {
         return 0;
     }
-    first = last = chunk_index(z, d->free_head);
+    first = last = chunk_index(sh, d->free_head);
     for (i = 1; i < n && last != 0; i++) {
-        last = chunk_next(z, last);
+        last = chunk_next(sh, last);
     }
     if (last == 0) {
-        z->broken = 1;          /* fewer free chunks than counted */
+        sh->broken = 1;         /* fewer free chunks than counted */
         return 0;
     }
-    c = chunk_at(z, last);
-    ZW32(z, d->free_head, c->next);
-    ZW32(z, c->next, 0);
-    ZW32(z, d->free_count, d->free_count - n);
+    c = chunk_at(sh, last);
+    WORDSTORE32(d->free_head, c->next);
+    WORDSTORE32(c->next, 0);
+    WORDSTORE32(d->free_count, d->free_count - n);
     return first;
 }
 
 void
-chunk_free(zone_t *z, uint32_t first)
+chunk_free(shard_t *sh, uint32_t first)
 {
-    dict_state_t  *d = &z->hdr->dict;
+    shard_dict_t  *d = &sh->hdr->dict;
     uint32_t       last = first, next, n = 1, steps = 0;
 
-    while ((next = chunk_next(z, last)) != 0
-           && !chunk_walk_over(z, &steps))
+    while ((next = chunk_next(sh, last)) != 0
+           && !chunk_walk_over(sh, &steps))
     {
         last = next;
         n++;
     }
-    ZW32(z, ((cont_t *) chunk_at(z, last))->next, d->free_head);
-    ZW32(z, d->free_head, first);
-    ZW32(z, d->free_count, d->free_count + n);
+    WORDSTORE32(((chunk_t *) chunk_at(sh, last))->next, d->free_head);
+    WORDSTORE32(d->free_head, first);
+    WORDSTORE32(d->free_count, d->free_count + n);
 }
 
 /*
@@ -71,7 +70,7 @@ chunk_free(zone_t *z, uint32_t first)
  * head chunk links its first continuation through the same `next` word.
  */
 static inline char *
-chunk_seek(const zone_t *z, uint32_t head, size_t off, uint32_t *c,
+chunk_seek(const shard_t *sh, uint32_t head, size_t off, uint32_t *c,
     size_t *room)
 {
     uint32_t  i;
@@ -79,25 +78,25 @@ chunk_seek(const zone_t *z, uint32_t head, size_t off, uint32_t *c,
     if (off < CHUNK_HEAD_DATA) {
         *c = head;
         *room = CHUNK_HEAD_DATA - off;
-        return entry_at(z, head)->data + off;
+        return chunk_head_data(sh, head) + off;
     }
     off -= CHUNK_HEAD_DATA;
-    i = chunk_next(z, head);
+    i = chunk_next(sh, head);
     while (off >= CHUNK_CONT_DATA) {
-        i = chunk_next(z, i);
+        i = chunk_next(sh, i);
         off -= CHUNK_CONT_DATA;
     }
     *c = i;
     *room = CHUNK_CONT_DATA - off;
-    return ((cont_t *) chunk_at(z, i))->data + off;
+    return ((chunk_t *) chunk_at(sh, i))->data + off;
 }
 
 /* The next chunk's data, which it holds CHUNK_CONT_DATA bytes of. */
 static inline char *
-chunk_next_data(const zone_t *z, uint32_t *c)
+chunk_next_data(const shard_t *sh, uint32_t *c)
 {
-    *c = chunk_next(z, *c);
-    return ((cont_t *) chunk_at(z, *c))->data;
+    *c = chunk_next(sh, *c);
+    return ((chunk_t *) chunk_at(sh, *c))->data;
 }
 
 /*
@@ -106,12 +105,12 @@ chunk_next_data(const zone_t *z, uint32_t *c)
  * so the branch folds away).
  */
 static inline void
-chunk_copy(const zone_t *z, uint32_t head, size_t off, char *mem, size_t len,
+chunk_copy(const shard_t *sh, uint32_t head, size_t off, char *mem, size_t len,
     int in)
 {
     uint32_t  c;
     size_t    room;
-    char     *p = chunk_seek(z, head, off, &c, &room);
+    char     *p = chunk_seek(sh, head, off, &c, &room);
 
     for ( ;; ) {
         size_t  n = len < room ? len : room;
@@ -126,40 +125,40 @@ chunk_copy(const zone_t *z, uint32_t head, size_t off, char *mem, size_t len,
         }
         mem += room;
         len -= room;
-        p = chunk_next_data(z, &c);
+        p = chunk_next_data(sh, &c);
         room = CHUNK_CONT_DATA;
     }
 }
 
 void
-chunk_write(zone_t *z, uint32_t head, size_t off, const char *src, size_t len)
+chunk_write(shard_t *sh, uint32_t head, size_t off, const char *src, size_t len)
 {
     /* src is only read */
-    chunk_copy(z, head, off, (char *) src, len, 1);
+    chunk_copy(sh, head, off, (char *) src, len, 1);
 }
 
 void
-chunk_read(const zone_t *z, uint32_t head, size_t off, char *dst, size_t len)
+chunk_read(const shard_t *sh, uint32_t head, size_t off, char *dst, size_t len)
 {
-    chunk_copy(z, head, off, dst, len, 0);
+    chunk_copy(sh, head, off, dst, len, 0);
 }
 
 int
-chunk_equal(const zone_t *z, uint32_t head, size_t off, const char *s,
+chunk_equal(const shard_t *sh, uint32_t head, size_t off, const char *s,
     size_t len)
 {
     uint32_t  c;
     size_t    room;
-    char     *p = chunk_seek(z, head, off, &c, &room);
+    char     *p = chunk_seek(sh, head, off, &c, &room);
 
     while (len > room) {
-        if (!bytes_equal(p, s, room)) {
+        if (!hash_equal(p, s, room)) {
             return 0;
         }
         s += room;
         len -= room;
-        p = chunk_next_data(z, &c);
+        p = chunk_next_data(sh, &c);
         room = CHUNK_CONT_DATA;
     }
-    return bytes_equal(p, s, len);
+    return hash_equal(p, s, len);
 }

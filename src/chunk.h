@@ -1,44 +1,37 @@
 /*
- * chunk: the 64-byte unit of zone memory and its free list.
+ * chunk: the 64-byte unit of a shard's memory, its free list, and the byte
+ * stream an entry keeps in a chain of chunks.
  *
- * An entry's chunks are linked through `next`, which is also the link of
- * the free list.  Allocation takes the first n chunks of the free list as
- * they are already linked, so it costs three word writes whatever n
- * is; freeing splices a whole chain back the same way.
+ * Every chunk starts with `next`, the link of its chain: the chunks of one
+ * entry, or the free list.  Allocation takes the first n chunks of the
+ * free list as they are already linked, so it costs three word writes
+ * whatever n is; freeing splices a whole chain back the same way.
+ *
+ * A chain's first chunk is an entry's head (entry_t, entry.h), whose last
+ * CHUNK_HEAD_DATA bytes start the entry's data stream (key, then string
+ * value); each further chunk holds CHUNK_CONT_DATA bytes of it:
+ *
+ *   head:  | next | entry fields (44 bytes)   | data[16] |
+ *   chunk: | next | data[60]                             |
  */
 
 #ifndef CHUNK_H
 #define CHUNK_H
 
-#include "zone.h"
-#include "zw.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shard.h"
+#include "wordstore.h"
 
 #define CHUNK_HEAD_DATA   16
-#define CHUNK_CONT_DATA   60
-
-#define ENTRY_PINNED      0x01   /* stored by add: never evicted while live,
-                                    and kept out of the LRU list */
+#define CHUNK_HEAD_OFF    (SHARD_CHUNK_SIZE - CHUNK_HEAD_DATA)
+#define CHUNK_CONT_DATA   (SHARD_CHUNK_SIZE - 4)
 
 typedef struct {
-    uint32_t  next;        /* next chunk of this entry (or of the free list) */
-    uint32_t  hnext;       /* next entry in the hash chain */
-    uint32_t  lru_prev;
-    uint32_t  lru_next;
-    uint32_t  hash;
-    uint32_t  value_len;   /* string values */
-    uint32_t  user_flags;
-    uint16_t  key_len;
-    uint8_t   vtype;
-    uint8_t   eflags;
-    uint64_t  expires;     /* monotonic ms, 0 = never */
-    uint64_t  num;         /* number (double bits) or boolean */
-    char      data[CHUNK_HEAD_DATA];   /* key, then string value */
-} entry_t;
-
-typedef struct {
-    uint32_t  next;
+    uint32_t  next;        /* next chunk of this chain (0: the end) */
     char      data[CHUNK_CONT_DATA];
-} cont_t;
+} chunk_t;
 
 /*
  * Every chunk index the dictionary follows comes from shared memory, which
@@ -53,36 +46,37 @@ typedef struct {
  * same kind (readers without the mutex, optimistic.c, check their own).
  */
 static inline uint32_t
-chunk_index(const zone_t *z, uint32_t i)
+chunk_index(const shard_t *sh, uint32_t i)
 {
-    if (__builtin_expect(i > z->nchunks, 0)) {
-        ((zone_t *) z)->broken = 1;     /* the one field a reader may set */
+    if (__builtin_expect(i > sh->nchunks, 0)) {
+        ((shard_t *) sh)->broken = 1;     /* the one field a reader may set */
         return 0;
     }
     return i;
 }
 
 static inline void *
-chunk_at(const zone_t *z, uint32_t i)
+chunk_at(const shard_t *sh, uint32_t i)
 {
-    return z->chunks + (size_t) i * ZONE_CHUNK_SIZE;
+    return sh->chunks + (size_t) i * SHARD_CHUNK_SIZE;
+}
+
+/* The data bytes of a chain's head chunk. */
+static inline char *
+chunk_head_data(const shard_t *sh, uint32_t i)
+{
+    return (char *) chunk_at(sh, i) + CHUNK_HEAD_OFF;
 }
 
 /* A walk that took more steps than there are chunks went round a cycle. */
 static inline int
-chunk_walk_over(const zone_t *z, uint32_t *steps)
+chunk_walk_over(const shard_t *sh, uint32_t *steps)
 {
-    if (__builtin_expect(++*steps > z->nchunks, 0)) {
-        ((zone_t *) z)->broken = 1;
+    if (__builtin_expect(++*steps > sh->nchunks, 0)) {
+        ((shard_t *) sh)->broken = 1;
         return 1;
     }
     return 0;
-}
-
-static inline entry_t *
-entry_at(const zone_t *z, uint32_t i)
-{
-    return (entry_t *) chunk_at(z, i);
 }
 
 /*
@@ -91,28 +85,29 @@ entry_at(const zone_t *z, uint32_t i)
  * being reused, which must never touch the chunk itself.  A hint only.
  */
 static inline uint8_t *
-chunk_ref(const zone_t *z, uint32_t i)
+chunk_ref(const shard_t *sh, uint32_t i)
 {
-    return &z->refs[i];
+    return &sh->refs[i];
 }
 
 /* The next chunk of i's chain (0: the end), checked. */
 static inline uint32_t
-chunk_next(const zone_t *z, uint32_t i)
+chunk_next(const shard_t *sh, uint32_t i)
 {
-    return chunk_index(z, ((const cont_t *) chunk_at(z, i))->next);
+    return chunk_index(sh, ((const chunk_t *) chunk_at(sh, i))->next);
 }
 
 static inline void
-chunk_mark_read(const zone_t *z, uint32_t i)
+chunk_mark_read(const shard_t *sh, uint32_t i)
 {
-    uint8_t  *r = chunk_ref(z, i);
+    uint8_t  *r = chunk_ref(sh, i);
 
     if (__atomic_load_n(r, __ATOMIC_RELAXED) == 0) {
         __atomic_store_n(r, 1, __ATOMIC_RELAXED);
     }
 }
 
+/* The chunks of a chain holding a data stream of `bytes`. */
 static inline uint32_t
 chunks_for(size_t bytes)
 {
@@ -124,17 +119,18 @@ chunks_for(size_t bytes)
 }
 
 
-void chunk_format(zone_t *z);
+/* Every chunk of a fresh shard on the free list. */
+void chunk_format(shard_t *sh);
 /* First of n linked chunks, or 0 when fewer than n are free. */
-uint32_t chunk_alloc(zone_t *z, uint32_t n);
-void chunk_free(zone_t *z, uint32_t first);
+uint32_t chunk_alloc(shard_t *sh, uint32_t n);
+void chunk_free(shard_t *sh, uint32_t first);
 
-/* Copy bytes in or out of an entry's data stream (key then value). */
-void chunk_write(zone_t *z, uint32_t head, size_t off, const char *src,
+/* Copy bytes in or out of a chain's data stream from byte `off` on. */
+void chunk_write(shard_t *sh, uint32_t head, size_t off, const char *src,
     size_t len);
-void chunk_read(const zone_t *z, uint32_t head, size_t off, char *dst,
+void chunk_read(const shard_t *sh, uint32_t head, size_t off, char *dst,
     size_t len);
-int chunk_equal(const zone_t *z, uint32_t head, size_t off, const char *s,
+int chunk_equal(const shard_t *sh, uint32_t head, size_t off, const char *s,
     size_t len);
 
 #endif /* CHUNK_H */

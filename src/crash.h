@@ -2,7 +2,7 @@
  * crash: the test build's crash countdown (SHMLOCK_TESTING only).
  *
  * shmlock_test_crash_at(n) arms it; every structural write of the
- * dictionary ticks it first (zw.h), and the n-th tick SIGKILLs the
+ * dictionary ticks it first (wordstore.h), and the n-th tick SIGKILLs the
  * process.  The crash tests stop a process before each write of an update
  * in turn and check that the survivors see every key old or new.  The
  * library users load has neither the countdown nor the check.

@@ -1,7 +1,20 @@
 /*
- * entry: one dictionary entry as a whole: finding it, linking it into the
- * hash chain and the LRU list, writing a new one (evicting if allowed) and
- * removing one.  Callers hold the zone mutex.
+ * entry: one dictionary entry as a whole: its head chunk, finding it,
+ * linking it into the hash chain and the LRU list, building a new one and
+ * publishing it, removing one.  Callers hold the shard's mutex (but for
+ * the readers of optimistic.c, which use only what they check).
+ *
+ *   head chunk (64 bytes):
+ *   +------+-------+----------+----------+------+-----------+------------+
+ *   | next | hnext | lru_prev | lru_next | hash | value_len | user_flags |
+ *   +------+-------+----------+----------+------+-----------+------------+
+ *   | key_len, vtype, eflags | expires (ms) | num     | data[16]         |
+ *   +------------------------+--------------+---------+------------------+
+ *
+ * `next` continues the data stream into further chunks (chunk.h), `hnext`
+ * is the hash chain, lru_prev/lru_next the LRU list (evictable entries
+ * only).  A pinned entry (stored by add) is never evicted while live, and
+ * is kept out of the LRU list.
  */
 
 #ifndef ENTRY_H
@@ -10,6 +23,30 @@
 #include "chunk.h"
 #include "shmlock.h"
 #include "sys.h"
+
+#define ENTRY_PINNED      0x01   /* eflags: stored by add */
+
+typedef struct {
+    uint32_t  next;        /* next chunk of this entry's data stream */
+    uint32_t  hnext;       /* next entry in the hash chain */
+    uint32_t  lru_prev;
+    uint32_t  lru_next;
+    uint32_t  hash;
+    uint32_t  value_len;   /* string values */
+    uint32_t  user_flags;
+    uint16_t  key_len;
+    uint8_t   vtype;
+    uint8_t   eflags;
+    uint64_t  expires;     /* monotonic ms, 0 = never */
+    uint64_t  num;         /* number (double bits) or boolean */
+    char      data[CHUNK_HEAD_DATA];   /* key, then string value */
+} entry_t;
+
+static inline entry_t *
+entry_at(const shard_t *sh, uint32_t i)
+{
+    return (entry_t *) chunk_at(sh, i);
+}
 
 /*
  * The clock is read lazily: most operations touch only entries that never
@@ -46,53 +83,42 @@ entry_deadline(int64_t *now, int64_t exptime_ms)
 }
 
 /* Entry index of key (0: none). */
-uint32_t entry_lookup(const zone_t *z, const char *key, size_t klen,
+uint32_t entry_lookup(const shard_t *sh, const char *key, size_t klen,
     uint32_t hash);
 /* The hash-chain word pointing at entry i. */
-uint32_t *entry_link(zone_t *z, uint32_t i);
+uint32_t *entry_link(shard_t *sh, uint32_t i);
 
-void entry_lru_unlink(zone_t *z, uint32_t i);
-void entry_lru_push(zone_t *z, uint32_t i);
-void entry_lru_link_head(zone_t *z, uint32_t i);
-void entry_remove(zone_t *z, uint32_t i);
+void entry_lru_unlink(shard_t *sh, uint32_t i);
+void entry_lru_push(shard_t *sh, uint32_t i);
+void entry_lru_link_head(shard_t *sh, uint32_t i);
+void entry_remove(shard_t *sh, uint32_t i);
 
-/*
- * Writes key = v as a new entry, replacing entry `old` (0: none).  May evict
- * (never `old`, never a live pinned entry; with `safe`, expired ones only).
- */
-int entry_put(zone_t *z, uint32_t old, const char *key, size_t klen,
-    uint32_t hash, const shmlock_value_t *v, int64_t expires, int pinned,
-    int safe, int64_t *now, int *forcible);
-
-/* In-place rewrite of entry i (see rewrite.c); 0 when it does not fit. */
-int entry_rewrite(zone_t *z, uint32_t i, size_t klen,
-    const shmlock_value_t *v, int64_t expires, int pinned);
-void entry_rewrite_undo(zone_t *z);
+/* Builds key = v in the fresh chain c (chunk_alloc), unreachable yet. */
+void entry_fill(shard_t *sh, uint32_t c, const char *key, size_t klen,
+    uint32_t hash, const shmlock_value_t *v, int64_t expires, int pinned);
+/* Publishes the entry built in c: in place of entry `old`, or as a new
+ * entry when old is 0; a single link store makes it visible. */
+void entry_publish(shard_t *sh, uint32_t c, uint32_t old, uint32_t hash,
+    int pinned);
 
 /*
  * A value a reader may hand out: of a type we store, and no longer than the
  * chunks could hold (a caller sizes its buffer by the length).
  */
 static inline int
-entry_value_sane(const zone_t *z, const entry_t *e)
+entry_value_sane(const shard_t *sh, const entry_t *e)
 {
     /* the types we store: 1, 3 and 4, as a bit mask */
     return e->vtype < 8 && ((0x1a >> e->vtype) & 1)
-           && e->value_len / CHUNK_CONT_DATA <= z->nchunks;
+           && e->value_len / CHUNK_CONT_DATA <= sh->nchunks;
 }
 
-int entry_value_equal(const zone_t *z, uint32_t i, const shmlock_value_t *v);
-void entry_value_out(const zone_t *z, uint32_t i, shmlock_value_t *out);
-
-/* Eviction, see evict.c: frees chunks until `need` are free. */
-void evict_expired(zone_t *z, uint32_t need, uint32_t keep, uint32_t scan,
-    int64_t *now);
-void evict_lru(zone_t *z, uint32_t need, uint32_t keep, int64_t *now,
-    int *forcible);
-void evict_sweep(zone_t *z, uint32_t need, uint32_t keep, int64_t *now);
+int entry_value_equal(const shard_t *sh, uint32_t i,
+    const shmlock_value_t *v);
+void entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out);
 
 /* Calls fn for every entry, bucket by bucket; fn may remove the entry. */
-typedef int (*entry_visit_pt)(zone_t *z, uint32_t i, void *ctx);
-void entry_each(zone_t *z, entry_visit_pt fn, void *ctx);
+typedef int (*entry_visit_pt)(shard_t *sh, uint32_t i, void *ctx);
+void entry_each(shard_t *sh, entry_visit_pt fn, void *ctx);
 
 #endif /* ENTRY_H */

@@ -1,6 +1,7 @@
 /*
  * hash: a fast 32-bit hash of a byte string (8 bytes per multiply, then a
- * murmur-style finaliser), used for the buckets and the wait words.
+ * murmur-style finaliser), used for the shards, the buckets and the wait
+ * words; and the equality test that goes with it, with the same loads.
  */
 
 #ifndef HASH_H
@@ -42,7 +43,8 @@ hash_load32(const char *p)
 static inline uint32_t
 hash_bytes(const char *p, size_t n)
 {
-    uint64_t  h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t) n * 0xff51afd7ed558ccdULL);
+    uint64_t  h = 0x9e3779b97f4a7c15ULL
+                  ^ ((uint64_t) n * 0xff51afd7ed558ccdULL);
     uint64_t  k;
     size_t    i;
 
@@ -69,7 +71,7 @@ hash_bytes(const char *p, size_t n)
 
 /* Equality of short byte strings without a call to memcmp. */
 static inline int
-bytes_equal(const char *a, const char *b, size_t n)
+hash_equal(const char *a, const char *b, size_t n)
 {
     size_t  i;
 

@@ -4,16 +4,15 @@
  * instead of allocating a copy, and free the chunks it no longer needs.  So
  * a same-size or smaller value never needs free memory (a full zone still
  * takes it, as ngx.shared.DICT does), and it is faster.  Crash safety
- * comes from the undo area in the shard header (zone.h): the old head, the
+ * comes from the undo area in the shard header (shard.h): the old head, the
  * old value bytes the new value overwrites and the link that cuts the
  * chain short are saved, `active` set, the entry rewritten, `active`
  * cleared; the chunks cut off are freed only then.  A value that would
- * overwrite more old bytes than the undo area holds (ZONE_UNDO_BYTES)
+ * overwrite more old bytes than the undo area holds (SHARD_UNDO_BYTES)
  * takes the copy path.
  */
 
-#include "entry.h"
-#include "shdict.h"
+#include "rewrite.h"
 
 #include <string.h>
 
@@ -26,70 +25,70 @@ rewrite_fence(void)
 /* The chunk at position pos (0: the head) of the chain from i; 0 if the
  * chain is shorter (then the zone is corrupt). */
 static uint32_t
-rewrite_nth(zone_t *z, uint32_t i, uint32_t pos)
+rewrite_nth(shard_t *sh, uint32_t i, uint32_t pos)
 {
     while (pos-- > 0 && i != 0) {
-        i = chunk_next(z, i);
+        i = chunk_next(sh, i);
     }
     if (i == 0) {
-        z->broken = 1;
+        sh->broken = 1;
     }
     return i;
 }
 
 int
-entry_rewrite(zone_t *z, uint32_t i, size_t klen, const shmlock_value_t *v,
+rewrite_entry(shard_t *sh, uint32_t i, size_t klen, const shmlock_value_t *v,
     int64_t expires, int pinned)
 {
-    zone_undo_t  *u = &z->hdr->undo;
-    entry_t      *e = entry_at(z, i);
-    size_t        old_len = e->vtype == SHMLOCK_TSTRING ? e->value_len : 0;
-    size_t        new_len = v->type == SHMLOCK_TSTRING ? v->len : 0;
-    size_t        saved = old_len < new_len ? old_len : new_len;
-    uint32_t      n_new = chunks_for(klen + new_len), cut = 0, tail = 0;
-    double        num = v->num;
-    uint64_t      bits;
-    int           was_pinned = e->eflags & ENTRY_PINNED;
+    shard_undo_t  *u = &sh->hdr->undo;
+    entry_t       *e = entry_at(sh, i);
+    size_t         old_len = e->vtype == SHMLOCK_TSTRING ? e->value_len : 0;
+    size_t         new_len = v->type == SHMLOCK_TSTRING ? v->len : 0;
+    size_t         saved = old_len < new_len ? old_len : new_len;
+    uint32_t       n_new = chunks_for(klen + new_len), cut = 0, tail = 0;
+    double         num = v->num;
+    uint64_t       bits;
+    int            was_pinned = e->eflags & ENTRY_PINNED;
 
-    if (saved > ZONE_UNDO_BYTES || n_new > chunks_for(klen + old_len)) {
+    if (saved > SHARD_UNDO_BYTES || n_new > chunks_for(klen + old_len)) {
         return 0;
     }
     if (n_new < chunks_for(klen + old_len)) {
-        cut = rewrite_nth(z, i, n_new - 1);      /* the last chunk kept */
-        tail = cut != 0 ? chunk_next(z, cut) : 0;
+        cut = rewrite_nth(sh, i, n_new - 1);      /* the last chunk kept */
+        tail = cut != 0 ? chunk_next(sh, cut) : 0;
     }
 
-    memcpy(u->head, e, ZONE_CHUNK_SIZE);
-    chunk_read(z, i, klen, u->bytes, saved);
+    memcpy(u->head, e, SHARD_CHUNK_SIZE);
+    chunk_read(sh, i, klen, u->bytes, saved);
     u->entry = i;
     u->len = (uint32_t) saved;
     u->cut = cut != i ? cut : 0;     /* the head's link is in the copy */
     u->cut_next = tail;
-    ZW32(z, u->active, 1);
+    WORDSTORE32(u->active, 1);
 
     if (v->type == SHMLOCK_TBOOLEAN) {
         num = num != 0 ? 1 : 0;
     }
     memcpy(&bits, &num, sizeof(bits));
-    ZW64(z, e->num, bits);
-    ZW64(z, e->expires, (uint64_t) expires);
-    ZW32(z, e->user_flags, v->flags);
-    ZW32(z, e->value_len, (uint32_t) new_len);
+    WORDSTORE64(e->num, bits);
+    WORDSTORE64(e->expires, (uint64_t) expires);
+    WORDSTORE32(e->user_flags, v->flags);
+    WORDSTORE32(e->value_len, (uint32_t) new_len);
     e->vtype = (uint8_t) v->type;
     e->eflags = pinned ? ENTRY_PINNED : 0;
     if (new_len > 0) {
-        chunk_write(z, i, klen, v->str, new_len);
+        chunk_write(sh, i, klen, v->str, new_len);
     }
     if (cut != 0) {
-        ZW32(z, ((cont_t *) chunk_at(z, cut))->next, 0);
+        WORDSTORE32(((chunk_t *) chunk_at(sh, cut))->next, 0);
     }
     rewrite_fence();
-    ZW32(z, u->active, 0);
+    WORDSTORE32(u->active, 0);
 
     /* unreachable now: a crash from here on leaks them only until the
      * recovery, which rebuilds the free list from the hash chains */
     if (tail != 0) {
-        chunk_free(z, tail);
+        chunk_free(sh, tail);
     }
 
     /*
@@ -99,34 +98,34 @@ entry_rewrite(zone_t *z, uint32_t i, size_t klen, const shmlock_value_t *v,
      * six link writes.
      */
     if (was_pinned && !pinned) {
-        entry_lru_push(z, i);
-        *chunk_ref(z, i) = 0;
+        entry_lru_push(sh, i);
+        *chunk_ref(sh, i) = 0;
     } else if (!was_pinned && pinned) {
-        entry_lru_unlink(z, i);
+        entry_lru_unlink(sh, i);
     } else if (!pinned) {
-        *chunk_ref(z, i) = 1;
+        *chunk_ref(sh, i) = 1;
     }
     return 1;
 }
 
 void
-entry_rewrite_undo(zone_t *z)
+rewrite_undo(shard_t *sh)
 {
-    zone_undo_t  *u = &z->hdr->undo;
-    entry_t      *e;
+    shard_undo_t  *u = &sh->hdr->undo;
+    entry_t       *e;
 
-    if (!u->active || u->entry == 0 || u->entry > z->nchunks
-        || u->cut > z->nchunks || u->len > ZONE_UNDO_BYTES)
+    if (!u->active || u->entry == 0 || u->entry > sh->nchunks
+        || u->cut > sh->nchunks || u->len > SHARD_UNDO_BYTES)
     {
         u->active = 0;
         return;
     }
-    e = entry_at(z, u->entry);
-    memcpy(e, u->head, ZONE_CHUNK_SIZE);
+    e = entry_at(sh, u->entry);
+    memcpy(e, u->head, SHARD_CHUNK_SIZE);
     if (u->cut != 0) {
-        ((cont_t *) chunk_at(z, u->cut))->next = u->cut_next;
+        ((chunk_t *) chunk_at(sh, u->cut))->next = u->cut_next;
     }
-    chunk_write(z, u->entry, e->key_len, u->bytes, u->len);
+    chunk_write(sh, u->entry, e->key_len, u->bytes, u->len);
     rewrite_fence();
     u->active = 0;
 }

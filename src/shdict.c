@@ -1,36 +1,98 @@
 #include "shdict.h"
 #include "entry.h"
+#include "evict.h"
+#include "rewrite.h"
 #include "sys.h"
 
 #include <string.h>
 
 void
-shdict_format(zone_t *z)
+shdict_format(shard_t *sh)
 {
-    dict_state_t  *d = &z->hdr->dict;
+    memset(sh->hdr, 0, sizeof(shard_hdr_t));
+    shmtx_init(&sh->hdr->mutex);
+    memset(sh->buckets, 0, (size_t) (sh->bucket_mask + 1) * sizeof(uint32_t));
+    memset(sh->refs, 0, (size_t) sh->nchunks + 1);
+    chunk_format(sh);
+}
 
-    memset(z->buckets, 0, (size_t) (z->bucket_mask + 1) * sizeof(uint32_t));
-    memset(z->refs, 0, (size_t) z->nchunks + 1);
-    d->lru_head = d->lru_tail = 0;
-    d->nentries = 0;
-    d->sweep = 0;
-    chunk_format(z);
+/*
+ * Chunks for a new entry of n chunks, evicting if it must (never entry
+ * `keep`, the one being replaced; with `safe`, expired entries only).
+ */
+static uint32_t
+shdict_alloc(shard_t *sh, uint32_t n, uint32_t keep, int safe, int64_t *now,
+    int *forcible)
+{
+    uint32_t  c;
+
+    c = chunk_alloc(sh, n);
+    if (c != 0 || n > sh->nchunks) {
+        return c;
+    }
+    /* safe_* may only reclaim expired entries, so they look at all of them;
+     * the others look near the tail, then evict in LRU order */
+    evict_expired(sh, n, keep, safe ? 0 : 64, now);
+    if (!safe) {
+        evict_lru(sh, n, keep, now, forcible);
+    }
+    if (sh->hdr->dict.free_count < n) {
+        /* expired pinned entries are not in the LRU list */
+        evict_sweep(sh, n, keep, now);
+    }
+    return chunk_alloc(sh, n);
+}
+
+/*
+ * Writes key = v, replacing entry `old` (0: none): in old's own chunks when
+ * it fits (rewrite.c), else as a new entry built aside and published in
+ * old's place.  May evict (never `old`, never a live pinned entry; with
+ * `safe`, expired ones only).
+ */
+static int
+shdict_put(shard_t *sh, uint32_t old, const char *key, size_t klen,
+    uint32_t hash, const shmlock_value_t *v, int64_t expires, int pinned,
+    int safe, int64_t *now, int *forcible)
+           {
+           uint32_t  c;
+    size_t    bytes = klen;
+
+    if (v->type == SHMLOCK_TSTRING) {
+        if (v->len > UINT32_MAX - klen) {
+            return SHMLOCK_NO_MEMORY;
+        }
+        bytes += v->len;
+    }
+    if (bytes / CHUNK_CONT_DATA >= sh->nchunks) {
+        return SHMLOCK_NO_MEMORY;
+    }
+    if (old != 0 && rewrite_entry(sh, old, klen, v, expires, pinned)) {
+        return SHMLOCK_OK;
+    }
+
+    c = shdict_alloc(sh, chunks_for(bytes), old, safe, now, forcible);
+    if (c == 0) {
+        return SHMLOCK_NO_MEMORY;
+    }
+    entry_fill(sh, c, key, klen, hash, v, expires, pinned);
+    entry_publish(sh, c, old, hash, pinned);
+    return SHMLOCK_OK;
 }
 
 /* Like ngx.shared.DICT, every store first drops a couple of expired
  * entries from the LRU tail, so expired data does not linger. */
 static inline void
-shdict_reclaim_tail(zone_t *z, int64_t *now)
+shdict_reclaim_tail(shard_t *sh, int64_t *now)
 {
-    uint32_t  t = chunk_index(z, z->hdr->dict.lru_tail);
+    uint32_t  t = chunk_index(sh, sh->hdr->dict.lru_tail);
 
-    if (t != 0 && entry_at(z, t)->expires != 0) {
-        evict_expired(z, UINT32_MAX, 0, 2, now);
+    if (t != 0 && entry_at(sh, t)->expires != 0) {
+        evict_expired(sh, UINT32_MAX, 0, 2, now);
     }
 }
 
 int
-shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
+shdict_store(shard_t *sh, int op, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *v, int64_t exptime_ms, int64_t now_ms,
     int *forcible)
 {
@@ -39,11 +101,11 @@ shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
     entry_t   *e;
     int        pinned, rc;
 
-    shdict_reclaim_tail(z, &now);
+    shdict_reclaim_tail(sh, &now);
 
-    i = entry_lookup(z, key, klen, hash);
+    i = entry_lookup(sh, key, klen, hash);
     if (i != 0) {
-        e = entry_at(z, i);
+        e = entry_at(sh, i);
         if ((op & SHMLOCK_OP_ADD) && !entry_expired(e, &now)) {
             return SHMLOCK_EXISTS;
         }
@@ -51,7 +113,7 @@ shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
             return SHMLOCK_NOT_FOUND;
         }
         if (v->type == SHMLOCK_TNIL) {
-            entry_remove(z, i);
+            entry_remove(sh, i);
             return SHMLOCK_OK;
         }
         /* replace keeps the entry's class; add pins; set makes evictable */
@@ -68,13 +130,13 @@ shdict_store(zone_t *z, int op, const char *key, size_t klen, uint32_t hash,
         pinned = op & SHMLOCK_OP_ADD;
     }
 
-    rc = entry_put(z, i, key, klen, hash, v, entry_deadline(&now, exptime_ms),
-                   pinned, op & SHMLOCK_OP_SAFE, &now, forcible);
+    rc = shdict_put(sh, i, key, klen, hash, v, entry_deadline(&now, exptime_ms),
+                    pinned, op & SHMLOCK_OP_SAFE, &now, forcible);
     return rc;
 }
 
 int
-shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
+shdict_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
 {
     int64_t    now = 0;
@@ -82,12 +144,12 @@ shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
     entry_t   *e;
 
     out->stale = 0;
-    i = entry_lookup(z, key, klen, hash);
+    i = entry_lookup(sh, key, klen, hash);
     if (i == 0) {
         out->type = SHMLOCK_TNIL;
         return SHMLOCK_OK;
     }
-    e = entry_at(z, i);
+    e = entry_at(sh, i);
     if (entry_expired(e, &now)) {
         if (!get_stale) {
             out->type = SHMLOCK_TNIL;
@@ -96,9 +158,9 @@ shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
         out->stale = 1;
     }
 
-    entry_value_out(z, i, out);
-    if (!entry_value_sane(z, e)) {
-        z->broken = 1;
+    entry_value_out(sh, i, out);
+    if (!entry_value_sane(sh, e)) {
+        sh->broken = 1;
         out->type = SHMLOCK_TNIL;
         return SHMLOCK_CORRUPT;
     }
@@ -106,14 +168,14 @@ shdict_get(zone_t *z, const char *key, size_t klen, uint32_t hash,
         if (out->len > buf_size) {
             return SHMLOCK_AGAIN;
         }
-        chunk_read(z, i, e->key_len, buf, out->len);
+        chunk_read(sh, i, e->key_len, buf, out->len);
     }
-    chunk_mark_read(z, i);
+    chunk_mark_read(sh, i);
     return SHMLOCK_OK;
 }
 
 int
-shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
+shdict_incr(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     double *value, int has_init, double init, int64_t init_ttl_ms,
     int *forcible)
 {
@@ -125,10 +187,10 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int              rc;
 
     *forcible = 0;
-    shdict_reclaim_tail(z, &now);
+    shdict_reclaim_tail(sh, &now);
 
-    i = entry_lookup(z, key, klen, hash);
-    if (i != 0 && !entry_expired(e = entry_at(z, i), &now)) {
+    i = entry_lookup(sh, key, klen, hash);
+    if (i != 0 && !entry_expired(e = entry_at(sh, i), &now)) {
         if (e->vtype != SHMLOCK_TNUMBER) {
             return SHMLOCK_NOT_A_NUMBER;
         }
@@ -136,8 +198,8 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
         num += *value;
         uint64_t  bits;
         memcpy(&bits, &num, sizeof(bits));
-        ZW64(z, e->num, bits);
-        chunk_mark_read(z, i);
+        WORDSTORE64(e->num, bits);
+        chunk_mark_read(sh, i);
         *value = num;
         return SHMLOCK_OK;
     }
@@ -148,8 +210,8 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
     memset(&v, 0, sizeof(v));
     v.type = SHMLOCK_TNUMBER;
     v.num = init + *value;
-    rc = entry_put(z, i, key, klen, hash, &v, entry_deadline(&now, init_ttl_ms),
-                   0, 0, &now, forcible);
+    rc = shdict_put(sh, i, key, klen, hash, &v,
+                    entry_deadline(&now, init_ttl_ms), 0, 0, &now, forcible);
     if (rc == SHMLOCK_OK) {
         *value = v.num;
     }
@@ -157,15 +219,15 @@ shdict_incr(zone_t *z, const char *key, size_t klen, uint32_t hash,
 }
 
 int
-shdict_ttl(zone_t *z, const char *key, size_t klen, uint32_t hash,
+shdict_ttl(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     int64_t *ttl_ms)
 {
     int64_t    now = 0;
     uint32_t   i;
     entry_t   *e;
 
-    i = entry_lookup(z, key, klen, hash);
-    if (i == 0 || entry_expired(e = entry_at(z, i), &now)) {
+    i = entry_lookup(sh, key, klen, hash);
+    if (i == 0 || entry_expired(e = entry_at(sh, i), &now)) {
         return SHMLOCK_NOT_FOUND;
     }
     *ttl_ms = e->expires == 0 ? 0 : (int64_t) e->expires - entry_now(&now);
@@ -173,18 +235,18 @@ shdict_ttl(zone_t *z, const char *key, size_t klen, uint32_t hash,
 }
 
 int
-shdict_expire(zone_t *z, const char *key, size_t klen, uint32_t hash,
+shdict_expire(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     int64_t exptime_ms)
 {
     int64_t    now = 0;
     uint32_t   i;
     entry_t   *e;
 
-    i = entry_lookup(z, key, klen, hash);
-    if (i == 0 || entry_expired(e = entry_at(z, i), &now)) {
+    i = entry_lookup(sh, key, klen, hash);
+    if (i == 0 || entry_expired(e = entry_at(sh, i), &now)) {
         return SHMLOCK_NOT_FOUND;
     }
-    ZW64(z, e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
+    WORDSTORE64(e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
     return SHMLOCK_OK;
 }
 
@@ -193,7 +255,7 @@ shdict_expire(zone_t *z, const char *key, size_t klen, uint32_t hash,
  * add that answers "changed" instead of "exists".
  */
 int
-shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
+shdict_cas(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *old, const shmlock_value_t *v, int64_t exptime_ms,
     int *forcible)
 {
@@ -203,8 +265,8 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
     int        rc, live;
 
     *forcible = 0;
-    i = entry_lookup(z, key, klen, hash);
-    live = i != 0 && !entry_expired(entry_at(z, i), &now);
+    i = entry_lookup(sh, key, klen, hash);
+    live = i != 0 && !entry_expired(entry_at(sh, i), &now);
 
     if (old->type == SHMLOCK_TNIL) {
         if (live) {
@@ -213,32 +275,32 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
         if (v->type == SHMLOCK_TNIL) {
             return SHMLOCK_OK;
         }
-        rc = entry_put(z, i, key, klen, hash, v,
-                       entry_deadline(&now, exptime_ms), 1, 0, &now, forcible);
+        rc = shdict_put(sh, i, key, klen, hash, v,
+                        entry_deadline(&now, exptime_ms), 1, 0, &now, forcible);
         return rc;
     }
 
     if (!live) {
         return SHMLOCK_NOT_FOUND;
     }
-    if (!entry_value_equal(z, i, old)) {
+    if (!entry_value_equal(sh, i, old)) {
         return SHMLOCK_CHANGED;
     }
-    e = entry_at(z, i);
+    e = entry_at(sh, i);
     deadline = exptime_ms == SHMLOCK_KEEP_TTL
                ? (int64_t) e->expires : entry_deadline(&now, exptime_ms);
     if (v->type == SHMLOCK_TNIL) {
-        entry_remove(z, i);
+        entry_remove(sh, i);
         return SHMLOCK_OK;
     }
-    if (entry_value_equal(z, i, v) && e->user_flags == v->flags) {
+    if (entry_value_equal(sh, i, v) && e->user_flags == v->flags) {
         /* same value (a lock extending its expiry): one word to change, so
          * no new chunks needed; anything more goes through a new entry */
-        ZW64(z, e->expires, (uint64_t) deadline);
+        WORDSTORE64(e->expires, (uint64_t) deadline);
         return SHMLOCK_OK;
     }
-    rc = entry_put(z, i, key, klen, hash, v, deadline,
-                   e->eflags & ENTRY_PINNED, 0, &now, forcible);
+    rc = shdict_put(sh, i, key, klen, hash, v, deadline,
+                    e->eflags & ENTRY_PINNED, 0, &now, forcible);
     return rc;
 }
 
@@ -248,21 +310,21 @@ shdict_cas(zone_t *z, const char *key, size_t klen, uint32_t hash,
  * expired lock must not pay for a clock read (nor be told "not found").
  */
 int
-shdict_cad(zone_t *z, const char *key, size_t klen, uint32_t hash,
+shdict_cad(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *old)
 {
     int64_t    now = 0;
     uint32_t   i;
 
-    i = entry_lookup(z, key, klen, hash);
+    i = entry_lookup(sh, key, klen, hash);
     if (i == 0) {
         return SHMLOCK_NOT_FOUND;
     }
-    if (entry_value_equal(z, i, old)) {
-        entry_remove(z, i);
+    if (entry_value_equal(sh, i, old)) {
+        entry_remove(sh, i);
         return SHMLOCK_OK;
     }
-    return entry_expired(entry_at(z, i), &now) ? SHMLOCK_NOT_FOUND
+    return entry_expired(entry_at(sh, i), &now) ? SHMLOCK_NOT_FOUND
                                                : SHMLOCK_CHANGED;
 }
 
@@ -277,52 +339,52 @@ typedef struct {
 } visit_t;
 
 static int
-visit_expire(zone_t *z, uint32_t i, void *ctx)
+visit_expire(shard_t *sh, uint32_t i, void *ctx)
 {
-    ZW64(z, entry_at(z, i)->expires, ((visit_t *) ctx)->past);
+    WORDSTORE64(entry_at(sh, i)->expires, ((visit_t *) ctx)->past);
     return 0;
 }
 
 /* As ngx.shared.DICT: marks everything expired, frees nothing. */
 void
-shdict_flush_all(zone_t *z)
+shdict_flush_all(shard_t *sh)
 {
     visit_t  v;
     int64_t  now = sys_now_ms();
 
     v.past = now > 1 ? (uint64_t) now - 1 : 1;
-    entry_each(z, visit_expire, &v);
+    entry_each(sh, visit_expire, &v);
 }
 
 static int
-visit_free_expired(zone_t *z, uint32_t i, void *ctx)
+visit_free_expired(shard_t *sh, uint32_t i, void *ctx)
 {
     visit_t  *v = ctx;
 
-    if (entry_expired(entry_at(z, i), &v->now)) {
-        entry_remove(z, i);
+    if (entry_expired(entry_at(sh, i), &v->now)) {
+        entry_remove(sh, i);
         v->n++;
     }
     return v->max > 0 && v->n >= v->max;
 }
 
 int
-shdict_flush_expired(zone_t *z, int max_count)
+shdict_flush_expired(shard_t *sh, int max_count)
 {
     visit_t  v;
 
     v.now = sys_now_ms();
     v.max = max_count;
     v.n = 0;
-    entry_each(z, visit_free_expired, &v);
+    entry_each(sh, visit_free_expired, &v);
     return v.n;
 }
 
 static int
-visit_key(zone_t *z, uint32_t i, void *ctx)
+visit_key(shard_t *sh, uint32_t i, void *ctx)
 {
     visit_t   *v = ctx;
-    entry_t   *e = entry_at(z, i);
+    entry_t   *e = entry_at(sh, i);
     uint32_t   len = e->key_len;
 
     if (entry_expired(e, &v->now)) {
@@ -330,7 +392,7 @@ visit_key(zone_t *z, uint32_t i, void *ctx)
     }
     if (v->used + sizeof(len) + len <= v->buf_size) {
         memcpy(v->buf + v->used, &len, sizeof(len));
-        chunk_read(z, i, 0, v->buf + v->used + sizeof(len), len);
+        chunk_read(sh, i, 0, v->buf + v->used + sizeof(len), len);
     }
     v->used += sizeof(len) + len;
     v->n++;
@@ -338,7 +400,7 @@ visit_key(zone_t *z, uint32_t i, void *ctx)
 }
 
 int
-shdict_get_keys(zone_t *z, int max_count, char *buf, size_t buf_size,
+shdict_get_keys(shard_t *sh, int max_count, char *buf, size_t buf_size,
     int *count, size_t *used)
 {
     visit_t  v;
@@ -349,7 +411,7 @@ shdict_get_keys(zone_t *z, int max_count, char *buf, size_t buf_size,
     v.buf = buf;
     v.buf_size = buf_size;
     v.used = 0;
-    entry_each(z, visit_key, &v);
+    entry_each(sh, visit_key, &v);
     *count = v.n;
     *used = v.used;
     return v.used > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;

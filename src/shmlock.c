@@ -1,20 +1,16 @@
 /*
- * The exported ABI: argument plumbing around each dictionary call (the
- * zone mutex and the recovery of a dead holder's update: zone_guard.h).
+ * The ABI but for the dictionary calls (shmlock_dict.c): status strings,
+ * zones, the clock and the hash, the wait words, processes and lock
+ * tokens.
  */
 
 #include "shmlock.h"
 #include "hash.h"
-#include "optimistic.h"
-#include "shdict.h"
-#include "dict_call.h"
 #include "shm_zone.h"
 #include "sys.h"
 #include "token.h"
-
-#include <errno.h>
-#include <stdio.h>
-#include <string.h>
+#include "wait.h"
+#include "zone.h"
 
 static __thread int  last_errno;
 
@@ -109,229 +105,6 @@ shmlock_zone_shards(shmlock_zone_t *zone)
     return zone->nshards;
 }
 
-int
-shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
-    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
-    int *forcible)
-{
-    return dict_store_hashed(zone, op, key, key_len, hash_bytes(key, key_len),
-                             val, exptime_ms, 0, forcible);
-}
-
-int
-shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
-    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
-{
-    uint32_t  hash = hash_bytes(key, key_len);
-    zone_t   *z = zone_shard(zone, hash);
-    int       rc, tries;
-
-    CHECK_LIVE(zone);
-    CHECK_KEY(key_len);
-    for (tries = 0; tries < 4; tries++) {
-        rc = optimistic_get(z, key, key_len, hash, get_stale, out, buf,
-                            buf_size);
-        if (rc != OPTIMISTIC_RETRY) {
-            return rc;
-        }
-    }
-    /* writers keep getting in the way: queue up with them */
-    zone_lock(z);
-    rc = shdict_get(z, key, key_len, hash, get_stale, out, buf, buf_size);
-    return zone_unlock(z, rc);
-}
-
-int
-shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
-    double *value, int has_init, double init, int64_t init_ttl_ms,
-    int *forcible)
-{
-    uint32_t  hash = hash_bytes(key, key_len);
-    zone_t   *z = zone_shard(zone, hash);
-    int       rc;
-
-    *forcible = 0;
-    CHECK_LIVE(zone);
-    CHECK_KEY(key_len);
-    zone_write_lock(z);
-    rc = shdict_incr(z, key, key_len, hash, value, has_init, init,
-                     init_ttl_ms, forcible);
-    return zone_write_unlock(z, rc);
-}
-
-int
-shmlock_dict_ttl(shmlock_zone_t *zone, const char *key, size_t key_len,
-    int64_t *ttl_ms)
-{
-    uint32_t  hash = hash_bytes(key, key_len);
-    zone_t   *z = zone_shard(zone, hash);
-    int       rc;
-
-    CHECK_LIVE(zone);
-    CHECK_KEY(key_len);
-    zone_lock(z);
-    rc = shdict_ttl(z, key, key_len, hash, ttl_ms);
-    return zone_unlock(z, rc);
-}
-
-int
-shmlock_dict_expire(shmlock_zone_t *zone, const char *key, size_t key_len,
-    int64_t exptime_ms)
-{
-    uint32_t  hash = hash_bytes(key, key_len);
-    zone_t   *z = zone_shard(zone, hash);
-    int       rc;
-
-    CHECK_LIVE(zone);
-    CHECK_KEY(key_len);
-    zone_write_lock(z);
-    rc = shdict_expire(z, key, key_len, hash, exptime_ms);
-    return zone_write_unlock(z, rc);
-}
-
-int
-shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
-    const shmlock_value_t *old, const shmlock_value_t *val,
-    int64_t exptime_ms, int *forcible)
-{
-    uint32_t  hash = hash_bytes(key, key_len);
-    zone_t   *z = zone_shard(zone, hash);
-    int       rc;
-
-    *forcible = 0;
-    CHECK_LIVE(zone);
-    CHECK_KEY(key_len);
-    if (!value_ok(old) || !value_ok(val)) {
-        return SHMLOCK_BAD_VALUE;
-    }
-    zone_write_lock(z);
-    rc = shdict_cas(z, key, key_len, hash, old, val, exptime_ms, forcible);
-    return zone_write_unlock(z, rc);
-}
-
-int
-shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
-    const shmlock_value_t *old)
-{
-    return dict_cad_hashed(zone, key, key_len, hash_bytes(key, key_len), old);
-}
-
-int
-shmlock_dict_flush_all(shmlock_zone_t *zone)
-{
-    uint32_t  i;
-    int       rc = SHMLOCK_OK;
-
-    CHECK_LIVE(zone);
-    for (i = 0; i < zone->nshards; i++) {
-        zone_write_lock(&zone->shard[i]);
-        shdict_flush_all(&zone->shard[i]);
-        rc = zone_write_unlock(&zone->shard[i], rc);
-    }
-    return rc;
-}
-
-int
-shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count, int *freed)
-{
-    uint32_t  i;
-    int       n = 0, rc = SHMLOCK_OK;
-
-    *freed = 0;
-    CHECK_LIVE(zone);
-    for (i = 0; i < zone->nshards && (max_count <= 0 || n < max_count); i++) {
-        zone_write_lock(&zone->shard[i]);
-        n += shdict_flush_expired(&zone->shard[i],
-                                  max_count > 0 ? max_count - n : 0);
-        rc = zone_write_unlock(&zone->shard[i], rc);
-    }
-    *freed = n;
-    return rc;
-}
-
-/* Shard by shard; once buf is full, the rest only counts the bytes. */
-int
-shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
-    size_t buf_size, int *count, size_t *used)
-{
-    uint32_t  i;
-    size_t    u, total = 0;
-    int       n, keys = 0, rc = SHMLOCK_OK;
-
-    *count = 0;
-    *used = 0;
-    CHECK_LIVE(zone);
-    for (i = 0; i < zone->nshards && (max_count <= 0 || keys < max_count);
-         i++)
-    {
-        zone_lock(&zone->shard[i]);
-        shdict_get_keys(&zone->shard[i], max_count > 0 ? max_count - keys : 0,
-                        total < buf_size ? buf + total : buf,
-                        total < buf_size ? buf_size - total : 0, &n, &u);
-        rc = zone_unlock(&zone->shard[i], rc);
-        keys += n;
-        total += u;
-    }
-    *count = keys;
-    *used = total;
-    if (rc != SHMLOCK_OK) {
-        return rc;
-    }
-    return total > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
-}
-
-size_t
-shmlock_dict_capacity(shmlock_zone_t *zone)
-{
-    return zone->size;
-}
-
-size_t
-shmlock_dict_free_space(shmlock_zone_t *zone)
-{
-    size_t    chunks = 0;
-    uint32_t  i;
-
-    for (i = 0; i < zone->nshards; i++) {
-        chunks += __atomic_load_n(&zone->shard[i].hdr->dict.free_count,
-                                  __ATOMIC_RELAXED);
-    }
-    return chunks * ZONE_CHUNK_SIZE;
-}
-
-int
-shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size)
-{
-    uint32_t  i;
-    int       rc = SHMLOCK_OK;
-
-    if (msg_size > 0) {
-        msg[0] = '\0';
-    }
-    CHECK_LIVE(zone);
-    for (i = 0; i < zone->nshards && rc == SHMLOCK_OK; i++) {
-        zone_lock(&zone->shard[i]);
-        rc = shdict_verify(&zone->shard[i], msg, msg_size);
-        rc = zone_unlock(&zone->shard[i], rc);
-        if (rc == SHMLOCK_CORRUPT && msg_size > 0 && msg[0] == '\0') {
-            snprintf(msg, msg_size, "corrupt: a chunk index out of range "
-                     "or a chain that loops");
-        }
-        if (rc != SHMLOCK_OK && zone->nshards > 1 && msg_size > 0) {
-            /* say which shard, in front of what is wrong */
-            char        what[256];
-            const char *rest = what;
-
-            snprintf(what, sizeof(what), "%s", msg);
-            if (strncmp(what, "corrupt: ", 9) == 0) {
-                rest += 9;
-            }
-            snprintf(msg, msg_size, "corrupt: shard %u: %s", i, rest);
-        }
-    }
-    return rc;
-}
-
 int64_t
 shmlock_now_ms(void)
 {
@@ -348,6 +121,25 @@ uint32_t
 shmlock_hash(const char *key, size_t len)
 {
     return hash_bytes(key, len);
+}
+
+uint32_t
+shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash)
+{
+    return wait_begin(zone, hash);
+}
+
+int
+shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
+    int64_t timeout_us)
+{
+    return wait_end(zone, hash, seq, timeout_us);
+}
+
+void
+shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash)
+{
+    wait_wake(zone, hash);
 }
 
 int

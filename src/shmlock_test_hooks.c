@@ -9,7 +9,8 @@
 
 #include "shmlock.h"
 #include "crash.h"
-#include "zone_guard.h"
+#include "shard_lock.h"
+#include "zone.h"
 
 void
 shmlock_test_crash_at(int n)
@@ -23,7 +24,7 @@ shmlock_test_mutex_lock(shmlock_zone_t *zone)
     uint32_t  i;
 
     for (i = 0; i < zone->nshards; i++) {
-        zone_lock(&zone->shard[i]);
+        shard_lock(&zone->shard[i]);
     }
 }
 
@@ -33,6 +34,6 @@ shmlock_test_mutex_unlock(shmlock_zone_t *zone)
     uint32_t  i;
 
     for (i = 0; i < zone->nshards; i++) {
-        zone_unlock(&zone->shard[i], SHMLOCK_OK);
+        shard_unlock(&zone->shard[i], SHMLOCK_OK);
     }
 }

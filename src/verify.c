@@ -1,6 +1,7 @@
+#include "verify.h"
 #include "entry.h"
 #include "hash.h"
-#include "shdict.h"
+#include "shmlock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,11 +11,12 @@
  * Walks every structure of the dictionary and checks that each chunk is in
  * exactly one place (the free list or one entry), the counts agree, the LRU
  * list holds exactly the unpinned entries of the hash chains, and each
- * entry's key hashes to its bucket.  O(size of the zone); for tests and operators.
+ * entry's key hashes to its bucket.  O(size of the shard); for tests and
+ * operators.
  */
 
 typedef struct {
-    zone_t    *z;
+    shard_t   *sh;
     uint8_t   *seen;     /* one byte per chunk */
     char      *msg;
     size_t     msg_size;
@@ -41,8 +43,8 @@ verify_chain(verify_t *v, uint32_t first, uint8_t mark)
 {
     uint32_t  c, n = 0;
 
-    for (c = first; c != 0; c = ((cont_t *) chunk_at(v->z, c))->next) {
-        if (c > v->z->nchunks || v->seen[c] != 0 || ++n > v->z->nchunks) {
+    for (c = first; c != 0; c = ((chunk_t *) chunk_at(v->sh, c))->next) {
+        if (c > v->sh->nchunks || v->seen[c] != 0 || ++n > v->sh->nchunks) {
             return 0;
         }
         v->seen[c] = mark;
@@ -54,20 +56,20 @@ verify_chain(verify_t *v, uint32_t first, uint8_t mark)
 static int
 verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
 {
-    zone_t    *z = v->z;
+    shard_t   *sh = v->sh;
     uint32_t   b, i, n = 0, len;
     entry_t   *e;
     char      *key;
     size_t     bytes;
 
-    for (b = 0; b <= z->bucket_mask; b++) {
-        for (i = z->buckets[b]; i != 0; i = e->hnext) {
-            if (i > z->nchunks || v->seen[i] != 0) {
+    for (b = 0; b <= sh->bucket_mask; b++) {
+        for (i = sh->buckets[b]; i != 0; i = e->hnext) {
+            if (i > sh->nchunks || v->seen[i] != 0) {
                 return verify_fail(v, "bucket %u reaches chunk %u, out of "
                                    "range or already used", b, i);
             }
-            e = entry_at(z, i);
-            if ((e->hash & z->bucket_mask) != b) {
+            e = entry_at(sh, i);
+            if ((e->hash & sh->bucket_mask) != b) {
                 return verify_fail(v, "entry %u in the wrong bucket", i);
             }
             if (e->key_len == 0 || (e->vtype != SHMLOCK_TSTRING
@@ -87,7 +89,7 @@ verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
             if (key == NULL) {
                 return verify_fail(v, "out of memory while verifying");
             }
-            chunk_read(z, i, 0, key, e->key_len);
+            chunk_read(sh, i, 0, key, e->key_len);
             if (hash_bytes(key, e->key_len) != e->hash) {
                 free(key);
                 return verify_fail(v, "entry %u key does not match its hash",
@@ -98,15 +100,15 @@ verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
             if (!(e->eflags & ENTRY_PINNED)) {
                 (*unpinned)++;
             }
-            if (++n > z->hdr->dict.nentries) {
+            if (++n > sh->hdr->dict.nentries) {
                 return verify_fail(v, "hash chains hold more than %u entries",
-                                   z->hdr->dict.nentries);
+                                   sh->hdr->dict.nentries);
             }
         }
     }
-    if (n != z->hdr->dict.nentries) {
+    if (n != sh->hdr->dict.nentries) {
         return verify_fail(v, "hash chains hold %u of %u entries", n,
-                           z->hdr->dict.nentries);
+                           sh->hdr->dict.nentries);
     }
     return SHMLOCK_OK;
 }
@@ -115,17 +117,17 @@ verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
 static int
 verify_lru(verify_t *v, uint32_t unpinned)
 {
-    zone_t    *z = v->z;
+    shard_t   *sh = v->sh;
     uint32_t   i, prev = 0, n = 0;
     entry_t   *e;
 
-    for (i = z->hdr->dict.lru_head; i != 0; prev = i, i = e->lru_next) {
-        if (i > z->nchunks || v->seen[i] != 2) {
+    for (i = sh->hdr->dict.lru_head; i != 0; prev = i, i = e->lru_next) {
+        if (i > sh->nchunks || v->seen[i] != 2) {
             return verify_fail(v, "lru list reaches chunk %u, not an entry "
                                "or twice", i);
         }
         v->seen[i] = 3;
-        e = entry_at(z, i);
+        e = entry_at(sh, i);
         if (e->eflags & ENTRY_PINNED) {
             return verify_fail(v, "pinned entry %u in the lru list", i);
         }
@@ -134,7 +136,7 @@ verify_lru(verify_t *v, uint32_t unpinned)
         }
         n++;
     }
-    if (prev != z->hdr->dict.lru_tail) {
+    if (prev != sh->hdr->dict.lru_tail) {
         return verify_fail(v, "lru tail");
     }
     if (n != unpinned) {
@@ -145,28 +147,28 @@ verify_lru(verify_t *v, uint32_t unpinned)
 }
 
 int
-shdict_verify(zone_t *z, char *msg, size_t msg_size)
+verify_shard(shard_t *sh, char *msg, size_t msg_size)
 {
-    verify_t  v = { z, NULL, msg, msg_size };
+    verify_t  v = { sh, NULL, msg, msg_size };
     uint32_t  nfree, used = 0, unpinned = 0;
     int       rc;
 
-    v.seen = calloc((size_t) z->nchunks + 1, 1);
+    v.seen = calloc((size_t) sh->nchunks + 1, 1);
     if (v.seen == NULL) {
         return verify_fail(&v, "out of memory while verifying");
     }
 
-    nfree = verify_chain(&v, z->hdr->dict.free_head, 1);
-    if (z->hdr->dict.free_head != 0 && nfree == 0) {
+    nfree = verify_chain(&v, sh->hdr->dict.free_head, 1);
+    if (sh->hdr->dict.free_head != 0 && nfree == 0) {
         rc = verify_fail(&v, "free list");
-    } else if (nfree != z->hdr->dict.free_count) {
+    } else if (nfree != sh->hdr->dict.free_count) {
         rc = verify_fail(&v, "free list holds %u chunks, %u counted", nfree,
-                         z->hdr->dict.free_count);
+                         sh->hdr->dict.free_count);
     } else if ((rc = verify_buckets(&v, &used, &unpinned)) == SHMLOCK_OK
                && (rc = verify_lru(&v, unpinned)) == SHMLOCK_OK
-               && nfree + used != z->nchunks)
+               && nfree + used != sh->nchunks)
     {
-        rc = verify_fail(&v, "%u chunks lost", z->nchunks - nfree - used);
+        rc = verify_fail(&v, "%u chunks lost", sh->nchunks - nfree - used);
     }
     free(v.seen);
     return rc;

@@ -1,5 +1,6 @@
 #include "zone.h"
 #include "shdict.h"
+#include "shmlock.h"
 #include "sys.h"
 
 #include <stddef.h>
@@ -52,13 +53,13 @@ zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
     g->shard_size = stride;
 
     shdr = ALIGN64(sizeof(shard_hdr_t));
-    fixed = shdr + 2 * 64 + ZONE_CHUNK_SIZE;   /* slack, chunk 0 */
+    fixed = shdr + 2 * 64 + SHARD_CHUNK_SIZE;   /* slack, chunk 0 */
     avail = stride > fixed ? stride - fixed : 0;
 
-    n = avail / (ZONE_CHUNK_SIZE + sizeof(uint32_t) + 1);
+    n = avail / (SHARD_CHUNK_SIZE + sizeof(uint32_t) + 1);
     for (b = 1; b * 2 <= n; b *= 2) { /* void */ }
     n = avail > b * sizeof(uint32_t)
-        ? (avail - b * sizeof(uint32_t)) / (ZONE_CHUNK_SIZE + 1) : 0;
+        ? (avail - b * sizeof(uint32_t)) / (SHARD_CHUNK_SIZE + 1) : 0;
     if (n > UINT32_MAX - 1) {
         n = UINT32_MAX - 1;
     }
@@ -68,7 +69,7 @@ zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
     g->refs_off = ALIGN64(shdr + b * sizeof(uint32_t));
     for ( ;; ) {
         g->chunks_off = ALIGN64(g->refs_off + n + 1);
-        if (g->chunks_off + (n + 1) * ZONE_CHUNK_SIZE <= stride || n == 0) {
+        if (g->chunks_off + (n + 1) * SHARD_CHUNK_SIZE <= stride || n == 0) {
             break;
         }
         n--;
@@ -88,7 +89,7 @@ zone_format(char *base, uint64_t size, uint32_t nshards)
     h->layout = ZONE_LAYOUT;
     h->hdr_size = sizeof(zone_hdr_t);
     h->size = size;
-    h->chunk_size = ZONE_CHUNK_SIZE;
+    h->chunk_size = SHARD_CHUNK_SIZE;
     h->wait_words = ZONE_WAIT_WORDS;
     h->shard_hdr_size = sizeof(shard_hdr_t);
     zone_geometry(size, nshards, &g);
@@ -106,8 +107,6 @@ zone_format(char *base, uint64_t size, uint32_t nshards)
     zone_attach(&zone, base, size);
     memset(zone.wait_seq, 0, 2 * ZONE_WAIT_WORDS * sizeof(uint32_t));
     for (i = 0; i < zone.nshards; i++) {
-        memset(zone.shard[i].hdr, 0, sizeof(shard_hdr_t));
-        shmtx_init(&zone.shard[i].hdr->mutex);
         shdict_format(&zone.shard[i]);
     }
 
@@ -121,12 +120,12 @@ zone_check(const char *base, uint64_t size)
     const zone_hdr_t  *h = (const zone_hdr_t *) base;
     zone_geometry_t    g;
 
-    if (size < SHDICT_MIN_ZONE || size < sizeof(zone_hdr_t)) {
+    if (size < SHMLOCK_MIN_SIZE || size < sizeof(zone_hdr_t)) {
         return -1;
     }
     if (memcmp(h->magic, ZONE_MAGIC, sizeof(ZONE_MAGIC)) != 0
         || h->layout != ZONE_LAYOUT || h->hdr_size != sizeof(zone_hdr_t)
-        || h->size != size || h->chunk_size != ZONE_CHUNK_SIZE
+        || h->size != size || h->chunk_size != SHARD_CHUNK_SIZE
         || h->wait_words != ZONE_WAIT_WORDS
         || h->shard_hdr_size != sizeof(shard_hdr_t))
     {
@@ -154,7 +153,7 @@ void
 zone_attach(shmlock_zone_t *zone, char *base, uint64_t size)
 {
     zone_hdr_t  *h = (zone_hdr_t *) base;
-    zone_t      *z;
+    shard_t     *sh;
     char        *s;
     uint32_t     i, bits;
 
@@ -169,20 +168,14 @@ zone_attach(shmlock_zone_t *zone, char *base, uint64_t size)
 
     for (i = 0; i < h->nshards; i++) {
         s = base + h->shards_off + i * h->shard_size;
-        z = &zone->shard[i];
-        z->hdr = (shard_hdr_t *) s;
-        z->buckets = (uint32_t *) (s + h->buckets_off);
-        z->bucket_mask = h->nbuckets - 1;
-        z->nchunks = h->nchunks;
-        z->chunks = s + h->chunks_off;
-        z->refs = (uint8_t *) (s + h->refs_off);
-        z->broken = 0;
-        z->scratch = 0;
+        sh = &zone->shard[i];
+        sh->hdr = (shard_hdr_t *) s;
+        sh->buckets = (uint32_t *) (s + h->buckets_off);
+        sh->bucket_mask = h->nbuckets - 1;
+        sh->nchunks = h->nchunks;
+        sh->chunks = s + h->chunks_off;
+        sh->refs = (uint8_t *) (s + h->refs_off);
+        sh->broken = 0;
+        sh->scratch = 0;
     }
 }
-
-_Static_assert(offsetof(shard_hdr_t, dict) + sizeof(dict_state_t)
-               - offsetof(shard_hdr_t, mutex) <= 64,
-               "the shard header's hot words share one cache line");
-_Static_assert(offsetof(shard_hdr_t, mutex) % 64 == 0,
-               "the shard header's hot line is aligned");

@@ -1,22 +1,59 @@
 /*
- * zone: the layout of a shared-memory zone and the per-process handle.
- *
- *   [ header | wait words | shard 0 | shard 1 | ... ]
- *   shard: [ shard header | hash buckets | read marks | chunks ]
+ * zone: the layout of a zone file and this process's handle on it.
  *
  * A zone is split into shards by key hash, each a dictionary of its own
- * with its own mutex, so that processes changing different keys do not
- * queue on one lock nor pass one cache line between their cores.  By
- * default zones under 2 MiB have one shard, larger ones as many as keep
+ * with its own mutex (shard.h), so that processes changing different keys
+ * do not queue on one lock nor pass one cache line between their cores.
+ * By default zones under 2 MiB have one shard, larger ones as many as keep
  * each shard at least ZONE_SHARD_AUTO_MIN bytes, up to ZONE_SHARDS_MAX;
  * the creator may ask for a count instead (each shard then at least
  * ZONE_SHARD_MIN bytes).  An entry lives in one shard, so the largest
  * entry is bounded by a shard's memory.
  *
- * Everything in the zone is addressed by offsets or 32-bit chunk indices,
- * never by pointers: each process maps the zone at its own address.  The
- * header starts with a magic string, the layout version and the size, so a
- * foreign, older or truncated file is refused rather than trusted.
+ * The zone file, every region 64-byte aligned:
+ *
+ *   +------------+----------------+-----------+-----------+-----+---------+
+ *   | zone_hdr_t | wait words     | shard 0   | shard 1   | ... | shard   |
+ *   | magic,     | seq[1024],     |           |           |     | n - 1   |
+ *   | layout,    | sleepers[1024] |           |           |     |         |
+ *   | geometry,  | (wait.h)       |           |           |     |         |
+ *   | dead       |                |<-shard_size->         |     |         |
+ *   +------------+----------------+-----------+-----------+-----+---------+
+ *   0            waits_off        shards_off
+ *
+ * A shard (offsets from its start, the same in every shard):
+ *
+ *   +-------------+-------------+------------+---------+---------+-----+
+ *   | shard_hdr_t | buckets     | read marks | chunk 0 | chunk 1 | ... |
+ *   | mutex, seq, | nbuckets    | nchunks+1  | unused  | 64 bytes|     |
+ *   | bookkeeping,| x u32: head | x u8       |         | each    |     |
+ *   | undo area   | chunk index |            |         |         |     |
+ *   +-------------+-------------+------------+---------+---------+-----+
+ *   0             buckets_off   refs_off     chunks_off
+ *
+ * An entry is a chain of chunks: a head chunk (entry.h) in its bucket's
+ * hash chain, then continuation chunks (chunk.h) for the rest of its key
+ * and value, each chunk linked by its first word:
+ *
+ *   buckets[hash & mask]
+ *     |
+ *     v
+ *   head (entry_t) --hnext--> head (entry_t) --hnext--> 0
+ *     | next                    | next
+ *     v                         v
+ *   chunk (chunk_t)             0
+ *     | next
+ *     v
+ *     0
+ *
+ * A free chunk is on the shard's free list (free_head, through `next`); an
+ * evictable entry also on its LRU list (lru_head .. lru_tail, through
+ * lru_prev and lru_next of the head).
+ *
+ * The header starts with a magic string, the layout version and the size,
+ * so a foreign, older or truncated file is refused rather than trusted;
+ * the geometry is a function of the size and the shard count, and is
+ * checked as such.
  */
 
 #ifndef ZONE_H
@@ -25,63 +62,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shmtx.h"
+#include "shard.h"
 
-#define ZONE_MAGIC        "SHMLOCK"    /* 7 chars + NUL */
-#define ZONE_LAYOUT       4
-#define ZONE_CHUNK_SIZE   64
-#define ZONE_WAIT_WORDS   1024
-#define ZONE_UNDO_BYTES   4096
+#define ZONE_MAGIC            "SHMLOCK"    /* 7 chars + NUL */
+#define ZONE_LAYOUT           4
+#define ZONE_WAIT_WORDS       1024
 #define ZONE_SHARDS_MAX       16
 #define ZONE_SHARD_AUTO_MIN   ((uint64_t) 1 << 20)
 #define ZONE_SHARD_MIN        ((uint64_t) 64 << 10)
-
-/*
- * The one update that is not published by a single word store: rewriting
- * an entry in place (into as many chunks as it has, or fewer), which needs
- * no free memory.  The old head chunk, the old value bytes the new value
- * overwrites and the link that cuts off chunks no longer needed are saved
- * here first; recovery puts them back if the writer died with `active`
- * set.
- */
-typedef struct {
-    uint32_t  active;
-    uint32_t  entry;
-    uint32_t  len;           /* saved value bytes */
-    uint32_t  cut;           /* the chunk whose `next` was cut (0: none, or
-                                the head, saved whole) */
-    uint32_t  cut_next;      /* its `next` before the cut */
-    uint32_t  pad;
-    char      head[ZONE_CHUNK_SIZE];
-    char      bytes[ZONE_UNDO_BYTES];
-} zone_undo_t;
-
-/* The dictionary's bookkeeping: derived from the hash chains (see zw.h). */
-typedef struct {
-    uint32_t  free_head;     /* free chunk list, linked through chunk.next */
-    uint32_t  free_count;
-    uint32_t  lru_head;      /* most recently written evictable entry */
-    uint32_t  lru_tail;
-    uint32_t  nentries;      /* all entries, pinned or not */
-    uint32_t  sweep;         /* next bucket the expired-entry sweep visits */
-    uint32_t  recoveries;    /* times a dead holder's mutex was taken over */
-} dict_state_t;
-
-/* A shard's header: everything an update writes, then the undo area. */
-typedef struct {
-    /*
-     * The mutex, the seqlock word and the bookkeeping share one cache
-     * line: spread over three lines, every update moved three lines
-     * between cores.
-     */
-    struct {
-        shmtx_t       mutex;
-        uint32_t      seq;       /* odd while a writer changes the dictionary:
-                                    lets get() read without the mutex */
-        dict_state_t  dict;
-    } __attribute__((aligned(64)));
-    zone_undo_t   undo;
-} shard_hdr_t;
 
 typedef struct {
     char          magic[8];
@@ -108,25 +96,7 @@ typedef struct {
     uint32_t      pad;
 } zone_hdr_t;
 
-/*
- * One shard as a process sees it: what the dictionary code works on.  The
- * geometry is this process's copy, checked once at attach: nothing a writer
- * puts in the shard later can move it.
- */
-typedef struct {
-    shard_hdr_t   *hdr;
-    uint32_t      *buckets;
-    uint32_t       bucket_mask;
-    uint32_t       nchunks;
-    char          *chunks;
-    uint8_t       *refs;          /* read marks, indexed by chunk */
-    uint32_t       broken;        /* set when the call under way met an
-                                     index out of range or a walk too long:
-                                     the call answers SHMLOCK_CORRUPT */
-    uint32_t       scratch;       /* where a write meant for a link that is
-                                     not there goes (a corrupt chain) */
-} zone_t;
-
+/* A zone as this process sees it: the handle of the ABI. */
 struct shmlock_zone_s {
     zone_hdr_t    *hdr;
     struct shmlock_zone_s  *next;   /* this process's open zones (shm_zone.c) */
@@ -141,11 +111,11 @@ struct shmlock_zone_s {
                                      unmapped when it drops to 0 */
     uint32_t       nshards;
     uint32_t       shard_shift;   /* the shard is the hash's top bits */
-    zone_t         shard[ZONE_SHARDS_MAX];
+    shard_t        shard[ZONE_SHARDS_MAX];
 };
 
 /* The shard holding the keys of this hash (the buckets use its low bits). */
-static inline zone_t *
+static inline shard_t *
 zone_shard(struct shmlock_zone_s *zone, uint32_t hash)
 {
     return &zone->shard[(uint32_t) ((uint64_t) hash >> zone->shard_shift)];
@@ -170,7 +140,7 @@ typedef struct {
  */
 uint32_t zone_shards_for(uint64_t size, uint32_t want);
 /* Lays out an empty zone of `size` bytes at base (size and nshards as
- * zone_shards_for answered). */
+ * zone_shards_for answered): header, wait words, empty shards. */
 void zone_format(char *base, uint64_t size, uint32_t nshards);
 /* Checks a mapped file's header; 0 when it is one of ours, intact. */
 int zone_check(const char *base, uint64_t size);

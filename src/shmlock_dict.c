@@ -1,0 +1,365 @@
+/*
+ * The ABI's dictionary calls: shmlock_dict_* and the two lock calls
+ * (shmlock_lock_*, a lock being a dictionary entry).  Each checks its
+ * arguments, finds its key's shard (zone_shard) and holds that shard's
+ * mutex (shard_lock.h) around the dictionary call (shdict.c); calls on the
+ * whole zone do so shard by shard.
+ */
+
+#include "shmlock.h"
+#include "hash.h"
+#include "optimistic.h"
+#include "shard_lock.h"
+#include "shdict.h"
+#include "shm_zone.h"
+#include "verify.h"
+#include "wait.h"
+#include "zone.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* A destroyed zone is refused before anything is read or written in it. */
+#define CHECK_LIVE(zone)                                                     \
+    if (__builtin_expect(shm_zone_dead(zone), 0)) {                          \
+        return SHMLOCK_DESTROYED;                                            \
+    }
+
+/* The Lua layer checks keys and values before calling; C callers get a
+ * status instead of a corrupted zone. */
+#define CHECK_KEY(len)                                                       \
+    if (__builtin_expect((len) - 1 >= SHMLOCK_KEY_MAX, 0)) {                 \
+        return SHMLOCK_BAD_KEY;                                              \
+    }
+
+static inline int
+shmlock_dict_value_ok(const shmlock_value_t *v)
+{
+    return v->type == SHMLOCK_TNIL || v->type == SHMLOCK_TBOOLEAN
+           || v->type == SHMLOCK_TNUMBER
+           || (v->type == SHMLOCK_TSTRING && (v->str != NULL || v->len == 0));
+}
+
+/* A store of a checked key, hashed by the caller (a lock hashes once). */
+static inline int
+shmlock_dict_put(shmlock_zone_t *zone, int op, const char *key,
+    size_t key_len, uint32_t hash, const shmlock_value_t *val,
+    int64_t exptime_ms, int64_t now_ms, int *forcible)
+{
+    shard_t  *sh = zone_shard(zone, hash);
+    int       rc;
+
+    if (!shmlock_dict_value_ok(val)) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    if (now_ms < 0) {
+        now_ms = 0;
+    }
+    shard_write_lock(sh);
+    rc = shdict_store(sh, op, key, key_len, hash, val, exptime_ms, now_ms,
+                      forcible);
+    return shard_write_unlock(sh, rc);
+}
+
+/* A compare-and-delete of a checked key, hashed by the caller. */
+static inline int
+shmlock_dict_del(shmlock_zone_t *zone, const char *key, size_t key_len,
+    uint32_t hash, const shmlock_value_t *old)
+{
+    shard_t  *sh = zone_shard(zone, hash);
+    int       rc;
+
+    if (!shmlock_dict_value_ok(old)) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    shard_write_lock(sh);
+    rc = shdict_cad(sh, key, key_len, hash, old);
+    return shard_write_unlock(sh, rc);
+}
+
+int
+shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
+    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
+    int *forcible)
+{
+    *forcible = 0;
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    return shmlock_dict_put(zone, op, key, key_len, hash_bytes(key, key_len),
+                            val, exptime_ms, 0, forcible);
+}
+
+int
+shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
+    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
+{
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc, tries;
+
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    for (tries = 0; tries < 4; tries++) {
+        rc = optimistic_get(sh, key, key_len, hash, get_stale, out, buf,
+                            buf_size);
+        if (rc != OPTIMISTIC_RETRY) {
+            return rc;
+        }
+    }
+    /* writers keep getting in the way: queue up with them */
+    shard_lock(sh);
+    rc = shdict_get(sh, key, key_len, hash, get_stale, out, buf, buf_size);
+    return shard_unlock(sh, rc);
+}
+
+int
+shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
+    double *value, int has_init, double init, int64_t init_ttl_ms,
+    int *forcible)
+{
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc;
+
+    *forcible = 0;
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    shard_write_lock(sh);
+    rc = shdict_incr(sh, key, key_len, hash, value, has_init, init,
+                     init_ttl_ms, forcible);
+    return shard_write_unlock(sh, rc);
+}
+
+int
+shmlock_dict_ttl(shmlock_zone_t *zone, const char *key, size_t key_len,
+    int64_t *ttl_ms)
+{
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc;
+
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    shard_lock(sh);
+    rc = shdict_ttl(sh, key, key_len, hash, ttl_ms);
+    return shard_unlock(sh, rc);
+}
+
+int
+shmlock_dict_expire(shmlock_zone_t *zone, const char *key, size_t key_len,
+    int64_t exptime_ms)
+{
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc;
+
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    shard_write_lock(sh);
+    rc = shdict_expire(sh, key, key_len, hash, exptime_ms);
+    return shard_write_unlock(sh, rc);
+}
+
+int
+shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
+    const shmlock_value_t *old, const shmlock_value_t *val,
+    int64_t exptime_ms, int *forcible)
+{
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc;
+
+    *forcible = 0;
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    if (!shmlock_dict_value_ok(old) || !shmlock_dict_value_ok(val)) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    shard_write_lock(sh);
+    rc = shdict_cas(sh, key, key_len, hash, old, val, exptime_ms, forcible);
+    return shard_write_unlock(sh, rc);
+}
+
+int
+shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
+    const shmlock_value_t *old)
+{
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    return shmlock_dict_del(zone, key, key_len, hash_bytes(key, key_len),
+                            old);
+}
+
+int
+shmlock_dict_flush_all(shmlock_zone_t *zone)
+{
+    uint32_t  i;
+    int       rc = SHMLOCK_OK;
+
+    CHECK_LIVE(zone);
+    for (i = 0; i < zone->nshards; i++) {
+        shard_write_lock(&zone->shard[i]);
+        shdict_flush_all(&zone->shard[i]);
+        rc = shard_write_unlock(&zone->shard[i], rc);
+    }
+    return rc;
+}
+
+int
+shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count, int *freed)
+{
+    uint32_t  i;
+    int       n = 0, rc = SHMLOCK_OK;
+
+    *freed = 0;
+    CHECK_LIVE(zone);
+    for (i = 0; i < zone->nshards && (max_count <= 0 || n < max_count); i++) {
+        shard_write_lock(&zone->shard[i]);
+        n += shdict_flush_expired(&zone->shard[i],
+                                  max_count > 0 ? max_count - n : 0);
+        rc = shard_write_unlock(&zone->shard[i], rc);
+    }
+    *freed = n;
+    return rc;
+}
+
+/* Shard by shard; once buf is full, the rest only counts the bytes. */
+int
+shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
+    size_t buf_size, int *count, size_t *used)
+{
+    uint32_t  i;
+    size_t    u, total = 0;
+    int       n, keys = 0, rc = SHMLOCK_OK;
+
+    *count = 0;
+    *used = 0;
+    CHECK_LIVE(zone);
+    for (i = 0; i < zone->nshards && (max_count <= 0 || keys < max_count);
+         i++)
+    {
+        shard_lock(&zone->shard[i]);
+        shdict_get_keys(&zone->shard[i], max_count > 0 ? max_count - keys : 0,
+                        total < buf_size ? buf + total : buf,
+                        total < buf_size ? buf_size - total : 0, &n, &u);
+        rc = shard_unlock(&zone->shard[i], rc);
+        keys += n;
+        total += u;
+    }
+    *count = keys;
+    *used = total;
+    if (rc != SHMLOCK_OK) {
+        return rc;
+    }
+    return total > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
+}
+
+size_t
+shmlock_dict_capacity(shmlock_zone_t *zone)
+{
+    return zone->size;
+}
+
+size_t
+shmlock_dict_free_space(shmlock_zone_t *zone)
+{
+    size_t    chunks = 0;
+    uint32_t  i;
+
+    for (i = 0; i < zone->nshards; i++) {
+        chunks += __atomic_load_n(&zone->shard[i].hdr->dict.free_count,
+                                  __ATOMIC_RELAXED);
+    }
+    return chunks * SHARD_CHUNK_SIZE;
+}
+
+int
+shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size)
+{
+    uint32_t  i;
+    int       rc = SHMLOCK_OK;
+
+    if (msg_size > 0) {
+        msg[0] = '\0';
+    }
+    CHECK_LIVE(zone);
+    for (i = 0; i < zone->nshards && rc == SHMLOCK_OK; i++) {
+        shard_lock(&zone->shard[i]);
+        rc = verify_shard(&zone->shard[i], msg, msg_size);
+        rc = shard_unlock(&zone->shard[i], rc);
+        if (rc == SHMLOCK_CORRUPT && msg_size > 0 && msg[0] == '\0') {
+            snprintf(msg, msg_size, "corrupt: a chunk index out of range "
+                     "or a chain that loops");
+        }
+        if (rc != SHMLOCK_OK && zone->nshards > 1 && msg_size > 0) {
+            /* say which shard, in front of what is wrong */
+            char        what[256];
+            const char *rest = what;
+
+            snprintf(what, sizeof(what), "%s", msg);
+            if (strncmp(what, "corrupt: ", 9) == 0) {
+                rest += 9;
+            }
+            snprintf(msg, msg_size, "corrupt: shard %u: %s", i, rest);
+        }
+    }
+    return rc;
+}
+
+
+/*
+ * The two calls a lock makes when nobody else wants its key, each in one
+ * call: taking the key (an add of the owner's token) and releasing it (a
+ * compare-and-delete of the token, then waking the key's waiters, with one
+ * hash of the key for both).
+ */
+
+int
+shmlock_lock_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
+    const char *tok, size_t tok_len, int64_t exptime_ms, int64_t now_ms)
+{
+    shmlock_value_t  v = { .type = SHMLOCK_TSTRING, .str = tok,
+                           .len = tok_len };
+    int              forcible;
+
+    if (tok == NULL) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    return shmlock_dict_put(zone, SHMLOCK_OP_ADD, key, key_len,
+                            hash_bytes(key, key_len), &v, exptime_ms, now_ms,
+                            &forcible);
+}
+
+int
+shmlock_lock_release(shmlock_zone_t *zone, const char *key, size_t key_len,
+    const char *tok, size_t tok_len)
+{
+    shmlock_value_t  v = { .type = SHMLOCK_TSTRING, .str = tok,
+                           .len = tok_len };
+    uint32_t         hash;
+    int              rc;
+
+    if (tok == NULL) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    hash = hash_bytes(key, key_len);
+    rc = shmlock_dict_del(zone, key, key_len, hash, &v);
+    if (rc == SHMLOCK_OK) {
+        wait_wake(zone, hash);
+    }
+    return rc;
+}
