@@ -49,7 +49,7 @@ INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
-        test-nginx test-asan test-valgrind test-install
+        test-nginx test-asan test-valgrind test-install check-layers
 
 # `make` builds both libraries: the specs run against the test build, and
 # must not find one older than the sources.  `make lib`: the library alone.
@@ -120,17 +120,23 @@ soak:
 	SHMLOCK_LIB='$(CURDIR)/$(TEST_LIB)' SOAK_SECONDS=$(SOAK_SECONDS) \
 	    $(PROVE) -v -e luajit spec/soak.lua
 
-# The whole suite, from a fresh Debian machine: packages, build, specs (the
-# short soak among them), nginx tests, then the same specs and the C driver
-# under the sanitizers and the C driver under valgrind.
+# The whole suite, from a fresh Debian machine: packages, the layering of
+# src/, build, specs (the short soak among them), nginx tests, then the
+# same specs and the C driver under the sanitizers and the C driver under
+# valgrind.
 test:
 	scripts/deps.sh </dev/null
+	$(MAKE) --no-print-directory check-layers
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory test-lua
 	$(MAKE) --no-print-directory test-nginx
 	$(MAKE) --no-print-directory test-install
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-valgrind
+
+# src/README.md lists src/ in layer order: no #include may go up.
+check-layers:
+	scripts/check-layers.sh
 
 # scripts/busted.sh runs the specs against $(TEST_LIB) unless SHMLOCK_LIB
 # says otherwise.

@@ -2,7 +2,7 @@
  * Rewriting an entry in place: when the new key+value needs as many chunks
  * as the old or fewer, set/replace/cas reuse the entry's own chunks
  * instead of allocating a copy, and free the chunks it no longer needs.  So
- * a same-size or smaller value never needs free memory (a full zone still
+ * a same-size or smaller value never needs free memory (a full shard still
  * takes it, as ngx.shared.DICT does), and it is faster.  Crash safety
  * comes from the undo area in the shard header (shard.h): the old head, the
  * old value bytes the new value overwrites and the link that cuts the

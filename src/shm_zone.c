@@ -14,15 +14,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ZONE_DEFAULT_DIR  "/dev/shm"
-#define ZONE_PREFIX       "shmlock."
-#define ZONE_ATTEMPTS     8
-#define ZONE_TMP_TRIES    8
-#define ZONE_DIR_WAIT_MS  2000   /* how long destroy waits for the dir lock */
+#define SHM_ZONE_DEFAULT_DIR  "/dev/shm"
+#define SHM_ZONE_PREFIX       "shmlock."
+#define SHM_ZONE_ATTEMPTS     8
+#define SHM_ZONE_TMP_TRIES    8
+#define SHM_ZONE_DIR_WAIT_MS  2000   /* destroy's wait for the dir lock */
 
 /* attach outcomes that send shm_zone_open round again */
-#define ZONE_GONE  (-1)          /* no file under the name */
-#define ZONE_DEAD  (-2)          /* a dead zone still under the name */
+#define SHM_ZONE_GONE  (-1)          /* no file under the name */
+#define SHM_ZONE_DEAD  (-2)          /* a dead zone still under the name */
 
 int
 shm_zone_name_ok(const char *name, size_t len)
@@ -45,22 +45,22 @@ shm_zone_name_ok(const char *name, size_t len)
 }
 
 static const char *
-zone_dir(const char *dir)
+shm_zone_dir(const char *dir)
 {
     if (dir == NULL || dir[0] == '\0') {
         dir = getenv("SHMLOCK_DIR");
     }
     if (dir == NULL || dir[0] == '\0') {
-        dir = ZONE_DEFAULT_DIR;
+        dir = SHM_ZONE_DEFAULT_DIR;
     }
     return dir;
 }
 
 static int
-zone_path(char *path, size_t size, const char *dir, const char *name,
+shm_zone_path(char *path, size_t size, const char *dir, const char *name,
     size_t name_len)
 {
-    int  n = snprintf(path, size, "%s/" ZONE_PREFIX "%.*s", dir,
+    int  n = snprintf(path, size, "%s/" SHM_ZONE_PREFIX "%.*s", dir,
                       (int) name_len, name);
 
     return n > 0 && (size_t) n < size ? 0 : -1;
@@ -69,46 +69,46 @@ zone_path(char *path, size_t size, const char *dir, const char *name,
 
 /* ---- this process's mappings ---- */
 
-static pthread_mutex_t   reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static shmlock_zone_t   *reg_head;
-static pthread_once_t    reg_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t   shm_zone_reg_mutex = PTHREAD_MUTEX_INITIALIZER;
+static shmlock_zone_t   *shm_zone_reg_head;
+static pthread_once_t    shm_zone_reg_once = PTHREAD_ONCE_INIT;
 
 /* a thread that held the lock at fork() is not in the child to release it */
 static void
-reg_child(void)
+shm_zone_reg_child(void)
 {
     pthread_mutex_t  fresh = PTHREAD_MUTEX_INITIALIZER;
 
-    reg_lock = fresh;
+    shm_zone_reg_mutex = fresh;
 }
 
 static void
-reg_init(void)
+shm_zone_reg_init(void)
 {
-    pthread_atfork(NULL, NULL, reg_child);
+    pthread_atfork(NULL, NULL, shm_zone_reg_child);
 }
 
 static void
-reg_enter(void)
+shm_zone_reg_lock(void)
 {
-    pthread_once(&reg_once, reg_init);
-    pthread_mutex_lock(&reg_lock);
+    pthread_once(&shm_zone_reg_once, shm_zone_reg_init);
+    pthread_mutex_lock(&shm_zone_reg_mutex);
 }
 
 static void
-reg_leave(void)
+shm_zone_reg_unlock(void)
 {
-    pthread_mutex_unlock(&reg_lock);
+    pthread_mutex_unlock(&shm_zone_reg_mutex);
 }
 
 /* The live mapping of that file, with one more reference; else NULL. */
 static shmlock_zone_t *
-reg_find(const struct stat *st)
+shm_zone_reg_find(const struct stat *st)
 {
     shmlock_zone_t  *z;
 
-    reg_enter();
-    for (z = reg_head; z != NULL; z = z->next) {
+    shm_zone_reg_lock();
+    for (z = shm_zone_reg_head; z != NULL; z = z->next) {
         if (z->dev == (uint64_t) st->st_dev && z->ino == (uint64_t) st->st_ino
             && !shm_zone_dead(z))
         {
@@ -116,12 +116,12 @@ reg_find(const struct stat *st)
             break;
         }
     }
-    reg_leave();
+    shm_zone_reg_unlock();
     return z;
 }
 
 static int
-reg_add(char *base, uint64_t size, const struct stat *st,
+shm_zone_reg_add(char *base, uint64_t size, const struct stat *st,
     shmlock_zone_t **out)
 {
     shmlock_zone_t  *z = malloc(sizeof(*z));
@@ -135,10 +135,10 @@ reg_add(char *base, uint64_t size, const struct stat *st,
     z->dev = (uint64_t) st->st_dev;
     z->ino = (uint64_t) st->st_ino;
     z->handles = 1;
-    reg_enter();
-    z->next = reg_head;
-    reg_head = z;
-    reg_leave();
+    shm_zone_reg_lock();
+    z->next = shm_zone_reg_head;
+    shm_zone_reg_head = z;
+    shm_zone_reg_unlock();
     *out = z;
     return SHMLOCK_OK;
 }
@@ -146,9 +146,9 @@ reg_add(char *base, uint64_t size, const struct stat *st,
 void
 shm_zone_retain(shmlock_zone_t *z)
 {
-    reg_enter();
+    shm_zone_reg_lock();
     z->handles++;
-    reg_leave();
+    shm_zone_reg_unlock();
 }
 
 void
@@ -160,17 +160,17 @@ shm_zone_close(shmlock_zone_t *z)
     if (z == NULL) {
         return;
     }
-    reg_enter();
+    shm_zone_reg_lock();
     last = --z->handles == 0;
     if (last) {
-        for (l = &reg_head; *l != NULL; l = &(*l)->next) {
+        for (l = &shm_zone_reg_head; *l != NULL; l = &(*l)->next) {
             if (*l == z) {
                 *l = z->next;
                 break;
             }
         }
     }
-    reg_leave();
+    shm_zone_reg_unlock();
     if (last) {
         munmap(z->base, z->size);
         free(z);
@@ -181,7 +181,7 @@ shm_zone_close(shmlock_zone_t *z)
 /* ---- files ---- */
 
 static int
-zone_map(int fd, uint64_t size, char **base)
+shm_zone_map(int fd, uint64_t size, char **base)
 {
     void  *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 
@@ -194,7 +194,7 @@ zone_map(int fd, uint64_t size, char **base)
 
 /* Why a file under a zone's name cannot be trusted as a zone, or OK. */
 static int
-zone_file_ok(const struct stat *st)
+shm_zone_file_ok(const struct stat *st)
 {
     if (!S_ISREG(st->st_mode)) {
         return SHMLOCK_INCOMPATIBLE;
@@ -213,12 +213,12 @@ zone_file_ok(const struct stat *st)
 }
 
 /*
- * Attach to the zone published under `path`.  ZONE_GONE: no such file (it
- * may be created); ZONE_DEAD: a dead zone is still there (*dead gets its
- * identity).
+ * Attach to the zone published under `path`.  SHM_ZONE_GONE: no such file
+ * (it may be created); SHM_ZONE_DEAD: a dead zone is still there (*dead
+ * gets its identity).
  */
 static int
-zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
+shm_zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
     struct stat *dead)
 {
     struct stat  st;
@@ -229,7 +229,7 @@ zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
     if (fd < 0) {
         *err = errno;
         if (errno == ENOENT) {
-            return ZONE_GONE;
+            return SHM_ZONE_GONE;
         }
         return errno == ELOOP ? SHMLOCK_INCOMPATIBLE : SHMLOCK_SYSTEM;
     }
@@ -239,17 +239,17 @@ zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
         return SHMLOCK_SYSTEM;
     }
     /* fstat before mmap: a short file would SIGBUS instead of failing */
-    rc = zone_file_ok(&st);
+    rc = shm_zone_file_ok(&st);
     if (rc != SHMLOCK_OK) {
         close(fd);
         return rc;
     }
-    *out = reg_find(&st);
+    *out = shm_zone_reg_find(&st);
     if (*out != NULL) {
         close(fd);
         return SHMLOCK_OK;
     }
-    if (zone_map(fd, (uint64_t) st.st_size, &base) != 0) {
+    if (shm_zone_map(fd, (uint64_t) st.st_size, &base) != 0) {
         *err = errno;
         close(fd);
         return SHMLOCK_SYSTEM;
@@ -261,7 +261,7 @@ zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
         rc = SHMLOCK_INCOMPATIBLE;
     } else if (((zone_hdr_t *) base)->dead) {
         *dead = st;
-        rc = ZONE_DEAD;
+        rc = SHM_ZONE_DEAD;
     } else if (((zone_hdr_t *) base)->pidns != sys_pidns()) {
         rc = SHMLOCK_FOREIGN_NS;
     }
@@ -269,7 +269,7 @@ zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
         munmap(base, (size_t) st.st_size);
         return rc;
     }
-    rc = reg_add(base, (uint64_t) st.st_size, &st, out);
+    rc = shm_zone_reg_add(base, (uint64_t) st.st_size, &st, out);
     if (rc != SHMLOCK_OK) {
         *err = errno;
     }
@@ -281,7 +281,7 @@ zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
  * ftruncate would succeed and the first write would SIGBUS instead.
  */
 static int
-zone_reserve(int fd, uint64_t size)
+shm_zone_reserve(int fd, uint64_t size)
 {
     int  rc = posix_fallocate(fd, 0, (off_t) size);
 
@@ -301,7 +301,7 @@ zone_reserve(int fd, uint64_t size)
  * random bits, which nobody can plant in advance.
  */
 static int
-zone_tmpfile(const char *dir, const char *name, size_t name_len, char *tmp,
+shm_zone_tmpfile(const char *dir, const char *name, size_t name_len, char *tmp,
     size_t tmp_size)
 {
     uint64_t  r;
@@ -314,11 +314,11 @@ zone_tmpfile(const char *dir, const char *name, size_t name_len, char *tmp,
     {
         return fd;
     }
-    for (i = 0; i < ZONE_TMP_TRIES; i++) {
+    for (i = 0; i < SHM_ZONE_TMP_TRIES; i++) {
         if (sys_random(&r, sizeof(r)) != 0) {
             return -1;
         }
-        n = snprintf(tmp, tmp_size, "%s/." ZONE_PREFIX "%.*s.%016llx.tmp",
+        n = snprintf(tmp, tmp_size, "%s/." SHM_ZONE_PREFIX "%.*s.%016llx.tmp",
                      dir, (int) name_len, name, (unsigned long long) r);
         if (n <= 0 || (size_t) n >= tmp_size) {
             errno = ENAMETOOLONG;
@@ -335,7 +335,7 @@ zone_tmpfile(const char *dir, const char *name, size_t name_len, char *tmp,
 
 /* Gives the built file its name; fails with EEXIST if the name is taken. */
 static int
-zone_publish(int fd, const char *tmp, const char *path)
+shm_zone_publish(int fd, const char *tmp, const char *path)
 {
     char  proc[64];
 
@@ -355,7 +355,7 @@ zone_publish(int fd, const char *tmp, const char *path)
 
 /* Build a zone in an unpublished file and publish it under `path`. */
 static int
-zone_create_file(const char *dir, const char *name, size_t name_len,
+shm_zone_create_file(const char *dir, const char *name, size_t name_len,
     const char *path, uint64_t size, uint32_t nshards, shmlock_zone_t **out,
     int *err)
 {
@@ -364,13 +364,13 @@ zone_create_file(const char *dir, const char *name, size_t name_len,
     struct stat  st;
     int          fd, rc;
 
-    fd = zone_tmpfile(dir, name, name_len, tmp, sizeof(tmp));
+    fd = shm_zone_tmpfile(dir, name, name_len, tmp, sizeof(tmp));
     if (fd < 0) {
         *err = errno;
         return SHMLOCK_SYSTEM;
     }
-    if (fchmod(fd, 0600) != 0 || zone_reserve(fd, size) != 0
-        || fstat(fd, &st) != 0 || zone_map(fd, size, &base) != 0)
+    if (fchmod(fd, 0600) != 0 || shm_zone_reserve(fd, size) != 0
+        || fstat(fd, &st) != 0 || shm_zone_map(fd, size, &base) != 0)
     {
         *err = errno;
         goto failed;
@@ -378,7 +378,7 @@ zone_create_file(const char *dir, const char *name, size_t name_len,
 
     zone_format(base, size, nshards);
 
-    if (zone_publish(fd, tmp, path) != 0) {
+    if (shm_zone_publish(fd, tmp, path) != 0) {
         *err = errno;
         munmap(base, size);
         goto failed;
@@ -388,7 +388,7 @@ zone_create_file(const char *dir, const char *name, size_t name_len,
     }
     close(fd);
 
-    rc = reg_add(base, size, &st, out);
+    rc = shm_zone_reg_add(base, size, &st, out);
     if (rc != SHMLOCK_OK) {
         *err = errno;
     }
@@ -412,10 +412,10 @@ failed:
  * between.  Creating needs no lock: link(2) fails on an existing name.
  */
 static int
-zone_dir_lock(const char *dir, int *err)
+shm_zone_dir_lock(const char *dir, int *err)
 {
     int      fd;
-    int64_t  deadline = sys_now_ms() + ZONE_DIR_WAIT_MS;
+    int64_t  deadline = sys_now_ms() + SHM_ZONE_DIR_WAIT_MS;
 
     fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
@@ -436,21 +436,21 @@ zone_dir_lock(const char *dir, int *err)
 }
 
 static int
-same_file(const struct stat *a, const struct stat *b)
+shm_zone_same_file(const struct stat *a, const struct stat *b)
 {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
 /* Unlinks `path` if it still names the file `st`; dir lock held. */
 static int
-zone_unlink_if(const char *path, const struct stat *st)
+shm_zone_unlink_if(const char *path, const struct stat *st)
 {
     struct stat  now;
 
     if (lstat(path, &now) != 0) {
         return errno == ENOENT ? 0 : -1;
     }
-    if (!same_file(&now, st)) {
+    if (!shm_zone_same_file(&now, st)) {
         return 0;
     }
     return unlink(path);
@@ -458,15 +458,15 @@ zone_unlink_if(const char *path, const struct stat *st)
 
 /* A dead zone left under the name by a destroyer that died: finish it. */
 static int
-zone_remove_dead(const char *dir, const char *path, const struct stat *dead,
+shm_zone_remove_dead(const char *dir, const char *path, const struct stat *dead,
     int *err)
 {
-    int  dfd = zone_dir_lock(dir, err);
+    int  dfd = shm_zone_dir_lock(dir, err);
 
     if (dfd < 0) {
         return *err == 0 ? SHMLOCK_DIR_BUSY : SHMLOCK_SYSTEM;
     }
-    if (zone_unlink_if(path, dead) != 0) {
+    if (shm_zone_unlink_if(path, dead) != 0) {
         *err = errno;
         close(dfd);
         return SHMLOCK_SYSTEM;
@@ -477,7 +477,7 @@ zone_remove_dead(const char *dir, const char *path, const struct stat *dead,
 
 /* Marks the zone in the open file fd dead, if it is one of ours. */
 static void
-zone_mark_dead(int fd, const struct stat *st)
+shm_zone_mark_dead(int fd, const struct stat *st)
 {
     zone_hdr_t  *h;
 
@@ -510,20 +510,20 @@ shm_zone_destroy(const char *dir, const char *name, size_t name_len, int *err)
     if (!shm_zone_name_ok(name, name_len)) {
         return SHMLOCK_BAD_NAME;
     }
-    dir = zone_dir(dir);
-    if (zone_path(path, sizeof(path), dir, name, name_len) != 0) {
+    dir = shm_zone_dir(dir);
+    if (shm_zone_path(path, sizeof(path), dir, name, name_len) != 0) {
         *err = ENAMETOOLONG;
         return SHMLOCK_SYSTEM;
     }
-    dfd = zone_dir_lock(dir, err);
+    dfd = shm_zone_dir_lock(dir, err);
     if (dfd < 0) {
         return *err == 0 ? SHMLOCK_DIR_BUSY : SHMLOCK_SYSTEM;
     }
 
     fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0 && fstat(fd, &st) == 0) {
-        zone_mark_dead(fd, &st);
-        if (zone_unlink_if(path, &st) != 0) {
+        shm_zone_mark_dead(fd, &st);
+        if (shm_zone_unlink_if(path, &st) != 0) {
             *err = errno;
             rc = SHMLOCK_SYSTEM;
         }
@@ -565,31 +565,31 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
     if (size != 0 && nshards == 0) {
         return SHMLOCK_BAD_SHARDS;
     }
-    dir = zone_dir(dir);
-    if (zone_path(path, sizeof(path), dir, name, name_len) != 0) {
+    dir = shm_zone_dir(dir);
+    if (shm_zone_path(path, sizeof(path), dir, name, name_len) != 0) {
         *err = ENAMETOOLONG;
         return SHMLOCK_SYSTEM;
     }
 
     /* attach, else create; a racing creator or destroyer sends us round */
-    for (attempt = 0; attempt < ZONE_ATTEMPTS; attempt++) {
-        rc = zone_attach_file(path, out, err, &dead);
-        if (rc == ZONE_DEAD) {
-            rc = zone_remove_dead(dir, path, &dead, err);
+    for (attempt = 0; attempt < SHM_ZONE_ATTEMPTS; attempt++) {
+        rc = shm_zone_attach_file(path, out, err, &dead);
+        if (rc == SHM_ZONE_DEAD) {
+            rc = shm_zone_remove_dead(dir, path, &dead, err);
             if (rc != SHMLOCK_OK) {
                 return rc;
             }
             continue;
         }
-        if (rc != ZONE_GONE) {
+        if (rc != SHM_ZONE_GONE) {
             return rc;
         }
         *err = 0;
         if (size == 0) {
             return SHMLOCK_NOT_FOUND;    /* attach only */
         }
-        rc = zone_create_file(dir, name, name_len, path, size, nshards, out,
-                              err);
+        rc = shm_zone_create_file(dir, name, name_len, path, size, nshards,
+                                  out, err);
         if (rc != SHMLOCK_EXISTS) {
             return rc;
         }

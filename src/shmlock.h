@@ -232,7 +232,10 @@ SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
 SHMLOCK_API int shmlock_self_pid(void);
 /* Start time of a process in clock ticks since boot (0 if unknown). */
 SHMLOCK_API uint64_t shmlock_proc_start(int pid);
-/* 1 if the process pid is running and (if start != 0) started at start. */
+/*
+ * 1 if the process pid is running and (if start != 0) started at start; a
+ * process of another user counts as running.
+ */
 SHMLOCK_API int shmlock_proc_alive(int pid, uint64_t start);
 /*
  * Lock owner tokens are "<pid>:<start>:<serial>" (start:

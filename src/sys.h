@@ -48,8 +48,10 @@ void sys_futex_wake(uint32_t *word, int n);
 /*
  * 1 if process pid runs and, when start != 0, started at `start` (compared
  * on the bits `start_mask` keeps); 0 if it is gone, a zombie, or a younger
- * process that reuses the pid.  A process of another user counts as alive
- * (kill answers EPERM; /proc still shows its start time).
+ * process that reuses the pid, and for pid 0 or one beyond the kernel's
+ * PID_MAX_LIMIT.  A process of another user counts as alive (kill answers
+ * EPERM; /proc still shows its start time).  Without /proc the pid alone
+ * decides.
  */
 int sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask);
 uint64_t sys_proc_start(uint32_t pid);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ALIGN64(x)  (((x) + 63) & ~(uint64_t) 63)
+#define ZONE_ALIGN64(x)  (((x) + 63) & ~(uint64_t) 63)
 
 uint32_t
 zone_shards_for(uint64_t size, uint32_t want)
@@ -43,16 +43,16 @@ zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
 {
     uint64_t  hdr, waits, shdr, fixed, avail, n, b, stride;
 
-    hdr = ALIGN64(sizeof(zone_hdr_t));
+    hdr = ZONE_ALIGN64(sizeof(zone_hdr_t));
     waits = 2 * ZONE_WAIT_WORDS * sizeof(uint32_t);
     g->nshards = nshards;
     g->waits_off = hdr;
-    g->shards_off = ALIGN64(hdr + waits);
+    g->shards_off = ZONE_ALIGN64(hdr + waits);
     stride = size > g->shards_off ? (size - g->shards_off) / g->nshards : 0;
     stride &= ~(uint64_t) 63;
     g->shard_size = stride;
 
-    shdr = ALIGN64(sizeof(shard_hdr_t));
+    shdr = ZONE_ALIGN64(sizeof(shard_hdr_t));
     fixed = shdr + 2 * 64 + SHARD_CHUNK_SIZE;   /* slack, chunk 0 */
     avail = stride > fixed ? stride - fixed : 0;
 
@@ -66,9 +66,9 @@ zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
 
     g->nbuckets = (uint32_t) b;
     g->buckets_off = shdr;
-    g->refs_off = ALIGN64(shdr + b * sizeof(uint32_t));
+    g->refs_off = ZONE_ALIGN64(shdr + b * sizeof(uint32_t));
     for ( ;; ) {
-        g->chunks_off = ALIGN64(g->refs_off + n + 1);
+        g->chunks_off = ZONE_ALIGN64(g->refs_off + n + 1);
         if (g->chunks_off + (n + 1) * SHARD_CHUNK_SIZE <= stride || n == 0) {
             break;
         }
