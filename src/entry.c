@@ -106,65 +106,6 @@ entry_remove(shard_t *sh, uint32_t i)
     chunk_free(sh, i);
 }
 
-void
-entry_fill(shard_t *sh, uint32_t c, const char *key, size_t klen,
-    uint32_t hash, const shmlock_value_t *v, int64_t expires, int pinned)
-{
-    entry_t  *e = entry_at(sh, c);
-    double    num = v->num;
-
-    /* c is not reachable yet: plain writes */
-    e->lru_prev = 0;
-    *chunk_ref(sh, c) = 0;
-    e->hash = hash;
-    e->key_len = (uint16_t) klen;
-    e->vtype = (uint8_t) v->type;
-    e->eflags = pinned ? ENTRY_PINNED : 0;
-    e->user_flags = v->flags;
-    e->expires = (uint64_t) expires;
-    e->value_len = 0;
-    e->num = 0;
-    if (v->type == SHMLOCK_TBOOLEAN) {
-        num = num != 0 ? 1 : 0;
-    }
-    memcpy(&e->num, &num, sizeof(num));
-
-    chunk_write(sh, c, 0, key, klen);
-    if (v->type == SHMLOCK_TSTRING) {
-        e->value_len = (uint32_t) v->len;
-        chunk_write(sh, c, klen, v->str, v->len);
-    }
-}
-
-void
-entry_publish(shard_t *sh, uint32_t c, uint32_t old, uint32_t hash,
-    int pinned)
-{
-    shard_dict_t  *d = &sh->hdr->dict;
-    uint32_t      *link;
-
-    /* the chains may have changed since `old` was found (eviction made
-     * room for c): its link is looked up afresh */
-    if (old != 0) {
-        link = entry_link(sh, old);
-        entry_at(sh, c)->hnext = entry_at(sh, old)->hnext;
-        WORDSTORE32(*link, c);
-        if (!(entry_at(sh, old)->eflags & ENTRY_PINNED)) {
-            entry_lru_unlink(sh, old);
-        }
-        chunk_free(sh, old);
-    } else {
-        link = &sh->buckets[hash & sh->bucket_mask];
-        entry_at(sh, c)->hnext = *link;
-        WORDSTORE32(*link, c);
-        WORDSTORE32(d->nentries, d->nentries + 1);
-    }
-    if (!pinned) {
-        entry_at(sh, c)->lru_next = d->lru_head;   /* c is fresh: no record */
-        entry_lru_link_head(sh, c);
-    }
-}
-
 int
 entry_value_equal(const shard_t *sh, uint32_t i, const shmlock_value_t *v)
 {

@@ -3,6 +3,8 @@
 -- The library is looked for, in order: $SHMLOCK_LIB; libshmlock.so at the
 -- root of the checkout this file belongs to (after `make`); then
 -- package.cpath (after `luarocks make`).  A failure names every place tried.
+-- The specs set SHMLOCK_LIB to the test build, libshmlock-test.so, which
+-- adds the test hooks (scripts/busted.sh).
 
 local ffi = require "ffi"
 
