@@ -4,7 +4,7 @@
  *
  * It walks every exported operation, the error paths, eviction, a full
  * zone, zone files that are not ours, and the crash paths: processes
- * SIGKILLed in the middle of an update or while holding the zone mutex.
+ * SIGKILLed in the middle of an update or while holding a shard's mutex.
  * After each phase the zone must pass verify().  Then zones with garbage
  * written into them: every call must still return one of its statuses.
  * Zones live in a private temporary directory that is removed at the end.

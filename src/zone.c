@@ -8,6 +8,19 @@
 
 #define ZONE_ALIGN64(x)  (((x) + 63) & ~(uint64_t) 63)
 
+/* Where things are in a zone of a given size and shard count. */
+typedef struct {
+    uint32_t  nshards;
+    uint64_t  waits_off;
+    uint64_t  shards_off;
+    uint64_t  shard_size;
+    uint32_t  nchunks;
+    uint32_t  nbuckets;
+    uint64_t  buckets_off;
+    uint64_t  refs_off;
+    uint64_t  chunks_off;
+} zone_geometry_t;
+
 uint32_t
 zone_shards_for(uint64_t size, uint32_t want)
 {

@@ -25,7 +25,7 @@
  *
  *   +-------------+-------------+------------+---------+---------+-----+
  *   | shard_hdr_t | buckets     | read marks | chunk 0 | chunk 1 | ... |
- *   | mutex, seq, | nbuckets    | nchunks+1  | unused  | 64 bytes|     |
+ *   | mutex, seq, | nbuckets    | nchunks+1  | unused  | 64 B    |     |
  *   | bookkeeping,| x u32: head | x u8       |         | each    |     |
  *   | undo area   | chunk index |            |         |         |     |
  *   +-------------+-------------+------------+---------+---------+-----+
@@ -120,18 +120,6 @@ zone_shard(struct shmlock_zone_s *zone, uint32_t hash)
 {
     return &zone->shard[(uint32_t) ((uint64_t) hash >> zone->shard_shift)];
 }
-
-typedef struct {
-    uint32_t  nshards;
-    uint64_t  waits_off;
-    uint64_t  shards_off;
-    uint64_t  shard_size;
-    uint32_t  nchunks;
-    uint32_t  nbuckets;
-    uint64_t  buckets_off;
-    uint64_t  refs_off;
-    uint64_t  chunks_off;
-} zone_geometry_t;
 
 /*
  * The shard count for a zone of `size` bytes: `want` if it is 1, or a
