@@ -40,6 +40,8 @@ local pcall = pcall
 local setmetatable = setmetatable
 local getmetatable = getmetatable
 local str_byte = string.byte
+local str_find = string.find
+local str_gsub = string.gsub
 local min = math.min
 local seconds_ok = options.seconds_ok
 local at_least_ms = options.at_least_ms
@@ -455,12 +457,36 @@ local function resurrect(self, key, vkey, resurrect_ttl, holding)
     return true, value
 end
 
+-- the position error() gives to a line of this file: "^<file>:%d+: "
+local HERE = "^" .. str_gsub(debug.getinfo(1, "S").short_src, "%p", "%%%0")
+             .. ":%d+: "
+
+-- the factory's answer (called from Lua, so that a constructor it
+-- tail-calls blames a line of this file: see new_lock)
+local function call(factory, key)
+    local lock, err = factory(key)
+    return lock, err
+end
+
+-- A lock for key, or nil and err.  A factory that raises raises through
+-- get(): a misuse its constructor blames on the factory's line shows there;
+-- one whose factory tail-called the constructor (`return redis_lock.new(
+-- ...)`: the factory's frame is gone, and the blame lands on our call)
+-- shows at the line of the get() call.
 local function new_lock(self, key)
     local factory = self.lock_factory
     if not factory then
         return resty_lock:new(self.lock_dict, self.lock_opts)
     end
-    local lock, err = factory(key)
+    local ok, lock, err = pcall(call, factory, key)
+    if not ok then
+        if type(lock) == "string" and str_find(lock, HERE) then
+            -- level 3: new_lock <- load_miss (tail-called by get, in its
+            -- frame) <- get's caller
+            error(str_gsub(lock, HERE, "", 1), 3)
+        end
+        error(lock, 0)
+    end
     if not lock then
         return nil, err or "opts.lock returned no lock"
     end
@@ -640,6 +666,7 @@ function _M.get(self, key, opts, loader, ...)
     if err then
         return nil, err
     end
+    -- (a tail call: get's frame becomes load_miss's, see new_lock)
     return load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl, loader,
                      ...)
 end
