@@ -4,7 +4,7 @@
 
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local zone_lock = require "resty.shmlock.zone_lock"
+local zone_lock = require "resty.shmlock.lock.zone"
 local env = require "spec.helpers.lock_env"
 
 local function gc()

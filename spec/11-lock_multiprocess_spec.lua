@@ -6,7 +6,7 @@
 
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local zone_lock = require "resty.shmlock.zone_lock"
+local zone_lock = require "resty.shmlock.lock.zone"
 local env = require "spec.helpers.lock_env"
 
 local function report(fmt, ...)
@@ -185,7 +185,7 @@ describe("resty.shmlock across processes", function()
 
     it("bounds the worst wait of every process under contention",
        function()
-        -- documented bound (resty.shmlock.zone_lock):
+        -- documented bound (resty.shmlock.lock.zone):
         --   STARVE_AFTER + (W + 1) * (H + L)
         -- W = 3 other processes, H = 50 us of hold, L = 50 ms allowed
         -- for a woken process to get a CPU on a loaded machine

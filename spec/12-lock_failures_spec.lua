@@ -8,7 +8,7 @@
 local proc = require "helpers.proc"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local zone_lock = require "resty.shmlock.zone_lock"
+local zone_lock = require "resty.shmlock.lock.zone"
 local env = require "spec.helpers.lock_env"
 
 local function gc()
@@ -190,12 +190,12 @@ describe("resty.shmlock when a zone call fails (injected)", function()
                 return real[name](...)
             end
         end })
-        local saved = package.loaded["resty.shmlock.zone_lock"]
+        local saved = package.loaded["resty.shmlock.lock.zone"]
         package.loaded["resty.shmlock.lib"] = failing
-        package.loaded["resty.shmlock.zone_lock"] = nil
-        zl = require "resty.shmlock.zone_lock"
+        package.loaded["resty.shmlock.lock.zone"] = nil
+        zl = require "resty.shmlock.lock.zone"
         package.loaded["resty.shmlock.lib"] = real
-        package.loaded["resty.shmlock.zone_lock"] = saved
+        package.loaded["resty.shmlock.lock.zone"] = saved
     end)
 
     teardown(function()
@@ -213,7 +213,7 @@ describe("resty.shmlock when a zone call fails (injected)", function()
     -- a lock object whose zone calls go through the failing library
     local function new_lock(opts)
         local lock = assert(resty_lock:new(dict, opts))
-        lock.ops = zl
+        lock.backend = zl
         return lock
     end
 
@@ -300,7 +300,10 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         local waiter = new_lock({ timeout = 0.1 })
         local me = my_prefix() .. "999999999999990"
         local t0, cpu0 = env.now(), env.cpu()
-        assert.same({ nil, "timeout" }, { zl.block(waiter, "k", 1, me) })
+        assert.same({ nil, "timeout" },
+                    { zl.block(waiter.store, "k", 1, me, waiter.expiry,
+                               waiter.timeout, waiter.step, waiter.ratio,
+                               waiter.max_step) })
         local wall, cpu = env.now() - t0, env.cpu() - cpu0
         assert.is_true(wall >= 0.1 and wall < 0.12, "waited " .. wall)
         assert.is_true(cpu < 0.05, "CPU " .. cpu .. " s")

@@ -10,7 +10,7 @@ local proc = require "helpers.proc"
 local vm = require "helpers.vm"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local token = require "resty.shmlock.token"
+local token = require "resty.shmlock.internal.token"
 local lib = require "helpers.test_hooks"
 local env = require "helpers.lock_env"
 local layout = require "helpers.zone_layout"
@@ -89,7 +89,7 @@ describe("resty.shmlock at the edges", function()
             local other = vm.new()
             finally(function() other:close() end)
             local ok, theirs = other:run([[
-                local token = require "resty.shmlock.token"
+                local token = require "resty.shmlock.internal.token"
                 local ffi = require "ffi"
                 local t = {}
                 for i = 1, 2000 do

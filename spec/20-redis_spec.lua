@@ -540,6 +540,7 @@ describe("resty.shmlock.redis", function()
             saved_ngx = rawget(_G, "ngx")
             saved_mod = package.loaded["resty.shmlock.redis"]
             _G.ngx = {
+                get_phase = function() return "content" end,
                 null = NULL,
                 sleep = function(s)
                     sleeps[#sleeps + 1] = s

@@ -267,6 +267,98 @@ describe("resty.shmlock.cache", function()
     end)
 
 
+    describe("lock options", function()
+        -- pcall's answer must be the error msg raised at `line` of this file
+        local function raised_at(line, msg, ok, err)
+            assert.is_false(ok, "no error raised")
+            assert.equal("30-cache_spec.lua:" .. line .. ": " .. msg,
+                         tostring(err):match("[^/]*$"))
+        end
+
+        -- the line of the call to here()
+        local function here()
+            return debug.getinfo(2, "l").currentline
+        end
+
+        -- every misuse of a lock option, and its message
+        local function misuses(name)
+            local sign = (name == "exptime" or name == "timeout")
+                         and { -1, "must be >= 0" } or { 0, "must be > 0" }
+            return {
+                { "1", "must be a number" },
+                { true, "must be a number" },
+                { 0 / 0, "must be a number" },
+                sign,
+                { math.huge, "must be <= 1e12" },
+                { 1e12 + 1e6, "must be <= 1e12" },
+            }
+        end
+        local NAMES = { "exptime", "timeout", "step", "ratio", "max_step" }
+
+        it("new() raises at the caller's line on each bad lock_opts field, "
+           .. "named opts.lock_opts.<name>", function()
+            for _, name in ipairs(NAMES) do
+                for _, case in ipairs(misuses(name)) do
+                    local lock_opts = { [name] = case[1] }
+                    local msg = "opts.lock_opts." .. name .. " " .. case[2]
+                    local line = here() + 2
+                    raised_at(line, msg, pcall(function()
+                        cache.new("c", { lock_opts = lock_opts })
+                    end))
+                    line = here() + 2
+                    raised_at(line, msg, pcall(function()
+                        cache:new("c", { lock_opts = lock_opts })
+                    end))
+                end
+            end
+            for _, v in ipairs { 5, "t", true } do
+                local msg = "opts.lock_opts must be a table"
+                local line = here() + 2
+                raised_at(line, msg, pcall(function()
+                    cache.new("c", { lock_opts = v })
+                end))
+            end
+        end)
+
+        it("a lock factory's misuse raises at the factory's line, or at "
+           .. "get()'s when the factory tail-calls the constructor",
+           function()
+            local redis_lock = require "resty.shmlock.redis"
+            -- enough of a lua-resty-redis object for new()
+            local stub = { evalsha = function() end, eval = function() end }
+            local function load() return 1 end
+            local constructors = {
+                function(opts) return redis_lock.new(stub, opts) end,
+                function(opts) return resty_lock:new(locks, opts) end,
+            }
+            for _, name in ipairs(NAMES) do
+                for _, case in ipairs(misuses(name)) do
+                    local opts = { [name] = case[1] }
+                    local msg = "opts." .. name .. " " .. case[2]
+                    for _, made in ipairs(constructors) do
+                        -- (made tail-calls the constructor: the blame
+                        -- lands on the line calling made)
+                        local line = here() + 2
+                        local c = new_cache({ lock = function()
+                            local lock = made(opts)
+                            return lock
+                        end })
+                        raised_at(line, msg, pcall(c.get, c, "k", nil, load))
+
+                        c = new_cache({ lock = function()
+                            return made(opts)
+                        end })
+                        line = here() + 2
+                        raised_at(line, msg, pcall(function()
+                            c:get("k", nil, load)
+                        end))
+                    end
+                end
+            end
+        end)
+    end)
+
+
     describe("ttl limits", function()
         -- infinity and times above 1e12 s would reach the zone as garbage
         local big = { math.huge, 1e12 + 1e6 }

@@ -44,7 +44,7 @@ local fill = require "helpers.soak_fill"
 local env = require "helpers.lock_env"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local token = require "resty.shmlock.token"
+local token = require "resty.shmlock.internal.token"
 local lib = require "helpers.test_hooks"
 
 local C = ffi.C

@@ -41,7 +41,7 @@ EOF
             content_by_lua_block {
                 local C = require "resty.shmlock.lib"
                 local cached = tonumber(
-                    require("resty.shmlock.clock").cached_ms())
+                    require("resty.shmlock.internal.clock").cached_ms())
                 local lag = tonumber(C.shmlock_now_ms()) - cached
                 local lock = assert(resty_lock:new("locks", { exptime = 2 }))
                 assert(lock:lock("clock-key"))

@@ -10,23 +10,50 @@
 -- strings as resty.lock.  Beyond it: owner tokens (a late unlock or expire
 -- never touches somebody else's lock: nil, "expired"), waiters woken by the
 -- release (outside nginx), locks of dead processes taken at once, bounded
--- waits under contention (starvation mode, see resty.shmlock.zone_lock),
+-- waits under contention (starvation mode, see resty.shmlock.lock.zone),
 -- trylock() and owned().
 --
 -- Inside nginx, waiting is resty.lock's: ngx.sleep steps, elapsed = the sum
 -- of the steps.  Where the phase cannot yield (init, init_worker, set,
 -- header_filter, body_filter, log, balancer, ...), a free key is taken and
 -- a held one answers nil, "cannot wait in <phase> phase".
+--
+-- The lock object is this file's: its fields are read and written here
+-- only.  The store it locks in is a zone (resty.shmlock.lock.zone) or an
+-- ngx.shared dict (resty.shmlock.lock.ngx_shared); both backends answer
+-- one interface, with the store passed in (key and tok: Lua strings, or
+-- pointers with their lengths where noted):
+--
+--     expiry = backend.expiry(seconds)          the exptime as add wants it
+--     ok, err = backend.add(store, key, klen, tok, tlen, expiry)
+--         true: ours; false: held by someone; nil, err: the store failed
+--     outcome, err = backend.look(store, key, klen, tok, expiry, check)
+--         after a failed add: BUSY, ACQUIRED (a dead holder's lock, or a
+--         key freed meanwhile), FAILED with the store's error
+--     ok, err = backend.release(store, key, klen, tok, tlen)   (pointers ok)
+--         1; nil, "expired"; nil, err (the lock may still be ours)
+--     ok, err = backend.renew(store, key, klen, tok, new_tok, seconds)
+--     held = backend.holds(store, key, klen, tok)
+--     elapsed, err = backend.block(store, key, klen, tok, expiry, timeout,
+--                                  step, ratio, max_step)
+--         the wait outside nginx (zones only: ngx.shared dicts exist only
+--         inside nginx)
+--
+-- While the object holds a lock, a handle (resty.shmlock.lock.handle)
+-- keeps copies of the key and token, so that the lock is released when the
+-- object is collected.
 
 local ffi = require "ffi"
 local shdict = require "resty.shmlock.shdict"
-local token = require "resty.shmlock.token"
-local handle = require "resty.shmlock.handle"
-local zone_lock = require "resty.shmlock.zone_lock"
-local shared_lock = require "resty.shmlock.shared_lock"
-local options = require "resty.shmlock.options"
-
-local check_key = shdict.check_key
+local version = require "resty.shmlock.version"
+local nginx = require "resty.shmlock.internal.nginx"
+local key_check = require("resty.shmlock.internal.key").check
+local token = require "resty.shmlock.internal.token"
+local options = require "resty.shmlock.internal.options"
+local backoff = require "resty.shmlock.internal.backoff"
+local handle = require "resty.shmlock.lock.handle"
+local zone_backend = require "resty.shmlock.lock.zone"
+local ngx_shared = require "resty.shmlock.lock.ngx_shared"
 
 local ffi_str = ffi.string
 local type = type
@@ -35,31 +62,23 @@ local error = error
 local setmetatable = setmetatable
 local getmetatable = getmetatable
 local min = math.min
-local max = math.max
 local next_token = token.next
-local hold = handle.hold
-local drop = handle.drop
+local take = handle.take
+local put = handle.put
 local retoken = handle.retoken
-local ms = options.ms
 local seconds_ok = options.seconds_ok
-local MIN_SLEEP = options.MIN_SLEEP
-local ACQUIRED = zone_lock.ACQUIRED
-local FAILED = zone_lock.FAILED
+local next_step = backoff.next
+local MIN_SLEEP = backoff.MIN_SLEEP
+local ACQUIRED = zone_backend.ACQUIRED
+local FAILED = zone_backend.FAILED
+local YIELDABLE = nginx.YIELDABLE
 
-
-local ngx = ngx
-local in_nginx = type(ngx) == "table" and type(ngx.get_phase) == "function"
+local ngx = nginx.api()
+local in_nginx = ngx ~= nil
 local get_phase = in_nginx and ngx.get_phase
 local ngx_sleep = in_nginx and ngx.sleep
 
--- phases where ngx.sleep may yield
-local YIELDABLE = {
-    rewrite = true, server_rewrite = true, access = true, content = true,
-    timer = true, ssl_cert = true, ssl_session_fetch = true,
-    ssl_client_hello = true, preread = true,
-}
-
-local _M = { _VERSION = "0.1.0" }
+local _M = { _VERSION = version }
 local mt = { __index = _M }
 
 -- names resolved to ngx.shared dicts: they stay so (mixing the two stores
@@ -133,25 +152,25 @@ function _M.new(a, b, c)
         return nil, "dictionary not found"
     end
 
-    local exptime, timeout, step, ratio, max_step = options.lock(opts)
+    local exptime, timeout, step, ratio, max_step =
+        options.lock(opts, "opts", 2)
 
-    local store, ops, zone, number = shared, shared_lock, nil, 0
+    local store, backend, number
     if dict then
-        store, ops, zone = dict._zone, zone_lock, dict._zone
+        store, backend, number = dict._zone, zone_backend, 0
     else
-        number = handle.shared_number(shared)
+        store, backend, number = shared, ngx_shared, handle.number(shared)
     end
 
     return setmetatable({
         dict = dict or shared,
+        backend = backend,  -- resty.shmlock.lock.zone or .ngx_shared
         store = store,      -- the zone cdata, or the ngx.shared dict
-        ops = ops,          -- zone_lock or shared_lock
-        zone = zone,        -- for the handle: the zone, or nil and
-        number = number,    -- the number of the ngx.shared dict
-        cd = false,         -- the handle while holding (resty.shmlock.handle)
+        number = number,    -- the handle's number of the store (0: a zone)
+        cd = false,         -- the handle while holding
         key = false,        -- the key held
         exptime = exptime,
-        exptime_ms = ms(exptime),
+        expiry = backend.expiry(exptime),
         timeout = timeout,
         step = step,
         ratio = ratio,
@@ -164,8 +183,8 @@ end
 -- Unlike resty.lock, no step is below MIN_SLEEP (ngx.sleep would only
 -- yield: a spin) except a last one cut to the timeout left; for steps of
 -- 1 ms and more the steps are resty.lock's.
-local function sleep(self, ops, key, klen, tok)
-    local store, exp_ms = self.store, self.exptime_ms
+local function sleep(self, backend, key, klen, tok)
+    local store, expiry = self.store, self.expiry
     local step, ratio, max_step = self.step, self.ratio, self.max_step
     local timeout = self.timeout
     local elapsed = 0
@@ -178,7 +197,7 @@ local function sleep(self, ops, key, klen, tok)
         elapsed = elapsed + step
         timeout = timeout - step
 
-        local ok, err = ops.add(self, key, klen, tok, #tok)
+        local ok, err = backend.add(store, key, klen, tok, #tok, expiry)
         if ok then
             return elapsed
         end
@@ -186,7 +205,7 @@ local function sleep(self, ops, key, klen, tok)
             return nil, err
         end
         local got
-        got, err = ops.look(store, key, klen, tok, exp_ms, true)
+        got, err = backend.look(store, key, klen, tok, expiry, true)
         if got == ACQUIRED then
             return elapsed
         end
@@ -197,29 +216,32 @@ local function sleep(self, ops, key, klen, tok)
         if timeout <= 0 then
             break
         end
-        step = min(max(MIN_SLEEP, min(step * ratio, max_step)), timeout)
+        step = min(next_step(step, ratio, max_step), timeout)
     end
     return nil, "timeout"
 end
 
 
 -- after the first add found the key held
-local function wait(self, ops, key, klen, tok, may_wait)
+local function wait(self, backend, key, klen, tok, may_wait)
     local refusal = "timeout"
-    if may_wait and self.timeout > 0 then
+    local timeout = self.timeout
+    if may_wait and timeout > 0 then
         if not in_nginx then
-            return zone_lock.block(self, key, klen, tok)
+            return backend.block(self.store, key, klen, tok, self.expiry,
+                                 timeout, self.step, self.ratio,
+                                 self.max_step)
         end
         local phase = get_phase()
         if YIELDABLE[phase] then
-            return sleep(self, ops, key, klen, tok)
+            return sleep(self, backend, key, klen, tok)
         end
         refusal = "cannot wait in " .. tostring(phase) .. " phase"
     end
 
     -- no waiting; a dead holder's lock is still ours at once
-    local got, err = ops.look(self.store, key, klen, tok, self.exptime_ms,
-                              true)
+    local got, err = backend.look(self.store, key, klen, tok, self.expiry,
+                                  true)
     if got == ACQUIRED then
         return 0
     end
@@ -238,18 +260,19 @@ local function acquire(self, key, may_wait)
         return nil, "locked"
     end
     local err
-    key, err = check_key(key)
+    key, err = key_check(key)
     if not key then
         return nil, err
     end
     local klen = #key
 
     local tok, tlen = next_token()
-    local ops = self.ops
+    local backend, store = self.backend, self.store
     local ok
-    ok, err = ops.add(self, key, klen, tok, tlen)
+    ok, err = backend.add(store, key, klen, tok, tlen, self.expiry)
     if ok then
-        hold(self, key, klen, tok, tlen)
+        self.cd = take(store, self.number, key, klen, tok, tlen)
+        self.key = key
         return 0
     end
     if ok == nil then
@@ -259,12 +282,21 @@ local function acquire(self, key, may_wait)
     -- the token buffer is reused by the next lock(): keep our own copy
     tok = ffi_str(tok, tlen)
     local elapsed
-    elapsed, err = wait(self, ops, key, klen, tok, may_wait)
+    elapsed, err = wait(self, backend, key, klen, tok, may_wait)
     if elapsed then
-        hold(self, key, klen, tok, tlen)
+        self.cd = take(store, self.number, key, klen, tok, tlen)
+        self.key = key
         return elapsed
     end
     return nil, err
+end
+
+
+-- the object holds no lock any more
+local function forget(self, cd)
+    put(cd)
+    self.cd = false
+    self.key = false
 end
 
 
@@ -296,14 +328,14 @@ function _M.unlock(self)
     if not cd then
         return nil, "unlocked"
     end
-    local ok, err = self.ops.release(self.store, self.key, cd.key_len, cd.tok,
-                                     cd.tok_len)
+    local ok, err = self.backend.release(self.store, self.key, cd.key_len,
+                                         cd.tok, cd.tok_len)
     if ok then
-        drop(self)
+        forget(self, cd)
         return ok
     end
     if err == "expired" then
-        drop(self)
+        forget(self, cd)
     end
     return nil, err
 end
@@ -328,14 +360,14 @@ function _M.expire(self, time)
     local cd = self.cd
     local tok = ffi_str(cd.tok, cd.tok_len)
     local new_tok = ffi_str(next_token())
-    local ok, err = self.ops.renew(self.store, self.key, cd.key_len, tok,
-                                   new_tok, time)
+    local ok, err = self.backend.renew(self.store, self.key, cd.key_len, tok,
+                                       new_tok, time)
     if ok then
-        retoken(self, new_tok, #new_tok)
+        retoken(cd, new_tok, #new_tok)
         return true
     end
     if err == "expired" then
-        drop(self)
+        forget(self, cd)
     end
     return nil, err
 end
@@ -348,8 +380,8 @@ function _M.owned(self)
     if not cd then
         return false
     end
-    return self.ops.holds(self.store, self.key, cd.key_len,
-                          ffi_str(cd.tok, cd.tok_len))
+    return self.backend.holds(self.store, self.key, cd.key_len,
+                              ffi_str(cd.tok, cd.tok_len))
 end
 
 

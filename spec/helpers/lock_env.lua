@@ -3,7 +3,7 @@
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
-local zone_lock = require "resty.shmlock.zone_lock"
+local clock = require "resty.shmlock.internal.clock"
 
 ffi.cdef[[
 int shmlock_spec_setenv(const char *name, const char *value, int overwrite)
@@ -21,10 +21,10 @@ int shmlock_spec_getrusage(int who, struct shmlock_spec_rusage *usage)
 
 local _M = {}
 
-_M.now_us = zone_lock.now_us
+_M.now_us = clock.now_us
 
 function _M.now()
-    return zone_lock.now_us() / 1e6
+    return clock.now_us() / 1e6
 end
 
 function _M.sleep(seconds)

@@ -25,13 +25,14 @@ local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local zone_lock = require "resty.shmlock.zone_lock"
+local zone_lock = require "resty.shmlock.lock.zone"
+local clock = require "resty.shmlock.internal.clock"
 
 ffi.cdef[[
 int shmlock_lua_usleep(unsigned int usec) __asm__("usleep");
 ]]
 
-local now_us = zone_lock.now_us
+local now_us = clock.now_us
 
 local mode = arg[1]
 local o = {}

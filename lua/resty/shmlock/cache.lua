@@ -24,7 +24,10 @@ local buffer = require "string.buffer"
 local C = require "resty.shmlock.lib"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local options = require "resty.shmlock.options"
+local version = require "resty.shmlock.version"
+local nginx = require "resty.shmlock.internal.nginx"
+local options = require "resty.shmlock.internal.options"
+local now_ms = require("resty.shmlock.internal.clock").now_ms
 
 local ffi_new = ffi.new
 local ffi_copy = ffi.copy
@@ -37,13 +40,15 @@ local pcall = pcall
 local setmetatable = setmetatable
 local getmetatable = getmetatable
 local str_byte = string.byte
+local str_find = string.find
+local str_gsub = string.gsub
 local min = math.min
 local seconds_ok = options.seconds_ok
 local at_least_ms = options.at_least_ms
 local MAX_SECONDS = options.MAX_SECONDS
 local MAX_TEXT = options.MAX_TEXT
 
-local _M = { _VERSION = "0.1.0" }
+local _M = { _VERSION = version }
 local mt = { __index = _M }
 
 local DEFAULT_TTL = 30
@@ -71,12 +76,7 @@ local buf = buffer.new()
 local dbl = ffi_new("double[1]")
 local u8p = ffi.typeof("const uint8_t *")
 
-
--- milliseconds of the clock the zone expires entries by (CLOCK_MONOTONIC:
--- the same in every process on the host)
-local function now_ms()
-    return tonumber(C.shmlock_now_ms())
-end
+local ngx = nginx.api()
 
 
 -- Debian's lua-resty-lrucache reads ngx.now once, when it loads, and needs
@@ -84,8 +84,7 @@ end
 -- ngx.now is the zone's clock, so no global `ngx` ever appears (other
 -- modules take a global ngx to mean "inside nginx").
 local function load_lrucache()
-    local ngx = rawget(_G, "ngx")
-    if type(ngx) == "table" and ngx.now then
+    if ngx then
         return require "resty.lrucache"
     end
 
@@ -264,20 +263,10 @@ local function check_lock_options(opts)
             error("opts.lock excludes opts.lock_dict and opts.lock_opts", 3)
         end
     end
-    local lock_opts = opts.lock_opts
-    if lock_opts ~= nil then
-        if type(lock_opts) ~= "table" then
-            error("opts.lock_opts must be a table", 3)
-        end
-        -- checked now, before any zone is opened, and reported as the
-        -- caller wrote it: "opts.lock_opts.timeout must be >= 0"
-        local ok, err = pcall(options.lock, lock_opts)
-        if not ok then
-            err = tostring(err):gsub("^.-:%d+: ", ""):gsub("^opts%.",
-                                                           "opts.lock_opts.")
-            error(err, 3)
-        end
-    end
+    -- checked now, before any zone is opened, and named as the caller
+    -- wrote them: "opts.lock_opts must be a table", "opts.lock_opts.timeout
+    -- must be >= 0", ...
+    options.lock(opts.lock_opts, "opts.lock_opts", 3)
 end
 
 local function l1_option(opts)
@@ -468,12 +457,36 @@ local function resurrect(self, key, vkey, resurrect_ttl, holding)
     return true, value
 end
 
+-- the position error() gives to a line of this file: "^<file>:%d+: "
+local HERE = "^" .. str_gsub(debug.getinfo(1, "S").short_src, "%p", "%%%0")
+             .. ":%d+: "
+
+-- the factory's answer (called from Lua, so that a constructor it
+-- tail-calls blames a line of this file: see new_lock)
+local function call(factory, key)
+    local lock, err = factory(key)
+    return lock, err
+end
+
+-- A lock for key, or nil and err.  A factory that raises raises through
+-- get(): a misuse its constructor blames on the factory's line shows there;
+-- one whose factory tail-called the constructor (`return redis_lock.new(
+-- ...)`: the factory's frame is gone, and the blame lands on our call)
+-- shows at the line of the get() call.
 local function new_lock(self, key)
     local factory = self.lock_factory
     if not factory then
         return resty_lock:new(self.lock_dict, self.lock_opts)
     end
-    local lock, err = factory(key)
+    local ok, lock, err = pcall(call, factory, key)
+    if not ok then
+        if type(lock) == "string" and str_find(lock, HERE) then
+            -- level 3: new_lock <- load_miss (tail-called by get, in its
+            -- frame) <- get's caller
+            error(str_gsub(lock, HERE, "", 1), 3)
+        end
+        error(lock, 0)
+    end
     if not lock then
         return nil, err or "opts.lock returned no lock"
     end
@@ -510,7 +523,7 @@ local POLL_STEP = 0.001
 local function poll_lock(self, lock, lkey, key, vkey)
     local limit = tonumber(lock.timeout) or 5
     local waited = 0
-    local sleep = rawget(_G, "ngx").sleep
+    local sleep = ngx.sleep
     while true do
         local elapsed, err = lock:trylock(lkey)
         if elapsed then
@@ -541,7 +554,7 @@ local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
 
     local lkey = self.lock_prefix .. key
     local elapsed
-    if resty_lock.can_sleep() and lock.trylock then
+    if ngx and resty_lock.can_sleep() and lock.trylock then
         elapsed, err = poll_lock(self, lock, lkey, key, vkey)
     else
         elapsed, err = lock:lock(lkey)
@@ -653,6 +666,7 @@ function _M.get(self, key, opts, loader, ...)
     if err then
         return nil, err
     end
+    -- (a tail call: get's frame becomes load_miss's, see new_lock)
     return load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl, loader,
                      ...)
 end

@@ -5,12 +5,16 @@
 -- runtime conditions return nil/false plus a message, programmer misuse
 -- (a bad exptime, a call on something that is not a dict) raises.
 -- Beyond it: an exptime or init_ttl that is NaN, infinite or above 1e12
--- seconds raises too (resty.shmlock.options.MAX_SECONDS), and one below
+-- seconds raises too (resty.shmlock.internal.options), and one below
 -- 1 ms is 1 ms, not 0 ("never expires").
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
-local options = require "resty.shmlock.options"
+local errors = require "resty.shmlock.errors"
+local version = require "resty.shmlock.version"
+local codes = require "resty.shmlock.internal.codes"
+local options = require "resty.shmlock.internal.options"
+local check_key = require("resty.shmlock.internal.key").check
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
@@ -23,20 +27,21 @@ local setmetatable = setmetatable
 local seconds_ok = options.seconds_ok
 local ms = options.ms
 
-local OK = 0
-local NOT_FOUND = 1
-local SYSTEM = 9
-local CORRUPT = 10
-local AGAIN = 12
+local OK = codes.OK
+local NOT_FOUND = codes.NOT_FOUND
+local SYSTEM = codes.SYSTEM
+local CORRUPT = codes.CORRUPT
+local AGAIN = codes.AGAIN
 
-local T_NIL, T_BOOLEAN, T_NUMBER, T_STRING = 0, 1, 3, 4
-local OP_SET, OP_ADD, OP_REPLACE, OP_SAFE = 0, 1, 2, 4
+local T_NIL, T_BOOLEAN, T_NUMBER, T_STRING = codes.TNIL, codes.TBOOLEAN,
+                                             codes.TNUMBER, codes.TSTRING
+local OP_SET, OP_ADD, OP_REPLACE, OP_SAFE = codes.OP_SET, codes.OP_ADD,
+                                            codes.OP_REPLACE, codes.OP_SAFE
 
-local KEY_MAX = 65535
 local DEFAULT_SIZE = 1024 * 1024
 local MAX_SIZE = 2 ^ 40             -- as the C side
 
-local _M = { _VERSION = "0.1.0" }
+local _M = { _VERSION = version }
 local methods = {}
 local mt = { __index = methods }
 
@@ -59,8 +64,6 @@ local str_buf = ffi_new("char[?]", str_size)
 -- per process, whoever opens it)
 local zones = setmetatable({}, { __mode = "v" })
 
-local errors = require "resty.shmlock.errors"
-
 local function sys_error(what)
     return what .. ": " .. ffi_str(C.strerror(C.shmlock_errno()))
 end
@@ -71,24 +74,6 @@ local function zone_of(self)
         error('bad "zone" argument', 3)
     end
     return zone
-end
-
--- returns the key as a string, or nil and the error
-local function check_key(key)
-    if key == nil then
-        return nil, "nil key"
-    end
-    if type(key) ~= "string" then
-        key = tostring(key)
-    end
-    local len = #key
-    if len == 0 then
-        return nil, "empty key"
-    end
-    if len > KEY_MAX then
-        return nil, "key too long"
-    end
-    return key
 end
 
 -- fills a shmlock_value_t; false for a type we cannot store
@@ -574,7 +559,9 @@ function _M.destroy(name, opts)
 end
 
 _M.methods = methods
--- key, or nil and "nil key" / "empty key" / "key too long" (the locks too)
+-- syntax: key, err = shdict.check_key(key)
+-- key as a string, or nil and "nil key" / "empty key" / "key too long"
+-- (resty.shmlock.internal.key)
 _M.check_key = check_key
 
 return _M

@@ -1,18 +1,18 @@
--- resty.shmlock.options: resty.lock's options, checked and clamped in one
--- place for every lock flavour (zones, ngx.shared dicts, Redis), and the
--- limits every time given in seconds obeys (locks, dictionaries, caches).
+-- resty.shmlock.internal.options (internal): resty.lock's options,
+-- checked and clamped in one place for every lock flavour (zones,
+-- ngx.shared dicts, Redis, the cache's lock_opts), and the limits every
+-- time given in seconds obeys (locks, dictionaries, caches).
 --
 -- Defaults: exptime 30, timeout 5, step 0.001, ratio 2, max_step 0.5 (s).
 -- Clamping, as resty.lock: a given timeout is at most exptime, and a given
--- step at most the timeout.  Misuse raises at the caller of new():
--- "opts must be a table", "opts.<name> must be a number" (NaN included),
--- "opts.<name> must be >= 0" (exptime, timeout), "opts.<name> must be > 0"
--- (step, ratio, max_step: zero would never back off, or loop for ever),
--- "opts.<name> must be <= 1e12" (infinity included: see MAX_SECONDS; the
--- same bound for ratio, which is no time, keeps one rule for all five).
---
--- Waiters never sleep less than MIN_SLEEP at a time, whatever step and
--- max_step say (but the last sleep before the deadline may be shorter).
+-- step at most the timeout.  Misuse raises at the line of the caller of
+-- the public function: "<name> must be a table", "<name>.<option> must be
+-- a number" (NaN included), "... must be >= 0" (exptime, timeout), "...
+-- must be > 0" (step, ratio, max_step: zero would never back off, or loop
+-- for ever), "... must be <= 1e12" (infinity included: see MAX_SECONDS;
+-- the same bound for ratio, which is no time, keeps one rule for all
+-- five).  <name> is "opts" for a lock's new(), "opts.lock_opts" for the
+-- cache's.
 
 local type = type
 local error = error
@@ -29,47 +29,47 @@ local MAX_SECONDS = 1e12
 _M.MAX_SECONDS = MAX_SECONDS
 _M.MAX_TEXT = "1e12"            -- as the error messages spell it
 
--- The shortest sleep of a waiter, in seconds: below 1 ms, ngx.sleep does
--- not sleep at all (it only yields), and a waiter would spin.
-_M.MIN_SLEEP = 0.001
-
 local POSITIVE = { step = true, ratio = true, max_step = true }
 
--- level 4: number() <- lock() <- new() <- the caller of new()
-local function number(opts, name)
-    local v = opts[name]
+-- opts[field], checked; errors at `level` counted from number()'s caller
+local function number(opts, name, field, level)
+    local v = opts[field]
     if v == nil then
         return nil
     end
     if type(v) ~= "number" or v ~= v then
-        error("opts." .. name .. " must be a number", 4)
+        error(name .. "." .. field .. " must be a number", level + 1)
     end
-    if POSITIVE[name] then
+    if POSITIVE[field] then
         if v <= 0 then
-            error("opts." .. name .. " must be > 0", 4)
+            error(name .. "." .. field .. " must be > 0", level + 1)
         end
     elseif v < 0 then
-        error("opts." .. name .. " must be >= 0", 4)
+        error(name .. "." .. field .. " must be >= 0", level + 1)
     end
     if v > MAX_SECONDS then
-        error("opts." .. name .. " must be <= " .. _M.MAX_TEXT, 4)
+        error(name .. "." .. field .. " must be <= " .. _M.MAX_TEXT,
+              level + 1)
     end
     return v
 end
 
--- syntax: exptime, timeout, step, ratio, max_step = options.lock(opts)
--- To be called from a lock constructor (errors point at its caller).
-function _M.lock(opts)
+-- syntax: exptime, timeout, step, ratio, max_step =
+--             options.lock(opts, name, level)
+-- opts: the table the caller was given (or nil), known to it as `name`;
+-- level: where misuse points, as error() counts from options.lock's
+-- caller (2: the caller of the function calling options.lock).
+function _M.lock(opts, name, level)
     local exptime, timeout, step, ratio, max_step
     if opts ~= nil then
         if type(opts) ~= "table" then
-            error("opts must be a table", 3)
+            error(name .. " must be a table", level + 1)
         end
-        exptime = number(opts, "exptime")
-        timeout = number(opts, "timeout")
-        step = number(opts, "step")
-        ratio = number(opts, "ratio")
-        max_step = number(opts, "max_step")
+        exptime = number(opts, name, "exptime", level + 1)
+        timeout = number(opts, name, "timeout", level + 1)
+        step = number(opts, name, "step", level + 1)
+        ratio = number(opts, name, "ratio", level + 1)
+        max_step = number(opts, name, "max_step", level + 1)
     end
 
     exptime = exptime or 30

@@ -1,29 +1,34 @@
--- resty.shmlock.handle: the small cdata a lock object carries while it
--- holds a lock, so that a lock object collected while holding releases it.
+-- resty.shmlock.lock.handle (internal): the small cdata a lock object
+-- carries while it holds a lock, so that a lock object collected while
+-- holding releases it.
 --
--- The handle keeps what the release needs, without any Lua-side registry:
--- the zone, a copy of the key and of the owner token.  All handles share
--- one finalizer function.  Handles are pooled: unlock gives the handle
--- back and the next lock takes it, so a new+lock+unlock cycle allocates no
--- cdata and leaves no finalizer behind (pending finalizers would also
--- abort JIT trace recording).  A handle inherited by a forked child
--- releases nothing: the lock belongs to the parent.  A handle keeps a
--- reference to its zone (shmlock_zone_retain): at exit, finalizers run in
--- any order, and the zone object may go first.  The reference stays while
--- the handle is pooled, so that locking again in the same zone costs no
--- retain and close; a pooled handle taken for another zone swaps it.  So
--- up to POOL_MAX zones no longer used may stay mapped until exit.
+-- The handle keeps what the release needs: the store (the zone itself; an
+-- ngx.shared dict by a number, as a finalizer cannot hold a Lua
+-- reference), a copy of the key and of the owner token.  Its finalizer
+-- calls the store's backend (resty.shmlock.lock.zone or .ngx_shared).
+-- The lock object keeps the handle; the handle knows nothing of the lock
+-- object.  All handles share one finalizer function.
+--
+-- Handles are pooled: unlock gives the handle back and the next lock
+-- takes it, so a new+lock+unlock cycle allocates no cdata and leaves no
+-- finalizer behind (pending finalizers would also abort JIT trace
+-- recording).  A handle inherited by a forked child releases nothing: the
+-- lock belongs to the parent.  A handle keeps a reference to its zone
+-- (shmlock_zone_retain): at exit, finalizers run in any order, and the
+-- zone object may go first.  The reference stays while the handle is
+-- pooled, so that locking again in the same zone costs no retain and
+-- close; a pooled handle taken for another zone swaps it.  So up to
+-- POOL_MAX zones no longer used may stay mapped until exit.
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
-local token = require "resty.shmlock.token"
-local zone_lock = require "resty.shmlock.zone_lock"
-local shared_lock = require "resty.shmlock.shared_lock"
+local token = require "resty.shmlock.internal.token"
+local zone_backend = require "resty.shmlock.lock.zone"
+local ngx_shared = require "resty.shmlock.lock.ngx_shared"
 
 local ffi_new = ffi.new
 local ffi_gc = ffi.gc
 local ffi_copy = ffi.copy
-local ffi_str = ffi.string
 local token_pid = token.pid
 
 ffi.cdef([[
@@ -62,11 +67,10 @@ local function finalize(cd)
     -- a forked child's copy releases nothing: the lock is the parent's
     if tlen ~= 0 and cd.pid == C.shmlock_self_pid() then
         if zone ~= nil then
-            zone_lock.release(zone, cd.key, cd.key_len, cd.tok, tlen)
+            zone_backend.release(zone, cd.key, cd.key_len, cd.tok, tlen)
         else
-            shared_lock.release(dicts[cd.shared],
-                                ffi_str(cd.key, cd.key_len), cd.key_len,
-                                cd.tok, tlen)
+            ngx_shared.release(dicts[cd.shared], cd.key, cd.key_len, cd.tok,
+                               tlen)
         end
     end
     if zone ~= nil then
@@ -75,9 +79,9 @@ local function finalize(cd)
 end
 
 
--- syntax: n = handle.shared_number(dict)
--- The number a handle stores for an ngx.shared dict.
-function _M.shared_number(dict)
+-- syntax: n = handle.number(dict)
+-- The number a handle stores for an ngx.shared dict (0 stands for a zone).
+function _M.number(dict)
     local n = numbers[dict]
     if not n then
         n = #dicts + 1
@@ -88,9 +92,11 @@ function _M.shared_number(dict)
 end
 
 
--- Records that self (with its zone, or number of an ngx.shared dict) now
--- holds key with the token tok (a string or a pointer, tlen bytes).
-function _M.hold(self, key, klen, tok, tlen)
+-- syntax: cd = handle.take(store, number, key, klen, tok, tlen)
+-- A handle for the lock on key with the token tok (a string or a pointer,
+-- tlen bytes), in store: a zone (number 0) or the ngx.shared dict of that
+-- number.
+function _M.take(store, number, key, klen, tok, tlen)
     local cd
     if pooled > 0 then
         cd = pool[pooled]
@@ -105,7 +111,10 @@ function _M.hold(self, key, klen, tok, tlen)
         cd = ffi_gc(ffi_new(handle_t, cap), finalize)
         cd.key_cap = cap
     end
-    local zone = self.zone
+    local zone = nil
+    if number == 0 then
+        zone = store
+    end
     if cd.zone ~= zone then
         -- (a NULL pointer equals nil: no zone on either side)
         if cd.zone ~= nil then
@@ -116,32 +125,29 @@ function _M.hold(self, key, klen, tok, tlen)
         end
         cd.zone = zone
     end
-    cd.shared = self.number
+    cd.shared = number
     cd.pid = token_pid()
     ffi_copy(cd.key, key, klen)
     cd.key_len = klen
     ffi_copy(cd.tok, tok, tlen)
     cd.tok_len = tlen
-    self.cd = cd
-    self.key = key
+    return cd
 end
 
 
+-- syntax: handle.retoken(cd, tok, tlen)
 -- Replaces the token of the held lock (after expire).
-function _M.retoken(self, tok, tlen)
-    local cd = self.cd
+function _M.retoken(cd, tok, tlen)
     ffi_copy(cd.tok, tok, tlen)
     cd.tok_len = tlen
 end
 
 
--- Records that self holds nothing any more: its handle goes back to the
--- pool (keeping its zone reference), or to the collector.
-function _M.drop(self)
-    local cd = self.cd
+-- syntax: handle.put(cd)
+-- The lock is gone: the handle goes back to the pool (keeping its zone
+-- reference), or to the collector.
+function _M.put(cd)
     cd.tok_len = 0
-    self.cd = false
-    self.key = false
     if pooled < POOL_MAX then
         pooled = pooled + 1
         pool[pooled] = cd

@@ -1,7 +1,9 @@
--- resty.shmlock.zone_lock: a lock as it lives in one of our zones.
+-- resty.shmlock.lock.zone (internal): the lock backend of resty.shmlock
+-- for our zones (the interface: see resty.shmlock; the store is the zone).
 --
--- The key holds the holder's owner token (see resty.shmlock.token), stored
--- with add (so it is never evicted while live) and the lock's exptime.
+-- The key holds the holder's host token (resty.shmlock.internal.token),
+-- stored with add (so it is never evicted while live) and the lock's
+-- exptime.
 -- Everything below is compare-and-swap on that one value, so a late
 -- holder can never release or extend somebody else's lock.
 --
@@ -47,7 +49,7 @@
 -- RETRIES times; NOT_FOUND means our lock expired; any other code (no
 -- memory, a broken zone) is final and returned as it is (resty.shmlock.
 -- errors), never taken for "expired".  A waiter's loop ends at its
--- deadline; it never sleeps less than options.MIN_SLEEP at a time, but
+-- deadline; it never sleeps less than backoff.MIN_SLEEP at a time, but
 -- the last sleep, cut to the deadline.
 --
 -- Waking.  Outside nginx a waiter sleeps on the key's wait word in the zone
@@ -64,10 +66,12 @@
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
-local cached_ms = require("resty.shmlock.clock").cached_ms
-local token = require "resty.shmlock.token"
-local options = require "resty.shmlock.options"
 local errors = require "resty.shmlock.errors"
+local codes = require "resty.shmlock.internal.codes"
+local clock = require "resty.shmlock.internal.clock"
+local token = require "resty.shmlock.internal.token"
+local options = require "resty.shmlock.internal.options"
+local backoff = require "resty.shmlock.internal.backoff"
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
@@ -83,15 +87,20 @@ local str_sub = string.sub
 local str_format = string.format
 local valid = token.valid
 local ms = options.ms
-local MIN_SLEEP = options.MIN_SLEEP
+local cached_ms = clock.cached_ms
+local now_us = clock.now_us
+local now_ms = clock.now_ms
+local next_step = backoff.next
+local MIN_SLEEP = backoff.MIN_SLEEP
 
-local OK = 0
-local NOT_FOUND = 1
-local EXISTS = 2
-local CHANGED = 5
-local AGAIN = 12
-local TIMEOUT = 13
-local T_NIL, T_STRING = 0, 4
+local OK = codes.OK
+local NOT_FOUND = codes.NOT_FOUND
+local EXISTS = codes.EXISTS
+local CHANGED = codes.CHANGED
+local AGAIN = codes.AGAIN
+local TIMEOUT = codes.TIMEOUT
+local T_NIL, T_STRING = codes.TNIL, codes.TSTRING
+local KEEP_TTL = codes.KEEP_TTL
 
 -- a waiter sleeps at most this long between looks at the holder, so that
 -- a holder that dies while we wait is noticed within it
@@ -111,8 +120,6 @@ local _M = {
     STARVE_AFTER = 0.002,
 }
 
-local KEEP_TTL = -1             -- cas: keep the holder's expiry
-
 -- scratch space for the C calls, allocated once; each is filled right
 -- before its call (no allocation in between, so no GC finalizer can run
 -- and reuse it)
@@ -126,16 +133,9 @@ local buf_size = 256
 local buf = ffi_new("char[?]", buf_size)
 
 
--- monotonic microseconds, comparable between processes
-local function now_us()
-    return tonumber(C.shmlock_now_us())
-end
-_M.now_us = now_us
-
--- the same clock in milliseconds
-local function now_ms()
-    return tonumber(C.shmlock_now_ms())
-end
+-- syntax: expiry = zone.expiry(seconds)
+-- The exptime as add and look take it: milliseconds.
+_M.expiry = ms
 
 
 -- The key's value: a string, nil when absent, true for a value that is
@@ -204,12 +204,12 @@ local function waiting(till)
 end
 
 
--- syntax: ok, err = zone_lock.add(self, key, klen, tok, tlen)
+-- syntax: ok, err = zone.add(zone, key, klen, tok, tlen, exp_ms)
 -- true: acquired; false: held by someone; nil, err: the zone said no.
 -- tok: a string or a pointer to tlen bytes.
-function _M.add(self, key, klen, tok, tlen)
-    local rc = C.shmlock_lock_acquire(self.store, key, klen, tok, tlen,
-                                      self.exptime_ms, cached_ms())
+function _M.add(zone, key, klen, tok, tlen, exp_ms)
+    local rc = C.shmlock_lock_acquire(zone, key, klen, tok, tlen, exp_ms,
+                                      cached_ms())
     if rc == OK then
         return true
     end
@@ -260,7 +260,7 @@ local function hand_off(zone, key, klen, tok)
 end
 
 
--- syntax: ok, err = zone_lock.release(zone, key, klen, tok, tlen)
+-- syntax: ok, err = zone.release(zone, key, klen, tok, tlen)
 -- 1; nil, "expired" when the key no longer holds our token; nil, err when
 -- the zone failed (the key may still be ours).  key and tok: Lua strings
 -- or char pointers (the handle's copies).
@@ -279,7 +279,7 @@ function _M.release(zone, key, klen, tok, tlen)
 end
 
 
--- syntax: ok, err = zone_lock.renew(zone, key, klen, tok, new_tok, seconds)
+-- syntax: ok, err = zone.renew(zone, key, klen, tok, new_tok, seconds)
 -- Moves our lock to a fresh token with a new expiry, keeping a starver's
 -- mark.  A new token (not just a new TTL) makes a marker's cas, which
 -- copies the TTL it read just before, fail if we extended in between.
@@ -313,7 +313,7 @@ function _M.renew(zone, key, klen, tok, new_tok, seconds)
 end
 
 
--- syntax: held = zone_lock.holds(zone, key, klen, tok)
+-- syntax: held = zone.holds(zone, key, klen, tok)
 function _M.holds(zone, key, klen, tok)
     local v = read(zone, key, klen)
     return type(v) == "string" and split(v) == tok
@@ -348,7 +348,7 @@ local function mark(zone, key, klen, v, holder, tok, exp_ms, since, till)
 end
 
 
--- syntax: outcome, err = zone_lock.look(zone, key, klen, tok, exp_ms,
+-- syntax: outcome, err = zone.look(zone, key, klen, tok, exp_ms,
 --                                       check, since, till)
 -- One look at a key our add found busy.  check: ask whether the holder's
 -- process lives (a holder that took the key since our last look was alive
@@ -422,19 +422,18 @@ local function withdraw(zone, key, klen, tok)
 end
 
 
--- syntax: elapsed, err = zone_lock.block(self, key, klen, tok)
--- Waits outside nginx: sleeps on the key's wait word, at most one backoff
--- step at a time (at least MIN_SLEEP: a release wakes us anyway, so a
--- shorter step only burns CPU) and never past the deadline; elapsed is
--- measured.
-function _M.block(self, key, klen, tok)
-    local zone = self.store
-    local exp_ms = self.exptime_ms
-    local step, ratio, max_step = self.step, self.ratio, self.max_step
+-- syntax: elapsed, err = zone.block(zone, key, klen, tok, exp_ms, timeout,
+--                                   step, ratio, max_step)
+-- Waits outside nginx, after add found the key held: sleeps on the key's
+-- wait word, at most one backoff step at a time (at least MIN_SLEEP: a
+-- release wakes us anyway, so a shorter step only burns CPU) and never
+-- past the deadline; elapsed is measured.
+function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
+                  max_step)
     local hash = C.shmlock_hash(key, klen)
 
     local start = now_us()
-    local deadline = start + self.timeout * 1000000
+    local deadline = start + timeout * 1000000
     local starve_at = start + _M.STARVE_AFTER * 1000000
     local since = floor(start / 1000)
     local till = floor(deadline / 1000)
@@ -475,7 +474,7 @@ function _M.block(self, key, klen, tok)
         local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
                             CHECK_EVERY_US))
         check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
-        step = min(max(MIN_SLEEP, step * ratio), max_step)
+        step = next_step(step, ratio, max_step)
     end
 end
 

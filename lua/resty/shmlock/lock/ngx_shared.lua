@@ -1,5 +1,7 @@
--- resty.shmlock.shared_lock: a lock kept in an ngx.shared dict, for names
--- that are not zones of ours (inside nginx only).
+-- resty.shmlock.lock.ngx_shared (internal): the lock backend of
+-- resty.shmlock for ngx.shared dicts, the names that are not zones of
+-- ours (inside nginx only; the interface: see resty.shmlock; the store is
+-- the ngx.shared dict).
 --
 -- resty.lock's algorithm (add, then delete or replace), with our owner
 -- token as the value.  ngx.shared.DICT has no compare-and-delete, so
@@ -10,23 +12,28 @@
 -- given as 1 ms (ngx.shared.DICT would truncate them to 0: never).
 
 local ffi = require "ffi"
-local at_least_ms = require("resty.shmlock.options").at_least_ms
+local options = require "resty.shmlock.internal.options"
+local BUSY = require("resty.shmlock.lock.zone").BUSY
 
 local ffi_str = ffi.string
 local type = type
-
-local BUSY = 0
+local at_least_ms = options.at_least_ms
 
 local _M = {}
 
 
--- syntax: ok, err = shared_lock.add(self, key, klen, tok, tlen)
+-- syntax: expiry = ngx_shared.expiry(seconds)
+-- The exptime as add takes it: seconds, at least 1 ms but for 0.
+_M.expiry = at_least_ms
+
+
+-- syntax: ok, err = ngx_shared.add(dict, key, klen, tok, tlen, expiry)
 -- tok: a string or a pointer to tlen bytes
-function _M.add(self, key, klen, tok, tlen)
+function _M.add(dict, key, _klen, tok, tlen, expiry)
     if type(tok) ~= "string" then
         tok = ffi_str(tok, tlen)
     end
-    local ok, err = self.store:add(key, tok, at_least_ms(self.exptime))
+    local ok, err = dict:add(key, tok, expiry)
     if ok then
         return true
     end
@@ -37,7 +44,12 @@ function _M.add(self, key, klen, tok, tlen)
 end
 
 
+-- syntax: ok, err = ngx_shared.release(dict, key, klen, tok, tlen)
+-- key and tok: strings or pointers (the handle's copies)
 function _M.release(dict, key, klen, tok, tlen)
+    if type(key) ~= "string" then
+        key = ffi_str(key, klen)
+    end
     if type(tok) ~= "string" then
         tok = ffi_str(tok, tlen)
     end
@@ -58,7 +70,8 @@ function _M.release(dict, key, klen, tok, tlen)
 end
 
 
-function _M.renew(dict, key, klen, tok, new_tok, seconds)
+-- syntax: ok, err = ngx_shared.renew(dict, key, klen, tok, new_tok, seconds)
+function _M.renew(dict, key, _klen, tok, new_tok, seconds)
     if dict:get(key) ~= tok then
         return nil, "expired"
     end
@@ -70,11 +83,14 @@ function _M.renew(dict, key, klen, tok, new_tok, seconds)
 end
 
 
-function _M.holds(dict, key, klen, tok)
+-- syntax: held = ngx_shared.holds(dict, key, klen, tok)
+function _M.holds(dict, key, _klen, tok)
     return dict:get(key) == tok
 end
 
 
+-- syntax: outcome = ngx_shared.look(...)
+-- Always BUSY: a holder's liveness is not known here.
 function _M.look()
     return BUSY
 end

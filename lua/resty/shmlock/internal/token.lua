@@ -1,6 +1,8 @@
--- resty.shmlock.token: owner tokens of resty.shmlock locks.
+-- resty.shmlock.internal.token (internal): the owner tokens of locks, in
+-- their two formats.  A token names one acquisition; a lock's value is its
+-- holder's token, so a late unlock or expire compares before it acts.
 --
--- A token names one acquisition by one process on this host:
+-- Host tokens (locks in zones and ngx.shared dicts):
 --
 --     "<pid>:<start>:<serial, 16 hex digits>"
 --
@@ -17,21 +19,35 @@
 -- namespace (zones refuse others), so a pid in a token means the same
 -- process to all of them.
 --
--- The current token lives in a buffer: the prefix is written once per
+-- The current host token lives in a buffer: the prefix is written once per
 -- process (again after a fork), the block's digits once per block, and the
 -- low digits in place, so taking a token allocates nothing and calls C
 -- once (for the pid: a forked child must not hand out its parent's
 -- tokens) but once per block.
+--
+-- Network tokens (Redis locks, seen by many hosts):
+--
+--     "<host name>/<12 hex digits drawn once per load>/<pid>/<counter>"
+--
+-- e.g. "web3/9f1c02ab44de/2817/15": GET on a lock key tells who holds it.
+-- The pid is read per token (nginx forks its workers after loading
+-- modules); the random part tells apart processes with the same host name
+-- and pid (containers).
 
 local ffi = require "ffi"
 local bit = require "bit"
 local C = require "resty.shmlock.lib"
+local random = require "resty.shmlock.internal.random"
 
 local ffi_new = ffi.new
 local ffi_copy = ffi.copy
+local ffi_str = ffi.string
 local tonumber = tonumber
+local pcall = pcall
 local str_match = string.match
 local str_find = string.find
+local byte = string.byte
+local format = string.format
 local band = bit.band
 local rshift = bit.rshift
 
@@ -63,7 +79,7 @@ end
 
 
 -- syntax: ptr, len = token.next()
--- A fresh token of this process, in a buffer that the next call
+-- A fresh host token of this process, in a buffer that the next call
 -- overwrites: copy it (ffi.string, ffi.copy) to keep it.
 function _M.next()
     if C.shmlock_self_pid() ~= pid then
@@ -81,21 +97,21 @@ function _M.next()
 end
 
 
--- the pid tokens are being made for (-1 before the first token)
+-- the pid host tokens are being made for (-1 before the first token)
 function _M.pid()
     return pid
 end
 
 
 -- syntax: ok = token.valid(v)
--- Whether v has the shape of our tokens.
+-- Whether v has the shape of a host token.
 function _M.valid(v)
     return str_find(v, "^%d+:%d+:%x+$") ~= nil
 end
 
 
 -- syntax: alive = token.alive(tok)
--- false only when tok is one of our tokens and its process is gone (or its
+-- false only when tok is a host token and its process is gone (or its
 -- pid now belongs to a younger process).  Anything we cannot parse belongs
 -- to someone we do not know: assumed alive, it is left to its exptime.
 function _M.alive(tok)
@@ -112,6 +128,32 @@ function _M.alive(tok)
         return true     -- held by this very process (another lock object)
     end
     return C.shmlock_proc_alive(p, s) == 1
+end
+
+
+pcall(ffi.cdef, "int gethostname(char *name, size_t len);")
+
+local function hostname()
+    local name = ffi_new("char[256]")
+    if ffi.C.gethostname(name, 255) ~= 0 then
+        return "localhost"
+    end
+    return ffi_str(name)
+end
+
+local network_base              -- "<host>/<random>", made at first use
+local counter = 0
+
+-- syntax: tok = token.network()
+-- A fresh network token (a string).
+function _M.network()
+    if not network_base then
+        network_base = hostname() .. "/"
+                       .. format("%02x%02x%02x%02x%02x%02x",
+                                 byte(random.bytes(6), 1, 6))
+    end
+    counter = counter + 1
+    return network_base .. "/" .. C.shmlock_self_pid() .. "/" .. counter
 end
 
 

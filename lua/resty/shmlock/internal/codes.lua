@@ -1,0 +1,28 @@
+-- resty.shmlock.internal.codes (internal): the C core's numbers that the
+-- Lua modules use, named as in src/shmlock.h without the SHMLOCK_ prefix
+-- and read from the library's own enums (lib.lua's cdef, which
+-- spec/00-abi_spec.lua pins against the header), so no number is written
+-- twice.  Modules copy them into locals when they load, so the hot paths
+-- compare against constants.  Messages for the status codes come from the
+-- core itself (resty.shmlock.errors).
+
+local C = require "resty.shmlock.lib"
+
+local NAMES = {
+    -- status codes
+    "OK", "NOT_FOUND", "EXISTS", "CHANGED", "SYSTEM", "CORRUPT", "AGAIN",
+    "TIMEOUT",
+    -- value types (Lua's type tags, as ngx.shared.DICT's)
+    "TNIL", "TBOOLEAN", "TNUMBER", "TSTRING",
+    -- store operations (a bit set)
+    "OP_SET", "OP_ADD", "OP_REPLACE", "OP_SAFE",
+    -- limits: cas keeps the entry's expiry; bytes of a key
+    "KEEP_TTL", "KEY_MAX",
+}
+
+local codes = {}
+for _, name in ipairs(NAMES) do
+    codes[name] = tonumber(C["SHMLOCK_" .. name])
+end
+
+return codes
