@@ -17,6 +17,10 @@
 --
 -- Any other info string on a lua fence fails, so that a typo cannot turn a
 -- block into one that nobody runs.  nginx blocks are t/08-readme.t's.
+--
+-- Also: every relative link of those files points at a file that exists
+-- and, for a #fragment into a markdown file, at one of its headings (as
+-- GitHub makes anchors of them).
 
 local DOCS = { "README.md", "CONTRIBUTING.md", "bench/README.md" }
 
@@ -143,6 +147,96 @@ local function expected_output(code)
     return lines
 end
 
+-- the text of a markdown file without its fenced blocks
+local function prose_of(file)
+    local text = read_file(ROOT .. "/" .. file)
+    if not text then
+        return nil
+    end
+    local out, fenced = {}, false
+    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+        if line:match("^```") then
+            fenced = not fenced
+            out[#out + 1] = ""
+        else
+            out[#out + 1] = fenced and "" or line
+        end
+    end
+    return table.concat(out, "\n")
+end
+
+-- GitHub's anchors of a markdown file's headings (a repeated heading gets
+-- -1, -2, ...)
+local function anchors_of(file)
+    local prose = prose_of(file)
+    if not prose then
+        return nil
+    end
+    local anchors, seen, prev = {}, {}, nil
+    local function add(title)
+        local slug = title:lower():gsub("[^%w%s%-_]", ""):gsub("%s", "-")
+        local n = seen[slug]
+        seen[slug] = (n or 0) + 1
+        anchors[n and (slug .. "-" .. n) or slug] = true
+    end
+    for line in (prose .. "\n"):gmatch("([^\n]*)\n") do
+        if line:match("^[=-]+$") and prev and prev:match("%S")
+           and not prev:match("^[*|]") then
+            add(prev)
+        elseif line:match("^#+ ") then
+            add((line:gsub("^#+ ", "")))
+        end
+        prev = line
+    end
+    return anchors
+end
+
+local function dirname(path)
+    return path:match("^(.*)/[^/]*$") or ""
+end
+
+-- a/b/../c -> a/c
+local function normalise(path)
+    local parts = {}
+    for part in path:gmatch("[^/]+") do
+        if part == ".." and #parts > 0 and parts[#parts] ~= ".." then
+            parts[#parts] = nil
+        elseif part ~= "." then
+            parts[#parts + 1] = part
+        end
+    end
+    return table.concat(parts, "/")
+end
+
+-- every relative link of the docs: { file, target, problem }
+local function broken_links()
+    local broken = {}
+    for _, file in ipairs(doc_files()) do
+        local prose = assert(prose_of(file))
+        prose = prose:gsub("`[^`\n]*`", "")
+        for link in prose:gmatch("%]%(([^)%s]+)%)") do
+            if not link:match("^%a+:") then
+                local path, anchor = link:match("^([^#]*)#?(.*)$")
+                local target = path == "" and file
+                    or normalise((dirname(file) ~= "" and dirname(file) .. "/"
+                                  or "") .. path)
+                local exists = os.rename(ROOT .. "/" .. target,
+                                         ROOT .. "/" .. target)
+                if not exists then
+                    broken[#broken + 1] = file .. ": " .. link .. ": no such file"
+                elseif anchor ~= "" then
+                    local anchors = target:match("%.md$") and anchors_of(target)
+                    if not (anchors and anchors[anchor]) then
+                        broken[#broken + 1] = file .. ": " .. link
+                                              .. ": no such heading"
+                    end
+                end
+            end
+        end
+    end
+    return broken
+end
+
 local redis_server      -- started for the first block that needs it
 
 local function run_block(b)
@@ -199,6 +293,10 @@ describe("the documentation's Lua blocks", function()
         assert.truthy(seen["README.md"], "README.md has runnable blocks")
         print(("docs: %d runnable Lua blocks, %d fragments")
               :format(#runnable, #fragments))
+    end)
+
+    it("link to files and headings that exist", function()
+        assert.are.same({}, broken_links())
     end)
 
     for _, b in ipairs(fragments) do
