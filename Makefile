@@ -34,7 +34,7 @@ ASAN_LIB    = libshmlock-asan.so
 ASAN_OBJS   = $(TEST_SRCS:src/%.c=build-asan/%.o)
 ASAN_CTEST  = build-asan/shmlock_test
 # luajit is not built with ASan, so the runtime must be preloaded for it to
-# come first in the process (see README, "Testing").
+# come first in the process (see CONTRIBUTING.md, "Testing").
 ASAN_RT     = $(shell $(CC) -print-file-name=libasan.so)
 ASAN_ENV    = ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
               UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -49,7 +49,7 @@ INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
-        test-nginx test-asan test-valgrind test-install check-layers
+        test-nginx test-asan test-valgrind test-install test-luarocks check-layers
 
 # `make` builds both libraries: the specs run against the test build, and
 # must not find one older than the sources.  `make lib`: the library alone.
@@ -131,6 +131,7 @@ test:
 	$(MAKE) --no-print-directory test-lua
 	$(MAKE) --no-print-directory test-nginx
 	$(MAKE) --no-print-directory test-install
+	$(MAKE) --no-print-directory test-luarocks
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-valgrind
 
@@ -163,6 +164,11 @@ test-valgrind: $(CTEST)
 # The rockspec installs and loads, and what it installs has no test hooks.
 test-install: $(LIB)
 	scripts/test-install.sh
+
+# `luarocks make` and `luarocks install` of the rockspec, as a user types
+# them, into a scratch tree (scripts/test-luarocks.sh).
+test-luarocks:
+	scripts/test-luarocks.sh
 
 install: $(LIB)
 	install -d '$(INST_LIBDIR)'

@@ -1,3 +1,4 @@
+rockspec_format = "3.0"
 package = "lua-resty-shmlock"
 version = "0.1.0-1"
 
@@ -15,35 +16,63 @@ nginx workers, plain LuaJIT scripts, test runners.  A C core (updates that
 a crash leaves old or new, lock-free reads, a pid-owned interprocess mutex
 that survives dead holders) behind a LuaJIT FFI binding; on top, a drop-in
 resty.lock with owner tokens and wake on release, a stampede-proof cache
-and the same lock on Redis.
+(resty.shmlock.cache, which needs lua-resty-lrucache) and the same lock on
+Redis.  LuaJIT 2.1 only: install with `luarocks --lua-version=5.1`.
 ]],
    homepage = "https://github.com/lua-resty-shmlock/lua-resty-shmlock",
+   issues_url = "https://github.com/lua-resty-shmlock/lua-resty-shmlock/issues",
    license = "BSD-2-Clause",
+   labels = { "openresty", "luajit", "ffi", "shared-memory", "lock", "cache", "redis" },
 }
 
 supported_platforms = { "linux" }
 
--- LuaJIT only (the binding is FFI): use `luarocks --lua-version=5.1`.
+-- LuaJIT is Lua 5.1 to LuaRocks: `luarocks --lua-version=5.1 make` (or
+-- `install`).  The binding is FFI: nothing includes or links Lua's headers,
+-- but LuaRocks 3.8 (Debian 12) still looks for them before any build.
+--
+-- Not declared, on purpose: lua-resty-lrucache, which only
+-- resty.shmlock.cache needs (the dictionary and the locks do not).  LuaRocks
+-- has no optional dependencies, and it does not see the copies OpenResty
+-- bundles or Debian's lua-resty-lrucache package installs under
+-- /usr/share/lua/5.1: declaring it would make every install download a
+-- second copy from luarocks.org, and fail where there is no network.  The
+-- cache names it in its error when it is missing; the README says how to
+-- install it.
 dependencies = {
    "lua >= 5.1, < 5.2",
 }
 
--- The Makefile builds libshmlock.so with the project's flags and installs
--- it into the rock's lib dir (on package.cpath), and every module under
--- lua/resty/ into the rock's lua dir (on package.path), so new modules are
--- picked up without editing this file.
+-- The Makefile builds libshmlock.so and installs it into the rock's lib dir
+-- (on package.cpath), and every module under lua/resty/ into the rock's lua
+-- dir (on package.path), so new modules are picked up without editing this
+-- file.  WERROR is emptied: -Werror is for development and CI builds, never
+-- for a user's build with a compiler newer than ours.
 build = {
    type = "make",
    build_target = "all",
    build_variables = {
       CFLAGS = "$(CFLAGS)",
+      WERROR = "",
    },
    install_target = "install",
    install_variables = {
+      WERROR = "",
       INST_PREFIX = "$(PREFIX)",
       INST_BINDIR = "$(BINDIR)",
       INST_LIBDIR = "$(LIBDIR)",
       INST_LUADIR = "$(LUADIR)",
       INST_CONFDIR = "$(CONFDIR)",
    },
+   -- A command under bin/ (none yet) is installed by listing it here:
+   --    install = { bin = { shmlock = "bin/shmlock" } },
+   -- (a listed file that does not exist fails the build, so the line comes
+   -- with the file).
+}
+
+-- Commands are installed as they are, their `#!/usr/bin/env luajit` line
+-- intact: LuaRocks would otherwise wrap a Lua script to run under its
+-- configured interpreter, which is lua5.1 (no FFI) where that is installed.
+deploy = {
+   wrap_bin_scripts = false,
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: lua-resty-shmlock against what users would pick instead,
-# measured side by side in one run.  See doc/bench.md.
+# measured side by side in one run.  See bench/README.md.
 #
 #   bench/run.sh              full run (a few minutes)
 #   BENCH_QUICK=1 bench/run.sh  fewer, shorter repetitions

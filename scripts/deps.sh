@@ -4,11 +4,18 @@
 # checks, and `apt-get update` runs only when something is missing.  Never
 # prompts and never reads stdin, so it runs unattended in CI.
 #
-# Debian's nginx and redis-server packages start system services when they
-# are installed.  Our tests start their own nginx and redis on free
-# loopback ports, so we keep the packaged services from starting during the
-# install, and make sure the packaged nginx is neither running nor enabled
-# on port 80 afterwards.
+# It installs what is missing and touches nothing else on the machine.
+# Debian's nginx and redis-server packages start their system services when
+# they are installed, and enable them at boot (nginx on port 80, redis on
+# 6379).  The tests start their own nginx and redis on free loopback ports
+# and never use those services, so for a package this script installs:
+#   - the service is kept from starting during the install (a policy-rc.d
+#     answering 101, the Debian way; an existing policy-rc.d is left alone,
+#     and then a service it let start is stopped after the install);
+#   - the service is disabled at boot, so that it does not appear at the
+#     next reboot either.
+# A service whose package was installed before is left exactly as it was:
+# running or stopped, enabled or disabled.
 
 set -euo pipefail
 
@@ -108,39 +115,53 @@ install_missing() {
     done
 }
 
-# The packaged nginx service listens on port 80 with Debian's config; we
-# never use it.  Stop it if it runs and keep it from starting at boot.
-quiet_system_nginx() {
-    local pid
+# The system services of packages this run installs (service, the package
+# that ships it), and which of them were not installed before the run.
+SERVICES=(nginx:nginx-common redis-server:redis-server)
+NEW_SERVICES=()
+
+note_new_services() {
+    local entry
+    for entry in "${SERVICES[@]}"; do
+        installed "${entry#*:}" || NEW_SERVICES+=("$entry")
+    done
+}
+
+# Stops (if it runs) and disables at boot a service this run installed.
+quiet_new_service() {
+    local svc=$1
 
     if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
-        if systemctl is-active --quiet nginx 2>/dev/null; then
-            log "stopping the system nginx service"
-            as_root systemctl stop nginx || true
+        if systemctl is-active --quiet "$svc" 2>/dev/null; then
+            log "stopping the $svc service it installed"
+            as_root systemctl stop "$svc" || true
         fi
-        if systemctl is-enabled --quiet nginx 2>/dev/null; then
-            log "disabling the system nginx service"
-            as_root systemctl disable nginx >/dev/null 2>&1 || true
+        if systemctl is-enabled --quiet "$svc" 2>/dev/null; then
+            log "disabling at boot the $svc service it installed"
+            as_root systemctl disable "$svc" >/dev/null 2>&1 || true
         fi
         return 0
     fi
 
-    # sysvinit (containers, CI): the pid file tells whether it runs
-    if [ -r /run/nginx.pid ]; then
-        pid=$(cat /run/nginx.pid 2>/dev/null || true)
-        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-            log "stopping the system nginx service (pid $pid)"
-            as_root /usr/sbin/nginx -s quit </dev/null 2>/dev/null \
-                || as_root kill "$pid" || true
-        fi
+    # sysvinit (containers, CI)
+    if [ -x "/etc/init.d/$svc" ] \
+        && "/etc/init.d/$svc" status >/dev/null 2>&1 </dev/null
+    then
+        log "stopping the $svc service it installed"
+        as_root "/etc/init.d/$svc" stop >/dev/null 2>&1 </dev/null || true
     fi
-    if ls /etc/rc[2345].d/S*nginx >/dev/null 2>&1 \
+    if ls /etc/rc[2345].d/S*"$svc" >/dev/null 2>&1 \
         && command -v update-rc.d >/dev/null 2>&1
     then
-        log "disabling the system nginx service at boot"
-        as_root update-rc.d nginx disable >/dev/null 2>&1 || true
+        log "disabling at boot the $svc service it installed"
+        as_root update-rc.d "$svc" disable >/dev/null 2>&1 || true
     fi
 }
 
+note_new_services
 install_missing
-quiet_system_nginx
+for entry in ${NEW_SERVICES[@]+"${NEW_SERVICES[@]}"}; do
+    if installed "${entry#*:}"; then
+        quiet_new_service "${entry%%:*}"
+    fi
+done

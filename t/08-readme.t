@@ -1,6 +1,11 @@
 # The nginx.conf of the README's "Using it in OpenResty" section, started
 # as written (only listen, pid, logs, package path and temp paths rewritten
 # for a test prefix), and its locations behave as the README says.
+#
+# Every other ```nginx block of the README, docs/*.md, CONTRIBUTING.md and
+# bench/README.md must be an excerpt of that file (its lines, indentation
+# aside, in a row), so that it runs here too, or be marked
+# ```nginx fragment (see CONTRIBUTING.md, "Documentation").
 use strict;
 use warnings;
 use FindBin;
@@ -8,16 +13,52 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use ShmTest qw(parallel give_up);
 
-# README.md once the section is merged there, t/README-openresty.md before
-my $conf;
-for my $file ("$FindBin::Bin/../README.md", "$FindBin::Bin/README-openresty.md") {
-    open my $fh, '<', $file or next;
-    my $text = do { local $/; <$fh> };
-    my ($section) = $text =~ /^Using it in OpenResty\n=+\n(.*?)(?=^\S[^\n]*\n=+\n|\z)/ms
-        or next;
-    ($conf) = $section =~ /^```nginx\n(.*?)^```/ms and last;
+my $root = "$FindBin::Bin/..";
+
+sub slurp {
+    my ($file) = @_;
+    open my $fh, '<', $file or return undef;
+    local $/;
+    return <$fh>;
 }
-defined $conf or give_up("no nginx.conf in a 'Using it in OpenResty' section");
+
+my $readme = slurp("$root/README.md") // give_up("cannot read README.md");
+my ($section) = $readme =~ /^Using it in OpenResty\n=+\n(.*?)(?=^\S[^\n]*\n=+\n|\z)/ms
+    or give_up("no 'Using it in OpenResty' section in README.md");
+my ($conf) = $section =~ /^```nginx\n(.*?)^```/ms
+    or give_up("no nginx.conf in the 'Using it in OpenResty' section");
+
+subtest "the docs' other nginx blocks are excerpts of the nginx.conf" => sub {
+    my @conf = map { s/^\s+//r } split /\n/, $conf;
+    my ($excerpts, $fragments) = (0, 0);
+    for my $file ("README.md", "CONTRIBUTING.md", "bench/README.md",
+                  map { s{^\Q$root\E/}{}r } sort glob("$root/docs/*.md")) {
+        my $text = slurp("$root/$file") // next;
+        while ($text =~ /^```(nginx[^\n]*)\n(.*?)^```/msg) {
+            my ($info, $block) = ($1, $2);
+            my $line = 1 + (() = substr($text, 0, $-[0]) =~ /\n/g);
+            next if $block eq "$conf";
+            if ($info =~ /^nginx\s+fragment\s*$/) {
+                $fragments++;
+                next;
+            }
+            is($info, "nginx", "$file:$line: info string 'nginx' or 'nginx fragment'")
+                or next;
+            my @lines = map { s/^\s+//r } split /\n/, $block;
+            my $found = 0;
+            for my $i (0 .. @conf - @lines) {
+                next if grep { $conf[$i + $_] ne $lines[$_] } 0 .. $#lines;
+                $found = 1;
+                last;
+            }
+            ok($found, "$file:$line: an excerpt of the README's nginx.conf");
+            $excerpts++;
+        }
+    }
+    ok($excerpts >= 1, "the README's synopsis shows an excerpt");
+    diag("docs: the nginx.conf, $excerpts excerpts of it, $fragments fragments")
+        if $ENV{TEST_VERBOSE};
+};
 
 my $t = ShmTest->new(workers => 2);
 
@@ -60,6 +101,22 @@ subtest "concurrent misses on both workers: the value is loaded once" => sub {
     is(scalar @wait, 5, "the others waited and read the cache")
         or diag(explain \@bodies);
     $t->check_log("stampede", nested => 1);
+};
+
+$t->block("the cache: a miss runs the loader, then this worker's L1 answers",
+    request => "GET /user?id=7",
+    body    => "user 7 (hit level 3)\n");
+
+subtest "the cache: concurrent misses on both workers run the loader once" => sub {
+    my @bodies = parallel(6, sub { $t->get("/user?id=8")->{body} });
+    my @loaded = grep { $_ eq "user 8 (hit level 3)\n" } @bodies;
+    my @other = grep { /^user 8 \(hit level [12]\)\n\z/ } @bodies;
+    is(scalar @loaded, 1, "one request ran the loader") or diag(explain \@bodies);
+    is(scalar @other, 5, "the others got its value from the zone or L1");
+    my @again = map { $t->get("/user?id=8")->{body} } 1 .. 4;
+    is(scalar(grep { /^user 8 \(hit level [12]\)\n\z/ } @again), 4,
+       "later requests hit") or diag(explain \@again);
+    $t->check_log("cache", nested => 1);
 };
 
 $t->block("resty.shmlock over a lua_shared_dict",

@@ -57,7 +57,7 @@ local cache_mod, cache_obj             -- resty.shmlock.cache, if present
 
 function _M.init()
     ours = assert(shdict.open("bench_dict", { size = "16m" }))
-    -- a zone of locks, opened as the README advises (16 shards)
+    -- a zone of locks, opened as the README's nginx.conf opens one (16 shards)
     ours_locks = assert(shdict.open("bench_locks", { size = "4m",
                                                      shards = 16 }))
     ours_cache = assert(shdict.open("bench_cache", { size = "4m" }))

@@ -1,0 +1,323 @@
+-- The Lua code blocks of the documentation run as written.
+--
+-- Every fenced block of README.md, docs/*.md, bench/README.md and
+-- CONTRIBUTING.md whose info string starts with `lua` is one of:
+--
+--   ```lua            runnable: run here by a fresh `luajit`, in a fresh
+--                     directory, with a fresh $SHMLOCK_DIR and this
+--                     checkout's modules; it must exit 0, write nothing to
+--                     stderr, and print exactly what its `--> ...` comments
+--                     say, one line per comment, in order (runs of blanks
+--                     compare equal, so print's tabs may be written as
+--                     spaces).  A block that requires "redis" (lua-redis)
+--                     gets a private, empty redis-server (spec/helpers/
+--                     redis_server.lua), its port in place of 6379.
+--   ```lua fragment   not runnable as it stands (a piece of a larger
+--                     program): it is only compiled, so it stays Lua.
+--
+-- Any other info string on a lua fence fails, so that a typo cannot turn a
+-- block into one that nobody runs.  nginx blocks are t/08-readme.t's.
+--
+-- Also: every relative link of those files points at a file that exists
+-- and, for a #fragment into a markdown file, at one of its headings (as
+-- GitHub makes anchors of them).
+
+local DOCS = { "README.md", "CONTRIBUTING.md", "bench/README.md" }
+
+local ROOT
+do
+    local src = debug.getinfo(1, "S").source:sub(2)
+    local dir = src:match("^(.-)/?spec/[^/]+$") or ""
+    if dir:sub(1, 1) ~= "/" then
+        local p = assert(io.popen("pwd"))
+        local cwd = p:read("*l")
+        p:close()
+        dir = dir == "" and cwd or cwd .. "/" .. dir
+    end
+    ROOT = dir
+end
+
+local function sh(cmd)
+    local p = assert(io.popen(cmd))
+    local out = p:read("*a")
+    p:close()
+    return out
+end
+
+local function read_file(path)
+    local f = io.open(path, "rb")
+    if not f then
+        return nil
+    end
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+
+local function write_file(path, data)
+    local f = assert(io.open(path, "wb"))
+    f:write(data)
+    f:close()
+end
+
+local function quote(s)
+    return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+local function squeeze(s)
+    return (s:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", ""))
+end
+
+-- docs/*.md, sorted
+local function doc_files()
+    local files = {}
+    for _, f in ipairs(DOCS) do
+        files[#files + 1] = f
+    end
+    for f in sh("cd " .. quote(ROOT) .. " && ls docs/*.md 2>/dev/null")
+             :gmatch("[^\n]+") do
+        files[#files + 1] = f
+    end
+    return files
+end
+
+-- the fenced blocks of one markdown file: { file, line, heading, info,
+-- code }, info being the fence's info string ("lua", "lua fragment", ...)
+local function blocks_of(file)
+    local text = assert(read_file(ROOT .. "/" .. file), "cannot read " .. file)
+    local blocks, cur, heading, prev = {}, nil, "(top)", nil
+    local n = 0
+    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+        n = n + 1
+        if cur then
+            if line:match("^```%s*$") then
+                cur.code = table.concat(cur.lines, "\n") .. "\n"
+                blocks[#blocks + 1] = cur
+                cur = nil
+            else
+                cur.lines[#cur.lines + 1] = line
+            end
+        else
+            local info = line:match("^```(.*)$")
+            if info then
+                cur = { file = file, line = n, heading = heading,
+                        info = squeeze(info), lines = {} }
+            elseif line:match("^[=-]+$") and prev and prev:match("%S") then
+                heading = prev
+            elseif line:match("^#+ ") then
+                heading = line:gsub("^#+ ", "")
+            end
+        end
+        prev = line
+    end
+    assert(not cur, file .. ":" .. (cur and cur.line or 0)
+                    .. ": a code block is not closed")
+    return blocks
+end
+
+local function lua_blocks()
+    local runnable, fragments = {}, {}
+    for _, file in ipairs(doc_files()) do
+        for _, b in ipairs(blocks_of(file)) do
+            local lang, rest = b.info:match("^(%S*)%s*(.-)$")
+            if lang == "lua" then
+                if rest == "" then
+                    runnable[#runnable + 1] = b
+                elseif rest == "fragment" then
+                    fragments[#fragments + 1] = b
+                else
+                    error(b.file .. ":" .. b.line .. ": unknown info string "
+                          .. "'" .. b.info .. "' (lua or lua fragment)")
+                end
+            end
+        end
+    end
+    return runnable, fragments
+end
+
+-- what the block's `--> ...` comments say it prints, one line each
+local function expected_output(code)
+    local lines = {}
+    for line in code:gmatch("[^\n]*") do
+        local out = line:match("%-%->%s?(.*)$")
+        if out then
+            lines[#lines + 1] = squeeze(out)
+        end
+    end
+    return lines
+end
+
+-- the text of a markdown file without its fenced blocks
+local function prose_of(file)
+    local text = read_file(ROOT .. "/" .. file)
+    if not text then
+        return nil
+    end
+    local out, fenced = {}, false
+    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+        if line:match("^```") then
+            fenced = not fenced
+            out[#out + 1] = ""
+        else
+            out[#out + 1] = fenced and "" or line
+        end
+    end
+    return table.concat(out, "\n")
+end
+
+-- GitHub's anchors of a markdown file's headings (a repeated heading gets
+-- -1, -2, ...)
+local function anchors_of(file)
+    local prose = prose_of(file)
+    if not prose then
+        return nil
+    end
+    local anchors, seen, prev = {}, {}, nil
+    local function add(title)
+        local slug = title:lower():gsub("[^%w%s%-_]", ""):gsub("%s", "-")
+        local n = seen[slug]
+        seen[slug] = (n or 0) + 1
+        anchors[n and (slug .. "-" .. n) or slug] = true
+    end
+    for line in (prose .. "\n"):gmatch("([^\n]*)\n") do
+        if line:match("^[=-]+$") and prev and prev:match("%S")
+           and not prev:match("^[*|]") then
+            add(prev)
+        elseif line:match("^#+ ") then
+            add((line:gsub("^#+ ", "")))
+        end
+        prev = line
+    end
+    return anchors
+end
+
+local function dirname(path)
+    return path:match("^(.*)/[^/]*$") or ""
+end
+
+-- a/b/../c -> a/c
+local function normalise(path)
+    local parts = {}
+    for part in path:gmatch("[^/]+") do
+        if part == ".." and #parts > 0 and parts[#parts] ~= ".." then
+            parts[#parts] = nil
+        elseif part ~= "." then
+            parts[#parts + 1] = part
+        end
+    end
+    return table.concat(parts, "/")
+end
+
+-- every relative link of the docs: { file, target, problem }
+local function broken_links()
+    local broken = {}
+    for _, file in ipairs(doc_files()) do
+        local prose = assert(prose_of(file))
+        prose = prose:gsub("`[^`\n]*`", "")
+        for link in prose:gmatch("%]%(([^)%s]+)%)") do
+            if not link:match("^%a+:") then
+                local path, anchor = link:match("^([^#]*)#?(.*)$")
+                local target = path == "" and file
+                    or normalise((dirname(file) ~= "" and dirname(file) .. "/"
+                                  or "") .. path)
+                local exists = os.rename(ROOT .. "/" .. target,
+                                         ROOT .. "/" .. target)
+                if not exists then
+                    broken[#broken + 1] = file .. ": " .. link .. ": no such file"
+                elseif anchor ~= "" then
+                    local anchors = target:match("%.md$") and anchors_of(target)
+                    if not (anchors and anchors[anchor]) then
+                        broken[#broken + 1] = file .. ": " .. link
+                                              .. ": no such heading"
+                    end
+                end
+            end
+        end
+    end
+    return broken
+end
+
+local redis_server      -- started for the first block that needs it
+
+local function run_block(b)
+    local work = sh("mktemp -d /tmp/shmlock-docs.XXXXXX"):gsub("%s+$", "")
+    assert(work ~= "", "mktemp failed")
+    local made = os.execute("mkdir " .. quote(work .. "/zones"))
+    assert(made == 0 or made == true, "mkdir failed")
+    local code = b.code
+    if code:find("require%s*%(?%s*[\"']redis[\"']") then
+        if redis_server then
+            redis_server:restart()      -- empty: fences start at 1 again
+        else
+            redis_server = require("helpers.redis_server").start()
+        end
+        code = code:gsub("6379", tostring(redis_server.port))
+    end
+    write_file(work .. "/block.lua", code)
+    local cmd = table.concat({
+        "cd " .. quote(work) .. " &&",
+        "env SHMLOCK_DIR=" .. quote(work .. "/zones"),
+        "LUA_PATH=" .. quote(ROOT .. "/lua/?.lua;" .. ROOT
+                             .. "/lua/?/init.lua;;"),
+        "timeout -s KILL 60 luajit block.lua >out 2>err; echo $?",
+    }, " ")
+    local status = tonumber(sh(cmd))
+    local out = read_file(work .. "/out") or ""
+    local err = read_file(work .. "/err") or ""
+    os.execute("rm -rf " .. quote(work))
+    return status, out, err
+end
+
+describe("the documentation's Lua blocks", function()
+    local runnable, fragments = lua_blocks()
+
+    teardown(function()
+        if redis_server then
+            redis_server:destroy()
+        end
+    end)
+
+    it("are found: README.md and every page under docs/ have some", function()
+        local seen = {}
+        for _, b in ipairs(runnable) do
+            seen[b.file] = true
+        end
+        for _, f in ipairs(doc_files()) do
+            if f == "README.md" or f:match("^docs/") then
+                local text = read_file(ROOT .. "/" .. f)
+                if text:find("\n```lua\n", 1, true) then
+                    assert.is_true(seen[f], f .. " has runnable blocks")
+                end
+            end
+        end
+        assert.truthy(seen["README.md"], "README.md has runnable blocks")
+        print(("docs: %d runnable Lua blocks, %d fragments")
+              :format(#runnable, #fragments))
+    end)
+
+    it("link to files and headings that exist", function()
+        assert.are.same({}, broken_links())
+    end)
+
+    for _, b in ipairs(fragments) do
+        it(("%s:%d (%s) is a fragment that compiles"):format(
+            b.file, b.line, b.heading), function()
+            local f, err = loadstring(b.code, "=" .. b.file .. ":" .. b.line)
+            assert(f, err)
+        end)
+    end
+
+    for _, b in ipairs(runnable) do
+        it(("%s:%d (%s) runs and prints what its --> comments say")
+           :format(b.file, b.line, b.heading), function()
+            local status, out, err = run_block(b)
+            assert.are.equal("", err, "stderr of the block")
+            assert.are.equal(0, status, "exit status of the block")
+            local got = {}
+            for line in out:gmatch("([^\n]*)\n") do
+                got[#got + 1] = squeeze(line)
+            end
+            assert.are.same(expected_output(b.code), got)
+        end)
+    end
+end)
