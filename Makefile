@@ -49,7 +49,7 @@ INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
-        test-nginx test-asan test-valgrind test-install test-luarocks check-layers
+        test-nginx test-asan test-valgrind test-install test-luarocks check-layers lint
 
 # `make` builds both libraries: the specs run against the test build, and
 # must not find one older than the sources.  `make lib`: the library alone.
@@ -127,6 +127,7 @@ soak:
 test:
 	scripts/deps.sh </dev/null
 	$(MAKE) --no-print-directory check-layers
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory test-lua
 	$(MAKE) --no-print-directory test-nginx
@@ -134,6 +135,12 @@ test:
 	$(MAKE) --no-print-directory test-luarocks
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-valgrind
+
+# luacheck (Debian's lua-check) over the Lua code, as .luacheckrc says.
+LINT_DIRS = lua
+
+lint:
+	luacheck -q $(LINT_DIRS)
 
 # src/README.md lists src/ in layer order: no #include may go up.
 check-layers:

@@ -36,6 +36,7 @@ PACKAGES=(
     lua-redis
     lua-socket
     lua-posix
+    lua-check
     gnuplot-nox
     valgrind
     wrk

@@ -200,10 +200,10 @@ local function check_ttl(v, what, level, positive)
         error(what .. " must be a number", level + 1)
     end
     if positive then
-        if not (v > 0) then
+        if not (v > 0) then -- luacheck: ignore 581 (false for NaN too)
             error(what .. " must be > 0", level + 1)
         end
-    elseif not (v >= 0) then
+    elseif not (v >= 0) then -- luacheck: ignore 581 (NaN)
         error(what .. " must be >= 0", level + 1)
     end
     if v > MAX_SECONDS then
@@ -277,7 +277,7 @@ local function l1_option(opts)
     if type(size) ~= "number" then
         error("opts.l1_size must be a number", 3)
     end
-    if not (size >= 0) or size % 1 ~= 0 then
+    if not (size >= 0) or size % 1 ~= 0 then -- luacheck: ignore 581 (NaN)
         error("opts.l1_size must be an integer >= 0", 3)
     end
     return size
