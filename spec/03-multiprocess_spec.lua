@@ -1,7 +1,7 @@
 -- Several real processes on one zone: every invariant checked here is one
 -- a lost update, a torn write or a broken mutex would break.
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local shdict = require "resty.shmlock.shdict"
 
 local concat = table.concat

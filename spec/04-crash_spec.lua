@@ -3,7 +3,7 @@
 -- within a fraction of a second, and the dictionary must hold, for every
 -- key, exactly its old or its new value.
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local shdict = require "resty.shmlock.shdict"
 local lib = require "helpers.test_hooks"
 

@@ -2,7 +2,7 @@
 -- with writers that replace, delete and evict must only ever see a whole
 -- value that some writer stored, never a torn or foreign one.
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local shdict = require "resty.shmlock.shdict"
 
 local char, rep, byte = string.char, string.rep, string.byte

@@ -5,7 +5,7 @@
 -- small zone exercises eviction (set() entries may vanish, add() entries
 -- never do).
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local shdict = require "resty.shmlock.shdict"
 
 local rep, char = string.rep, string.char

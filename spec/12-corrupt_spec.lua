@@ -24,7 +24,7 @@
 
 local ffi = require "ffi"
 local bit = require "bit"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local lib = require "resty.shmlock.lib"

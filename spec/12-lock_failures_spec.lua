@@ -5,7 +5,7 @@
 -- release that fails while the lock is still ours keeps it held (never
 -- "expired"), and no key is left to an owner who stopped waiting.
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"

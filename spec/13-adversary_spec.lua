@@ -6,7 +6,7 @@
 -- hang, or a wrong answer).
 
 local ffi = require "ffi"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local vm = require "helpers.vm"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"

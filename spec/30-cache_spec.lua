@@ -2,7 +2,7 @@
 -- paths, and the one-loader-call guarantee across real processes.
 
 local ffi = require "ffi"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local cache = require "resty.shmlock.cache"

@@ -31,10 +31,10 @@
 
 local root = (arg and arg[0] or ""):match("^(.-)spec/soak%.lua$") or ""
 package.path = root .. "lua/?.lua;" .. root .. "lua/?/init.lua;" .. root
-               .. "spec/?.lua;" .. package.path
+               .. "spec/?.lua;" .. root .. "scripts/lua/?.lua;" .. package.path
 
 local ffi = require "ffi"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local procs = require "helpers.soak_procs"
 local board = require "helpers.soak_board"
 local round = require "helpers.soak_round"

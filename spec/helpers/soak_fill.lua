@@ -17,7 +17,7 @@
 -- flush_expired must give all its memory back.
 
 local ffi = require "ffi"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local env = require "helpers.lock_env"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
