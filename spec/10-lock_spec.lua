@@ -5,7 +5,8 @@
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
-local env = require "spec.helpers.lock_env"
+local env = require "helpers.lock_env"
+local checkout = require "helpers.checkout"
 
 local function gc()
     collectgarbage()
@@ -63,7 +64,8 @@ describe("resty.shmlock", function()
         end)
 
         it("attaches a zone another process created, by name", function()
-            local f = io.popen("LUA_PATH='lua/?.lua;;' luajit -e "
+            local f = io.popen("LUA_PATH='" .. checkout.LUA_PATH
+                .. "' luajit -e "
                 .. "'assert(require(\"resty.shmlock.shdict\").open(\"other\"))"
                 .. "; print(\"ok\")'")
             assert.equal("ok", f:read("*l"))

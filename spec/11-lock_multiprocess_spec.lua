@@ -7,7 +7,7 @@
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
-local env = require "spec.helpers.lock_env"
+local env = require "helpers.lock_env"
 
 local function report(fmt, ...)
     io.stderr:write("\n    ", fmt:format(...), "\n")

@@ -9,7 +9,7 @@ local proc = require "harness.proc"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
-local env = require "spec.helpers.lock_env"
+local env = require "helpers.lock_env"
 
 local function gc()
     collectgarbage()

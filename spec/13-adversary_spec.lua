@@ -14,6 +14,7 @@ local token = require "resty.shmlock.internal.token"
 local lib = require "helpers.test_hooks"
 local env = require "helpers.lock_env"
 local layout = require "helpers.zone_layout"
+local checkout = require "helpers.checkout"
 
 local fmt = string.format
 
@@ -34,7 +35,7 @@ local function is_root()
     return sh("id -u"):match("^0") ~= nil
 end
 
-local LUA_PATH = "lua/?.lua;lua/?/init.lua;spec/?.lua;;"
+local LUA_PATH = checkout.LUA_PATH
 
 
 describe("resty.shmlock at the edges", function()

@@ -1,6 +1,6 @@
 -- Figures for resty.shmlock, from the root of the checkout:
 --
---     LUA_PATH='lua/?.lua;spec/?.lua;;' luajit spec/helpers/lock_bench.lua
+--     LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' luajit spec/helpers/lock_bench.lua
 --
 -- uncontended new+lock+unlock and lock+unlock per second (one process),
 -- handoff latency (a waiter asleep on the lock, from the holder's unlock
@@ -9,7 +9,7 @@
 
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local env = require "spec.helpers.lock_env"
+local env = require "helpers.lock_env"
 
 local dir = env.tmpdir()
 local zones = 0

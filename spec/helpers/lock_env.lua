@@ -4,6 +4,7 @@
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 local clock = require "resty.shmlock.internal.clock"
+local checkout = require "helpers.checkout"
 
 ffi.cdef[[
 int shmlock_spec_setenv(const char *name, const char *value, int overwrite)
@@ -92,7 +93,7 @@ function _M.token(pid, start, serial)
     return ("%d:%d:%016x"):format(pid, start, serial)
 end
 
-local path = "LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' "
+local path = "LUA_PATH='" .. checkout.LUA_PATH .. "' "
 
 -- Starts spec/helpers/lock_worker.lua; returns a handle to :read("*a").
 function _M.worker(mode, args)
