@@ -6,6 +6,7 @@ local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
 local env = require "helpers.lock_env"
+local fixture = require "helpers.fixture"
 local checkout = require "helpers.checkout"
 
 local function gc()
@@ -24,17 +25,12 @@ local function raised(f)
 end
 
 describe("resty.shmlock", function()
+    local fx = fixture.new { dir = "block", env = true }
     local dir, dict, n
 
     setup(function()
-        dir = env.tmpdir()
-        env.setenv("SHMLOCK_DIR", dir)
+        dir = fx.dir
         n = 0
-    end)
-
-    teardown(function()
-        env.setenv("SHMLOCK_DIR", nil)
-        env.rmdir(dir)
     end)
 
     before_each(function()
@@ -873,9 +869,10 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         return d
     end
 
+    local fx = fixture.new { dir = "block", env = true }
+
     setup(function()
-        dir = env.tmpdir()
-        env.setenv("SHMLOCK_DIR", dir)
+        dir = fx.dir
         n = 0
         fake.shared = { fallback = shared_dict() }
         local saved_ngx = _G.ngx
@@ -889,11 +886,6 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         nginx_lock = require "resty.shmlock"
         package.loaded["resty.shmlock"] = saved_mod
         _G.ngx = saved_ngx
-    end)
-
-    teardown(function()
-        env.setenv("SHMLOCK_DIR", nil)
-        env.rmdir(dir)
     end)
 
     before_each(function()

@@ -30,7 +30,7 @@ end
 
 function _M.write_file(path, data)
     local f = assert(io.open(path, "wb"))
-    f:write(data)
+    assert(f:write(data))
     f:close()
 end
 

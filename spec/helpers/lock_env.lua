@@ -1,5 +1,6 @@
--- Test environment for the resty.shmlock specs: temporary zone directories,
--- child processes, signals, sleeping, a monotonic clock.
+-- Test environment for the resty.shmlock specs: child processes (luajit
+-- workers), signals, the environment, sleeping, a monotonic clock.
+-- Temporary directories are helpers.fixture's (harness.proc's tmpdir).
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
@@ -39,20 +40,6 @@ function _M.cpu()
     assert(ffi.C.shmlock_spec_getrusage(0, usage) == 0)     -- RUSAGE_SELF
     return tonumber(usage.utime_sec + usage.stime_sec)
            + tonumber(usage.utime_usec + usage.stime_usec) / 1e6
-end
-
--- a fresh empty directory
-function _M.tmpdir()
-    local path = os.tmpname()
-    os.remove(path)
-    os.execute("mkdir -m 700 " .. path)
-    return path
-end
-
-function _M.rmdir(path)
-    if path and path:match("^/tmp/") then
-        os.execute("rm -rf '" .. path .. "'")
-    end
 end
 
 function _M.exists(path)
