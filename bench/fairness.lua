@@ -65,11 +65,7 @@ local function run(variant, make)
         pids[#pids + 1] = bench.spawn(contender, i, make)
     end
     w[START] = now_ns() + 0.2e9       -- every child is up by then
-    local ok, err = pcall(bench.wait_all, pids)
-    if not ok then
-        bench.kill_all(pids)
-        error(err)
-    end
+    bench.wait_all(pids)
     local counts, worsts, list = {}, {}, {}
     for i = 0, NPROC - 1 do
         counts[#counts + 1] = tonumber(w[8 + 2 * i])

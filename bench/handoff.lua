@@ -92,11 +92,7 @@ local function one_rep(rounds, make)
     local pids = {}
     pids[1] = bench.spawn(player, 1, rounds, make)
     pids[2] = bench.spawn(player, 0, rounds, make)
-    local ok, err = pcall(bench.wait_all, pids)
-    if not ok then
-        bench.kill_all(pids)
-        error(err)
-    end
+    bench.wait_all(pids)
     local us = {}
     for r = 1, rounds do
         local v = tonumber(w[SAMPLES + r])

@@ -31,7 +31,7 @@ ZONES=$(mktemp -d /dev/shm/shmlock-bench-XXXXXX 2>/dev/null \
 export SHMLOCK_DIR=$ZONES
 export BENCH_OUT=$WORK/results.tsv
 export BENCH_DATA=$WORK
-export LUA_PATH="$ROOT/lua/?.lua;$BENCH/lib/?.lua;/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua;;"
+export LUA_PATH="$ROOT/lua/?.lua;$BENCH/lib/?.lua;$ROOT/scripts/lua/?.lua;/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua;;"
 MODULES=${BENCH_NGINX_MODULES:-/usr/lib/nginx/modules}
 
 REDIS_PID=

@@ -19,17 +19,18 @@
 --     luajit demo/stampede.lua [-n 50] [--ms 200] [--slots 4]
 --                              [--out demo/out] [--png demo/stampede.png]
 --
--- Processes are forked from this one (spec/helpers/proc.lua: fork, start
--- barrier, wait); zones live in a private directory under /dev/shm that is
--- removed at the end.
+-- Processes are forked from this one (scripts/lua/harness/proc.lua, the
+-- process harness the specs and benchmarks use too: fork, start barrier,
+-- wait); zones live in a private directory under /dev/shm that is removed
+-- at the end.
 
 local script_dir = arg[0]:match("^(.*)/[^/]*$") or "."
 local root = script_dir .. "/.."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;"
-               .. root .. "/spec/?.lua;" .. package.path
+               .. root .. "/scripts/lua/?.lua;" .. package.path
                .. ";/usr/share/lua/5.1/?.lua"
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local shdict = require "resty.shmlock.shdict"
 local cache = require "resty.shmlock.cache"
 

@@ -9,12 +9,10 @@
 local ffi = require "ffi"
 local lib = require "helpers.test_hooks"
 local errors = require "resty.shmlock.errors"
+local checkout = require "helpers.checkout"
 
 local function slurp(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("*a")
-    f:close()
-    return s
+    return assert(checkout.read_file(path), "cannot read " .. path)
 end
 
 local function squeeze(s)

@@ -7,6 +7,7 @@
 local shdict = require "resty.shmlock.shdict"
 
 local checkout = require "helpers.checkout"
+local fixture = require "helpers.fixture"
 
 local pack, sh, trim = checkout.pack, checkout.sh, checkout.trim
 local read_file, write_file = checkout.read_file, checkout.write_file
@@ -53,19 +54,14 @@ end
 
 
 describe("shdict zones", function()
+    local fx = fixture.new()
     local tmp, dir
 
+    -- the test's files in tmp, its zones in tmp/zones
     before_each(function()
-        tmp = trim(sh("mktemp -d \"${TMPDIR:-/tmp}/shmlock-spec.XXXXXX\""))
-        assert(tmp:match("shmlock%-spec"), tmp)
+        tmp = fx.dir
         dir = tmp .. "/zones"
         assert(os.execute("mkdir '" .. dir .. "'") == 0)
-    end)
-
-    after_each(function()
-        collectgarbage()
-        collectgarbage()
-        sh("rm -rf '" .. tmp .. "'")
     end)
 
     local function zone_path(name)

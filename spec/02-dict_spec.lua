@@ -11,8 +11,9 @@ local shdict = require "resty.shmlock.shdict"
 pcall(ffi.cdef, "int usleep(unsigned int usec);")
 
 local checkout = require "helpers.checkout"
+local fixture = require "helpers.fixture"
 
-local pack, sh, trim = checkout.pack, checkout.sh, checkout.trim
+local pack, sh = checkout.pack, checkout.sh
 
 local function sleep(s)
     ffi.C.usleep(s * 1e6)
@@ -52,34 +53,32 @@ end
 
 
 describe("shdict", function()
+    local fx = fixture.new()
     local tmp, dir, d
     local opened = {}
 
-    -- a new zone in this test's directory
+    -- a new zone in this test's directory (destroyed after the test)
     local function zone(size)
         local name = "z" .. (#opened + 1)
         opened[#opened + 1] = name
-        return assert(shdict.open(name, { dir = dir, size = size }))
+        return fx:zone(name, { dir = dir, size = size })
     end
 
+    -- the test's files in tmp, its zones in tmp/zones; after the test, d
+    -- must verify (then the fixture destroys the zones)
     before_each(function()
-        tmp = trim(sh("mktemp -d \"${TMPDIR:-/tmp}/shmlock-spec.XXXXXX\""))
-        assert(tmp:match("shmlock%-spec"), tmp)
+        tmp = fx.dir
         dir = tmp .. "/zones"
         assert(os.execute("mkdir '" .. dir .. "'") == 0)
-        d = zone("1m")
-    end)
-
-    after_each(function()
-        assert.same({ n = 1, true }, pack(d:verify()))
         for i = 1, #opened do
-            shdict.destroy(opened[i], { dir = dir })
             opened[i] = nil
         end
-        d = nil
-        collectgarbage()
-        collectgarbage()
-        sh("rm -rf '" .. tmp .. "'")
+        d = zone("1m")
+        fx:defer(function()
+            local dict = d
+            d = nil
+            assert.same({ n = 1, true }, pack(dict:verify()))
+        end)
     end)
 
     describe("key checks", function()

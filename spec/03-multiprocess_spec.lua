@@ -1,7 +1,8 @@
 -- Several real processes on one zone: every invariant checked here is one
 -- a lost update, a torn write or a broken mutex would break.
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
 local shdict = require "resty.shmlock.shdict"
 
 local concat = table.concat
@@ -30,16 +31,11 @@ end
 
 
 describe("resty.shmlock.shdict across processes", function()
+    local fx = fixture.new { children = "assert" }
     local dir
 
     before_each(function()
-        dir = proc.tmpdir()
-    end)
-
-    after_each(function()
-        local left = proc.reap_all()
-        proc.rmtree(dir)
-        assert.same({}, left, "children left running")
+        dir = fx.dir
     end)
 
     local function open(name, size)

@@ -3,7 +3,8 @@
 -- within a fraction of a second, and the dictionary must hold, for every
 -- key, exactly its old or its new value.
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
 local shdict = require "resty.shmlock.shdict"
 local lib = require "helpers.test_hooks"
 
@@ -90,16 +91,11 @@ end
 
 
 describe("resty.shmlock.shdict when a process dies", function()
+    local fx = fixture.new { children = "assert" }
     local dir
 
     before_each(function()
-        dir = proc.tmpdir()
-    end)
-
-    after_each(function()
-        local left = proc.reap_all()
-        proc.rmtree(dir)
-        assert.same({}, left, "children left running")
+        dir = fx.dir
     end)
 
     local function open(name, size)

@@ -2,7 +2,8 @@
 -- with writers that replace, delete and evict must only ever see a whole
 -- value that some writer stored, never a torn or foreign one.
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
 local shdict = require "resty.shmlock.shdict"
 
 local char, rep, byte = string.char, string.rep, string.byte
@@ -19,16 +20,12 @@ local function whole(v)
 end
 
 describe("optimistic get under concurrent writers", function()
+    local fx = fixture.new { children = "reap" }
     local dir, dict
 
     before_each(function()
-        dir = proc.tmpdir()
-        dict = assert(shdict.open("optimistic", { dir = dir, size = "256k" }))
-    end)
-
-    after_each(function()
-        proc.reap_all()
-        proc.rmtree(dir)
+        dir = fx.dir
+        dict = fx:zone("optimistic", { size = "256k" })
     end)
 
     it("never returns a torn string, number/flags pair or foreign key", function()

@@ -5,7 +5,8 @@
 -- small zone exercises eviction (set() entries may vanish, add() entries
 -- never do).
 
-local proc = require "helpers.proc"
+local fixture = require "helpers.fixture"
+local checkout = require "helpers.checkout"
 local shdict = require "resty.shmlock.shdict"
 
 local rep, char = string.rep, string.char
@@ -13,9 +14,7 @@ local rep, char = string.rep, string.char
 -- a fixed seed per run, printed on failure, so a failure can be replayed
 local SEED = tonumber(os.getenv("MODEL_SEED") or "") or os.time()
 
-local function pack(...)
-    return { n = select("#", ...), ... }
-end
+local pack = checkout.pack
 
 local function random_value(rnd)
     local r = rnd(10)
@@ -36,14 +35,11 @@ local function flags_out(f)
 end
 
 describe("the dictionary against a model", function()
+    local fx = fixture.new()
     local dir
 
     before_each(function()
-        dir = proc.tmpdir()
-    end)
-
-    after_each(function()
-        proc.rmtree(dir)
+        dir = fx.dir
     end)
 
     it("answers every operation as the model does (seed " .. SEED .. ")",

@@ -5,7 +5,9 @@
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
-local env = require "spec.helpers.lock_env"
+local env = require "helpers.lock_env"
+local fixture = require "helpers.fixture"
+local checkout = require "helpers.checkout"
 
 local function gc()
     collectgarbage()
@@ -23,17 +25,12 @@ local function raised(f)
 end
 
 describe("resty.shmlock", function()
+    local fx = fixture.new { dir = "block", env = true }
     local dir, dict, n
 
     setup(function()
-        dir = env.tmpdir()
-        env.setenv("SHMLOCK_DIR", dir)
+        dir = fx.dir
         n = 0
-    end)
-
-    teardown(function()
-        env.setenv("SHMLOCK_DIR", nil)
-        env.rmdir(dir)
     end)
 
     before_each(function()
@@ -63,7 +60,8 @@ describe("resty.shmlock", function()
         end)
 
         it("attaches a zone another process created, by name", function()
-            local f = io.popen("LUA_PATH='lua/?.lua;;' luajit -e "
+            local f = io.popen("LUA_PATH='" .. checkout.LUA_PATH
+                .. "' luajit -e "
                 .. "'assert(require(\"resty.shmlock.shdict\").open(\"other\"))"
                 .. "; print(\"ok\")'")
             assert.equal("ok", f:read("*l"))
@@ -871,9 +869,10 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         return d
     end
 
+    local fx = fixture.new { dir = "block", env = true }
+
     setup(function()
-        dir = env.tmpdir()
-        env.setenv("SHMLOCK_DIR", dir)
+        dir = fx.dir
         n = 0
         fake.shared = { fallback = shared_dict() }
         local saved_ngx = _G.ngx
@@ -887,11 +886,6 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         nginx_lock = require "resty.shmlock"
         package.loaded["resty.shmlock"] = saved_mod
         _G.ngx = saved_ngx
-    end)
-
-    teardown(function()
-        env.setenv("SHMLOCK_DIR", nil)
-        env.rmdir(dir)
     end)
 
     before_each(function()

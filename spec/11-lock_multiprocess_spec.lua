@@ -7,7 +7,8 @@
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
-local env = require "spec.helpers.lock_env"
+local env = require "helpers.lock_env"
+local fixture = require "helpers.fixture"
 
 local function report(fmt, ...)
     io.stderr:write("\n    ", fmt:format(...), "\n")
@@ -37,15 +38,12 @@ local function percentile(sorted, p)
 end
 
 describe("resty.shmlock across processes", function()
+    local fx = fixture.new { dir = "block" }
     local dir, dict, n
 
     setup(function()
-        dir = env.tmpdir()
+        dir = fx.dir
         n = 0
-    end)
-
-    teardown(function()
-        env.rmdir(dir)
     end)
 
     before_each(function()

@@ -24,7 +24,9 @@
 
 local ffi = require "ffi"
 local bit = require "bit"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
+local checkout = require "helpers.checkout"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local lib = require "resty.shmlock.lib"
@@ -260,17 +262,10 @@ local function write_at(path, off, bytes)
     f:close()
 end
 
-local function write_file(path, bytes)
-    local f = assert(io.open(path, "wb"))
-    assert(f:write(bytes))
-    f:close()
-end
+local write_file = checkout.write_file
 
 local function read_file(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read("*a")
-    f:close()
-    return s
+    return assert(checkout.read_file(path), "cannot read " .. path)
 end
 
 -- xorshift32: the same numbers from a seed on every machine; returns a
@@ -617,9 +612,7 @@ end
 
 -- ---- the child's sequence ----
 
-local function pack(...)
-    return { n = select("#", ...), ... }
-end
+local pack = checkout.pack
 
 -- pcall's verdict, and the results packed
 local function verdict(ok, ...)
@@ -977,9 +970,7 @@ end
 
 
 describe("resty.shmlock.shdict on a corrupted zone", function()
-    after_each(function()
-        assert.same({}, proc.reap_all(), "children left running")
-    end)
+    fixture.new { dir = false, children = "assert" }
 
     for _, spec in ipairs(LAYOUTS) do
         local label = spec.size .. (spec.shards and ", " .. spec.shards

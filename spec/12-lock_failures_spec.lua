@@ -5,11 +5,13 @@
 -- release that fails while the lock is still ours keeps it held (never
 -- "expired"), and no key is left to an owner who stopped waiting.
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
+local checkout = require "helpers.checkout"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
-local env = require "spec.helpers.lock_env"
+local env = require "helpers.lock_env"
 
 local function gc()
     collectgarbage()
@@ -36,42 +38,21 @@ local function fill(dict)
     return i
 end
 
-local function write_file(path, s)
-    local f = assert(io.open(path, "wb"))
-    f:write(s)
-    f:close()
-end
-
-local function read_file(path)
-    local f = io.open(path, "rb")
-    if not f then
-        return nil
-    end
-    local s = f:read("*a")
-    f:close()
-    return s
-end
+local write_file, read_file = checkout.write_file, checkout.read_file
 
 
 describe("resty.shmlock in a full zone (processes)", function()
+    local fx = fixture.new { dir = "block", children = "reap" }
     local dir, dict, n
 
     setup(function()
-        dir = proc.tmpdir()
+        dir = fx.dir
         n = 0
-    end)
-
-    teardown(function()
-        proc.rmtree(dir)
     end)
 
     before_each(function()
         n = n + 1
         dict = assert(shdict.open("full" .. n, { dir = dir, size = "32k" }))
-    end)
-
-    after_each(function()
-        proc.reap_all()
     end)
 
     -- Forks a waiter W on key "k" with `timeout`; it writes
@@ -169,9 +150,10 @@ describe("resty.shmlock when a zone call fails (injected)", function()
     -- function of its arguments answering that code (nil: run it)
     local fail = {}
     local zl                    -- zone_lock over the failing C library
+    local fx = fixture.new { dir = "block" }
 
     setup(function()
-        dir = env.tmpdir()
+        dir = fx.dir
         n = 0
         local real = require "resty.shmlock.lib"
         local failing = setmetatable({}, { __index = function(_, name)
@@ -196,10 +178,6 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         zl = require "resty.shmlock.lock.zone"
         package.loaded["resty.shmlock.lib"] = real
         package.loaded["resty.shmlock.lock.zone"] = saved
-    end)
-
-    teardown(function()
-        env.rmdir(dir)
     end)
 
     before_each(function()

@@ -6,7 +6,8 @@
 -- hang, or a wrong answer).
 
 local ffi = require "ffi"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
 local vm = require "helpers.vm"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
@@ -14,6 +15,7 @@ local token = require "resty.shmlock.internal.token"
 local lib = require "helpers.test_hooks"
 local env = require "helpers.lock_env"
 local layout = require "helpers.zone_layout"
+local checkout = require "helpers.checkout"
 
 local fmt = string.format
 
@@ -23,31 +25,24 @@ local function exit_of(r)
     return { how = r.how, code = r.code, sig = r.sig, msg = r.msg }
 end
 
+-- a shell command's output, stderr included
 local function sh(cmd)
-    local f = assert(io.popen(cmd .. " 2>&1"))
-    local out = f:read("*a")
-    f:close()
-    return out
+    return checkout.sh(cmd .. " 2>&1")
 end
 
 local function is_root()
     return sh("id -u"):match("^0") ~= nil
 end
 
-local LUA_PATH = "lua/?.lua;lua/?/init.lua;spec/?.lua;;"
+local LUA_PATH = checkout.LUA_PATH
 
 
 describe("resty.shmlock at the edges", function()
+    local fx = fixture.new { children = "assert" }
     local dir
 
     before_each(function()
-        dir = proc.tmpdir()
-    end)
-
-    after_each(function()
-        local left = proc.reap_all()
-        proc.rmtree(dir)
-        assert.same({}, left, "children left running")
+        dir = fx.dir
     end)
 
     local function open(name, opts)

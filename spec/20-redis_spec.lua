@@ -1,6 +1,7 @@
 -- resty.shmlock.redis against a real redis-server that this file starts on
 -- a free 127.0.0.1 port and stops in teardown.
 
+local checkout = require "helpers.checkout"
 local server_helper = require "helpers.redis_server"
 local resty_mock = require "helpers.redis_resty_mock"
 local socket = require "socket"
@@ -497,7 +498,7 @@ describe("resty.shmlock.redis", function()
             local NPROC, N = 4, 150
             local cmd = string.format(
                 "LUA_PATH='%s' exec luajit spec/helpers/redis_child.lua"
-                .. " %d mp %d 2>&1", package.path, server.port, N)
+                .. " %d mp %d 2>&1", checkout.LUA_PATH, server.port, N)
             local children = {}
             for i = 1, NPROC do
                 children[i] = assert(io.popen(cmd))

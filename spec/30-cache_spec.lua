@@ -2,7 +2,8 @@
 -- paths, and the one-loader-call guarantee across real processes.
 
 local ffi = require "ffi"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local cache = require "resty.shmlock.cache"
@@ -39,22 +40,15 @@ end
 
 
 describe("resty.shmlock.cache", function()
+    local fx = fixture.new { dir = "block", children = "assert" }
     local dir, zone, locks
     local serial = 0
 
     setup(function()
-        dir = proc.tmpdir()
+        dir = fx.dir
         zone = assert(shdict.open("cache-values", { dir = dir, size = "4m" }))
         locks = assert(shdict.open("cache-locks", { dir = dir,
                                                      size = "1m" }))
-    end)
-
-    teardown(function()
-        proc.rmtree(dir)
-    end)
-
-    after_each(function()
-        assert.same({}, proc.reap_all(), "children left running")
     end)
 
     -- a cache with a name of its own (a key space of its own in the zone)

@@ -24,41 +24,11 @@
 
 local DOCS = { "README.md", "CONTRIBUTING.md", "bench/README.md" }
 
-local ROOT
-do
-    local src = debug.getinfo(1, "S").source:sub(2)
-    local dir = src:match("^(.-)/?spec/[^/]+$") or ""
-    if dir:sub(1, 1) ~= "/" then
-        local p = assert(io.popen("pwd"))
-        local cwd = p:read("*l")
-        p:close()
-        dir = dir == "" and cwd or cwd .. "/" .. dir
-    end
-    ROOT = dir
-end
+local checkout = require "helpers.checkout"
 
-local function sh(cmd)
-    local p = assert(io.popen(cmd))
-    local out = p:read("*a")
-    p:close()
-    return out
-end
-
-local function read_file(path)
-    local f = io.open(path, "rb")
-    if not f then
-        return nil
-    end
-    local s = f:read("*a")
-    f:close()
-    return s
-end
-
-local function write_file(path, data)
-    local f = assert(io.open(path, "wb"))
-    f:write(data)
-    f:close()
-end
+local ROOT = checkout.ROOT
+local sh, read_file, write_file = checkout.sh, checkout.read_file,
+                                  checkout.write_file
 
 local function quote(s)
     return "'" .. s:gsub("'", "'\\''") .. "'"
@@ -257,8 +227,7 @@ local function run_block(b)
     local cmd = table.concat({
         "cd " .. quote(work) .. " &&",
         "env SHMLOCK_DIR=" .. quote(work .. "/zones"),
-        "LUA_PATH=" .. quote(ROOT .. "/lua/?.lua;" .. ROOT
-                             .. "/lua/?/init.lua;;"),
+        "LUA_PATH=" .. quote(checkout.LUA_PATH),
         "timeout -s KILL 60 luajit block.lua >out 2>err; echo $?",
     }, " ")
     local status = tonumber(sh(cmd))

@@ -29,12 +29,14 @@
 -- SOAK_REUSE_EVERY (seconds between pid reuses, 10), SOAK_SEED,
 -- SOAK_HANG_AFTER (10 s), SOAK_BREAK (the self-test: "lock" or "hang").
 
-local root = (arg and arg[0] or ""):match("^(.-)spec/soak%.lua$") or ""
-package.path = root .. "lua/?.lua;" .. root .. "lua/?/init.lua;" .. root
-               .. "spec/?.lua;" .. package.path
+-- run outside busted: the one line that finds helpers.checkout, which sets
+-- the require roots
+package.path = ((arg and arg[0] or ""):match("^(.-)soak%.lua$") or "spec/")
+               .. "?.lua;" .. package.path
+require("helpers.checkout").use_path()
 
 local ffi = require "ffi"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local procs = require "helpers.soak_procs"
 local board = require "helpers.soak_board"
 local round = require "helpers.soak_round"

@@ -11,13 +11,12 @@ use ShmTest;
 my $t = ShmTest->new(
     workers   => 2,
     reuseport => 1,     # the kernel spreads connections over both workers
-    http_config => <<'EOF',
-    init_by_lua_block {
-        local shdict = require "resty.shmlock.shdict"
-        T = {}
+    init_by_lua => <<'EOF',
         -- in the master: every worker inherits the mapping
-        T.inherited = assert(shdict.open("inherited", { size = "1m" }))
-    }
+        T.inherited = assert(require("resty.shmlock.shdict").open(
+            "inherited", { size = "1m" }))
+EOF
+    http_config => <<'EOF',
     init_worker_by_lua_block {
         local shdict = require "resty.shmlock.shdict"
         -- not opened by the master: each worker creates or attaches it

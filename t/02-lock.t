@@ -11,12 +11,8 @@ use ShmTest qw(spawn);
 
 my $t = ShmTest->new(
     workers => 1,
-    http_config => <<'EOF',
-    init_by_lua_block {
-        local shdict = require "resty.shmlock.shdict"
-        resty_lock = require "resty.shmlock"
-        T = { zone = assert(shdict.open("locks")) }
-
+    zone => 'locks',
+    init_by_lua => <<'EOF',
         -- locks `key` (marking the waiter first), unlocks; "elapsed err"
         function T.take(key, opts)
             T.zone:set("waiting-" .. key, true)
@@ -32,7 +28,6 @@ my $t = ShmTest->new(
             end
             return res
         end
-    }
 EOF
     config => <<'EOF',
         # the lock takes nginx's cached clock (ngx_current_msec) for the

@@ -22,17 +22,9 @@ sub want {
 
 my $t = ShmTest->new(
     workers => 2,
-    http_config => <<'EOF',
-    init_by_lua_block {
-        local shdict = require "resty.shmlock.shdict"
-        resty_lock = require "resty.shmlock"
-        T = { zone = assert(shdict.open("phases")) }
-
-        local function fmt(...)
-            local n, t = select("#", ...), { ... }
-            for i = 1, n do t[i] = tostring(t[i]) end
-            return table.concat(t, " ", 1, n)
-        end
+    zone => 'phases',
+    init_by_lua => <<'EOF',
+        local fmt = T.fmt
 
         -- "free|held by us|unlock|free again|held by LuaJIT|timeout=0|ms"
         function T.check(tag)
@@ -53,7 +45,8 @@ my $t = ShmTest->new(
             r[7] = ngx.now() - start < 0.5 and "fast" or "SLOW"
             return table.concat(r, "|")
         end
-    }
+EOF
+    http_config => <<'EOF',
     init_worker_by_lua_block {
         T.init_worker = T.check("iw")
     }

@@ -13,17 +13,10 @@ my $t = ShmTest->new(
     http_config => <<'EOF',
     lua_shared_dict x 1m;
     lua_shared_dict both 1m;
-    init_by_lua_block {
-        local shdict = require "resty.shmlock.shdict"
-        resty_lock = require "resty.shmlock"
+EOF
+    init_by_lua => <<'EOF',
         -- a zone of ours with the name of a lua_shared_dict: ours wins
-        T = { both = assert(shdict.open("both")) }
-        function T.fmt(...)
-            local n, t = select("#", ...), { ... }
-            for i = 1, n do t[i] = tostring(t[i]) end
-            return table.concat(t, " ", 1, n)
-        end
-    }
+        T.both = assert(require("resty.shmlock.shdict").open("both"))
 EOF
     config => <<'EOF',
         location = /api {

@@ -16,16 +16,12 @@ my $LOOPS    = 300;   # increments per LuaJIT process
 
 my $t = ShmTest->new(
     workers => 2,
-    http_config => <<'EOF',
-    init_by_lua_block {
-        local shdict = require "resty.shmlock.shdict"
-        resty_lock = require "resty.shmlock"
-        -- a zone of 16 shards: the lock key and the counter may live in
-        -- different shards, each with its own mutex
-        T = { zone = assert(shdict.open("counters", { size = "2m",
-                                                      shards = 16 })) }
+    # a zone of 16 shards: the lock key and the counter may live in
+    # different shards, each with its own mutex
+    zone => 'counters',
+    zone_opts => '{ size = "2m", shards = 16 }',
+    init_by_lua => <<'EOF',
         assert(T.zone:shards() == 16)
-    }
 EOF
     config => <<'EOF',
         # lock, read, yield, write read+1, unlock; answers "pid waited"

@@ -12,17 +12,9 @@ use ShmTest qw(give_up);
 
 my $t = ShmTest->new(
     workers => 2,
-    http_config => <<'EOF',
-    init_by_lua_block {
-        local shdict = require "resty.shmlock.shdict"
-        resty_lock = require "resty.shmlock"
-        T = { zone = assert(shdict.open("kill")), held = {} }
-        function T.fmt(...)
-            local n, t = select("#", ...), { ... }
-            for i = 1, n do t[i] = tostring(t[i]) end
-            return table.concat(t, " ", 1, n)
-        end
-    }
+    zone => 'kill',
+    init_by_lua => <<'EOF',
+        T.held = {}
 EOF
     config => <<'EOF',
         # this worker takes <prefix>-<pid>-a and -b (exptime 30) and keeps

@@ -13,13 +13,10 @@ use ShmTest qw(spawn give_up);
 
 my $t = ShmTest->new(
     workers => 2,
+    # opened again by the new master-side VM on every reload
+    zone => 'reload',
+    zone_opts => '{ size = "1m" }',
     http_config => <<'EOF',
-    init_by_lua_block {
-        local shdict = require "resty.shmlock.shdict"
-        resty_lock = require "resty.shmlock"
-        -- opened again by the new master-side VM on every reload
-        T = { zone = assert(shdict.open("reload", { size = "1m" })) }
-    }
     init_worker_by_lua_block {
         local shdict = require "resty.shmlock.shdict"
         T.attached = assert(shdict.open("reload-w"))

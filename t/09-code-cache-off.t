@@ -16,6 +16,7 @@ my $REQUESTS = 25;    # requests per client
 
 my $t = ShmTest->new(
     workers => 2,
+    preamble => 0,      # nothing loaded before the requests' own VMs
     http_config => <<'EOF',
     lua_code_cache off;
 EOF

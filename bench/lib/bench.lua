@@ -5,13 +5,16 @@
 --   * measure(): repetitions of a timed loop, calibrated to a target
 --     duration, summarised as median, min and max;
 --   * result lines for bench/report.lua (one tab-separated line each);
---   * fork, a shared anonymous mapping, spinning, sleeping.
+--   * child processes (through harness.proc, scripts/lua/harness/proc.lua:
+--     the one process helper of the checkout), a shared anonymous mapping,
+--     spinning, sleeping.
 --
 -- Environment: BENCH_QUICK=1 (fewer, shorter repetitions), BENCH_OUT (the
 -- results file results are appended to; default stdout only).
 
 local ffi = require "ffi"
 local bit = require "bit"
+local proc = require "harness.proc"
 
 local floor = math.floor
 local sort = table.sort
@@ -20,21 +23,13 @@ local fmt = string.format
 local io_write = io.write
 local tonumber = tonumber
 
--- Names are prefixed: resty.core or our own modules may declare the libc
--- functions too, and ffi.cdef refuses a second declaration of a type.
-pcall(ffi.cdef, [[
-typedef struct { long tv_sec; long tv_nsec; } bench_timespec_t;
-]])
+-- Each declaration alone: harness.proc, resty.core or our own modules may
+-- have declared some of them (all as struct timespec), and ffi.cdef
+-- refuses a second declaration.
 for _, decl in ipairs{
-    "int clock_gettime(int clk, bench_timespec_t *ts);",
-    "int nanosleep(const bench_timespec_t *req, bench_timespec_t *rem);",
-    "int fork(void);",
-    "int getpid(void);",
-    "int waitpid(int pid, int *status, int options);",
-    "void _exit(int status);",
-    "int kill(int pid, int sig);",
-    "int prctl(int option, unsigned long a2, unsigned long a3,"
-        .. " unsigned long a4, unsigned long a5);",
+    "struct timespec { long tv_sec; long tv_nsec; };",
+    "int clock_gettime(int clk, struct timespec *ts);",
+    "int nanosleep(const struct timespec *req, struct timespec *rem);",
     "void *mmap(void *addr, size_t len, int prot, int flags, int fd,"
         .. " long off);",
     "int sched_yield(void);",
@@ -49,7 +44,7 @@ local _M = {}
 _M.quick = os.getenv("BENCH_QUICK") == "1"
 
 local CLOCK_MONOTONIC = 1
-local ts = ffi.new("bench_timespec_t")
+local ts = ffi.new("struct timespec")
 
 -- seconds, as a double (ns resolution: 2^53 ns is 104 days of uptime)
 local function now()
@@ -72,7 +67,7 @@ function _M.spin_ns(ns)
     while now_ns() < deadline do end
 end
 
-local req = ffi.new("bench_timespec_t")
+local req = ffi.new("struct timespec")
 function _M.sleep(sec)
     local s = floor(sec)
     req.tv_sec = s
@@ -196,8 +191,6 @@ end
 
 local PROT_RW = 3
 local MAP_SHARED_ANON = 0x01 + 0x20
-local PR_SET_PDEATHSIG = 1
-local SIGKILL = 9
 
 -- an anonymous shared mapping of n int64 (zeroed); children forked after
 -- this call see the same words
@@ -209,51 +202,36 @@ function _M.shared_words(n)
     return ffi.cast("int64_t *", p)
 end
 
--- forks a child running fn(...); the child exits with 0 if fn returns,
--- 1 if it raises, and dies with its parent
+-- Seconds a benchmark's child may live, and the parent waits for them at
+-- most: far beyond any section's run (BENCH_CHILD_SECONDS to change it).
+_M.child_seconds = tonumber(os.getenv("BENCH_CHILD_SECONDS") or "") or 600
+
+local child_opts = { alarm = _M.child_seconds, die_with_parent = true }
+
+-- forks a child running fn(...); it dies with its parent, and after
+-- child_seconds at the latest
 function _M.spawn(fn, ...)
-    io.stdout:flush()
-    io.stderr:flush()
-    local pid = C.fork()
-    if pid < 0 then
-        error("fork failed")
-    end
-    if pid == 0 then
-        C.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
-        local ok, err = pcall(fn, ...)
-        if not ok then
-            io.stderr:write("bench child: ", tostring(err), "\n")
-        end
-        io.stdout:flush()
-        io.stderr:flush()
-        C._exit(ok and 0 or 1)
-    end
-    return pid
+    return proc.spawn_with(child_opts, fn, ...)
 end
 
-local status = ffi.new("int[1]")
-
--- waits for every pid; raises if one failed
+-- waits for every pid, child_seconds at most (then they are killed);
+-- raises if one did not exit 0, saying how each such child ended
 function _M.wait_all(pids)
-    local failed = 0
-    for _, pid in ipairs(pids) do
-        if C.waitpid(pid, status, 0) ~= pid or status[0] ~= 0 then
-            failed = failed + 1
+    local failed = {}
+    for i, r in ipairs(proc.wait_all(pids, _M.child_seconds)) do
+        if r.how ~= "exit" or r.code ~= 0 then
+            failed[#failed + 1] = fmt("child %d (pid %d): %s %s %s", i,
+                                      pids[i], r.how,
+                                      tostring(r.code or r.sig), r.msg)
         end
     end
-    if failed > 0 then
-        error(failed .. " child process(es) failed")
+    if #failed > 0 then
+        error(#failed .. " child process(es) failed:\n  "
+              .. concat(failed, "\n  "))
     end
 end
 
-function _M.kill_all(pids)
-    for _, pid in ipairs(pids) do
-        C.kill(pid, SIGKILL)
-        C.waitpid(pid, status, 0)
-    end
-end
-
-_M.pid = function() return C.getpid() end
+_M.pid = proc.getpid
 
 -- a uniform random permutation of 1..n (Fisher-Yates, fixed seed so every
 -- peer sees the same order)

@@ -16,7 +16,7 @@
 -- same moment), levels = { [hit_level] = callers }, errors (callers that
 -- got "down"), failures = { "child i: ..." } }.
 
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local cache = require "resty.shmlock.cache"
 
 local _M = {}

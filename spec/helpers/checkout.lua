@@ -30,7 +30,7 @@ end
 
 function _M.write_file(path, data)
     local f = assert(io.open(path, "wb"))
-    f:write(data)
+    assert(f:write(data))
     f:close()
 end
 
@@ -46,7 +46,23 @@ do
     _M.ROOT = dir
 end
 
--- a package.path for child processes that finds this checkout's modules
-_M.LUA_PATH = _M.ROOT .. "/lua/?.lua;" .. _M.ROOT .. "/lua/?/init.lua;;"
+-- The require roots, absolute, for what busted does not start: the
+-- library's modules (lua/), and the spec helpers (spec/: "helpers.x")
+-- with the process harness (scripts/lua/: "harness.proc"), as .busted's
+-- lpath sets them for the specs.
+local LIB = _M.ROOT .. "/lua/?.lua;" .. _M.ROOT .. "/lua/?/init.lua"
+_M.PATH = LIB .. ";" .. _M.ROOT .. "/spec/?.lua;" .. _M.ROOT
+          .. "/scripts/lua/?.lua"
+
+-- LUA_PATH for a luajit process a spec starts: this checkout's modules
+-- only, as a user's program finds them, then the default path (";;")
+_M.LUA_PATH = LIB .. ";;"
+
+-- syntax: checkout.use_path()
+-- Puts the roots of PATH before package.path: for a program that runs
+-- outside busted (spec/soak.lua) or a fresh Lua VM (helpers.vm).
+function _M.use_path()
+    package.path = _M.PATH .. ";" .. package.path
+end
 
 return _M

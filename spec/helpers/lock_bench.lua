@@ -1,6 +1,7 @@
 -- Figures for resty.shmlock, from the root of the checkout:
 --
---     LUA_PATH='lua/?.lua;spec/?.lua;;' luajit spec/helpers/lock_bench.lua
+--     LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;scripts/lua/?.lua;;' \
+--         luajit spec/helpers/lock_bench.lua
 --
 -- uncontended new+lock+unlock and lock+unlock per second (one process),
 -- handoff latency (a waiter asleep on the lock, from the holder's unlock
@@ -9,9 +10,10 @@
 
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local env = require "spec.helpers.lock_env"
+local env = require "helpers.lock_env"
+local harness = require "harness.proc"
 
-local dir = env.tmpdir()
+local dir = harness.tmpdir()
 local zones = 0
 
 local function zone()
@@ -108,4 +110,4 @@ for _, hold in ipairs({ 0, 50 }) do
     contention(0.002, hold)
     contention(1e6, hold)
 end
-env.rmdir(dir)
+harness.rmtree(dir)

@@ -1,9 +1,11 @@
--- Test environment for the resty.shmlock specs: temporary zone directories,
--- child processes, signals, sleeping, a monotonic clock.
+-- Test environment for the resty.shmlock specs: child processes (luajit
+-- workers), signals, the environment, sleeping, a monotonic clock.
+-- Temporary directories are helpers.fixture's (harness.proc's tmpdir).
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 local clock = require "resty.shmlock.internal.clock"
+local checkout = require "helpers.checkout"
 
 ffi.cdef[[
 int shmlock_spec_setenv(const char *name, const char *value, int overwrite)
@@ -38,20 +40,6 @@ function _M.cpu()
     assert(ffi.C.shmlock_spec_getrusage(0, usage) == 0)     -- RUSAGE_SELF
     return tonumber(usage.utime_sec + usage.stime_sec)
            + tonumber(usage.utime_usec + usage.stime_usec) / 1e6
-end
-
--- a fresh empty directory
-function _M.tmpdir()
-    local path = os.tmpname()
-    os.remove(path)
-    os.execute("mkdir -m 700 " .. path)
-    return path
-end
-
-function _M.rmdir(path)
-    if path and path:match("^/tmp/") then
-        os.execute("rm -rf '" .. path .. "'")
-    end
 end
 
 function _M.exists(path)
@@ -92,7 +80,7 @@ function _M.token(pid, start, serial)
     return ("%d:%d:%016x"):format(pid, start, serial)
 end
 
-local path = "LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' "
+local path = "LUA_PATH='" .. checkout.LUA_PATH .. "' "
 
 -- Starts spec/helpers/lock_worker.lua; returns a handle to :read("*a").
 function _M.worker(mode, args)

@@ -9,6 +9,7 @@
 
 local ffi = require "ffi"
 local socket = require "socket"
+local checkout = require "helpers.checkout"
 
 local ok_redis, redis = pcall(require, "redis")
 
@@ -33,15 +34,7 @@ local function alive(pid)
     return pid ~= nil and C.kill(pid, 0) == 0
 end
 
-local function read_file(path)
-    local f = io.open(path, "rb")
-    if not f then
-        return nil
-    end
-    local s = f:read("*a")
-    f:close()
-    return s
-end
+local read_file = checkout.read_file
 
 -- raises with the reason when this machine cannot run the specs
 function _M.check()

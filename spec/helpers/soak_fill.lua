@@ -17,11 +17,12 @@
 -- flush_expired must give all its memory back.
 
 local ffi = require "ffi"
-local proc = require "helpers.proc"
+local proc = require "harness.proc"
 local env = require "helpers.lock_env"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local board = require "helpers.soak_board"
+local checkout = require "helpers.checkout"
 
 local fmt = string.format
 local random = math.random
@@ -37,19 +38,11 @@ local _M = {
     HANDOFF_LIMIT = 0.5,    -- seconds from unlock (or kill) to W1 holding
 }
 
-local function write_file(path, s)
-    local f = assert(io.open(path, "wb"))
-    f:write(s)
-    f:close()
-end
+local write_file = checkout.write_file
 
+-- a child's result file, read once: it is removed
 local function read_file(path)
-    local f = io.open(path, "rb")
-    if not f then
-        return nil
-    end
-    local s = f:read("*a")
-    f:close()
+    local s = checkout.read_file(path)
     os.remove(path)
     return s
 end

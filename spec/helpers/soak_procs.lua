@@ -1,4 +1,4 @@
--- helpers.soak_procs: the soak driver's processes.  Unlike helpers.proc
+-- helpers.soak_procs: the soak driver's processes.  Unlike harness.proc
 -- (children of one spec, each waited for by pid), the driver reaps
 -- whatever ends, in any order, with waitpid(-1): its children, and the
 -- children of its children that an early death left behind (the driver
@@ -9,7 +9,7 @@
 local ffi = require "ffi"
 local bit = require "bit"
 local board = require "helpers.soak_board"
-require "helpers.proc"          -- declares fork, waitpid, kill, alarm, ...
+require "harness.proc"          -- declares fork, waitpid, kill, alarm, ...
 
 local C = ffi.C
 local band, rshift = bit.band, bit.rshift

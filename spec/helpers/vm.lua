@@ -11,6 +11,7 @@
 -- into a string (run() answers false and the message after an error).
 
 local ffi = require "ffi"
+local checkout = require "helpers.checkout"
 
 local C = ffi.C
 
@@ -32,13 +33,15 @@ vm_mt.__index = vm_mt
 
 local _M = {}
 
--- A fresh VM with the standard libraries and this checkout's package.path.
+-- A fresh VM with the standard libraries and this checkout's require
+-- roots (helpers.checkout).
 function _M.new()
     local L = C.luaL_newstate()
     assert(L ~= nil, "luaL_newstate failed")
     C.luaL_openlibs(L)
     local self = setmetatable({ L = L }, vm_mt)
-    assert(self:run("package.path = " .. ("%q"):format(package.path)))
+    assert(self:run(("package.path = %q .. ';' .. package.path")
+                    :format(checkout.PATH)))
     return self
 end
 

@@ -23,6 +23,23 @@ package ShmTest;
 # workers > 1, so that the kernel spreads connections over the workers),
 # log_level (info), full_config (a whole nginx.conf instead of the template).
 #
+# The template loads the lua module, sets lua_package_path to the checkout
+# ({{LUA_PATH}}) and starts the http context with the common preamble, an
+# init_by_lua_block (run in the master; workers inherit what it made):
+#
+#     resty_lock = require "resty.shmlock"      -- a global, for handlers
+#     T = { fmt = ... }    -- the test's state; T.fmt(...): the values
+#                          -- tostring()ed, joined by spaces
+#     T.zone = assert(require("resty.shmlock.shdict").open(ZONE, ZONE_OPTS))
+#     ...                  -- the test's init_by_lua code
+#
+# Options for it: zone (ZONE: the name of a zone to open as T.zone),
+# zone_opts (ZONE_OPTS: a Lua table constructor, e.g. '{ size = "2m" }'),
+# init_by_lua (Lua code run after the lines above, in the same block, so a
+# test adds to T or replaces anything), preamble => 0 (no init_by_lua_block
+# at all: the test writes its own in http_config, or wants none, as with
+# lua_code_cache off).
+#
 # Placeholders in config snippets and in LuaJIT code: {{PORT}}, {{PREFIX}},
 # {{ZONE_DIR}}, {{REPO}}, {{LUA_PATH}}.
 #
@@ -176,6 +193,7 @@ http {
 
     lua_package_path "$LUA_PATH";
 
+@{[ $self->preamble ]}
 $self->{http_config}
 
     server {
@@ -187,6 +205,31 @@ $self->{config}
 }
 EOF
     return $self->write_conf($self->expand($conf));
+}
+
+# The init_by_lua_block of the template (see the top of this file).
+sub preamble {
+    my ($self) = @_;
+    return '' if defined $self->{preamble} && !$self->{preamble};
+    my $zone = '';
+    if (defined $self->{zone}) {
+        my $opts = defined $self->{zone_opts} ? ", $self->{zone_opts}" : '';
+        $zone = qq{        T.zone = assert(require("resty.shmlock.shdict")}
+              . qq{.open("$self->{zone}"$opts))\n};
+    }
+    my $init = $self->{init_by_lua} // '';
+    return <<"EOF";
+    init_by_lua_block {
+        resty_lock = require "resty.shmlock"
+        T = {}
+        function T.fmt(...)
+            local n, t = select("#", ...), { ... }
+            for i = 1, n do t[i] = tostring(t[i]) end
+            return table.concat(t, " ", 1, n)
+        end
+$zone$init
+    }
+EOF
 }
 
 sub write_conf {

@@ -1,11 +1,17 @@
--- helpers.proc: real processes for the multi-process and crash specs.
+-- harness.proc: real processes, for the specs (spec/), the benchmarks
+-- (bench/) and the demo (demo/) alike: the one place that forks, waits,
+-- makes pipes, kills and reaps.  It lives outside spec/ so that bench/
+-- and demo/ do not reach into the test suite: each puts scripts/lua/ on
+-- its path (.busted's lpath, bench/run.sh's LUA_PATH, the demo's first
+-- lines).
 --
--- Children are forked from the busted process (LuaJIT FFI fork), so they
+-- Children are forked from the calling process (LuaJIT FFI fork), so they
 -- share zones the parent opened and run Lua functions, not scripts.  A
--- child always ends through _exit(): it never returns into busted, never
--- flushes busted's stdio buffers, and an alarm() kills it if it hangs.
--- The parent waits with a deadline and SIGKILLs a child that overstays;
--- reap_all() (call it in after_each) kills and reaps whatever is left.
+-- child always ends through _exit(): it never returns into the parent's
+-- code (busted's), never flushes the parent's stdio buffers, and an
+-- alarm() kills it if it hangs.  The parent waits with a deadline and
+-- SIGKILLs a child that overstays; reap_all() (the specs' fixtures call
+-- it after each test) kills and reaps whatever is left.
 
 local ffi = require "ffi"
 local bit = require "bit"
@@ -37,6 +43,9 @@ for _, decl in ipairs {
     "int sched_yield(void);",
     "char *mkdtemp(char *template);",
     "char *strerror(int errnum);",
+    "int prctl(int option, unsigned long a2, unsigned long a3,"
+        .. " unsigned long a4, unsigned long a5);",
+    "int getppid(void);",
 } do
     pcall(ffi.cdef, decl)
 end
@@ -47,6 +56,7 @@ local CLOCK_MONOTONIC = 1
 local EINTR = 4
 
 local SIGKILL = 9
+local PR_SET_PDEATHSIG = 1
 
 local _M = {
     SIGKILL = SIGKILL,
@@ -203,10 +213,17 @@ function pipe_mt:release()
 end
 
 
+local ul = ffi.typeof("unsigned long")
+
+-- syntax: pid = proc.spawn_with(opts, fn, ...)
 -- Forks a child that runs fn(...).  The child exits 0 when fn returns
 -- nothing (or true), with fn's number when it returns one, and with 99
 -- after an error, whose message the parent gets from wait().
-function _M.spawn(fn, ...)
+-- opts.alarm: seconds the child may live (default CHILD_ALARM);
+-- opts.die_with_parent: the child is SIGKILLed when the parent dies
+-- (PR_SET_PDEATHSIG; a benchmark stopped half way leaves nothing behind).
+function _M.spawn_with(opts, fn, ...)
+    local parent = opts.die_with_parent and C.getpid()
     local fds = ffi.new("int[2]")
     if C.pipe(fds) ~= 0 then
         error("pipe: " .. errno_str())
@@ -221,8 +238,14 @@ function _M.spawn(fn, ...)
 
     if pid == 0 then
         -- the child: whatever happens, it ends in _exit below
-        C.alarm(_M.CHILD_ALARM)
+        C.alarm(opts.alarm or _M.CHILD_ALARM)
         C.close(fds[0])
+        if parent then
+            C.prctl(PR_SET_PDEATHSIG, ul(SIGKILL), ul(0), ul(0), ul(0))
+            if C.getppid() ~= parent then
+                C._exit(98)     -- the parent died before the line above
+            end
+        end
         local ok, ret = pcall(fn, ...)
         local code = 0
         if not ok then
@@ -239,6 +262,13 @@ function _M.spawn(fn, ...)
     C.close(fds[1])
     children[pid] = { err_fd = fds[0] }
     return pid
+end
+
+local no_opts = {}
+
+-- syntax: pid = proc.spawn(fn, ...): spawn_with() with the defaults
+function _M.spawn(fn, ...)
+    return _M.spawn_with(no_opts, fn, ...)
 end
 
 local function decode(pid, status)
