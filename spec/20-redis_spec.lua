@@ -242,6 +242,54 @@ describe("resty.shmlock.redis", function()
             assert.equal(1, holder:unlock())
         end)
 
+        it("lock(key, timeout) overrides the object's timeout for one call",
+           function()
+            local holder = redis_lock.new(raw, { exptime = 0.6 })
+            assert.equal(0, holder:lock("pc"))
+            local waiter = redis_lock.new(client(), { timeout = 5 })
+            -- 0: one try, no wait
+            local t0 = now()
+            assert.same({ nil, "timeout" }, { waiter:lock("pc", 0) })
+            local took = now() - t0
+            assert.is_true(took < 0.05, took)
+            -- 0.05: near 0.05, not the object's 5
+            t0 = now()
+            assert.same({ nil, "timeout" }, { waiter:lock("pc", 0.05) })
+            took = now() - t0
+            assert.is_true(took >= 0.045 and took < 0.5, took)
+            -- a longer one gets the key when the holder's lock goes
+            local elapsed, err, fence = waiter:lock("pc", 3)
+            assert.is_nil(err)
+            assert.equal(2, fence)
+            assert.is_true(elapsed > 0 and elapsed < 3, elapsed)
+            assert.equal(1, waiter:unlock())
+            assert.equal(5, waiter.timeout)
+            -- clamped to exptime, as opts.timeout: exptime 0 means no wait
+            assert.equal(0, redis_lock.new(raw):lock("pc2"))
+            local never = redis_lock.new(client(), { exptime = 0 })
+            t0 = now()
+            assert.same({ nil, "timeout" }, { never:lock("pc2", 5) })
+            assert.is_true(now() - t0 < 0.05)
+        end)
+
+        it("lock(key, timeout) raises on a bad timeout, at the caller's line",
+           function()
+            local lock = redis_lock.new(raw)
+            local cases = {
+                { "1", "timeout must be a number" },
+                { 0 / 0, "timeout must be a number" },
+                { -0.5, "timeout must be >= 0" },
+                { math.huge, "timeout must be <= 1e12" },
+                { 2e12, "timeout must be <= 1e12" },
+            }
+            for _, case in ipairs(cases) do
+                local err = raised(function() lock:lock("bad", case[1]) end)
+                assert.matches("20%-redis_spec%.lua:%d+: "
+                               .. case[2]:gsub("%p", "%%%0") .. "$", err)
+            end
+            assert.is_nil(raw:get("lock:{bad}"))    -- nothing sent
+        end)
+
         it("returns Redis's WRONGTYPE error at once for a key that is not a"
            .. " lock", function()
             raw:rpush("lock:{list}", "x")

@@ -172,8 +172,15 @@ local function first_attempt(self, key)
     return false, lkey, fkey, tok
 end
 
--- elapsed, err, fence = lock:lock(key)
-function _M.lock(self, key)
+-- elapsed, err, fence = lock:lock(key, timeout?): timeout, this call's
+-- longest wait instead of the object's, is checked and clamped as
+-- opts.timeout (a bad one raises at the caller's line)
+function _M.lock(self, key, timeout)
+    if timeout == nil then
+        timeout = self.timeout
+    else
+        timeout = options.timeout(timeout, self.exptime, 2)
+    end
     local start = now()
     local got, lkey, fkey, tok = first_attempt(self, key)
     if got ~= false then
@@ -183,7 +190,6 @@ function _M.lock(self, key)
     -- held by someone else: back off exponentially, each sleep drawn from
     -- [step/2, step] so that waiters spread out, never below MIN_SLEEP (a
     -- spin of Redis round trips) and never past the deadline
-    local timeout = self.timeout
     if timeout <= 0 then
         return nil, "timeout"
     end
