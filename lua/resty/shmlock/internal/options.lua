@@ -99,6 +99,15 @@ function _M.timeout(v, exptime, level)
     return min(check(v, "timeout", false, level + 1), exptime)
 end
 
+-- syntax: v = options.seconds(v, label, level)
+-- A time in seconds (not nil) given as `label` (e.g. "opts.fence_ttl"),
+-- checked: "<label> must be a number" (NaN included), "... must be >= 0",
+-- "... must be <= 1e12"; level as options.lock's.
+function _M.seconds(v, label, level)
+    v = check(v, label, false, level + 1)
+    return v
+end
+
 -- syntax: ok = options.seconds_ok(v)
 -- Whether v is a time in seconds we accept: a number from 0 to
 -- MAX_SECONDS (not NaN, not infinite).
