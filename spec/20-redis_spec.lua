@@ -243,6 +243,54 @@ describe("resty.shmlock.redis", function()
             assert.equal(1, holder:unlock())
         end)
 
+        it("lock(key, timeout) overrides the object's timeout for one call",
+           function()
+            local holder = redis_lock.new(raw, { exptime = 0.6 })
+            assert.equal(0, holder:lock("pc"))
+            local waiter = redis_lock.new(client(), { timeout = 5 })
+            -- 0: one try, no wait
+            local t0 = now()
+            assert.same({ nil, "timeout" }, { waiter:lock("pc", 0) })
+            local took = now() - t0
+            assert.is_true(took < 0.05, took)
+            -- 0.05: near 0.05, not the object's 5
+            t0 = now()
+            assert.same({ nil, "timeout" }, { waiter:lock("pc", 0.05) })
+            took = now() - t0
+            assert.is_true(took >= 0.045 and took < 0.5, took)
+            -- a longer one gets the key when the holder's lock goes
+            local elapsed, err, fence = waiter:lock("pc", 3)
+            assert.is_nil(err)
+            assert.equal(2, fence)
+            assert.is_true(elapsed > 0 and elapsed < 3, elapsed)
+            assert.equal(1, waiter:unlock())
+            assert.equal(5, waiter.timeout)
+            -- clamped to exptime, as opts.timeout: exptime 0 means no wait
+            assert.equal(0, redis_lock.new(raw):lock("pc2"))
+            local never = redis_lock.new(client(), { exptime = 0 })
+            t0 = now()
+            assert.same({ nil, "timeout" }, { never:lock("pc2", 5) })
+            assert.is_true(now() - t0 < 0.05)
+        end)
+
+        it("lock(key, timeout) raises on a bad timeout, at the caller's line",
+           function()
+            local lock = redis_lock.new(raw)
+            local cases = {
+                { "1", "timeout must be a number" },
+                { 0 / 0, "timeout must be a number" },
+                { -0.5, "timeout must be >= 0" },
+                { math.huge, "timeout must be <= 1e12" },
+                { 2e12, "timeout must be <= 1e12" },
+            }
+            for _, case in ipairs(cases) do
+                local err = raised(function() lock:lock("bad", case[1]) end)
+                assert.matches("20%-redis_spec%.lua:%d+: "
+                               .. case[2]:gsub("%p", "%%%0") .. "$", err)
+            end
+            assert.is_nil(raw:get("lock:{bad}"))    -- nothing sent
+        end)
+
         it("returns Redis's WRONGTYPE error at once for a key that is not a"
            .. " lock", function()
             raw:rpush("lock:{list}", "x")
@@ -447,6 +495,82 @@ describe("resty.shmlock.redis", function()
             assert.equal(1, a:unlock())
         end)
 
+        it("live fence_ttl past the lock's exptime, refreshed by every"
+           .. " acquisition and by expire()", function()
+            local lock = redis_lock.new(raw, { exptime = 1, fence_ttl = 2 })
+            assert.equal(0, lock:lock("ft"))
+            local pttl = raw:pttl("lock:{ft}:fence")
+            assert.is_true(pttl > 2500 and pttl <= 3000, pttl)
+            assert.equal(1, lock:unlock())
+            sleep(0.3)
+            pttl = raw:pttl("lock:{ft}:fence")
+            assert.is_true(pttl > 1500 and pttl <= 2750, pttl)
+            -- the next acquisition refreshes it, and the count goes on
+            local _, _, fence = lock:lock("ft")
+            assert.equal(2, fence)
+            pttl = raw:pttl("lock:{ft}:fence")
+            assert.is_true(pttl > 2800 and pttl <= 3000, pttl)
+            -- expire(t): the counter outlives the new lifetime as well
+            assert.is_true(lock:expire(10))
+            pttl = raw:pttl("lock:{ft}:fence")
+            assert.is_true(pttl > 11500 and pttl <= 12000, pttl)
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("default to a lifetime of exptime + 7 days", function()
+            assert.equal(7 * 24 * 3600, redis_lock.FENCE_TTL)
+            local lock = redis_lock.new(raw, { exptime = 10 })
+            assert.equal(0, lock:lock("fd"))
+            local ttl = raw:ttl("lock:{fd}:fence")
+            assert.is_true(ttl > 7 * 24 * 3600 and ttl <= 7 * 24 * 3600 + 10,
+                           ttl)
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("do not expire with fence_ttl 0, or for a lock that never "
+           .. "expires", function()
+            local lock = redis_lock.new(raw, { fence_ttl = 0 })
+            assert.equal(0, lock:lock("f0"))
+            assert.equal(-1, raw:pttl("lock:{f0}:fence"))
+            assert.equal(1, lock:unlock())
+            lock = redis_lock.new(raw, { exptime = 0 })
+            assert.equal(0, lock:lock("fe0"))
+            assert.equal(-1, raw:pttl("lock:{fe0}:fence"))
+            -- extended to a finite lifetime: the counter expires again
+            assert.is_true(lock:expire(5))
+            local pttl = raw:pttl("lock:{fe0}:fence")
+            assert.is_true(pttl > 5000 and pttl <= (5 + 7 * 24 * 3600) * 1000)
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("start again at 1 only after fence_ttl with no lock", function()
+            local lock = redis_lock.new(raw, { exptime = 0.1,
+                                               fence_ttl = 0.2 })
+            assert.same({ 0, nil, 1 }, { lock:lock("fgone") })
+            assert.equal(1, lock:unlock())
+            assert.same({ 0, nil, 2 }, { lock:lock("fgone") })
+            assert.equal(1, lock:unlock())
+            assert.is_true(eventually(function()
+                return raw:exists("lock:{fgone}:fence") == false
+                       or raw:exists("lock:{fgone}:fence") == 0
+            end, 2))
+            assert.same({ 0, nil, 1 }, { lock:lock("fgone") })
+            assert.equal(1, lock:unlock())
+        end)
+
+        it("raises on a bad opts.fence_ttl at the caller's line", function()
+            for _, case in ipairs({ { "1", "must be a number" },
+                                    { 0 / 0, "must be a number" },
+                                    { -1, "must be >= 0" },
+                                    { math.huge, "must be <= 1e12" } }) do
+                local err = raised(function()
+                    redis_lock.new(raw, { fence_ttl = case[1] })
+                end)
+                assert.matches("20%-redis_spec%.lua:%d+: opts%.fence_ttl "
+                               .. case[2]:gsub("%p", "%%%0") .. "$", err)
+            end
+        end)
+
         it("survive the lock key's expiry", function()
             local lock = redis_lock.new(raw, { exptime = 0.05 })
             local _, _, f1 = lock:lock("fe")
@@ -590,6 +714,25 @@ describe("resty.shmlock.redis", function()
             end
             assert.same({ nil, "expired" }, { holder:unlock() })
             assert.equal(1, waiter:unlock())
+        end)
+
+        it("never calls ngx.sleep below 1 ms, the last sleep before the"
+           .. " deadline included", function()
+            local holder = redis_lock.new(raw)
+            assert.equal(0, holder:lock("floor"))
+            local waiter = resty_lock.new(resty_mock.new(client(), NULL))
+            for i = 0, 40 do
+                local timeout = 0.0005 + i * 0.00037
+                local t0 = now()
+                assert.same({ nil, "timeout" },
+                            { waiter:lock("floor", timeout) })
+                assert.is_true(now() - t0 < timeout + 0.05)
+            end
+            assert.is_true(#sleeps > 40, #sleeps .. " sleeps")
+            for _, s in ipairs(sleeps) do
+                assert.is_true(s >= 0.001, "ngx.sleep(" .. s .. ")")
+            end
+            assert.equal(1, holder:unlock())
         end)
 
         it("reports error replies and NOSCRIPT the same way", function()

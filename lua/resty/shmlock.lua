@@ -2,7 +2,7 @@
 --
 --     local resty_lock = require "resty.shmlock"
 --     local lock, err = resty_lock:new("my_locks", { timeout = 1 })
---     local elapsed, err = lock:lock(key)
+--     local elapsed, err = lock:lock(key)       -- or lock:lock(key, timeout)
 --     ...
 --     local ok, err = lock:unlock()
 --
@@ -67,6 +67,7 @@ local take = handle.take
 local put = handle.put
 local retoken = handle.retoken
 local seconds_ok = options.seconds_ok
+local check_timeout = options.timeout
 local next_step = backoff.next
 local MIN_SLEEP = backoff.MIN_SLEEP
 local ACQUIRED = zone_backend.ACQUIRED
@@ -183,10 +184,9 @@ end
 -- Unlike resty.lock, no step is below MIN_SLEEP (ngx.sleep would only
 -- yield: a spin) except a last one cut to the timeout left; for steps of
 -- 1 ms and more the steps are resty.lock's.
-local function sleep(self, backend, key, klen, tok)
+local function sleep(self, backend, key, klen, tok, timeout)
     local store, expiry = self.store, self.expiry
     local step, ratio, max_step = self.step, self.ratio, self.max_step
-    local timeout = self.timeout
     local elapsed = 0
     if step < MIN_SLEEP then
         step = min(MIN_SLEEP, timeout)
@@ -222,10 +222,9 @@ local function sleep(self, backend, key, klen, tok)
 end
 
 
--- after the first add found the key held
-local function wait(self, backend, key, klen, tok, may_wait)
+-- after the first add found the key held; timeout: this call's
+local function wait(self, backend, key, klen, tok, may_wait, timeout)
     local refusal = "timeout"
-    local timeout = self.timeout
     if may_wait and timeout > 0 then
         if not in_nginx then
             return backend.block(self.store, key, klen, tok, self.expiry,
@@ -234,7 +233,7 @@ local function wait(self, backend, key, klen, tok, may_wait)
         end
         local phase = get_phase()
         if YIELDABLE[phase] then
-            return sleep(self, backend, key, klen, tok)
+            return sleep(self, backend, key, klen, tok, timeout)
         end
         refusal = "cannot wait in " .. tostring(phase) .. " phase"
     end
@@ -252,7 +251,7 @@ local function wait(self, backend, key, klen, tok, may_wait)
 end
 
 
-local function acquire(self, key, may_wait)
+local function acquire(self, key, may_wait, timeout)
     if not key then
         return nil, "nil key"
     end
@@ -282,7 +281,7 @@ local function acquire(self, key, may_wait)
     -- the token buffer is reused by the next lock(): keep our own copy
     tok = ffi_str(tok, tlen)
     local elapsed
-    elapsed, err = wait(self, backend, key, klen, tok, may_wait)
+    elapsed, err = wait(self, backend, key, klen, tok, may_wait, timeout)
     if elapsed then
         self.cd = take(store, self.number, key, klen, tok, tlen)
         self.key = key
@@ -300,12 +299,19 @@ local function forget(self, cd)
 end
 
 
--- syntax: elapsed, err = lock:lock(key)
+-- syntax: elapsed, err = lock:lock(key, timeout?)
 -- elapsed: seconds waited (0: at once).  err: "timeout", "locked" (this
 -- object holds a lock already), "nil key", "empty key", "key too long",
--- "cannot wait in <phase> phase", or the zone's ("no memory").
-function _M.lock(self, key)
-    return acquire(self, key, true)
+-- "cannot wait in <phase> phase", or the zone's ("no memory").  timeout:
+-- the longest wait of this call instead of the object's, checked and
+-- clamped (to exptime) as opts.timeout; a bad one raises at the caller.
+function _M.lock(self, key, timeout)
+    if timeout == nil then
+        timeout = self.timeout
+    else
+        timeout = check_timeout(timeout, self.exptime, 2)
+    end
+    return acquire(self, key, true, timeout)
 end
 
 
@@ -313,7 +319,7 @@ end
 -- lock() without waiting: 0, or nil, "timeout" (as lock() with timeout 0),
 -- and the same other errors.
 function _M.trylock(self, key)
-    return acquire(self, key, false)
+    return acquire(self, key, false, 0)
 end
 
 

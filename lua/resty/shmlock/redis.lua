@@ -56,8 +56,24 @@ local mt = { __index = _M }
 
 -- Options, as resty.lock (same defaults and clamping), checked by name.
 
+-- How long a fence counter outlives the last lock it numbered, in seconds
+-- (opts.fence_ttl; 0: for ever): 7 days.
+local FENCE_TTL = 7 * 24 * 3600
+_M.FENCE_TTL = FENCE_TTL
+
 local function ms_string(seconds)
     return format("%.0f", options.ms(seconds))
+end
+
+-- The fence counter's lifetime (ms, as the scripts take it) for a lock of
+-- `seconds`: the lock's lifetime plus fence_ttl, so that the counter
+-- always outlives the lock; "0" (no expiry) for a lock that never expires
+-- or fence_ttl 0.
+local function fence_ms(seconds, fence_ttl)
+    if seconds == 0 or fence_ttl == 0 then
+        return "0"
+    end
+    return ms_string(seconds + fence_ttl)
 end
 
 -- new(client, opts) or :new(client, opts)
@@ -79,6 +95,12 @@ function _M.new(a, b, c)
     if prefix ~= nil and type(prefix) ~= "string" then
         error("opts.prefix must be a string", 2)
     end
+    local fence_ttl = opts and opts.fence_ttl
+    if fence_ttl == nil then
+        fence_ttl = FENCE_TTL
+    else
+        fence_ttl = options.seconds(fence_ttl, "opts.fence_ttl", 2)
+    end
 
     return setmetatable({
         client = redis,
@@ -90,6 +112,8 @@ function _M.new(a, b, c)
         ratio = ratio,
         max_step = max_step,
         ms = ms_string(exptime),
+        fence_ttl = fence_ttl,
+        fence_ms = fence_ms(exptime, fence_ttl),
         key = nil,         -- the Redis key while we hold it
         fence_key = nil,
         token = nil,
@@ -102,7 +126,7 @@ end
 -- else; nil, err on failure.
 local function acquire(self, lkey, fkey, tok)
     local ok, res, reply = script(self.adapter, ACQUIRE, lkey, fkey, tok,
-                                  self.ms)
+                                  self.ms, self.fence_ms)
     if ok and (res == nil or type(res) == "number") then
         return res
     end
@@ -117,7 +141,7 @@ local function acquire(self, lkey, fkey, tok)
         -- outcome is ignored (EVAL, not EVALSHA: no second round trip on a
         -- connection whose replies we no longer trust).  This costs at
         -- most one more socket timeout.
-        client.eval(self.adapter, RELEASE, lkey, fkey, tok, "0")
+        client.eval(self.adapter, RELEASE, lkey, fkey, tok, "0", "0")
     end
     return nil, res
 end
@@ -172,8 +196,15 @@ local function first_attempt(self, key)
     return false, lkey, fkey, tok
 end
 
--- elapsed, err, fence = lock:lock(key)
-function _M.lock(self, key)
+-- elapsed, err, fence = lock:lock(key, timeout?): timeout, this call's
+-- longest wait instead of the object's, is checked and clamped as
+-- opts.timeout (a bad one raises at the caller's line)
+function _M.lock(self, key, timeout)
+    if timeout == nil then
+        timeout = self.timeout
+    else
+        timeout = options.timeout(timeout, self.exptime, 2)
+    end
     local start = now()
     local got, lkey, fkey, tok = first_attempt(self, key)
     if got ~= false then
@@ -182,8 +213,9 @@ function _M.lock(self, key)
 
     -- held by someone else: back off exponentially, each sleep drawn from
     -- [step/2, step] so that waiters spread out, never below MIN_SLEEP (a
-    -- spin of Redis round trips) and never past the deadline
-    local timeout = self.timeout
+    -- spin of Redis round trips; inside nginx, ngx.sleep would truncate it
+    -- to 0 and warn) and never past the deadline: when less than MIN_SLEEP
+    -- is left, the wait ends ("timeout") instead of a shorter last sleep
     if timeout <= 0 then
         return nil, "timeout"
     end
@@ -193,7 +225,7 @@ function _M.lock(self, key)
     local max_step = self.max_step
     while true do
         local left = deadline - now()
-        if left <= 0 then
+        if left < MIN_SLEEP then
             return nil, "timeout"
         end
         local s = max(MIN_SLEEP, step * (0.5 + 0.5 * random_number()))
@@ -230,7 +262,7 @@ function _M.unlock(self)
         return nil, "unlocked"
     end
     local ok, res = script(self.adapter, RELEASE, key, self.fence_key,
-                           self.token, "0")
+                           self.token, "0", "0")
     if not ok then
         -- we do not know: keep believing we hold it (it still expires)
         return nil, res
@@ -245,13 +277,13 @@ end
 -- ok, err = lock:expire(timeout?): true | nil, "unlocked" | nil, "expired"
 -- | nil, err; timeout in seconds (default: the exptime of new), 0 = never
 function _M.expire(self, timeout)
-    local ms
+    local ms, fms
     if timeout == nil then
-        ms = self.ms
+        ms, fms = self.ms, self.fence_ms
     elseif not options.seconds_ok(timeout) then
         error('bad "timeout" argument', 2)
     else
-        ms = ms_string(timeout)
+        ms, fms = ms_string(timeout), fence_ms(timeout, self.fence_ttl)
     end
 
     local key = self.key
@@ -259,7 +291,7 @@ function _M.expire(self, timeout)
         return nil, "unlocked"
     end
     local ok, res = script(self.adapter, EXTEND, key, self.fence_key,
-                           self.token, ms)
+                           self.token, ms, fms)
     if not ok then
         return nil, res
     end
@@ -278,7 +310,7 @@ function _M.owned(self)
         return false, "unlocked"
     end
     local ok, res = script(self.adapter, OWNED, key, self.fence_key,
-                           self.token, "0")
+                           self.token, "0", "0")
     if not ok then
         return nil, res
     end

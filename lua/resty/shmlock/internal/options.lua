@@ -31,26 +31,33 @@ _M.MAX_TEXT = "1e12"            -- as the error messages spell it
 
 local POSITIVE = { step = true, ratio = true, max_step = true }
 
+-- v, checked as `label` (a number, not NaN, >= 0 or > 0 when positive, at
+-- most MAX_SECONDS); errors at `level` counted from check()'s caller
+local function check(v, label, positive, level)
+    if type(v) ~= "number" or v ~= v then
+        error(label .. " must be a number", level + 1)
+    end
+    if positive then
+        if v <= 0 then
+            error(label .. " must be > 0", level + 1)
+        end
+    elseif v < 0 then
+        error(label .. " must be >= 0", level + 1)
+    end
+    if v > MAX_SECONDS then
+        error(label .. " must be <= " .. _M.MAX_TEXT, level + 1)
+    end
+    return v
+end
+
 -- opts[field], checked; errors at `level` counted from number()'s caller
 local function number(opts, name, field, level)
     local v = opts[field]
     if v == nil then
         return nil
     end
-    if type(v) ~= "number" or v ~= v then
-        error(name .. "." .. field .. " must be a number", level + 1)
-    end
-    if POSITIVE[field] then
-        if v <= 0 then
-            error(name .. "." .. field .. " must be > 0", level + 1)
-        end
-    elseif v < 0 then
-        error(name .. "." .. field .. " must be >= 0", level + 1)
-    end
-    if v > MAX_SECONDS then
-        error(name .. "." .. field .. " must be <= " .. _M.MAX_TEXT,
-              level + 1)
-    end
+    -- not a tail call: error levels count this frame
+    v = check(v, name .. "." .. field, POSITIVE[field], level + 1)
     return v
 end
 
@@ -80,6 +87,25 @@ function _M.lock(opts, name, level)
         end
     end
     return exptime, timeout or 5, step or 0.001, ratio or 2, max_step or 0.5
+end
+
+-- syntax: timeout = options.timeout(v, exptime, level)
+-- The timeout argument of one lock() call (not nil), checked and clamped
+-- as a given opts.timeout is: a number from 0 to MAX_SECONDS, at most the
+-- lock's exptime.  Misuse raises "timeout must be a number" (NaN
+-- included), "timeout must be >= 0", "timeout must be <= 1e12"; level as
+-- options.lock's.
+function _M.timeout(v, exptime, level)
+    return min(check(v, "timeout", false, level + 1), exptime)
+end
+
+-- syntax: v = options.seconds(v, label, level)
+-- A time in seconds (not nil) given as `label` (e.g. "opts.fence_ttl"),
+-- checked: "<label> must be a number" (NaN included), "... must be >= 0",
+-- "... must be <= 1e12"; level as options.lock's.
+function _M.seconds(v, label, level)
+    v = check(v, label, false, level + 1)
+    return v
 end
 
 -- syntax: ok = options.seconds_ok(v)

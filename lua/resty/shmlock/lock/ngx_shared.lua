@@ -28,7 +28,11 @@ _M.expiry = at_least_ms
 
 
 -- syntax: ok, err = ngx_shared.add(dict, key, klen, tok, tlen, expiry)
--- tok: a string or a pointer to tlen bytes
+-- tok: a string or a pointer to tlen bytes.  add, not safe_add, as
+-- resty.lock: on a full dict it evicts least recently used entries (any:
+-- values, other locks) rather than refuse the lock ("no memory"); it
+-- tries without evicting first, so safe_add before it would add nothing.
+-- t/12-shared-full.t.
 function _M.add(dict, key, _klen, tok, tlen, expiry)
     if type(tok) ~= "string" then
         tok = ffi_str(tok, tlen)

@@ -2,8 +2,9 @@
 -- runs on the server, each as { src = <source>, sha = <its SHA1> }.
 --
 -- Every call passes KEYS = { lock key, fence key } and ARGV = { token,
--- milliseconds } ("0" where unused, and for exptime 0: never expires, as a
--- shdict entry with exptime 0).  The SHA1s are of the exact source text; a
+-- milliseconds, fence milliseconds } ("0" where unused; milliseconds "0"
+-- for exptime 0: never expires, as a shdict entry with exptime 0; fence
+-- milliseconds: the fence counter's new lifetime, "0" = none, it stays).  The SHA1s are of the exact source text; a
 -- spec checks that EVALSHA finds them.
 
 local _M = {}
@@ -18,6 +19,10 @@ local _M = {}
 -- SET, so no two holders ever see the same or a reordered number), the
 -- holder passes it along with its writes, and the protected resource
 -- rejects a write carrying a fence older than the newest it has seen.
+--
+-- The counter lives ARGV[3] ms from each acquisition (PEXPIRE; PERSIST for
+-- "0"): the lock's lifetime plus the fence_ttl of resty.shmlock.redis, so
+-- it outlives every lock it numbered (docs/redis.md, "Fence lifetime").
 --
 -- A held key that is not a string is reported (WRONGTYPE, Redis's own
 -- error from GET) instead of waited on.  A fence key of the wrong type
@@ -40,10 +45,16 @@ end
 local fence = redis.pcall('INCR', KEYS[2])
 if type(fence) == 'table' and fence.err then
   redis.call('DEL', KEYS[1])
+  return fence
+end
+if ARGV[3] == '0' then
+  redis.call('PERSIST', KEYS[2])
+else
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
 return fence
 ]],
-    sha = "b32dce0895060e9b1be69a6c81cb11ce7bc7870b",
+    sha = "7bd071136b05393808a3b1bc1fc896c2dbd5e007",
 }
 
 -- Release: delete the key only if it still holds our token.  1 = released,
@@ -59,7 +70,8 @@ return 0
     sha = "8cc47080657296d1e2753077bb909ace33c3eca6",
 }
 
--- Extend: reset the expiry only if the key still holds our token.
+-- Extend: reset the expiry only if the key still holds our token, and the
+-- fence counter's to ARGV[3] (as acquire does).
 _M.extend = {
     src = [[
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
@@ -70,9 +82,14 @@ if ARGV[2] == '0' then
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
+if ARGV[3] == '0' then
+  redis.call('PERSIST', KEYS[2])
+else
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
 return 1
 ]],
-    sha = "6cf0ab0842be42edf059783db0101e6d85dfc681",
+    sha = "769607c018866d12741c1f888c4ba837e6cdb2ac",
 }
 
 -- Owned: does the key still hold our token?

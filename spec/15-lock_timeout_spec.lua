@@ -1,0 +1,134 @@
+-- lock:lock(key, timeout): the per-call timeout of resty.shmlock, outside
+-- nginx, against a holder in another process.  (Inside nginx, zones and
+-- ngx.shared dicts: t/10-lock-timeout.t; the Redis lock: spec/20.)
+
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+local env = require "spec.helpers.lock_env"
+
+-- the error f() raised; it must point at this file (the caller's line)
+local function raised(f)
+    local ok, err = pcall(f)
+    assert.is_false(ok, "no error raised")
+    assert.is_string(err)
+    assert.truthy(err:find("15%-lock_timeout_spec%.lua:%d+: "),
+                  "error does not point at the caller: " .. err)
+    return (err:gsub("^.-15%-lock_timeout_spec%.lua:%d+: ", ""))
+end
+
+describe("lock:lock(key, timeout)", function()
+    local dir, dict, n
+
+    setup(function()
+        dir = env.tmpdir()
+        env.setenv("SHMLOCK_DIR", dir)
+        n = 0
+    end)
+
+    teardown(function()
+        env.setenv("SHMLOCK_DIR", nil)
+        env.rmdir(dir)
+    end)
+
+    before_each(function()
+        n = n + 1
+        dict = assert(shdict.open("tlocks" .. n))
+    end)
+
+    -- a child process holding "lock" for `secs`; returns it once it holds
+    local function holder(secs)
+        local proc = env.worker("hold", { zone = dict.name, dir = dir,
+                                          exptime = 30, secs = secs })
+        assert(dict:set("go", true))
+        assert.is_number(env.wait_for(function() return dict:get("pid") end,
+                                      10), "the holder never took the key")
+        return proc
+    end
+
+    it("overrides the object's timeout for one call, against a holder in "
+       .. "another process", function()
+        local proc = holder(1.5)
+        local lock = assert(resty_lock:new(dict, { timeout = 5 }))
+
+        -- 0: no wait at all
+        local t0 = env.now()
+        assert.same({ nil, "timeout" }, { lock:lock("lock", 0) })
+        local dt = env.now() - t0
+        assert.is_true(dt < 0.04, "timeout 0 waited " .. dt)
+
+        -- 0.05: times out near 0.05, not near the object's 5
+        t0 = env.now()
+        assert.same({ nil, "timeout" }, { lock:lock("lock", 0.05) })
+        dt = env.now() - t0
+        assert.is_true(dt >= 0.05 and dt < 1, "timeout 0.05 waited " .. dt)
+
+        -- a longer one gets the key when the holder lets go
+        local elapsed, err = lock:lock("lock", 10)
+        assert.is_nil(err)
+        assert.is_true(elapsed > 0 and elapsed < 10, "elapsed " .. elapsed)
+        local r = assert(env.parse(proc:read("*l")))
+        proc:close()
+        assert.is_number(r.released_us)
+        assert.equal(1, lock:unlock())
+
+        -- the object's own timeout is untouched
+        assert.equal(5, lock.timeout)
+    end)
+
+    it("nil means the object's timeout", function()
+        local other = assert(resty_lock:new(dict))
+        assert.equal(0, other:lock("k"))
+        local lock = assert(resty_lock:new(dict, { timeout = 0.05 }))
+        local t0 = env.now()
+        assert.same({ nil, "timeout" }, { lock:lock("k", nil) })
+        local dt = env.now() - t0
+        assert.is_true(dt >= 0.05 and dt < 1, "waited " .. dt)
+        assert.equal(1, other:unlock())
+        assert.equal(0, lock:lock("k", nil))
+    end)
+
+    it("is clamped to the object's exptime, as opts.timeout", function()
+        local other = assert(resty_lock:new(dict))
+        assert.equal(0, other:lock("k"))
+        local lock = assert(resty_lock:new(dict, { exptime = 0.05 }))
+        local t0 = env.now()
+        assert.same({ nil, "timeout" }, { lock:lock("k", 60) })
+        local dt = env.now() - t0
+        assert.is_true(dt >= 0.05 and dt < 1, "waited " .. dt)
+
+        -- exptime 0 (never expires) clamps any timeout to 0: no wait
+        local never = assert(resty_lock:new(dict, { exptime = 0 }))
+        t0 = env.now()
+        assert.same({ nil, "timeout" }, { never:lock("k", 5) })
+        dt = env.now() - t0
+        assert.is_true(dt < 0.04, "waited " .. dt)
+        assert.equal(1, other:unlock())
+    end)
+
+    it("takes a free key at once whatever the timeout", function()
+        local lock = assert(resty_lock:new(dict))
+        assert.same({ 0 }, { lock:lock("free", 0) })
+        assert.equal(1, lock:unlock())
+        assert.same({ 0 }, { lock:lock("free", 1e12) })
+        assert.equal(1, lock:unlock())
+    end)
+
+    it("raises on a bad timeout, at the caller's line", function()
+        local lock = assert(resty_lock:new(dict))
+        assert.equal("timeout must be a number",
+                     raised(function() lock:lock("k", "1") end))
+        assert.equal("timeout must be a number",
+                     raised(function() lock:lock("k", 0 / 0) end))
+        assert.equal("timeout must be a number",
+                     raised(function() lock:lock("k", false) end))
+        assert.equal("timeout must be >= 0",
+                     raised(function() lock:lock("k", -1) end))
+        assert.equal("timeout must be <= 1e12",
+                     raised(function() lock:lock("k", math.huge) end))
+        assert.equal("timeout must be <= 1e12",
+                     raised(function() lock:lock("k", 1e12 + 1) end))
+        -- nothing was taken
+        assert.is_nil(dict:get("k"))
+        assert.equal(0, lock:lock("k"))
+    end)
+end)
