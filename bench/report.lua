@@ -158,8 +158,9 @@ target("handoff median vs the C futex floor",
 target("handoff median vs the resty.lock polling loop",
        get("handoff", "shmlock_p50"), get("handoff", "polling_p50"), "faster",
        50, us)
-target("one key under load (section 7): max latency ≤ 1.5 s",
-       get("load_w2", "ours_max"), get("load_w2", "peer_max"), "bound",
+target("one key under load (section 7): max latency (in nginx) ≤ 1.5 s",
+       get("load_w2", "ours_server_max"), get("load_w2", "peer_server_max"),
+       "bound",
        1500, ms)
 target("one key under load (section 7): p99 latency ≤ 0.5 s",
        get("load_w2", "ours_p99"), get("load_w2", "peer_p99"), "bound",
