@@ -6,6 +6,7 @@ local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
 local env = require "spec.helpers.lock_env"
+local clock = require "resty.shmlock.internal.clock"
 
 local function gc()
     collectgarbage()
@@ -152,12 +153,26 @@ describe("resty.shmlock", function()
             assert.has_error(function()
                 resty_lock:new(dict, "opts")
             end, "opts must be a table")
+            assert.has_error(function()
+                resty_lock:new(dict, { blocking_timeout = "0.5" })
+            end, "opts.blocking_timeout must be a number")
+            assert.has_error(function()
+                resty_lock:new(dict, { blocking_timeout = -0.1 })
+            end, "opts.blocking_timeout must be >= 0")
+        end)
+
+        it("takes blocking_timeout (default 0), not clamped by exptime",
+           function()
+            assert.equal(0, resty_lock:new(dict).blocking_timeout)
+            assert.equal(0.5, resty_lock:new(dict, { blocking_timeout = 0.5,
+                                                     exptime = 0.1 })
+                                        .blocking_timeout)
         end)
 
         it("raises on an infinite or too large option (above 1e12), at "
            .. "the caller's line", function()
             for _, name in ipairs({ "exptime", "timeout", "step", "ratio",
-                                    "max_step" }) do
+                                    "max_step", "blocking_timeout" }) do
                 for _, v in ipairs({ math.huge, 1e12 + 1e6 }) do
                     assert.equal("opts." .. name .. " must be <= 1e12",
                                  raised(function()
@@ -1109,6 +1124,25 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
             assert.same({ nil, "timeout" },
                         { nginx_lock:new("fallback", { timeout = 0 })
                                     :lock("blah") })
+        end)
+
+        it("with blocking_timeout, polls where the phase cannot yield",
+           function()
+            fake.phase = "log"
+            local holder = assert(nginx_lock:new("fallback"))
+            assert.equal(0, holder:lock("b"))
+            local lock = nginx_lock:new("fallback", { blocking_timeout = 0.05 })
+            local t0 = clock.now()
+            assert.same({ nil, "timeout" }, { lock:lock("b") })
+            local took = clock.now() - t0
+            assert.is_true(took >= 0.05 and took < 0.5, tostring(took))
+            assert.same({}, fake.steps)
+            assert.same({ nil, "cannot wait in log phase" },
+                        { nginx_lock:new("fallback"):lock("b") })
+            assert.equal(1, holder:unlock())
+            local elapsed = lock:lock("b")
+            assert.equal(0, elapsed)
+            assert.equal(1, lock:unlock())
         end)
 
         it("answers 'expired' and leaves another holder's lock alone",
