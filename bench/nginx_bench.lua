@@ -5,8 +5,11 @@
 --     (all workers at once); one repetition's figure is the mean ns per op
 --     over the workers.
 -- (6) wrk, 100 connections, on /stampede/ours and /stampede/peer.
+-- (7) 2 workers only: wrk -t2 -c100 on /load/ours and /load/peer, one lock
+--     key, a ~1 ms critical section (timeout 30 s).
 --
 -- usage: luajit nginx_bench.lua port workers wrk_script
+-- BENCH_SECTIONS (set by run.sh): which of 5, 6, 7 run (default: all).
 
 local bench = require "bench"
 
@@ -14,6 +17,10 @@ local port = assert(tonumber(arg[1]), "port")
 local workers = assert(tonumber(arg[2]), "workers")
 local wrk_script = assert(arg[3], "wrk script")
 local base = "http://127.0.0.1:" .. port
+local sections = " " .. (os.getenv("BENCH_SECTIONS") or "5 6 7") .. " "
+local function wants(n)
+    return sections:find(" " .. n .. " ", 1, true) ~= nil
+end
 
 local http = require "socket.http"
 http.TIMEOUT = 300
@@ -75,32 +82,31 @@ local function loop_bench(section, name)
 end
 
 local section = "nginx_w" .. workers
-bench.log("(5) inside nginx, %d worker(s): ns per op", workers)
-for _, name in ipairs{
-    "lock_new_ours", "lock_new_peer", "lock_reused_ours", "lock_reused_peer",
-    "get_ours", "get_ngx", "set_ours", "set_ngx",
-    "add_delete_ours", "add_delete_ngx",
-} do
-    loop_bench(section, name)
-end
--- 1e6 keys: how each store's cost grows with its size (one worker only:
--- every worker would fill its own million keys)
-if workers == 1 then
-    loop_bench(section, "get_big_ours")
-    loop_bench(section, "get_big_ngx")
+if wants(5) then
+    bench.log("(5) inside nginx, %d worker(s): ns per op", workers)
+    for _, name in ipairs{
+        "lock_new_ours", "lock_new_peer", "lock_reused_ours", "lock_reused_peer",
+        "get_ours", "get_ngx", "set_ours", "set_ngx",
+        "add_delete_ours", "add_delete_ngx",
+    } do
+        loop_bench(section, name)
+    end
+    -- 1e6 keys: how each store's cost grows with its size (one worker only:
+    -- every worker would fill its own million keys)
+    if workers == 1 then
+        loop_bench(section, "get_big_ours")
+        loop_bench(section, "get_big_ngx")
+    end
 end
 
 
 -- (6) stampede
 local DURATION = bench.quick and 2 or 5
 local REPS = bench.quick and 1 or 3
-section = "stampede_w" .. workers
-bench.log("(6) stampede, %d worker(s): wrk -c100 -d%ds, one hot key (ttl"
-          .. " 0.5 s), 50 ms loader", workers, DURATION)
-
-local function wrk(path)
-    local cmd = string.format("wrk -t2 -c100 -d%ds --timeout 10s -s %s %s%s",
-                              DURATION, wrk_script, base, path)
+local function wrk(path, duration, timeout)
+    local cmd = string.format("wrk -t2 -c100 -d%ds --timeout %ds -s %s %s%s",
+                              duration or DURATION, timeout or 10,
+                              wrk_script, base, path)
     local p = assert(io.popen(cmd))
     local out = p:read("*a")
     p:close()
@@ -114,43 +120,108 @@ local function wrk(path)
     }
 end
 
-local mode
-for _, v in ipairs{ "ours", "peer" } do
-    local s = {}
-    local function add(k, x)
-        s[k] = s[k] or {}
-        table.insert(s[k], x)
-    end
-    for _ = 1, REPS do
-        mode = http_get("/stampede/reset")
-        local r = wrk("/stampede/" .. v)
-        if r.errors > 0 then
-            error("wrk " .. v .. ": " .. r.errors .. " errors or non-2xx")
+section = "stampede_w" .. workers
+if wants(6) then
+    bench.log("(6) stampede, %d worker(s): wrk -c100 -d%ds, one hot key (ttl"
+              .. " 0.5 s), 50 ms loader", workers, DURATION)
+
+    local mode
+    for _, v in ipairs{ "ours", "peer" } do
+        local s = {}
+        local function add(k, x)
+            s[k] = s[k] or {}
+            table.insert(s[k], x)
         end
-        local st = http_get("/stampede/stats?v=" .. v)
-        local loads, stalls, stall_mean, stall_max =
-            st:match("^(%S+) (%S+) (%S+) (%S+)")
-        add("loads", tonumber(loads))
-        add("stalls", tonumber(stalls))
-        add("stall_mean", tonumber(stall_mean) / 1e3)
-        add("stall_max", tonumber(stall_max) / 1e3)
-        add("p50", r.p50 / 1e3)
-        add("p90", r.p90 / 1e3)
-        add("p99", r.p99 / 1e3)
-        add("p999", r.p999 / 1e3)
-        add("max", r.max / 1e3)
-        add("rps", r.rps)
+        for _ = 1, REPS do
+            mode = http_get("/stampede/reset")
+            local r = wrk("/stampede/" .. v)
+            if r.errors > 0 then
+                error("wrk " .. v .. ": " .. r.errors .. " errors or non-2xx")
+            end
+            local st = http_get("/stampede/stats?v=" .. v)
+            local loads, stalls, stall_mean, stall_max =
+                st:match("^(%S+) (%S+) (%S+) (%S+)")
+            add("loads", tonumber(loads))
+            add("stalls", tonumber(stalls))
+            add("stall_mean", tonumber(stall_mean) / 1e3)
+            add("stall_max", tonumber(stall_max) / 1e3)
+            add("p50", r.p50 / 1e3)
+            add("p90", r.p90 / 1e3)
+            add("p99", r.p99 / 1e3)
+            add("p999", r.p999 / 1e3)
+            add("max", r.max / 1e3)
+            add("rps", r.rps)
+        end
+        local note = DURATION .. " s runs; "
+                     .. (v == "ours" and mode:match("cache")
+                         and "resty.shmlock.cache" or
+                         (v == "ours" and "resty.shmlock + zone, cache-lock pattern"
+                          or "resty.lock algorithm + ngx.shared.DICT"))
+        for _, k in ipairs{ "loads", "stalls", "stall_mean", "stall_max", "p50",
+                            "p90", "p99", "p999", "max", "rps" } do
+            local unit = (k == "loads" or k == "stalls") and "count"
+                         or (k == "rps" and "req/s" or "ms")
+            local med, lo, hi = bench.summary(s[k])
+            bench.result(section, v .. "_" .. k, unit, med, lo, hi, REPS, note)
+        end
     end
-    local note = DURATION .. " s runs; "
-                 .. (v == "ours" and mode:match("cache")
-                     and "resty.shmlock.cache" or
-                     (v == "ours" and "resty.shmlock + zone, cache-lock pattern"
-                      or "resty.lock algorithm + ngx.shared.DICT"))
-    for _, k in ipairs{ "loads", "stalls", "stall_mean", "stall_max", "p50",
-                        "p90", "p99", "p999", "max", "rps" } do
-        local unit = (k == "loads" or k == "stalls") and "count"
-                     or (k == "rps" and "req/s" or "ms")
-        local med, lo, hi = bench.summary(s[k])
-        bench.result(section, v .. "_" .. k, unit, med, lo, hi, REPS, note)
+end
+
+
+-- (7) one lock key under load
+if workers == 2 and wants(7) then
+    local LOAD_DURATION = bench.quick and 5 or 10
+    local LOAD_REPS = bench.quick and 1 or 3
+    section = "load_w2"
+    bench.log("(7) one lock key under load: wrk -t2 -c100 -d%ds, ~1 ms "
+              .. "critical section, timeout 30 s, %d repetition(s)",
+              LOAD_DURATION, LOAD_REPS)
+    local s = { ours = {}, peer = {} }
+    for _ = 1, LOAD_REPS do
+        -- ours and the peer take turns, so that a noisy minute hits both
+        for _, v in ipairs{ "ours", "peer" } do
+            http_get("/load/reset?v=" .. v)
+            local r = wrk("/load/" .. v, LOAD_DURATION, 35)
+            local st = http_get("/load/stats?v=" .. v)
+            local done, count, lock_errors, drain, server_max =
+                st:match("^(%S+) (%S+) (%S+) (%S+) (%S+)")
+            done, count = tonumber(done), tonumber(count)
+            if tonumber(drain) < 0 then
+                error("load " .. v .. ": requests still running 40 s after"
+                      .. " wrk stopped")
+            end
+            if count ~= done then
+                error(string.format("load %s: the counter is %d after %d "
+                                    .. "locked increments", v, count, done))
+            end
+            bench.log("  %s: %d requests, p50 %.1f ms, p99 %.1f ms, max "
+                      .. "%.1f ms (in nginx, after wrk too: %.1f ms), %.0f "
+                      .. "req/s, %d errors, %d lock errors, drained in %.2f s",
+                      v, r.requests, r.p50 / 1e3, r.p99 / 1e3, r.max / 1e3,
+                      tonumber(server_max) / 1e3, r.rps, r.errors,
+                      tonumber(lock_errors), tonumber(drain))
+            local t = s[v]
+            for k, x in pairs{ p50 = r.p50 / 1e3, p99 = r.p99 / 1e3,
+                               max = r.max / 1e3, rps = r.rps,
+                               errors = r.errors,
+                               lock_errors = tonumber(lock_errors),
+                               server_max = tonumber(server_max) / 1e3,
+                               drain = tonumber(drain) * 1e3 } do
+                t[k] = t[k] or {}
+                table.insert(t[k], x)
+            end
+        end
+    end
+    for _, v in ipairs{ "ours", "peer" } do
+        local note = LOAD_DURATION .. " s runs; " .. (v == "ours"
+            and "resty.shmlock + zone" or "resty.lock algorithm + ngx.shared.DICT")
+        for _, k in ipairs{ "p50", "p99", "max", "server_max", "rps",
+                            "errors", "lock_errors", "drain" } do
+            local unit = (k == "errors" or k == "lock_errors") and "count"
+                         or (k == "rps" and "req/s" or "ms")
+            local med, lo, hi = bench.summary(s[v][k])
+            bench.result(section, v .. "_" .. k, unit, med, lo, hi, LOAD_REPS,
+                         note)
+        end
     end
 end

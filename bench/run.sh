@@ -8,7 +8,7 @@
 # Environment:
 #   BENCH_QUICK=1        quick mode
 #   BENCH_RESULTS_DIR    where RESULTS.md and the PNGs go (default bench/)
-#   BENCH_ONLY="1 3"     run only these sections (1..6; 5 and 6 go together)
+#   BENCH_ONLY="1 3"     run only these sections (1..7; 5, 6 and 7 share nginx)
 #   BENCH_KEEP=1         keep the work directory (raw data, nginx logs)
 #   BENCH_COMMIT=...     what to call the code measured (default: git HEAD)
 #
@@ -22,7 +22,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$ROOT/bench
 RESULTS_DIR=${BENCH_RESULTS_DIR:-$BENCH}
 case $RESULTS_DIR in /*) ;; *) RESULTS_DIR=$PWD/$RESULTS_DIR ;; esac
-ONLY=${BENCH_ONLY:-1 2 3 4 5 6}
+ONLY=${BENCH_ONLY:-1 2 3 4 5 6 7}
+export BENCH_SECTIONS=$ONLY
 export BENCH_QUICK=${BENCH_QUICK:-0}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/shmlock-bench-XXXXXX")
@@ -259,7 +260,9 @@ nginx_run() {
 
 if wants 5 || wants 6; then
     section "5+6 nginx, 1 worker" nginx_run 1
-    section "5+6 nginx, 2 workers" nginx_run 2
+fi
+if wants 5 || wants 6 || wants 7; then
+    section "5+6+7 nginx, 2 workers" nginx_run 2
 fi
 
 echo "load at end	$(cut -d' ' -f1-3 /proc/loadavg)" >> "$WORK/machine.tsv"

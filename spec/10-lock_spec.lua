@@ -8,6 +8,7 @@ local zone_lock = require "resty.shmlock.lock.zone"
 local env = require "helpers.lock_env"
 local fixture = require "helpers.fixture"
 local checkout = require "helpers.checkout"
+local clock = require "resty.shmlock.internal.clock"
 
 local function gc()
     collectgarbage()
@@ -150,12 +151,26 @@ describe("resty.shmlock", function()
             assert.has_error(function()
                 resty_lock:new(dict, "opts")
             end, "opts must be a table")
+            assert.has_error(function()
+                resty_lock:new(dict, { blocking_timeout = "0.5" })
+            end, "opts.blocking_timeout must be a number")
+            assert.has_error(function()
+                resty_lock:new(dict, { blocking_timeout = -0.1 })
+            end, "opts.blocking_timeout must be >= 0")
+        end)
+
+        it("takes blocking_timeout (default 0), not clamped by exptime",
+           function()
+            assert.equal(0, resty_lock:new(dict).blocking_timeout)
+            assert.equal(0.5, resty_lock:new(dict, { blocking_timeout = 0.5,
+                                                     exptime = 0.1 })
+                                        .blocking_timeout)
         end)
 
         it("raises on an infinite or too large option (above 1e12), at "
            .. "the caller's line", function()
             for _, name in ipairs({ "exptime", "timeout", "step", "ratio",
-                                    "max_step" }) do
+                                    "max_step", "blocking_timeout" }) do
                 for _, v in ipairs({ math.huge, 1e12 + 1e6 }) do
                     assert.equal("opts." .. name .. " must be <= 1e12",
                                  raised(function()
@@ -876,15 +891,22 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         n = 0
         fake.shared = { fallback = shared_dict() }
         local saved_ngx = _G.ngx
-        local saved_mod = package.loaded["resty.shmlock"]
+        -- the modules that ask at load time whether they run in nginx
+        local reloaded = { "resty.shmlock", "resty.shmlock.lock.nginx_wait" }
+        local saved = {}
         _G.ngx = {
             get_phase = function() return fake.phase end,
             sleep = function(s) return fake.sleep(s) end,
             shared = fake.shared,
         }
-        package.loaded["resty.shmlock"] = nil
+        for i, name in ipairs(reloaded) do
+            saved[i] = package.loaded[name]
+            package.loaded[name] = nil
+        end
         nginx_lock = require "resty.shmlock"
-        package.loaded["resty.shmlock"] = saved_mod
+        for i, name in ipairs(reloaded) do
+            package.loaded[name] = saved[i]
+        end
         _G.ngx = saved_ngx
     end)
 
@@ -983,6 +1005,45 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         assert.is_true(near(0.01, fake.clock), tostring(fake.clock))
     end)
 
+    it("queues once its steps add up to 0.2 s: 1-2 ms polls, a mark, "
+       .. "the key handed over past fresh arrivals", function()
+        local holder = assert(nginx_lock:new(dict))
+        assert.equal(0, holder:lock("q"))
+        local marked, barged
+        fake.on_sleep = function(clock)
+            if clock > 0.3 and holder:owned() then
+                marked = dict:get("q"):find("|", 1, true) ~= nil
+                assert.equal(1, holder:unlock())
+                barged = { nginx_lock:new(dict):trylock("q") }
+            end
+        end
+        local lock = nginx_lock:new(dict, { timeout = 1 })
+        local elapsed, err = lock:lock("q")
+        assert.is_nil(err)
+        assert.is_true(marked)
+        assert.same({ nil, "timeout" }, barged)
+        assert.is_true(elapsed >= 0.255 and elapsed < 0.5, tostring(elapsed))
+        assert.same({ 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064,
+                      0.128 }, { unpack(fake.steps, 1, 8) })
+        for i = 9, #fake.steps do
+            assert.is_true(fake.steps[i] == 0.001 or fake.steps[i] == 0.002,
+                           "pause " .. fake.steps[i])
+        end
+        assert.is_true(lock:owned())
+        assert.equal(1, lock:unlock())
+    end)
+
+    it("a queued waiter that times out withdraws its mark", function()
+        local holder = assert(nginx_lock:new(dict))
+        assert.equal(0, holder:lock("w"))
+        local tok = dict:get("w")
+        local lock = nginx_lock:new(dict, { timeout = 0.3 })
+        assert.same({ nil, "timeout" }, { lock:lock("w") })
+        assert.equal(tok, dict:get("w"))
+        assert.equal(1, holder:unlock())
+        assert.is_nil(dict:get("w"))
+    end)
+
     it("does not sleep with timeout = 0 or in trylock()", function()
         local holder = nginx_lock:new(dict)
         assert.equal(0, holder:lock("k"))
@@ -1057,6 +1118,25 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
             assert.same({ nil, "timeout" },
                         { nginx_lock:new("fallback", { timeout = 0 })
                                     :lock("blah") })
+        end)
+
+        it("with blocking_timeout, polls where the phase cannot yield",
+           function()
+            fake.phase = "log"
+            local holder = assert(nginx_lock:new("fallback"))
+            assert.equal(0, holder:lock("b"))
+            local lock = nginx_lock:new("fallback", { blocking_timeout = 0.05 })
+            local t0 = clock.now()
+            assert.same({ nil, "timeout" }, { lock:lock("b") })
+            local took = clock.now() - t0
+            assert.is_true(took >= 0.05 and took < 0.5, tostring(took))
+            assert.same({}, fake.steps)
+            assert.same({ nil, "cannot wait in log phase" },
+                        { nginx_lock:new("fallback"):lock("b") })
+            assert.equal(1, holder:unlock())
+            local elapsed = lock:lock("b")
+            assert.equal(0, elapsed)
+            assert.equal(1, lock:unlock())
         end)
 
         it("answers 'expired' and leaves another holder's lock alone",

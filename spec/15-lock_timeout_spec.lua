@@ -4,7 +4,7 @@
 
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local env = require "spec.helpers.lock_env"
+local env = require "helpers.lock_env"
 
 -- the error f() raised; it must point at this file (the caller's line)
 local function raised(f)

@@ -10,13 +10,12 @@ use ShmTest;
 
 my $t = ShmTest->new(
     workers => 1,
+    init_by_lua => <<'EOF',
+        local shdict = require "resty.shmlock.shdict"
+        assert(shdict.open("tzone"))
+EOF
     http_config => <<'EOF',
     lua_shared_dict tshared 1m;
-    init_by_lua_block {
-        local shdict = require "resty.shmlock.shdict"
-        resty_lock = require "resty.shmlock"
-        assert(shdict.open("tzone"))
-    }
 EOF
     config => <<'EOF',
         # ?store=tzone|tshared: a holder (a timer releases it after 0.3 s),

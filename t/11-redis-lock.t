@@ -52,14 +52,14 @@ END {
 
 my $t = ShmTest->new(
     workers => 2,
-    http_config => <<"EOF",
-    lua_shared_dict stats 1m;
-    init_by_lua_block {
+    init_by_lua => <<"EOF",
         redis_lock = require "resty.shmlock.redis"
         package.path = "$FindBin::Bin/lib/?.lua;" .. package.path
         resp = require "resp"
         RPORT = $rport
-    }
+EOF
+    http_config => <<"EOF",
+    lua_shared_dict stats 1m;
 EOF
     config => <<'EOF',
         # lock "hot" with a timeout of 3 to 20 ms, hold it 2 ms, unlock

@@ -11,10 +11,7 @@ use ShmTest;
 
 my $t = ShmTest->new(
     workers => 1,
-    http_config => <<'EOF',
-    lua_shared_dict cache 100k;
-    init_by_lua_block {
-        resty_lock = require "resty.shmlock"
+    init_by_lua => <<'EOF',
         -- fills ngx.shared.cache with set() values, large ones first, until
         -- not even a 1-byte value fits without evicting; returns the count
         function fill()
@@ -30,7 +27,9 @@ my $t = ShmTest->new(
             end
             return n
         end
-    }
+EOF
+    http_config => <<'EOF',
+    lua_shared_dict cache 100k;
 EOF
     config => <<'EOF',
         location = /t {

@@ -13,6 +13,11 @@
 -- (6) GET /stampede/ours and /stampede/peer: one hot key, a 50 ms loader,
 -- the cache-lock pattern (get; on a miss lock, get again, load, set,
 -- unlock).  bench_ctl counts loader calls and requests slower than 5 ms.
+--
+-- (7) GET /load/ours and /load/peer: every request locks one key (timeout
+-- 30 s), reads a counter, sleeps 1 ms, writes it + 1 and unlocks: a ~1 ms
+-- critical section under wrk.  bench_ctl counts the requests done, lock
+-- errors and the requests still running (a waiter outlives wrk's run).
 
 local ffi = require "ffi"
 local shdict = require "resty.shmlock.shdict"
@@ -440,6 +445,94 @@ function _M.stampede_peer()
     ngx.say(val)
     account("peer", t0)
 end
+
+-- ---- (7) one lock key under load ----
+
+local LOAD_KEY = "load"
+local LOAD_TIMEOUT = 30
+
+-- the longest request of this worker, also after wrk stopped counting
+local function load_took(variant, t0)
+    local us = (now() - t0) * 1e6
+    local k = "max_us:" .. variant .. ":" .. wid
+    if us > (ctl:get(k) or 0) then
+        ctl:set(k, us)
+    end
+end
+
+local function load(lock_mod, lock_dict, counter, variant)
+    local t0 = now()
+    ctl:incr("inflight:" .. variant, 1, 0)
+    local lock, err = lock_mod:new(lock_dict, { timeout = LOAD_TIMEOUT })
+    local elapsed
+    if lock then
+        elapsed, err = lock:lock(LOAD_KEY)
+    end
+    if not elapsed then
+        ctl:incr("lock_errors:" .. variant, 1, 0)
+        ctl:incr("inflight:" .. variant, -1, 0)
+        load_took(variant, t0)
+        ngx.log(ngx.WARN, "load ", variant, ": lock: ", err)
+        ngx.status = 500
+        ngx.say("lock: ", err)
+        return
+    end
+    local n = counter:get("count:" .. variant) or 0
+    ngx.sleep(0.001)
+    counter:set("count:" .. variant, n + 1)
+    local ok
+    ok, err = lock:unlock()
+    if ok ~= 1 then
+        ctl:incr("lock_errors:" .. variant, 1, 0)
+        ngx.log(ngx.WARN, "load ", variant, ": unlock: ", err)
+    end
+    ctl:incr("done:" .. variant, 1, 0)
+    ctl:incr("inflight:" .. variant, -1, 0)
+    load_took(variant, t0)
+    ngx.say("ok")
+end
+
+function _M.load_ours()
+    load(resty_lock, "bench_locks", ours, "ours")
+end
+
+function _M.load_peer()
+    load(polling_lock, "bench_ngx_locks", ngx_dict, "peer")
+end
+
+-- GET /load/reset?v=ours: zero the counters
+function _M.load_reset()
+    local v = ngx.var.arg_v
+    ours:delete("count:" .. v)
+    ngx_dict:delete("count:" .. v)
+    for _, k in ipairs{ "inflight:", "lock_errors:", "done:" } do
+        ctl:delete(k .. v)
+    end
+    for w = 0, 63 do ctl:delete("max_us:" .. v .. ":" .. w) end
+    ngx.say("reset")
+end
+
+-- GET /load/stats?v=ours: once no request runs (at most 40 s),
+-- "done counter lock_errors drain_seconds max_us" (max_us: the longest
+-- request, timed in nginx, also those that ended after wrk's run)
+function _M.load_stats()
+    local v = ngx.var.arg_v
+    local t0 = now()
+    while (ctl:get("inflight:" .. v) or 0) > 0 and now() - t0 < 40 do
+        ngx.sleep(0.01)
+    end
+    local counter = v == "ours" and ours or ngx_dict
+    local mx = 0
+    for w = 0, 63 do
+        mx = math.max(mx, ctl:get("max_us:" .. v .. ":" .. w) or 0)
+    end
+    ngx.say(ctl:get("done:" .. v) or 0, " ",
+            counter:get("count:" .. v) or 0, " ",
+            ctl:get("lock_errors:" .. v) or 0, " ",
+            (ctl:get("inflight:" .. v) or 0) > 0 and -1 or now() - t0, " ",
+            mx)
+end
+
 
 -- GET /stampede/reset: cold caches, zero counters
 function _M.reset()

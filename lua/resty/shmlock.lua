@@ -13,10 +13,12 @@
 -- waits under contention (starvation mode, see resty.shmlock.lock.zone),
 -- trylock() and owned().
 --
--- Inside nginx, waiting is resty.lock's: ngx.sleep steps, elapsed = the sum
--- of the steps.  Where the phase cannot yield (init, init_worker, set,
--- header_filter, body_filter, log, balancer, ...), a free key is taken and
--- a held one answers nil, "cannot wait in <phase> phase".
+-- Inside nginx, waiting is resty.lock's (ngx.sleep steps, elapsed = the
+-- sum of the steps), then, past 0.2 s of steps, a queue without barging
+-- (resty.shmlock.lock.nginx_wait).  Where the phase cannot yield (init,
+-- init_worker, set, header_filter, body_filter, log, balancer, ...), a
+-- free key is taken and a held one answers nil, "cannot wait in <phase>
+-- phase", unless opts.blocking_timeout lets the worker block that long.
 --
 -- The lock object is this file's: its fields are read and written here
 -- only.  The store it locks in is a zone (resty.shmlock.lock.zone) or an
@@ -50,10 +52,10 @@ local nginx = require "resty.shmlock.internal.nginx"
 local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
-local backoff = require "resty.shmlock.internal.backoff"
 local handle = require "resty.shmlock.lock.handle"
 local zone_backend = require "resty.shmlock.lock.zone"
 local ngx_shared = require "resty.shmlock.lock.ngx_shared"
+local nginx_wait = require "resty.shmlock.lock.nginx_wait"
 
 local ffi_str = ffi.string
 local type = type
@@ -68,16 +70,14 @@ local put = handle.put
 local retoken = handle.retoken
 local seconds_ok = options.seconds_ok
 local check_timeout = options.timeout
-local next_step = backoff.next
-local MIN_SLEEP = backoff.MIN_SLEEP
 local ACQUIRED = zone_backend.ACQUIRED
 local FAILED = zone_backend.FAILED
 local YIELDABLE = nginx.YIELDABLE
+local released = nginx_wait.released
 
 local ngx = nginx.api()
 local in_nginx = ngx ~= nil
 local get_phase = in_nginx and ngx.get_phase
-local ngx_sleep = in_nginx and ngx.sleep
 
 local _M = { _VERSION = version }
 local mt = { __index = _M }
@@ -153,7 +153,7 @@ function _M.new(a, b, c)
         return nil, "dictionary not found"
     end
 
-    local exptime, timeout, step, ratio, max_step =
+    local exptime, timeout, step, ratio, max_step, blocking_timeout =
         options.lock(opts, "opts", 2)
 
     local store, backend, number
@@ -176,49 +176,16 @@ function _M.new(a, b, c)
         step = step,
         ratio = ratio,
         max_step = max_step,
+        blocking_timeout = blocking_timeout,
     }, mt)
 end
 
 
--- resty.lock's wait inside nginx: ngx.sleep steps; elapsed is their sum.
--- Unlike resty.lock, no step is below MIN_SLEEP (ngx.sleep would only
--- yield: a spin) except a last one cut to the timeout left; for steps of
--- 1 ms and more the steps are resty.lock's.
+-- the wait inside nginx where the phase may yield: resty.lock's steps,
+-- then a queue (resty.shmlock.lock.nginx_wait)
 local function sleep(self, backend, key, klen, tok, timeout)
-    local store, expiry = self.store, self.expiry
-    local step, ratio, max_step = self.step, self.ratio, self.max_step
-    local elapsed = 0
-    if step < MIN_SLEEP then
-        step = min(MIN_SLEEP, timeout)
-    end
-
-    while timeout > 0 do
-        ngx_sleep(step)
-        elapsed = elapsed + step
-        timeout = timeout - step
-
-        local ok, err = backend.add(store, key, klen, tok, #tok, expiry)
-        if ok then
-            return elapsed
-        end
-        if ok == nil then
-            return nil, err
-        end
-        local got
-        got, err = backend.look(store, key, klen, tok, expiry, true)
-        if got == ACQUIRED then
-            return elapsed
-        end
-        if got == FAILED then
-            return nil, err
-        end
-
-        if timeout <= 0 then
-            break
-        end
-        step = min(next_step(step, ratio, max_step), timeout)
-    end
-    return nil, "timeout"
+    return nginx_wait.sleep(backend, self.store, key, klen, tok, self.expiry,
+                            timeout, self.step, self.ratio, self.max_step)
 end
 
 
@@ -234,6 +201,12 @@ local function wait(self, backend, key, klen, tok, may_wait, timeout)
         local phase = get_phase()
         if YIELDABLE[phase] then
             return sleep(self, backend, key, klen, tok, timeout)
+        end
+        local blocking = self.blocking_timeout
+        if blocking > 0 then
+            return nginx_wait.block(backend, self.store, key, klen, tok,
+                                    self.expiry, min(timeout, blocking),
+                                    self.step, self.ratio, self.max_step)
         end
         refusal = "cannot wait in " .. tostring(phase) .. " phase"
     end
@@ -337,6 +310,9 @@ function _M.unlock(self)
     local ok, err = self.backend.release(self.store, self.key, cd.key_len,
                                          cd.tok, cd.tok_len)
     if ok then
+        if in_nginx then
+            released(self.key)  -- wakes this worker's queued waiters
+        end
         forget(self, cd)
         return ok
     end

@@ -3,16 +3,18 @@
 -- ngx.shared dicts, Redis, the cache's lock_opts), and the limits every
 -- time given in seconds obeys (locks, dictionaries, caches).
 --
--- Defaults: exptime 30, timeout 5, step 0.001, ratio 2, max_step 0.5 (s).
+-- Defaults: exptime 30, timeout 5, step 0.001, ratio 2, max_step 0.5 (s);
+-- beyond resty.lock, blocking_timeout 0 (s; not clamped: the lock takes
+-- the smaller of it and the timeout).
 -- Clamping, as resty.lock: a given timeout is at most exptime, and a given
 -- step at most the timeout.  Misuse raises at the line of the caller of
 -- the public function: "<name> must be a table", "<name>.<option> must be
--- a number" (NaN included), "... must be >= 0" (exptime, timeout), "...
--- must be > 0" (step, ratio, max_step: zero would never back off, or loop
--- for ever), "... must be <= 1e12" (infinity included: see MAX_SECONDS;
--- the same bound for ratio, which is no time, keeps one rule for all
--- five).  <name> is "opts" for a lock's new(), "opts.lock_opts" for the
--- cache's.
+-- a number" (NaN included), "... must be >= 0" (exptime, timeout,
+-- blocking_timeout), "... must be > 0" (step, ratio, max_step: zero would
+-- never back off, or loop for ever), "... must be <= 1e12" (infinity
+-- included: see MAX_SECONDS; the same bound for ratio, which is no time,
+-- keeps one rule for all six).  <name> is "opts" for a lock's new(),
+-- "opts.lock_opts" for the cache's.
 
 local type = type
 local error = error
@@ -61,13 +63,13 @@ local function number(opts, name, field, level)
     return v
 end
 
--- syntax: exptime, timeout, step, ratio, max_step =
+-- syntax: exptime, timeout, step, ratio, max_step, blocking_timeout =
 --             options.lock(opts, name, level)
 -- opts: the table the caller was given (or nil), known to it as `name`;
 -- level: where misuse points, as error() counts from options.lock's
 -- caller (2: the caller of the function calling options.lock).
 function _M.lock(opts, name, level)
-    local exptime, timeout, step, ratio, max_step
+    local exptime, timeout, step, ratio, max_step, blocking
     if opts ~= nil then
         if type(opts) ~= "table" then
             error(name .. " must be a table", level + 1)
@@ -77,6 +79,7 @@ function _M.lock(opts, name, level)
         step = number(opts, name, "step", level + 1)
         ratio = number(opts, name, "ratio", level + 1)
         max_step = number(opts, name, "max_step", level + 1)
+        blocking = number(opts, name, "blocking_timeout", level + 1)
     end
 
     exptime = exptime or 30
@@ -86,7 +89,8 @@ function _M.lock(opts, name, level)
             step = min(step, timeout)
         end
     end
-    return exptime, timeout or 5, step or 0.001, ratio or 2, max_step or 0.5
+    return exptime, timeout or 5, step or 0.001, ratio or 2, max_step or 0.5,
+           blocking or 0
 end
 
 -- syntax: timeout = options.timeout(v, exptime, level)

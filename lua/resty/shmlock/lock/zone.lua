@@ -420,6 +420,7 @@ local function withdraw(zone, key, klen, tok)
     end
     return false
 end
+_M.withdraw = withdraw
 
 
 -- syntax: elapsed, err = zone.block(zone, key, klen, tok, exp_ms, timeout,

@@ -1,0 +1,171 @@
+# opts.blocking_timeout: where the phase cannot yield (init_worker_by_lua,
+# log_by_lua, balancer_by_lua), a lock with blocking_timeout > 0 waits for
+# a held key by blocking the worker, up to that long: it gets a key that a
+# LuaJIT process releases meanwhile (woken by the release), answers
+# "timeout" after the bound for a key held longer, and without the option
+# still answers "cannot wait in <phase> phase" at once.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use Time::HiRes qw(time sleep);
+use ShmTest qw(give_up);
+
+my $t = ShmTest->new(
+    workers => 2,
+    init_by_lua => <<'EOF',
+        local shdict = require "resty.shmlock.shdict"
+        T = { zone = assert(shdict.open("blocking")) }
+
+        -- "<elapsed or nil> <err> <seconds the call took>"
+        function T.try(key, blocking_timeout)
+            local lock = assert(resty_lock:new("blocking", {
+                timeout = 5, blocking_timeout = blocking_timeout }))
+            ngx.update_time()
+            local t0 = ngx.now()
+            local elapsed, err = lock:lock(key)
+            ngx.update_time()
+            local took = ngx.now() - t0
+            if elapsed then
+                assert(lock:unlock() == 1)
+                elapsed = string.format("%.3f", elapsed)
+            end
+            return string.format("%s %s %.3f", tostring(elapsed),
+                                 tostring(err), took)
+        end
+
+        -- the three cases of a phase, stored under "<tag>-<case>"
+        function T.cases(tag, id)
+            T.zone:set(tag .. "-acquire" .. id, T.try("short-" .. tag, 3))
+            T.zone:set(tag .. "-timeout" .. id, T.try("long", 0.3))
+            T.zone:set(tag .. "-default" .. id, T.try("long", nil))
+        end
+EOF
+    http_config => <<'EOF',
+    init_worker_by_lua_block {
+        T.cases("init_worker", ngx.worker.id())
+    }
+    upstream backend {
+        server 0.0.0.1;
+        balancer_by_lua_block {
+            T.cases("balancer", "")
+            local balancer = require "ngx.balancer"
+            assert(balancer.set_current_peer("127.0.0.1", {{PORT}}))
+        }
+    }
+EOF
+    config => <<'EOF',
+        location = /log {
+            content_by_lua_block { ngx.say("body") }
+            log_by_lua_block { T.cases("log", "") }
+        }
+        location = /balancer {
+            proxy_pass http://backend/backend;
+        }
+        location = /backend {
+            return 200 "backend\n";
+        }
+        location = /get {
+            content_by_lua_block {
+                ngx.say(tostring(T.zone:get(ngx.var.arg_key)))
+            }
+        }
+EOF
+);
+
+# A LuaJIT process holds "long" for the whole file; others hold
+# "short-<phase>" for 0.5 s.
+sub holder {
+    my ($key, $ms) = @_;
+    my $p = $t->luajit_bg(ShmTest::lua_prelude() . <<"EOF");
+local shdict = require "resty.shmlock.shdict"
+assert(shdict.open("blocking"))
+local resty_lock = require "resty.shmlock"
+local lock = assert(resty_lock:new("blocking", { exptime = 120 }))
+print("lock: " .. tostring(lock:lock("$key")))
+if $ms > 0 then
+    sleep_ms($ms)
+else
+    wait_flag("release", 100)
+end
+print("unlock: " .. tostring(lock:unlock()))
+EOF
+    defined $p->wait_for(qr/^lock: 0$/m)
+        or give_up("the LuaJIT holder could not take $key");
+    return $p;
+}
+
+# the result of a case, once written (log_by_lua runs after the response)
+sub result {
+    my ($key) = @_;
+    my $deadline = time + 10;
+    while (time < $deadline) {
+        my $got = $t->get("/get?key=$key")->{body};
+        return $got if $got ne "nil\n";
+        sleep 0.05;
+    }
+    return "nothing stored under $key\n";
+}
+
+# the three results of a phase: acquired within its bound, timed out at
+# 0.3 s, refused at once
+sub check {
+    my ($tag, $id) = @_;
+    my $acq = result("$tag-acquire$id");
+    like($acq, qr/^(\d\.\d+) nil (\d\.\d+)\n\z/,
+         "$tag: the released key is acquired");
+    my ($elapsed, $took) = $acq =~ /^(\S+) nil (\S+)/;
+    if (defined $elapsed) {
+        cmp_ok($elapsed, '>', 0.05, "$tag: it waited ($elapsed s)");
+        cmp_ok($took, '<', 2.5, "$tag: within the bound (3 s)");
+    }
+    my $to = result("$tag-timeout$id");
+    like($to, qr/^nil timeout (\d\.\d+)\n\z/, "$tag: held longer: timeout");
+    my ($t2) = $to =~ /^nil timeout (\S+)/;
+    if (defined $t2) {
+        cmp_ok($t2, '>=', 0.28, "$tag: after the bound (0.3 s): $t2 s");
+        cmp_ok($t2, '<', 1.5, "$tag: not much later: $t2 s");
+    }
+    like(result("$tag-default$id"),
+         qr/^nil cannot wait in $tag phase 0\.0\d\d\n\z/,
+         "$tag: blocking_timeout 0 refuses at once");
+}
+
+my $long = holder("long", 0);
+my $short = holder("short-init_worker", 500);
+
+$t->start;
+
+subtest "init_worker_by_lua" => sub {
+    check("init_worker", $_) for 0, 1;
+    my ($rc, $out) = $short->finish(10);
+    is($out, "lock: 0\nunlock: 1\n", "the LuaJIT holder released it");
+    $t->check_log("init_worker", nested => 1);
+};
+
+subtest "log_by_lua" => sub {
+    my $p = holder("short-log", 500);
+    my $r = $t->get("/log");
+    is($r->{body}, "body\n", "request answered");
+    check("log", "");
+    $p->finish(10);
+    $t->check_log("log_by_lua", nested => 1);
+};
+
+subtest "balancer_by_lua" => sub {
+    my $p = holder("short-balancer", 500);
+    my $r = $t->get("/balancer");
+    is($r->{status}, 200, "proxied");
+    is($r->{body}, "backend\n", "the backend answered");
+    check("balancer", "");
+    $p->finish(10);
+    $t->check_log("balancer_by_lua", nested => 1);
+};
+
+$t->set_flag("release");
+my ($rc, $out) = $long->finish(10);
+is($out, "lock: 0\nunlock: 1\n", "the long holder released its key");
+
+$t->stop;
+done_testing;
