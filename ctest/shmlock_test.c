@@ -953,7 +953,7 @@ test_eviction(void)
  * to 0, or every CORRUPT_DEAD_EVERY-th round to a dead process's pid, so
  * that the first call takes the mutex over and recovery runs over the
  * garbage.  A garbage owner could be this very process, which would then
- * wait for itself; spec/12-corrupt_spec.lua covers garbage owners.
+ * wait for itself; spec/07-corrupt_spec.lua covers garbage owners.
  */
 
 #define CORRUPT_ROUNDS      300

@@ -15,7 +15,7 @@
 -- random case again:
 --
 --     SHMLOCK_CORRUPT_SEED=<seed> SHMLOCK_CORRUPT_CASES=1 \
---         scripts/busted.sh spec/12-corrupt_spec.lua
+--         scripts/busted.sh spec/07-corrupt_spec.lua
 --
 -- (the template's lock tokens hold this run's pid, so the chunks after
 -- them may move by a chunk between runs).  SHMLOCK_CORRUPT_CASES sets the
