@@ -137,7 +137,7 @@ test:
 	$(MAKE) --no-print-directory test-valgrind
 
 # luacheck (Debian's lua-check) over the Lua code, as .luacheckrc says.
-LINT_DIRS = lua
+LINT_DIRS = lua spec bench demo scripts/lua
 
 lint:
 	luacheck -q $(LINT_DIRS)

@@ -30,7 +30,7 @@ local checkout = require "helpers.checkout"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local lib = require "resty.shmlock.lib"
-local layout = require "helpers.zone_layout"
+local zone_layout = require "helpers.zone_layout"
 
 local fmt = string.format
 local concat = table.concat
@@ -39,14 +39,14 @@ local min = math.min
 local bxor, lshift, rshift = bit.bxor, bit.lshift, bit.rshift
 
 -- mirrors of src/zone.h and src/chunk.h: see helpers.zone_layout
-local LAYOUT = layout.LAYOUT
+local LAYOUT = zone_layout.LAYOUT
 pcall(ffi.cdef, [[
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, long off);
 ]])
 
-local ZONE_HDR = layout.ZONE_HDR
-local SHARD_HDR = layout.SHARD_HDR
-local ENTRY = layout.ENTRY
+local ZONE_HDR = zone_layout.ZONE_HDR
+local SHARD_HDR = zone_layout.SHARD_HDR
+local ENTRY = zone_layout.ENTRY
 local CHUNK = 64
 
 local function env_number(name, default)
@@ -330,7 +330,8 @@ local DICT_WORDS = { "lock", "seq", "free_head", "free_count", "lru_head",
 local function links_case(r, g)
     local patches, said = {}, {}
     for n = 1, 1 + r(8) do
-        local s, off = r(g.nshards)
+        local s = r(g.nshards)
+        local off
         local pick = r(8)
         if pick == 0 then
             off = hdr_field(g, s, DICT_WORDS[r(#DICT_WORDS) + 1])

@@ -930,8 +930,8 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
     local function held_until(d, key, after)
         local holder = assert(nginx_lock:new(d))
         assert.equal(0, holder:lock(key))
-        fake.on_sleep = function(clock)
-            if clock >= after and holder:owned() then
+        fake.on_sleep = function(now)
+            if now >= after and holder:owned() then
                 assert.equal(1, holder:unlock())
             end
         end
@@ -1010,8 +1010,8 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         local holder = assert(nginx_lock:new(dict))
         assert.equal(0, holder:lock("q"))
         local marked, barged
-        fake.on_sleep = function(clock)
-            if clock > 0.3 and holder:owned() then
+        fake.on_sleep = function(now)
+            if now > 0.3 and holder:owned() then
                 marked = dict:get("q"):find("|", 1, true) ~= nil
                 assert.equal(1, holder:unlock())
                 barged = { nginx_lock:new(dict):trylock("q") }

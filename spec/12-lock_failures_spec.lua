@@ -10,7 +10,6 @@ local fixture = require "helpers.fixture"
 local checkout = require "helpers.checkout"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local zone_lock = require "resty.shmlock.lock.zone"
 local env = require "helpers.lock_env"
 
 local function gc()

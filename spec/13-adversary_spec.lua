@@ -320,9 +320,9 @@ print(d and tostring(d:set("k", 1)) or err)]], dir))
             local pid
             local deadline = proc.now() + 5
             while not pid and proc.now() < deadline do
-                local f = io.open(pidfile)
-                pid = f and tonumber(f:read("*a"))
-                if f then f:close() end
+                local pf = io.open(pidfile)
+                pid = pf and tonumber(pf:read("*a"))
+                if pf then pf:close() end
                 proc.sleep(0.01)
             end
             assert.is_not_nil(pid)

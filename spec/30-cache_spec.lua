@@ -8,7 +8,7 @@ local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local cache = require "resty.shmlock.cache"
 
-local pack = table.pack or function(...)
+local pack = table.pack or function(...) -- luacheck: ignore 143
     return { n = select("#", ...), ... }
 end
 

@@ -50,7 +50,9 @@ local STAMPEDE_TTL = 0.5
 local LOADER_DELAY = 0.05
 local STALL = 0.005
 
-local ours, ours_locks, ours_cache     -- our zones (opened in the master)
+-- our zones (opened in the master); ours_locks only keeps bench_locks
+-- mapped for the locks that name it
+local ours, ours_locks, ours_cache -- luacheck: ignore 231
 local ours_big
 local ngx_dict, ngx_cache, ngx_big     -- ngx.shared dicts
 local ctl

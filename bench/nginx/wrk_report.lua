@@ -1,6 +1,6 @@
 -- wrk script: one machine-readable line at the end of a run.
 -- WRK requests errors(non-2xx + socket) p50 p90 p99 p99.9 max mean (µs) rps
-done = function(summary, latency, requests)
+done = function(summary, latency)
     local e = summary.errors
     local errors = e.connect + e.read + e.write + e.status + e.timeout
     io.write(string.format("WRK\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\n",

@@ -16,7 +16,6 @@
 -- Then the key must be free, the zone must verify, and flush_all +
 -- flush_expired must give all its memory back.
 
-local ffi = require "ffi"
 local proc = require "harness.proc"
 local env = require "helpers.lock_env"
 local shdict = require "resty.shmlock.shdict"
