@@ -709,6 +709,7 @@ describe("shdict", function()
             local procs, rounds = 4, 500
             local file = tmp .. "/incr.lua"
             write_file(file, ([[
+local shdict = require "resty.shmlock.shdict"
 local d = assert(shdict.open(%q, { dir = %q }))
 for i = 1, %d do
     assert(d:incr("counter", 1, 0))
@@ -1397,6 +1398,7 @@ print("done")
                 local script = tmp .. "/jit.lua"
                 local log = tmp .. "/jit.log"
                 write_file(script, ([[
+local shdict = require "resty.shmlock.shdict"
 local d = assert(shdict.open(%q, { dir = %q }))
 d:set("num", 1) d:set("str", "value") d:set("cnt", 0)
 collectgarbage() collectgarbage()

@@ -2,9 +2,9 @@
 -- nginx, against a holder in another process.  (Inside nginx, zones and
 -- ngx.shared dicts: t/10-lock-timeout.t; the Redis lock: spec/20.)
 
-local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local env = require "helpers.lock_env"
+local fixture = require "helpers.fixture"
 
 -- the error f() raised; it must point at this file (the caller's line)
 local function raised(f)
@@ -17,27 +17,17 @@ local function raised(f)
 end
 
 describe("lock:lock(key, timeout)", function()
-    local dir, dict, n
-
-    setup(function()
-        dir = env.tmpdir()
-        env.setenv("SHMLOCK_DIR", dir)
-        n = 0
-    end)
-
-    teardown(function()
-        env.setenv("SHMLOCK_DIR", nil)
-        env.rmdir(dir)
-    end)
+    local fx = fixture.new { dir = "block", env = true }
+    local dict, n = nil, 0
 
     before_each(function()
         n = n + 1
-        dict = assert(shdict.open("tlocks" .. n))
+        dict = fx:zone("tlocks" .. n)
     end)
 
     -- a child process holding "lock" for `secs`; returns it once it holds
     local function holder(secs)
-        local proc = env.worker("hold", { zone = dict.name, dir = dir,
+        local proc = env.worker("hold", { zone = dict.name, dir = fx.dir,
                                           exptime = 30, secs = secs })
         assert(dict:set("go", true))
         assert.is_number(env.wait_for(function() return dict:get("pid") end,
