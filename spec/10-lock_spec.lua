@@ -970,8 +970,8 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         end
     end)
 
-    it("never sleeps less than 1 ms but for a last step cut to the "
-       .. "timeout, whatever step and max_step", function()
+    it("never sleeps less than 1 ms, whatever step, max_step and the "
+       .. "timeout left", function()
         local holder = nginx_lock:new(dict)
         assert.equal(0, holder:lock("k"))
         for _, opts in ipairs({ { max_step = 1e-7 }, { step = 1e-7 },
@@ -982,10 +982,23 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
                         { nginx_lock:new(dict, opts):lock("k") })
             local steps = fake.steps
             assert.is_true(#steps <= 12, #steps .. " steps")
-            for i = 1, #steps - 1 do
-                assert.is_true(steps[i] >= 0.001, "step " .. steps[i])
+            for i = 1, #steps do
+                assert.is_true(steps[i] >= 0.001 - 1e-9, "step " .. steps[i])
             end
-            assert.is_true(near(0.0105, fake.clock), tostring(fake.clock))
+            -- "timeout" at 10.5 ms, or up to 1 ms early
+            assert.is_true(fake.clock > 0.0095 - 1e-9
+                           and fake.clock < 0.0105 + 1e-9,
+                           fake.clock .. ": " .. table.concat(steps, ","))
+        end
+        -- a timeout below 1 ms: no sleep at all; a last step cut below
+        -- 1 ms (1 + 2 + 4 ms, 0.4 ms left): not slept
+        for _, case in ipairs({ { 0.0005, {} },
+                                { 0.0074, { 0.001, 0.002, 0.004 } } }) do
+            fake.steps, fake.clock = {}, 0
+            assert.same({ nil, "timeout" },
+                        { nginx_lock:new(dict, { timeout = case[1] })
+                              :lock("k") })
+            assert.same(case[2], fake.steps)
         end
         -- a step of 1 ms or more is resty.lock's, max_step as well
         fake.steps, fake.clock = {}, 0

@@ -2,10 +2,13 @@
 -- by step, for a key someone else holds (resty.lock's steps: step, times
 -- ratio after each try, at most max_step).
 --
--- No wait is shorter than MIN_SLEEP, whatever step and max_step say (the
--- last one before a deadline excepted): below 1 ms, ngx.sleep does not
--- sleep at all (it only yields) and a waiter would spin; a futex waiter is
--- woken by the release anyway; a Redis waiter would spin round trips.
+-- No wait is shorter than MIN_SLEEP, whatever step and max_step say:
+-- below 1 ms, ngx.sleep does not sleep at all (it only yields, and nginx
+-- without the delayed-events patch logs a warning) and a waiter would
+-- spin; a Redis waiter would spin round trips.  Waits inside nginx and on
+-- Redis end with "timeout" when less than MIN_SLEEP is left; outside
+-- nginx the futex wait's last sleep may be cut to the deadline (a futex
+-- waiter is woken by the release anyway).
 
 local min = math.min
 local max = math.max

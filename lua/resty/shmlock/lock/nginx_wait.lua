@@ -240,11 +240,14 @@ function _M.sleep(backend, store, key, klen, tok, expiry, timeout, step,
                   ratio, max_step)
     local since = floor(now_us() / 1000)
     local elapsed = 0
-    if step < MIN_SLEEP then
-        step = min(MIN_SLEEP, timeout)
-    end
+    step = min(max(step, MIN_SLEEP), timeout)
 
-    while timeout > 0 do
+    -- ngx.sleep counts whole milliseconds: a shorter sleep is ngx.sleep(0),
+    -- which nginx without the delayed-events patch logs as a warning on
+    -- every call.  With less than MIN_SLEEP left, the wait is over
+    -- ("timeout" up to 1 ms early, as the Redis lock's; 1e-9 absorbs the
+    -- rounding of the subtractions).
+    while timeout > 0 and step >= MIN_SLEEP - 1e-9 do
         ngx_sleep(step)
         elapsed = elapsed + step
         timeout = timeout - step
