@@ -27,6 +27,13 @@ local function raised(f)
 end
 
 -- a loader that counts its calls and returns its arguments' results
+-- incr for the specs' stand-ins of an ngx.shared dict, over their get/set
+local function fake_incr(d, k, n, init)
+    local v = (d:get(k) or init) + n
+    d:set(k, v)
+    return v
+end
+
 local function counter(...)
     local results = pack(...)
     local self = { calls = 0 }
@@ -188,6 +195,7 @@ describe("resty.shmlock.cache", function()
                 get = function() end, get_stale = function() end,
                 set = function() return true end,
                 delete = function() return true end,
+                incr = fake_incr, get_keys = function() return {} end,
             }
             assert.same({ n = 2, nil,
                           "could not create lock: dictionary not found" },
@@ -437,6 +445,7 @@ describe("resty.shmlock.cache", function()
                     return true
                 end,
                 delete = function(_, k) store[k] = nil return true end,
+                incr = fake_incr, get_keys = function() return {} end,
             }
             local c = new_cache({ dict = fake })
             c:set("a", "v", 0.0001)

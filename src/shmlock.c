@@ -142,6 +142,19 @@ shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash)
     wait_wake(zone, hash);
 }
 
+volatile uint32_t *
+shmlock_zone_gens(shmlock_zone_t *zone)
+{
+    return zone->gen;
+}
+
+uint32_t
+shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i, uint32_t delta)
+{
+    return __atomic_add_fetch(&zone->gen[i & (ZONE_GEN_WORDS - 1)], delta,
+                              __ATOMIC_SEQ_CST);
+}
+
 int
 shmlock_self_pid(void)
 {

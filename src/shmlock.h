@@ -67,7 +67,8 @@ enum {
     SHMLOCK_NAME_MAX = 64,        /* bytes of a zone name */
     SHMLOCK_KEEP_TTL = -1,        /* cas: keep the entry's current expiry */
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
-    SHMLOCK_MIN_SIZE = 32768      /* bytes of the smallest zone */
+    SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
+    SHMLOCK_GEN_WORDS = 1024      /* generation words of a zone */
 };
 
 typedef struct shmlock_zone_s  shmlock_zone_t;
@@ -225,6 +226,24 @@ SHMLOCK_API int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
  */
 SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
     size_t key_len, const char *tok, size_t tok_len);
+
+
+/* ---- generation words: change counters for the zone's users ---- */
+
+/*
+ * A zone has SHMLOCK_GEN_WORDS 32-bit counters that no dictionary call
+ * touches; a user indexes them by key hash.  shmlock_zone_gens returns
+ * their address in this process's mapping (valid while the zone handle is
+ * open), so that a reader can check a word with one load and no call:
+ * the cache's per-process copies do, comparing the word with the value
+ * they saw when they were filled.  shmlock_zone_gen_add adds delta to
+ * word i (modulo SHMLOCK_GEN_WORDS) atomically and returns the new value,
+ * sequentially consistent: a writer bumps a word after its change; delta
+ * 0 is a read ordered before the caller's later reads of the zone.
+ */
+SHMLOCK_API volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
+SHMLOCK_API uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,
+    uint32_t delta);
 
 
 /* ---- processes ---- */

@@ -46,7 +46,8 @@ zone_shards_for(uint64_t size, uint32_t want)
 }
 
 /*
- * Sizes the zone for `size` bytes: the wait words, then equal shards.  In
+ * Sizes the zone for `size` bytes: the wait and generation words, then
+ * equal shards.  In
  * a shard, each chunk costs its 64 bytes, a 4-byte bucket (the bucket
  * count is the chunk count rounded down to a power of two, so chains stay
  * short however small the entries are) and a 1-byte read mark.
@@ -57,7 +58,7 @@ zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
     uint64_t  hdr, waits, shdr, fixed, avail, n, b, stride;
 
     hdr = ZONE_ALIGN64(sizeof(zone_hdr_t));
-    waits = 2 * ZONE_WAIT_WORDS * sizeof(uint32_t);
+    waits = (2 * ZONE_WAIT_WORDS + ZONE_GEN_WORDS) * sizeof(uint32_t);
     g->nshards = nshards;
     g->waits_off = hdr;
     g->shards_off = ZONE_ALIGN64(hdr + waits);
@@ -118,7 +119,8 @@ zone_format(char *base, uint64_t size, uint32_t nshards)
     h->pidns = sys_pidns();
 
     zone_attach(&zone, base, size);
-    memset(zone.wait_seq, 0, 2 * ZONE_WAIT_WORDS * sizeof(uint32_t));
+    memset(zone.wait_seq, 0,
+           (2 * ZONE_WAIT_WORDS + ZONE_GEN_WORDS) * sizeof(uint32_t));
     for (i = 0; i < zone.nshards; i++) {
         shdict_format(&zone.shard[i]);
     }
@@ -175,6 +177,7 @@ zone_attach(shmlock_zone_t *zone, char *base, uint64_t size)
     zone->size = size;
     zone->wait_seq = (uint32_t *) (base + h->waits_off);
     zone->wait_sleepers = zone->wait_seq + ZONE_WAIT_WORDS;
+    zone->gen = zone->wait_sleepers + ZONE_WAIT_WORDS;
     zone->nshards = h->nshards;
     for (bits = 0; (1u << bits) < h->nshards; bits++) { /* void */ }
     zone->shard_shift = 32 - bits;

@@ -16,10 +16,17 @@
  *   | zone_hdr_t | wait words     | shard 0   | shard 1   | ... | shard   |
  *   | magic,     | seq[1024],     |           |           |     | n - 1   |
  *   | layout,    | sleepers[1024] |           |           |     |         |
- *   | geometry,  | (wait.h)       |           |           |     |         |
- *   | dead       |                |<-shard_size->         |     |         |
+ *   | geometry,  | (wait.h);      |           |           |     |         |
+ *   | dead       | gen[1024]      |<-shard_size->         |     |         |
  *   +------------+----------------+-----------+-----------+-----+---------+
  *   0            waits_off        shards_off
+ *
+ * The generation words (gen) are counters for the zone's users, indexed
+ * by a key's hash: the cache bumps a key's word when it changes the key,
+ * and its per-process copies compare the word with the one they saw
+ * (shmlock.h, shmlock_zone_gens).  No operation of the dictionary reads
+ * them, so a garbage word costs a user a revalidation, never the zone's
+ * integrity.
  *
  * A shard (offsets from its start, the same in every shard):
  *
@@ -63,10 +70,12 @@
 #include <stdint.h>
 
 #include "shard.h"
+#include "shmlock.h"
 
 #define ZONE_MAGIC            "SHMLOCK"    /* 7 chars + NUL */
-#define ZONE_LAYOUT           4
+#define ZONE_LAYOUT           5
 #define ZONE_WAIT_WORDS       1024
+#define ZONE_GEN_WORDS        SHMLOCK_GEN_WORDS
 #define ZONE_SHARDS_MAX       16
 #define ZONE_SHARD_AUTO_MIN   ((uint64_t) 1 << 20)
 #define ZONE_SHARD_MIN        ((uint64_t) 64 << 10)
@@ -106,6 +115,7 @@ struct shmlock_zone_s {
     uint64_t       size;
     uint32_t      *wait_seq;      /* ZONE_WAIT_WORDS sequence words */
     uint32_t      *wait_sleepers; /* ZONE_WAIT_WORDS sleeper counts */
+    uint32_t      *gen;           /* ZONE_GEN_WORDS generation words */
     uint32_t       handles;       /* references to the mapping in this
                                      process (all its Lua VMs and threads):
                                      unmapped when it drops to 0 */

@@ -15,9 +15,23 @@
 --
 -- An L2 entry is one string: a type tag (1 byte), the logical expiry
 -- (8 bytes: a double, milliseconds of the zone's monotonic clock, 0 =
--- never) and the payload.  The zone may keep the entry longer than its
--- logical expiry (resurrect_ttl): such a stale entry is a miss for get(),
--- but a loader failure can serve it again.
+-- never), a version stamp (8 bytes: a double, unique per write) and the
+-- payload.  The zone may keep the entry longer than its logical expiry
+-- (stale_ttl, resurrect_ttl): such a stale entry is served while one
+-- caller refreshes it (stale_ttl), or again when a loader fails
+-- (resurrect_ttl).
+--
+-- Coherence.  Every change of a key (set, delete, a loader's store,
+-- purge) bumps a generation word of the zone after it, chosen by the
+-- hash of the zone key (shmlock.h: shmlock_zone_gens; 1024 words, so a
+-- change costs the keys that share its word a revalidation, not a
+-- reload).  An L1 entry keeps the word's value read before its zone read;
+-- an L1 hit compares it with the word (one load through a pointer into
+-- the mapping).  A word that moved sends the hit to the zone: the same
+-- stamp there keeps the L1 entry (revalidated), another stamp or no
+-- entry is a fresh read or a miss.  In an ngx.shared dict (no
+-- generation words) one counter key plays the part, read by a dict get
+-- per hit.
 
 local ffi = require "ffi"
 local buffer = require "string.buffer"
@@ -42,7 +56,9 @@ local getmetatable = getmetatable
 local str_byte = string.byte
 local str_find = string.find
 local str_gsub = string.gsub
+local str_sub = string.sub
 local min = math.min
+local band = bit.band
 local seconds_ok = options.seconds_ok
 local at_least_ms = options.at_least_ms
 local MAX_SECONDS = options.MAX_SECONDS
@@ -66,7 +82,7 @@ local B_NIL, B_FALSE, B_TRUE = str_byte(T_NIL), str_byte(T_FALSE),
                                str_byte(T_TRUE)
 local B_NUMBER, B_STRING, B_TABLE = str_byte(T_NUMBER), str_byte(T_STRING),
                                     str_byte(T_TABLE)
-local HEADER = 9
+local HEADER = 17
 
 -- the L1 marker of a cached nil (lrucache cannot hold nil)
 local NIL = {}
@@ -77,6 +93,25 @@ local dbl = ffi_new("double[1]")
 local u8p = ffi.typeof("const uint8_t *")
 
 local ngx = nginx.api()
+
+local GEN_MASK = C.SHMLOCK_GEN_WORDS - 1
+local MAX_L1_TTL = MAX_SECONDS
+
+
+-- Version stamps: a double below 2^53, unique per write on the host:
+-- this process's pid (< 2^22) above a 31-bit serial that starts at a
+-- random point (a pid reused after a crash does not restart at the
+-- same serial).  The pid is read at each write: a forked child has its
+-- own.
+local serial = math.floor(tonumber(C.shmlock_now_us()) % 2147483648)
+
+local function new_stamp()
+    serial = serial + 1
+    if serial >= 2147483648 then
+        serial = 0
+    end
+    return C.shmlock_self_pid() * 2147483648 + serial
+end
 
 
 -- Debian's lua-resty-lrucache reads ngx.now once, when it loads, and needs
@@ -117,7 +152,7 @@ local function encode_table(value)
     buf:encode(value)
 end
 
-local function encode(value, expiry)
+local function encode(value, expiry, stamp)
     buf:reset()
     local typ = type(value)
     if typ == "string" then
@@ -135,6 +170,8 @@ local function encode(value, expiry)
     end
 
     dbl[0] = expiry
+    buf:putcdata(dbl, 8)
+    dbl[0] = stamp
     buf:putcdata(dbl, 8)
 
     if typ == "string" then
@@ -157,16 +194,28 @@ local function decode_table()
     return buf:decode()
 end
 
+-- an entry's expiry (ms; 0 = never) and stamp, or nil if s is not one
+-- of ours
+local function header(s)
+    if type(s) ~= "string" or #s < HEADER then
+        return nil
+    end
+    local p = ffi_cast(u8p, s)
+    ffi_copy(dbl, p + 1, 8)
+    local expiry = dbl[0]
+    ffi_copy(dbl, p + 9, 8)
+    return expiry, dbl[0]
+end
+
 -- Returns ok, value, expiry (ms; 0 = never); nil, err for a string that
 -- is not one of ours.
 local function decode(s)
-    if type(s) ~= "string" or #s < HEADER then
+    local expiry = header(s)
+    if not expiry then
         return nil, "not a cache entry"
     end
     local p = ffi_cast(u8p, s)
     local tag = p[0]
-    ffi_copy(dbl, p + 1, 8)
-    local expiry = dbl[0]
 
     if tag == B_STRING then
         return true, s:sub(HEADER + 1), expiry
@@ -225,7 +274,7 @@ end
 
 -- a zone given by name (opened, or created, in the default directory) or
 -- as an object: a zone, or anything with ngx.shared.DICT's get, get_stale,
--- set and delete (an ngx.shared dict inside nginx)
+-- set, delete, incr and get_keys (an ngx.shared dict inside nginx)
 local function resolve_dict(dict, what)
     if type(dict) == "string" then
         local zone, err = shdict.open(dict)
@@ -235,7 +284,7 @@ local function resolve_dict(dict, what)
         return zone
     end
     if type(dict) == "table" and dict.get and dict.get_stale and dict.set
-       and dict.delete
+       and dict.delete and dict.incr and dict.get_keys
     then
         return dict
     end
@@ -331,6 +380,7 @@ function _M.new(a, b, c)
     local ttl = ttl_option(opts, "ttl", DEFAULT_TTL)
     local neg_ttl = ttl_option(opts, "neg_ttl", DEFAULT_NEG_TTL)
     local resurrect_ttl = ttl_option(opts, "resurrect_ttl", false, true)
+    local stale_ttl = ttl_option(opts, "stale_ttl", 0)
     local l1_size = l1_option(opts)
     check_lock_options(opts)
 
@@ -345,6 +395,10 @@ function _M.new(a, b, c)
         lru = lrucache.new(l1_size)
     end
 
+    -- a zone's generation words; an ngx.shared dict has none (gen_key)
+    local zone = type(dict) == "table" and dict._zone or false
+    local gens = zone and C.shmlock_zone_gens(zone) or false
+
     return setmetatable({
         name = name,
         dict = dict,
@@ -355,104 +409,196 @@ function _M.new(a, b, c)
         ttl = ttl,
         neg_ttl = neg_ttl,
         resurrect_ttl = resurrect_ttl,
-        -- names have no ':' or '#': the two key spaces cannot collide
+        stale_ttl = stale_ttl,
+        zone = zone,
+        gens = gens,
+        -- names have no ':' or '#': the key spaces cannot collide
         prefix = name .. ":",
         lock_prefix = name .. "#lock:",
+        gen_key = name .. "#gen",
     }, mt)
 end
 
 
+-- ---- generation words ----
+
+-- the generation word of zone key vkey
+local function slot_of(vkey)
+    return band(C.shmlock_hash(vkey, #vkey), GEN_MASK)
+end
+
+-- The word's value, read before the zone is (sequentially consistent: a
+-- zone read after it cannot see an older state than the word says).
+local function gen_read(self, slot)
+    local zone = self.zone
+    if zone then
+        return tonumber(C.shmlock_zone_gen_add(zone, slot, 0))
+    end
+    return self.dict:get(self.gen_key) or 0
+end
+
+-- after a change of the key of this slot (nil: every slot); the word's
+-- new value (nil for every slot)
+local function gen_bump(self, slot)
+    local zone = self.zone
+    if not zone then
+        return self.dict:incr(self.gen_key, 1, 0)
+    elseif slot then
+        return tonumber(C.shmlock_zone_gen_add(zone, slot, 1))
+    end
+    for i = 0, GEN_MASK do
+        C.shmlock_zone_gen_add(zone, i, 1)
+    end
+end
+
+
 -- the zone expiry of an entry with logical ttl `ttl`: a stale copy stays
--- for resurrect_ttl more seconds.  At most MAX_SECONDS, and never below
--- 1 ms but for 0: an ngx.shared dict would truncate it to 0, never expires
--- (our zones round it up by themselves).
-local function zone_exptime(ttl, resurrect_ttl)
-    if ttl ~= 0 and resurrect_ttl then
-        ttl = min(ttl + resurrect_ttl, MAX_SECONDS)
+-- `extra` more seconds (stale_ttl + resurrect_ttl).  At most MAX_SECONDS,
+-- and never below 1 ms but for 0: an ngx.shared dict would truncate it to
+-- 0, never expires (our zones round it up by themselves).
+local function zone_exptime(ttl, extra)
+    if ttl ~= 0 and extra > 0 then
+        ttl = min(ttl + extra, MAX_SECONDS)
     end
     return at_least_ms(ttl)
 end
 
-local function set_l1(self, key, value, remaining)
+local function extra_ttl(stale_ttl, resurrect_ttl)
+    return stale_ttl + (resurrect_ttl or 0)
+end
+
+-- An L1 entry: the value (NIL for nil), the generation word's slot and
+-- the value it had before the zone read, the zone entry's stamp.  Its
+-- lrucache ttl is what is left of the value's ttl; a value that never
+-- expires gets MAX_L1_TTL, so that lrucache's get always reads the clock
+-- (ngx.now: an FFI call), which keeps the JIT from hoisting the
+-- generation word's load out of a loop of hits.
+local function set_l1(self, key, value, remaining, slot, gen, stamp)
     local lru = self.lru
     if lru then
         if value == nil then
             value = NIL
         end
-        lru:set(key, value, remaining)
+        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp },
+                remaining or MAX_L1_TTL)
     end
 end
 
 -- the L2 string of value with logical ttl `ttl`, or nil and err
-local function entry(value, ttl)
+local function entry(value, ttl, stamp)
     local expiry = 0
     if ttl > 0 then
         expiry = now_ms() + ttl * 1000
     end
-    return encode(value, expiry)
+    return encode(value, expiry, stamp)
 end
 
--- Stores entry s (of value) in L2 and value in L1.  true, or nil and err.
-local function store(self, key, vkey, s, value, ttl, resurrect_ttl)
-    local ok, err = self.dict:set(vkey, s, zone_exptime(ttl, resurrect_ttl))
+-- Stores value in L2 (with logical ttl `ttl`, kept `extra` seconds
+-- longer), bumps the key's generation word, and puts the value in L1.
+-- true, or nil and err ("cannot cache a ..." errors: see entry).
+local function store(self, key, vkey, value, ttl, extra)
+    local stamp = new_stamp()
+    local s, err = entry(value, ttl, stamp)
+    if not s then
+        return nil, err, true
+    end
+    local slot = slot_of(vkey)
+    local gen = gen_read(self, slot)
+    local ok
+    ok, err = self.dict:set(vkey, s, zone_exptime(ttl, extra))
     if not ok then
         return nil, "could not store the value: " .. tostring(err)
     end
-    set_l1(self, key, value, ttl > 0 and ttl or nil)
+    -- Our L1 copy takes the word after our bump only if nobody else bumped
+    -- it since our read; else the word before our write (another process
+    -- may have written after us, and bumped first): our next hit then
+    -- revalidates.
+    local bumped = gen_bump(self, slot)
+    if bumped == (gen + 1) % 4294967296 then
+        gen = bumped
+    end
+    set_l1(self, key, value, ttl > 0 and ttl or nil, slot, gen, stamp)
     return true
 end
 
--- An L2 lookup.  Returns found, value, err: found is true for a fresh
--- entry (copied into L1 for the rest of its ttl).  With `stale`, an entry
--- past its logical expiry or the zone's is found as well.
-local function fetch(self, key, vkey, stale)
-    local dict = self.dict
-    local s, err
-    if stale then
-        s, err = dict:get_stale(vkey)
-    else
-        s, err = dict:get(vkey)
-    end
+-- An L2 lookup.  Returns found, value, err, stale, kept: found is true for
+-- a fresh entry (copied into L1 for the rest of its ttl; `old`, an L1
+-- entry of the key, is kept when the zone still has its stamp: kept).  An entry past
+-- its ttl but within stale_ttl (> 0) seconds of it is returned with found
+-- false and stale true.
+local function fetch(self, key, vkey, stale_ttl, old)
+    local slot = old and old.slot or slot_of(vkey)
+    local gen = gen_read(self, slot)
+    local s, err = self.dict:get(vkey)
     if s == nil then
         return false, nil, err
     end
-    local ok, value, expiry = decode(s)
-    if not ok then
-        return false, nil, "bad entry in the zone for key \"" .. key .. "\": "
-                            .. value
-    end
-    if stale then
-        return true, value
+    local expiry, stamp = header(s)
+    if not expiry then
+        return false, nil, "bad entry in the zone for key \"" .. key
+                           .. "\": not a cache entry"
     end
 
     local remaining
     if expiry > 0 then
         remaining = expiry - now_ms()
         if remaining <= 0 then
+            if stale_ttl > 0 and remaining > -stale_ttl * 1000 then
+                local ok, value = decode(s)
+                if ok then
+                    return false, value, nil, true
+                end
+            end
             return false
         end
         remaining = remaining / 1000
     end
-    set_l1(self, key, value, remaining)
+
+    if old and old.stamp == stamp then
+        -- unchanged: the L1 copy is good again
+        old.gen = gen
+        local value = old.v
+        if value == NIL then
+            value = nil
+        end
+        return true, value, nil, false, true
+    end
+    local ok, value = decode(s)
+    if not ok then
+        return false, nil, "bad entry in the zone for key \"" .. key .. "\": "
+                           .. value
+    end
+    set_l1(self, key, value, remaining, slot, gen, stamp)
+    return true, value
+end
+
+-- An entry past its ttl or the zone's (resurrect_ttl): found, value.
+local function fetch_stale(self, vkey)
+    local s = self.dict:get_stale(vkey)
+    if s == nil then
+        return false
+    end
+    local ok, value = decode(s)
+    if not ok then
+        return false
+    end
     return true, value
 end
 
 -- The loader failed: with resurrect_ttl, serve the stale value (if the
 -- zone still has one) and keep it for resurrect_ttl more seconds.  Only a
 -- holder of the key's lock writes it back.
-local function resurrect(self, key, vkey, resurrect_ttl, holding)
+local function resurrect(self, key, vkey, resurrect_ttl, stale_ttl, holding)
     if not resurrect_ttl then
         return false
     end
-    local found, value = fetch(self, key, vkey, true)
+    local found, value = fetch_stale(self, vkey)
     if not found then
         return false
     end
     if holding then
-        local s = entry(value, resurrect_ttl)
-        if s then
-            store(self, key, vkey, s, value, resurrect_ttl, resurrect_ttl)
-        end
+        store(self, key, vkey, value, resurrect_ttl,
+              extra_ttl(stale_ttl, resurrect_ttl))
     end
     return true, value
 end
@@ -473,7 +619,7 @@ end
 -- one whose factory tail-called the constructor (`return redis_lock.new(
 -- ...)`: the factory's frame is gone, and the blame lands on our call)
 -- shows at the line of the get() call.
-local function new_lock(self, key)
+local function new_lock(self, key, level)
     local factory = self.lock_factory
     if not factory then
         return resty_lock:new(self.lock_dict, self.lock_opts)
@@ -481,9 +627,9 @@ local function new_lock(self, key)
     local ok, lock, err = pcall(call, factory, key)
     if not ok then
         if type(lock) == "string" and str_find(lock, HERE) then
-            -- level 3: new_lock <- load_miss (tail-called by get, in its
-            -- frame) <- get's caller
-            error(str_gsub(lock, HERE, "", 1), 3)
+            -- level 3 from load_miss: new_lock <- load_miss (tail-called
+            -- by get, in its frame) <- get's caller; 4 from refresh
+            error(str_gsub(lock, HERE, "", 1), level)
         end
         error(lock, 0)
     end
@@ -532,7 +678,7 @@ local function poll_lock(self, lock, lkey, key, vkey)
         if err ~= "timeout" then
             return nil, err
         end
-        local found, _, ferr = fetch(self, key, vkey)
+        local found, _, ferr = fetch(self, key, vkey, 0)
         if found or ferr then
             return nil, "loaded"
         end
@@ -544,10 +690,43 @@ local function poll_lock(self, lock, lkey, key, vkey)
     end
 end
 
+-- With the key's lock held: calls the loader, stores its value and
+-- releases the lock.  value, nil, 3; or, when the loader failed, with
+-- keep_stale (a refresh: the stale value stays as it is) nil, err; else
+-- the resurrected value, nil, 4 (resurrect_ttl) or nil, err.
+local function run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
+                          stale_ttl, keep_stale, loader, ...)
+    local ok, lvalue, lerr, lttl = pcall(loader, ...)
+    local value, err, vttl = loaded(ok, lvalue, lerr, ttl, neg_ttl, lttl)
+    if err == nil then
+        local bad
+        ok, err, bad = store(self, key, vkey, value, vttl,
+                             extra_ttl(stale_ttl, resurrect_ttl))
+        if ok then
+            lock:unlock()
+            return value, nil, 3
+        end
+        if bad then
+            err = "loader returned a value that cannot be cached: " .. err
+        end
+    end
+
+    local found
+    if not keep_stale then
+        found, value = resurrect(self, key, vkey, resurrect_ttl, stale_ttl,
+                                 true)
+    end
+    lock:unlock()
+    if found then
+        return value, nil, 4
+    end
+    return nil, err
+end
+
 -- An L1 and L2 miss: one loader call per key across the host.
 local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
-                         loader, ...)
-    local lock, err = new_lock(self, key)
+                         stale_ttl, loader, ...)
+    local lock, err = new_lock(self, key, 3)
     if not lock then
         return nil, "could not create lock: " .. tostring(err)
     end
@@ -561,7 +740,7 @@ local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
     end
 
     -- while we waited, another process may have loaded the value
-    local found, value, ferr = fetch(self, key, vkey)
+    local found, value, ferr = fetch(self, key, vkey, 0)
     if found or ferr then
         if elapsed then
             lock:unlock()
@@ -573,45 +752,94 @@ local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
     end
 
     if not elapsed then
-        found, value = resurrect(self, key, vkey, resurrect_ttl, false)
+        found, value = resurrect(self, key, vkey, resurrect_ttl, stale_ttl,
+                                 false)
         if found then
             return value, nil, 4
         end
         return nil, "could not acquire lock: " .. tostring(err)
     end
 
-    local ok, lvalue, lerr, lttl = pcall(loader, ...)
-    local vttl
-    value, err, vttl = loaded(ok, lvalue, lerr, ttl, neg_ttl, lttl)
-    if err == nil then
-        local s
-        s, err = entry(value, vttl)
-        if s then
-            ok, err = store(self, key, vkey, s, value, vttl, resurrect_ttl)
-            if ok then
-                lock:unlock()
-                return value, nil, 3
-            end
-        else
-            err = "loader returned a value that cannot be cached: " .. err
-        end
-    end
-
-    found, value = resurrect(self, key, vkey, resurrect_ttl, true)
-    lock:unlock()
-    if found then
-        return value, nil, 4
-    end
-    return nil, err
+    return run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
+                      stale_ttl, false, loader, ...)
 end
 
--- per-call options: ttl, neg_ttl, resurrect_ttl (level: get's caller)
+-- The background refresh of a stale entry, in a timer of the worker whose
+-- request found it stale; the key's lock is already ours.
+local function refresh_timer(premature, self, key, vkey, lock, ttl, neg_ttl,
+                             resurrect_ttl, stale_ttl, loader, ...)
+    if premature then
+        lock:unlock()
+        return
+    end
+    local _, err = run_loader(self, key, vkey, lock, ttl, neg_ttl,
+                              resurrect_ttl, stale_ttl, true, loader, ...)
+    if err then
+        ngx.log(ngx.WARN, "resty.shmlock.cache \"", self.name, "\": could ",
+                "not refresh the stale value of \"", key, "\" (served ",
+                "until its stale_ttl runs out): ", err)
+    end
+end
+
+-- A stale entry was found: the caller that takes the key's lock (without
+-- waiting) refreshes it, inside nginx in a timer (the caller does not
+-- wait), outside nginx at once.  Returns a fresh value and its hit_level
+-- when this caller has one (it refreshed, or someone just had), else
+-- nothing: serve the stale value.
+local function refresh(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
+                       stale_ttl, loader, ...)
+    local lock = new_lock(self, key, 4)
+    if not lock or not lock.trylock then
+        return
+    end
+    if not lock:trylock(self.lock_prefix .. key) then
+        return
+    end
+    -- refreshed since we looked?
+    local found, value, ferr = fetch(self, key, vkey, 0)
+    if found or ferr then
+        lock:unlock()
+        if found then
+            return value, 2
+        end
+        return
+    end
+
+    if ngx then
+        local ok, err = ngx.timer.at(0, refresh_timer, self, key, vkey, lock,
+                                     ttl, neg_ttl, resurrect_ttl, stale_ttl,
+                                     loader, ...)
+        if not ok then
+            lock:unlock()
+            ngx.log(ngx.WARN, "resty.shmlock.cache \"", self.name, "\": ",
+                    "could not start the refresh of \"", key, "\": ", err)
+        end
+        return
+    end
+
+    local level
+    value, ferr, level = run_loader(self, key, vkey, lock, ttl, neg_ttl,
+                                    resurrect_ttl, stale_ttl, true, loader,
+                                    ...)
+    if ferr == nil then
+        return value, level
+    end
+end
+
+-- per-call options: ttl, neg_ttl, resurrect_ttl, stale_ttl (level: get's
+-- caller)
 local function call_opts(self, opts)
     if type(opts) ~= "table" then
         error("opts must be a table", 3)
     end
     local ttl, neg_ttl, resurrect_ttl = opts.ttl, opts.neg_ttl,
                                         opts.resurrect_ttl
+    local stale_ttl = opts.stale_ttl
+    if stale_ttl == nil then
+        stale_ttl = self.stale_ttl
+    else
+        check_ttl(stale_ttl, "opts.stale_ttl", 3)
+    end
     if ttl == nil then
         ttl = self.ttl
     else
@@ -627,13 +855,14 @@ local function call_opts(self, opts)
     else
         check_ttl(resurrect_ttl, "opts.resurrect_ttl", 3, true)
     end
-    return ttl, neg_ttl, resurrect_ttl
+    return ttl, neg_ttl, resurrect_ttl, stale_ttl
 end
 
 
 -- syntax: value, err, hit_level = c:get(key, opts?, loader, ...)
--- hit_level: 1 (L1), 2 (L2), 3 (the loader ran), 4 (a stale value served
--- because the loader failed or the lock timed out: resurrect_ttl)
+-- hit_level: 1 (L1), 2 (L2), 3 (the loader ran), 4 (a stale value served:
+-- stale_ttl while one caller refreshes it, or resurrect_ttl because the
+-- loader failed or the lock timed out)
 function _M.get(self, key, opts, loader, ...)
     check_self(self, 2)
     check_key(key, 2)
@@ -642,33 +871,56 @@ function _M.get(self, key, opts, loader, ...)
     end
 
     local lru = self.lru
+    local old
     if lru then
-        local value = lru:get(key)
-        if value ~= nil then
-            if value == NIL then
-                return nil, nil, 1
+        old = lru:get(key)
+        if old then
+            -- the hit: one load of the key's generation word
+            local gens = self.gens
+            local gen
+            if gens then
+                gen = gens[old.slot]
+            else
+                gen = self.dict:get(self.gen_key) or 0
             end
-            return value, nil, 1
+            if gen == old.gen then
+                local value = old.v
+                if value == NIL then
+                    return nil, nil, 1
+                end
+                return value, nil, 1
+            end
         end
     end
 
-    local ttl, neg_ttl, resurrect_ttl = self.ttl, self.neg_ttl,
-                                        self.resurrect_ttl
+    local ttl, neg_ttl, resurrect_ttl, stale_ttl = self.ttl, self.neg_ttl,
+                                                   self.resurrect_ttl,
+                                                   self.stale_ttl
     if opts ~= nil then
-        ttl, neg_ttl, resurrect_ttl = call_opts(self, opts)
+        ttl, neg_ttl, resurrect_ttl, stale_ttl = call_opts(self, opts)
     end
 
     local vkey = self.prefix .. key
-    local found, value, err = fetch(self, key, vkey)
+    local found, value, err, stale, kept = fetch(self, key, vkey, stale_ttl,
+                                                 old)
     if found then
-        return value, nil, 2
+        -- an L1 copy the zone confirmed is still an L1 hit
+        return value, nil, kept and 1 or 2
     end
     if err then
         return nil, err
     end
+    if stale then
+        local fresh, level = refresh(self, key, vkey, ttl, neg_ttl,
+                                     resurrect_ttl, stale_ttl, loader, ...)
+        if level then
+            return fresh, nil, level
+        end
+        return value, nil, 4
+    end
     -- (a tail call: get's frame becomes load_miss's, see new_lock)
-    return load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl, loader,
-                     ...)
+    return load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl, stale_ttl,
+                     loader, ...)
 end
 
 
@@ -714,8 +966,8 @@ end
 
 
 -- syntax: ok, err = c:set(key, value, ttl?)
--- Stores in L2 and in this process's L1.  ttl defaults to the cache's ttl
--- (neg_ttl for a nil value).
+-- Stores in L2 and in this process's L1; every process's next get sees
+-- it.  ttl defaults to the cache's ttl (neg_ttl for a nil value).
 function _M.set(self, key, value, ttl)
     check_self(self, 2)
     check_key(key, 2)
@@ -724,26 +976,65 @@ function _M.set(self, key, value, ttl)
     else
         check_ttl(ttl, "ttl", 2)
     end
-    local s, err = entry(value, ttl)
-    if not s then
+    local ok, err, bad = store(self, key, self.prefix .. key, value, ttl,
+                               extra_ttl(self.stale_ttl, self.resurrect_ttl))
+    if bad then
         error("bad value: " .. err, 2)
     end
-    return store(self, key, self.prefix .. key, s, value, ttl,
-                 self.resurrect_ttl)
+    if not ok then
+        return nil, err
+    end
+    return true
 end
 
 
 -- syntax: ok, err = c:delete(key)
--- Removes the key from L2 and from this process's L1.
+-- Removes the key from L2 and from this process's L1; every process's
+-- next get misses.
 function _M.delete(self, key)
     check_self(self, 2)
     check_key(key, 2)
-    local ok, err = self.dict:delete(self.prefix .. key)
+    local vkey = self.prefix .. key
+    local ok, err = self.dict:delete(vkey)
     if not ok then
         return nil, err
     end
+    gen_bump(self, slot_of(vkey))
     if self.lru then
         self.lru:delete(key)
+    end
+    return true
+end
+
+
+-- syntax: ok, err = c:purge()
+-- Removes every key of this cache from L2 and from every process's L1
+-- (each revalidates against the zone at its next hit).
+function _M.purge(self)
+    check_self(self, 2)
+    local dict = self.dict
+    local keys, err = dict:get_keys(0)
+    if keys then
+        local prefix = self.prefix
+        local n = #prefix
+        for i = 1, #keys do
+            local k = keys[i]
+            if str_sub(k, 1, n) == prefix then
+                local ok, derr = dict:delete(k)
+                if not ok then
+                    err = derr
+                    break
+                end
+            end
+        end
+    end
+    -- the keys removed so far are gone for every process, error or not
+    gen_bump(self, nil)
+    if self.lru then
+        self.lru:flush_all()
+    end
+    if err then
+        return nil, err
     end
     return true
 end

@@ -61,7 +61,8 @@ enum {
     SHMLOCK_NAME_MAX = 64,
     SHMLOCK_KEEP_TTL = -1,
     SHMLOCK_KEY_MAX = 65535,
-    SHMLOCK_MIN_SIZE = 32768
+    SHMLOCK_MIN_SIZE = 32768,
+    SHMLOCK_GEN_WORDS = 1024
 };
 
 typedef struct shmlock_zone_s shmlock_zone_t;
@@ -126,6 +127,10 @@ int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
     int64_t now_ms);
 int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
     size_t key_len, const char *tok, size_t tok_len);
+
+volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
+uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,
+    uint32_t delta);
 
 int shmlock_self_pid(void);
 uint64_t shmlock_proc_start(int pid);
