@@ -7,6 +7,8 @@
 -- children have arrived (so every caller is in flight while it runs,
 -- whatever the scheduling), then sleeps opts.loader_sleep seconds.
 -- opts.fail: the loader returns nil, "down" instead of "value".
+-- opts.slow: a caller served a stale value (hit_level 4) counts as slow
+-- when its get() took longer than this many seconds (res.slow_stale).
 -- opts.no_lock: the children's caches get a lock that locks nothing (the
 -- control: shows the test would see a broken lock); a child then counts
 -- itself as arrived in that lock(), after its cache missed, so that every
@@ -14,7 +16,7 @@
 --
 -- Returns { loader_calls, max_inflight (most loader calls running at the
 -- same moment), levels = { [hit_level] = callers }, errors (callers that
--- got "down"), failures = { "child i: ..." } }.
+-- got "down"), slow_stale, failures = { "child i: ..." } }.
 
 local proc = require "harness.proc"
 local cache = require "resty.shmlock.cache"
@@ -74,11 +76,16 @@ local function child(c, n, start, opts)
             lock_dict = c.lock_dict,
             lock_opts = c.lock_opts,
             resurrect_ttl = c.resurrect_ttl or nil,
+            stale_ttl = c.stale_ttl,
         }))
         c.dict:incr("stampede:arrived", 1)
     end
+    local t0 = proc.now()
     local value, err, level = mine:get("k", nil, loader, c.dict, n,
                                        opts.loader_sleep or 0, opts.fail)
+    if level == 4 and proc.now() - t0 > (opts.slow or 1e9) then
+        c.dict:incr("stampede:slow_stale", 1, 0)
+    end
     if err == "down" and opts.fail then
         return EXPECTED_ERROR
     end
@@ -97,6 +104,7 @@ function _M.stampede(c, n, opts)
     dict:set("stampede:inflight", 0)
     dict:set("stampede:max", 0)
     dict:set("stampede:arrived", 0)
+    dict:set("stampede:slow_stale", 0)
 
     local start = proc.pipe()
     local pids = {}
@@ -119,6 +127,7 @@ function _M.stampede(c, n, opts)
     end
     res.loader_calls = dict:get("stampede:calls")
     res.max_inflight = dict:get("stampede:max")
+    res.slow_stale = dict:get("stampede:slow_stale")
     return res
 end
 
