@@ -1,0 +1,195 @@
+# resty.shmlock.cache inside nginx, 2 workers: every worker's L1 follows a
+# set(), delete() or purge() made in any worker or LuaJIT process; a stale
+# value (stale_ttl) is served at once while one timer refreshes it.
+#
+# The values never expire (ttl 0), so a worker whose L1 missed a change
+# would serve the old value for ever: each round asks both workers (20
+# concurrent requests, spread over the workers by reuseport) and requires
+# every answer to be the new state.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use ShmTest qw(parallel);
+
+my $CLIENTS = 20;
+
+my $t = ShmTest->new(
+    workers   => 2,
+    reuseport => 1,
+    http_config => <<'EOF',
+    init_worker_by_lua_block {
+        local shdict = require "resty.shmlock.shdict"
+        local cache = require "resty.shmlock.cache"
+        T.stats = assert(shdict.open("coh-t-stats"))
+        T.c = assert(cache.new("coh-t", { ttl = 0 }))
+        T.s = assert(cache.new("coh-s", { dict = "coh-t", stale_ttl = 30,
+                                          lock_opts = { timeout = 30 } }))
+        function T.load(key)
+            T.stats:incr("loads:" .. key, 1, 0)
+            return "loaded:" .. key
+        end
+        -- the refresh loader: records its calls, the phase and its
+        -- arguments; sleeps `delay` seconds; fails when asked to
+        function T.slow(key, delay, fail, ttl)
+            local n = T.stats:incr("calls:" .. key, 1, 0)
+            T.stats:set("how:" .. key, ngx.get_phase() .. " " .. key .. " "
+                                       .. delay .. " " .. tostring(fail))
+            ngx.sleep(delay)
+            if fail then
+                return nil, "down"
+            end
+            return "v" .. n, nil, ttl
+        end
+    }
+EOF
+    config => <<'EOF',
+        # "value hit_level pid"
+        location = /get {
+            content_by_lua_block {
+                local value, err, level = T.c:get(ngx.var.arg_key, nil,
+                                                  T.load, ngx.var.arg_key)
+                if err then
+                    ngx.status = 500
+                    return ngx.say("error: ", err)
+                end
+                ngx.say(value, " ", level, " ", ngx.worker.pid())
+            }
+        }
+        location = /set {
+            content_by_lua_block {
+                ngx.say(T.fmt(T.c:set(ngx.var.arg_key, ngx.var.arg_v)))
+            }
+        }
+        location = /delete {
+            content_by_lua_block {
+                ngx.say(T.fmt(T.c:delete(ngx.var.arg_key)))
+            }
+        }
+        location = /purge {
+            content_by_lua_block {
+                ngx.say(T.fmt(T.c:purge()))
+            }
+        }
+        # "value hit_level ms" (ms: the time get() took, measured here)
+        location = /stale {
+            content_by_lua_block {
+                local a = ngx.var
+                ngx.update_time()
+                local t0 = ngx.now()
+                local value, err, level = T.s:get(a.arg_key, nil, T.slow,
+                    a.arg_key, tonumber(a.arg_delay), a.arg_fail == "1",
+                    tonumber(a.arg_ttl))
+                ngx.update_time()
+                if err then
+                    ngx.status = 500
+                    return ngx.say("error: ", err)
+                end
+                ngx.say(value, " ", level, " ",
+                        math.floor((ngx.now() - t0) * 1000))
+            }
+        }
+        location = /calls {
+            content_by_lua_block {
+                local k = ngx.var.arg_key
+                ngx.say(T.stats:get("calls:" .. k), " ",
+                        T.stats:get("how:" .. k))
+            }
+        }
+EOF
+);
+$t->start;
+
+# every answer must be "200 $want <level> <pid>"; both workers must answer
+sub round_ok {
+    my ($name, $want) = @_;
+    my @answers = parallel($CLIENTS, sub {
+        my $r = $t->get("/get?key=k");
+        return "$r->{status} $r->{body}";
+    });
+    my (%pids, @bad);
+    for my $a (@answers) {
+        if ($a =~ /^200 \Q$want\E [123] (\d+)\n\z/) {
+            $pids{$1}++;
+        } else {
+            push @bad, $a;
+        }
+    }
+    is(scalar @bad, 0, "$name: every answer is '$want'")
+        or diag(explain [ @bad[0 .. ($#bad < 5 ? $#bad : 4)] ]);
+    is(scalar keys %pids, 2, "$name: both workers answered")
+        or diag(explain \%pids);
+}
+
+subtest "each worker's next get() sees a change made anywhere" => sub {
+    is($t->get("/set?key=k&v=one")->{body}, "true\n", "set");
+    round_ok("warm", "one");
+    # both L1s hold "one" now: the next answers are L1 hits
+    my @l1 = grep { /^200 one 1 / } parallel($CLIENTS, sub {
+        my $r = $t->get("/get?key=k");
+        return "$r->{status} $r->{body}";
+    });
+    is(scalar @l1, $CLIENTS, "served from L1 before the change");
+
+    is($t->get("/set?key=k&v=two")->{body}, "true\n", "set in a worker");
+    round_ok("after set", "two");
+
+    my ($rc, $out) = $t->luajit(ShmTest::lua_prelude() . <<'EOF');
+local cache = require "resty.shmlock.cache"
+local c = assert(cache.new("coh-t", { ttl = 0 }))
+print(c:set("k", "three"))
+EOF
+    is($rc, 0, "LuaJIT process exit code") or diag($out);
+    round_ok("after a LuaJIT process's set", "three");
+
+    is($t->get("/delete?key=k")->{body}, "true\n", "delete");
+    round_ok("after delete", "loaded:k");
+
+    is($t->get("/set?key=k&v=four")->{body}, "true\n", "set");
+    round_ok("before purge", "four");
+    is($t->get("/purge")->{body}, "true\n", "purge");
+    round_ok("after purge", "loaded:k");
+    $t->check_log("coherence", nested => 1);
+};
+
+subtest "a stale value is served at once; one timer refreshes it" => sub {
+    like($t->get("/stale?key=s&delay=0&ttl=0.3")->{body}, qr/^v1 3 /,
+         "loaded, fresh for 0.3 s");
+    select(undef, undef, undef, 0.5);
+    my @answers = parallel($CLIENTS, sub {
+        my $r = $t->get("/stale?key=s&delay=0.5&ttl=30");
+        return "$r->{status} $r->{body}";
+    });
+    my ($stale, @bad) = (0);
+    for my $a (@answers) {
+        if ($a =~ /^200 v1 4 (\d+)\n\z/ && $1 < 200) {
+            $stale++;
+        } elsif ($a !~ /^200 v2 [12] \d+\n\z/) {   # after the refresh
+            push @bad, $a;
+        }
+    }
+    ok($stale >= 1, "stale answers: $stale");
+    is(scalar @bad, 0, "no request waited for the refresh")
+        or diag(explain \@bad);
+    select(undef, undef, undef, 0.8);
+    is($t->get("/calls?key=s")->{body}, "2 timer s 0.5 false\n",
+       "one refresh, in a timer, with the loader's arguments");
+    like($t->get("/stale?key=s&delay=0&ttl=30")->{body}, qr/^v2 [12] /,
+         "the refreshed value");
+    $t->check_log("stale", nested => 1);
+};
+
+$t->block("a key fresh for 0.2 s",
+    request => "GET /stale?key=f&delay=0&ttl=0.2",
+    body    => qr/^v1 3 \d+\n\z/);
+
+select(undef, undef, undef, 0.3);
+$t->block("a failed refresh is logged and the stale value stays",
+    request   => [ "GET /stale?key=f&delay=0&fail=1&ttl=30",
+                   "GET /stale?key=f&delay=0&fail=1&ttl=30" ],
+    body      => [ qr/^v1 4 \d+\n\z/, qr/^v1 4 \d+\n\z/ ],
+    error_log => [ qr/could not refresh the stale value of "f" .*: down/ ]);
+
+$t->stop;
+done_testing;
