@@ -197,6 +197,57 @@ describe("resty.shmlock.cache coherence", function()
         assert.same({ { 4 }, nil, 2 }, { v, err, level })
     end)
 
+    it("follows set(), delete() and purge() through a counter key in a "
+       .. "dict without generation words (an ngx.shared dict)", function()
+        local store = {}
+        local fake = {
+            get = function(_, k) return store[k] end,
+            get_stale = function(_, k) return store[k] end,
+            set = function(_, k, v) store[k] = v return true end,
+            delete = function(_, k) store[k] = nil return true end,
+            incr = function(_, k, n, init)
+                store[k] = (store[k] or init) + n
+                return store[k]
+            end,
+            get_keys = function()
+                local keys = {}
+                for k in pairs(store) do keys[#keys + 1] = k end
+                return keys
+            end,
+        }
+        local locks = fx:zone("coh-locks", { size = "64k" })
+        local a = assert(cache.new("coh-f", { dict = fake, lock_dict = locks,
+                                              ttl = 0 }))
+        local b = assert(cache.new("coh-f", { dict = fake, lock_dict = locks,
+                                              ttl = 0 }))
+        local function load() return "loaded" end
+        assert.is_true(a:set("k", "one"))
+        assert.same({ n = 3, "one", nil, 2 }, pack(b:get("k", nil, load)))
+        assert.same({ n = 3, "one", nil, 1 }, pack(b:get("k", nil, load)))
+        assert.is_true(a:set("k", "two"))
+        assert.same({ n = 3, "two", nil, 2 }, pack(b:get("k", nil, load)))
+        assert.is_true(a:delete("k"))
+        assert.same({ n = 3, "loaded", nil, 3 }, pack(b:get("k", nil, load)))
+        assert.is_true(b:set("k", "three"))
+        assert.same({ n = 3, "three", nil, 2 }, pack(a:get("k", nil, load)))
+        assert.is_true(b:purge())
+        assert.same({ n = 3, "loaded", nil, 3 }, pack(a:get("k", nil, load)))
+        assert.is_number(store["coh-f#gen"])
+    end)
+
+    it("takes an entry of 0.1.0 (no version stamp) for a miss", function()
+        local c = new_cache({ ttl = 0 })
+        -- 0.1.0's string entry: tag "s", expiry (a double, 0), payload
+        assert.is_true(zone:set("coh:old", "s" .. ("\0"):rep(8)
+                                           .. "an old payload"))
+        assert.same({ n = 1, nil }, pack(c:peek("old")))
+        assert.same({ n = 3, "new", nil, 3 },
+                    pack(c:get("old", nil, function() return "new" end)))
+        assert.is_true(zone:set("coh:nil", "-" .. ("\0"):rep(8)))
+        assert.same({ n = 3, "new", nil, 3 },
+                    pack(c:get("nil", nil, function() return "new" end)))
+    end)
+
     it("purge() empties the cache's keys in the zone and leaves other "
        .. "caches' keys", function()
         local c = new_cache({ ttl = 0 })

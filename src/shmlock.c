@@ -151,8 +151,13 @@ shmlock_zone_gens(shmlock_zone_t *zone)
 uint32_t
 shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i, uint32_t delta)
 {
-    return __atomic_add_fetch(&zone->gen[i & (ZONE_GEN_WORDS - 1)], delta,
-                              __ATOMIC_SEQ_CST);
+    uint32_t  *w = &zone->gen[i & (ZONE_GEN_WORDS - 1)];
+
+    /* a read takes no ownership of the line: readers do not bounce it */
+    if (delta == 0) {
+        return __atomic_load_n(w, __ATOMIC_SEQ_CST);
+    }
+    return __atomic_add_fetch(w, delta, __ATOMIC_SEQ_CST);
 }
 
 int

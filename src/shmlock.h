@@ -239,7 +239,8 @@ SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
  * they saw when they were filled.  shmlock_zone_gen_add adds delta to
  * word i (modulo SHMLOCK_GEN_WORDS) atomically and returns the new value,
  * sequentially consistent: a writer bumps a word after its change; delta
- * 0 is a read ordered before the caller's later reads of the zone.
+ * 0 is a plain atomic read (sequentially consistent, no write), ordered
+ * before the caller's later reads of the zone.
  */
 SHMLOCK_API volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
 SHMLOCK_API uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,

@@ -71,13 +71,19 @@ local DEFAULT_TTL = 30
 local DEFAULT_NEG_TTL = 5
 local DEFAULT_L1_SIZE = 1000
 
--- type tags
-local T_NIL = "-"
-local T_FALSE = "f"
-local T_TRUE = "t"
-local T_NUMBER = "n"
-local T_STRING = "s"
-local T_TABLE = "T"
+-- type tags.  Entries of 0.1.0 (no stamp, a 9-byte header) had the tags
+-- "-ftnsT": such an entry (an ngx.shared dict keeps its contents across
+-- `nginx -s reload`) is a miss, replaced at the next load.
+local T_NIL = "_"
+local T_FALSE = "<"
+local T_TRUE = ">"
+local T_NUMBER = "#"
+local T_STRING = "$"
+local T_TABLE = "@"
+local OLD_TAGS = {}
+for c in ("-ftnsT"):gmatch(".") do
+    OLD_TAGS[str_byte(c)] = true
+end
 local B_NIL, B_FALSE, B_TRUE = str_byte(T_NIL), str_byte(T_FALSE),
                                str_byte(T_TRUE)
 local B_NUMBER, B_STRING, B_TABLE = str_byte(T_NUMBER), str_byte(T_STRING),
@@ -194,10 +200,16 @@ local function decode_table()
     return buf:decode()
 end
 
--- an entry's expiry (ms; 0 = never) and stamp, or nil if s is not one
--- of ours
+-- an entry's expiry (ms; 0 = never) and stamp; nil if s is not one of
+-- ours, nil, true for an entry of 0.1.0
 local function header(s)
-    if type(s) ~= "string" or #s < HEADER then
+    if type(s) ~= "string" then
+        return nil
+    end
+    if OLD_TAGS[str_byte(s, 1)] then
+        return nil, true
+    end
+    if #s < HEADER then
         return nil
     end
     local p = ffi_cast(u8p, s)
@@ -535,6 +547,9 @@ local function fetch(self, key, vkey, stale_ttl, old)
     end
     local expiry, stamp = header(s)
     if not expiry then
+        if stamp then
+            return false        -- 0.1.0's: a miss
+        end
         return false, nil, "bad entry in the zone for key \"" .. key
                            .. "\": not a cache entry"
     end
@@ -948,6 +963,9 @@ function _M.peek(self, key, stale)
     end
     local ok, value, expiry = decode(s)
     if not ok then
+        if select(2, header(s)) then
+            return nil          -- 0.1.0's: absent
+        end
         return nil, "bad entry in the zone for key \"" .. key .. "\": "
                     .. value
     end
