@@ -4,7 +4,9 @@
 -- (5) GET /run?bench=...&n=...: each worker times n iterations of a loop
 --     (all workers at once); one repetition's figure is the mean ns per op
 --     over the workers.
--- (6) wrk, 100 connections, on /stampede/ours and /stampede/peer.
+-- (6) wrk, 100 connections, on /stampede/ours, /stampede/stale (the
+--     cache with stale_ttl, when resty.shmlock.cache has it) and
+--     /stampede/peer.
 -- (7) 2 workers only: wrk -t2 -c100 on /load/ours and /load/peer, one lock
 --     key, a ~1 ms critical section (timeout 30 s).
 --
@@ -125,15 +127,19 @@ if wants(6) then
     bench.log("(6) stampede, %d worker(s): wrk -c100 -d%ds, one hot key (ttl"
               .. " 0.5 s), 50 ms loader", workers, DURATION)
 
-    local mode
-    for _, v in ipairs{ "ours", "peer" } do
+    local mode = http_get("/stampede/reset")
+    local variants = { "ours", "peer" }
+    if mode:match("cache") then
+        table.insert(variants, 2, "stale")
+    end
+    for _, v in ipairs(variants) do
         local s = {}
         local function add(k, x)
             s[k] = s[k] or {}
             table.insert(s[k], x)
         end
         for _ = 1, REPS do
-            mode = http_get("/stampede/reset")
+            http_get("/stampede/reset?v=" .. v)
             local r = wrk("/stampede/" .. v)
             if r.errors > 0 then
                 error("wrk " .. v .. ": " .. r.errors .. " errors or non-2xx")
@@ -153,10 +159,12 @@ if wants(6) then
             add("rps", r.rps)
         end
         local note = DURATION .. " s runs; "
-                     .. (v == "ours" and mode:match("cache")
+                     .. (v == "stale" and "resty.shmlock.cache, stale_ttl "
+                         .. "(the key loaded before each run)" or
+                         (v == "ours" and mode:match("cache")
                          and "resty.shmlock.cache" or
                          (v == "ours" and "resty.shmlock + zone, cache-lock pattern"
-                          or "resty.lock algorithm + ngx.shared.DICT"))
+                          or "resty.lock algorithm + ngx.shared.DICT")))
         for _, k in ipairs{ "loads", "stalls", "stall_mean", "stall_max", "p50",
                             "p90", "p99", "p999", "max", "rps" } do
             local unit = (k == "loads" or k == "stalls") and "count"

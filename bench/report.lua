@@ -168,6 +168,15 @@ target("one key under load (section 7): p99 latency ≤ 0.5 s",
 target("one key under load (section 7): req/s ≥ 0.75× resty.lock's",
        get("load_w2", "ours_rps"), get("load_w2", "peer_rps"), "keeps",
        0.75, num)
+target("the cache's coherent L1 hit vs 0.1.0's unchecked L1 hit",
+       get("cache_l1", "coherent"), get("cache_l1", "unchecked"), "within",
+       1.3, ns)
+for _, w in ipairs{ 1, 2 } do
+    target(fmt("stale_ttl stampede (section 6, %d worker%s): requests ≥ 5 ms",
+               w, w > 1 and "s" or ""),
+           get("stampede_w" .. w, "stale_stalls"),
+           get("stampede_w" .. w, "ours_stalls"), "bound", 0, num)
+end
 for _, op in ipairs{ "get", "set", "add", "delete", "incr" } do
     target("`" .. op .. "` cost at 1e6 keys vs at 1e3 keys",
            get("size", op .. "_1000000"), get("size", op .. "_1000"),
@@ -419,7 +428,10 @@ put("")
 put("## 6. Stampede: wrk, 100 connections, one hot key, 50 ms loader")
 put("")
 local snote = get("stampede_w1", "ours_loads") or get("stampede_w2", "ours_loads")
-put("The key lives 0.5 s; every expiry sends every connection to the lock.",
+put("The key lives 0.5 s; every expiry sends every connection to the lock",
+    " (with `stale_ttl`: the stale value is served while one timer",
+    " refreshes it; that variant starts with the key loaded, the others",
+    " cold).",
     " Loader calls: fewer is better (one per expiry is the ideal).",
     " Stalls: requests that took ≥ 5 ms (the waiters and the loader's own).",
     snote and (" " .. snote.note:gsub("; .*$", "") .. " each.") or "")
@@ -437,6 +449,7 @@ header({ "workers", "variant", "loader calls", "req/s", "p50", "p99",
          "---:", "---:", "---:" })
 for _, w in ipairs{ 1, 2 } do
     for _, v in ipairs{ { "ours", ours_desc },
+                        { "stale", "resty.shmlock.cache, `stale_ttl`" },
                         { "peer", "resty.lock pattern, ngx.shared.DICT" } } do
         local s = "stampede_w" .. w
         local function m(k, f)
@@ -475,6 +488,25 @@ for _, v in ipairs{ { "ours", "resty.shmlock, zone" },
     row({ v[2], m("rps", num), m("p50", ms), m("p99", ms), m("max", ms),
           m("server_max", ms), m("errors", num), m("lock_errors", num),
           m("drain", ms) })
+end
+put("")
+
+-- (8)
+put("## 8. The cache's L1 hit, outside nginx (LuaJIT, JIT on)")
+put("")
+put("`get()` of 1000 keys in turn, every one an L1 hit. Coherent: this",
+    " version (lrucache get, then one load of the key's generation word).",
+    " Unchecked: 0.1.0's hit (the same argument checks and lrucache get, no",
+    " coherence). lrucache: lua-resty-lrucache's get alone.")
+put("")
+header({ "L1 hit", "ns per get", "vs unchecked" }, { "---", "---:", "---:" })
+local unchecked = get("cache_l1", "unchecked")
+for _, x in ipairs{ { "coherent", "resty.shmlock.cache, coherent" },
+                    { "unchecked", "0.1.0's L1 hit, unchecked" },
+                    { "lrucache", "lua-resty-lrucache get" } } do
+    local r = get("cache_l1", x[1])
+    row({ x[2], span(r, ns), (r and unchecked)
+          and ratio(r.med / unchecked.med) or "–" })
 end
 put("")
 

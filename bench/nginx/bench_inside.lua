@@ -12,7 +12,9 @@
 --
 -- (6) GET /stampede/ours and /stampede/peer: one hot key, a 50 ms loader,
 -- the cache-lock pattern (get; on a miss lock, get again, load, set,
--- unlock).  bench_ctl counts loader calls and requests slower than 5 ms.
+-- unlock).  GET /stampede/stale: the same key of a resty.shmlock.cache
+-- with stale_ttl (an expired value is served while a timer refreshes it).
+-- bench_ctl counts loader calls and requests slower than 5 ms.
 --
 -- (7) GET /load/ours and /load/peer: every request locks one key (timeout
 -- 30 s), reads a counter, sleeps 1 ms, writes it + 1 and unlocks: a ~1 ms
@@ -49,6 +51,7 @@ local STAMPEDE_KEY = "hot"
 local STAMPEDE_TTL = 0.5
 local LOADER_DELAY = 0.05
 local STALL = 0.005
+local STALE_TTL = 60
 
 -- our zones (opened in the master); ours_locks only keeps bench_locks
 -- mapped for the locks that name it
@@ -60,6 +63,7 @@ local keys                             -- this worker's keys, shuffled
 local lock_keys                        -- this worker's lock keys
 local wid                              -- this worker's id
 local cache_mod, cache_obj             -- resty.shmlock.cache, if present
+local stale_obj                        -- the same with stale_ttl
 
 
 function _M.init()
@@ -317,6 +321,12 @@ function _M.init_worker()
             dict = "bench_cache", lock_dict = "bench_locks",
             ttl = STAMPEDE_TTL,
         }))
+        if cache_obj.purge then
+            stale_obj = assert(cache_mod.new("bench_stale", {
+                dict = "bench_cache", lock_dict = "bench_locks",
+                ttl = STAMPEDE_TTL, stale_ttl = STALE_TTL,
+            }))
+        end
     end
     assert(ngx.timer.at(0, poller))
 end
@@ -440,6 +450,21 @@ function _M.stampede_ours()
     account("ours", t0)
 end
 
+local function stale_loader()
+    return loader("stale")
+end
+
+-- the same key with stale_ttl: expiries are refreshed by a timer
+function _M.stampede_stale()
+    local t0 = now()
+    local val, err = stale_obj:get(STAMPEDE_KEY, nil, stale_loader)
+    if val == nil then
+        error("cache: " .. tostring(err))
+    end
+    ngx.say(val)
+    account("stale", t0)
+end
+
 function _M.stampede_peer()
     local t0 = now()
     local val = cache_lock_get(ngx_cache, polling_lock, "bench_ngx_locks",
@@ -537,6 +562,8 @@ end
 
 
 -- GET /stampede/reset: cold caches, zero counters
+-- GET /stampede/reset?v=...: an empty cache, zero counters; for the
+-- stale_ttl variant, the key loaded (its runs start warm)
 function _M.reset()
     ours_cache:flush_all()
     ngx_cache:flush_all()
@@ -544,7 +571,11 @@ function _M.reset()
         -- every worker's L1 copy expires with the value's ttl
         ngx.sleep(STAMPEDE_TTL + 0.1)
     end
-    for _, v in ipairs{ "ours", "peer" } do
+    if stale_obj and ngx.var.arg_v == "stale" then
+        assert(stale_obj:purge())
+        assert(stale_obj:get(STAMPEDE_KEY, nil, stale_loader))
+    end
+    for _, v in ipairs{ "ours", "peer", "stale" } do
         ctl:delete("loads:" .. v)
         ctl:delete("stalls:" .. v)
         ctl:delete("stall_us:" .. v)

@@ -1,0 +1,109 @@
+-- (8) The cache's L1 hit, outside nginx, one process, JIT on: what
+-- coherence costs a hit.
+--
+--   coherent   resty.shmlock.cache get(), an L1 hit: lrucache get, then
+--              one load of the key's generation word in the zone
+--   unchecked  the L1 hit of 0.1.0 (no coherence), the same argument
+--              checks and lrucache get, written out here as it was
+--   lrucache   lua-resty-lrucache get alone (the floor)
+--
+-- 1000 keys, taken in turn; values with a ttl (lrucache reads the clock
+-- at each get, as the cache's own entries always make it do).
+
+local bench = require "bench"
+local shdict = require "resty.shmlock.shdict"
+local cache = require "resty.shmlock.cache"
+
+local SECTION = "cache_l1"
+local NKEYS = 1000
+local TTL = 3600
+
+local zone = assert(shdict.open("bench_cache_l1", { size = "4m" }))
+local c = assert(cache.new("bench_l1", { dict = zone, ttl = TTL,
+                                         l1_size = NKEYS }))
+
+local keys = {}
+for i = 1, NKEYS do
+    keys[i] = "key:" .. i
+end
+
+local function loader(key)
+    return "value of " .. key
+end
+
+for i = 1, NKEYS do
+    assert(c:get(keys[i], nil, loader, keys[i]))
+end
+-- every key is an L1 hit now (the first get of each revalidated once)
+for i = 1, NKEYS do
+    local v, err, level = c:get(keys[i], nil, error)
+    assert(v == "value of " .. keys[i] and err == nil and level == 1,
+           "not an L1 hit")
+end
+
+-- 0.1.0's get() up to its L1 hit, on an lrucache of our own (the module
+-- the cache loaded: outside nginx it needs the cache's ngx.now shim)
+local lrucache = getmetatable(c.lru).__index
+local old_lru = lrucache.new(NKEYS)
+for i = 1, NKEYS do
+    old_lru:set(keys[i], "value of " .. keys[i], TTL)
+end
+local old_mt = { __index = {} }
+local old = setmetatable({ lru = old_lru }, old_mt)
+local NIL = {}
+
+local function old_get(self, key, opts, loader_fn) -- luacheck: ignore 212
+    if getmetatable(self) ~= old_mt then
+        error("bad cache object (use c:method(), not c.method())", 2)
+    end
+    if type(key) ~= "string" then
+        error("key must be a string", 2)
+    end
+    if type(loader_fn) ~= "function" then
+        error("loader must be a function", 2)
+    end
+    local l1 = self.lru
+    if l1 then
+        local value = l1:get(key)
+        if value ~= nil then
+            if value == NIL then
+                return nil, nil, 1
+            end
+            return value, nil, 1
+        end
+    end
+    error("not an L1 hit")
+end
+
+bench.log("(8) the cache's L1 hit, ns per get")
+
+bench.bench(SECTION, "coherent", function(n)
+    local j = 0
+    for _ = 1, n do
+        j = j < NKEYS and j + 1 or 1
+        c:get(keys[j], nil, loader)
+    end
+end, { note = NKEYS .. " keys in turn" })
+
+bench.bench(SECTION, "unchecked", function(n)
+    local j = 0
+    for _ = 1, n do
+        j = j < NKEYS and j + 1 or 1
+        old_get(old, keys[j], nil, loader)
+    end
+end, { note = "0.1.0's L1 hit, no coherence" })
+
+local floor_lru = old_lru
+bench.bench(SECTION, "lrucache", function(n)
+    local j = 0
+    for _ = 1, n do
+        j = j < NKEYS and j + 1 or 1
+        floor_lru:get(keys[j])
+    end
+end, { note = "lua-resty-lrucache get alone" })
+
+-- the timed loops were hits: no loader ran, nothing moved
+for i = 1, NKEYS do
+    local _, _, level = c:get(keys[i], nil, error)
+    assert(level == 1, "a timed get was not an L1 hit")
+end
