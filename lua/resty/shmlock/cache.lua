@@ -371,6 +371,61 @@ local function open_dicts(name, opts)
 end
 
 
+-- ---- statistics ----
+
+-- Each process counts in its cache object and adds its counts to the
+-- zone (incr of "<name>#stats:<counter>") at most every STATS_FLUSH
+-- seconds, checked on every path but the L1 hit (which checks every 1024
+-- hits), and in stats().
+local COUNTERS = { "hits_l1", "hits_l2", "misses", "loads", "loader_errors",
+                   "lock_waits", "stale", "refreshes" }
+local STATS_FLUSH = 1000   -- ms
+
+local function new_counts()
+    local t = {}
+    for i = 1, #COUNTERS do
+        t[COUNTERS[i]] = 0
+    end
+    return t
+end
+
+-- adds this process's counts to the zone; nil, err if one could not be
+-- (it is kept for the next flush)
+local function flush_stats(self)
+    local counts = self.counts
+    local dict, prefix = self.dict, self.stats_prefix
+    local err
+    -- the L1 hits are counted in their own field (the hit's one store)
+    counts.hits_l1 = counts.hits_l1 + self.l1_hits
+    self.l1_hits = 0
+    for i = 1, #COUNTERS do
+        local name = COUNTERS[i]
+        local n = counts[name]
+        if n ~= 0 then
+            local ok, ierr = dict:incr(prefix .. name, n, 0)
+            if ok then
+                counts[name] = 0
+            else
+                err = ierr
+            end
+        end
+    end
+    self.flushed = now_ms()
+    if err then
+        return nil, err
+    end
+    return true
+end
+
+local function count(self, name)
+    local counts = self.counts
+    counts[name] = counts[name] + 1
+    if now_ms() - self.flushed >= STATS_FLUSH then
+        flush_stats(self)
+    end
+end
+
+
 -- syntax: c, err = cache.new(name, opts?)
 -- (cache:new(name, opts?) works too)
 function _M.new(a, b, c)
@@ -424,6 +479,10 @@ function _M.new(a, b, c)
         stale_ttl = stale_ttl,
         zone = zone,
         gens = gens,
+        counts = new_counts(),
+        l1_hits = 0,
+        flushed = now_ms(),
+        stats_prefix = name .. "#stats:",
         -- names have no ':' or '#': the key spaces cannot collide
         prefix = name .. ":",
         lock_prefix = name .. "#lock:",
@@ -711,6 +770,7 @@ end
 -- the resurrected value, nil, 4 (resurrect_ttl) or nil, err.
 local function run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
                           stale_ttl, keep_stale, loader, ...)
+    count(self, "loads")
     local ok, lvalue, lerr, lttl = pcall(loader, ...)
     local value, err, vttl = loaded(ok, lvalue, lerr, ttl, neg_ttl, lttl)
     if err == nil then
@@ -725,6 +785,7 @@ local function run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
             err = "loader returned a value that cannot be cached: " .. err
         end
     end
+    count(self, "loader_errors")
 
     local found
     if not keep_stale then
@@ -733,6 +794,7 @@ local function run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
     end
     lock:unlock()
     if found then
+        count(self, "stale")
         return value, nil, 4
     end
     return nil, err
@@ -741,6 +803,7 @@ end
 -- An L1 and L2 miss: one loader call per key across the host.
 local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
                          stale_ttl, loader, ...)
+    count(self, "misses")
     local lock, err = new_lock(self, key, 3)
     if not lock then
         return nil, "could not create lock: " .. tostring(err)
@@ -753,6 +816,9 @@ local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
     else
         elapsed, err = lock:lock(lkey)
     end
+    if elapsed ~= 0 then
+        count(self, "lock_waits")
+    end
 
     -- while we waited, another process may have loaded the value
     local found, value, ferr = fetch(self, key, vkey, 0)
@@ -763,6 +829,7 @@ local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
         if ferr then
             return nil, ferr
         end
+        count(self, "hits_l2")
         return value, nil, 2
     end
 
@@ -770,6 +837,7 @@ local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
         found, value = resurrect(self, key, vkey, resurrect_ttl, stale_ttl,
                                  false)
         if found then
+            count(self, "stale")
             return value, nil, 4
         end
         return nil, "could not acquire lock: " .. tostring(err)
@@ -819,6 +887,7 @@ local function refresh(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
         end
         return
     end
+    count(self, "refreshes")
 
     if ngx then
         local ok, err = ngx.timer.at(0, refresh_timer, self, key, vkey, lock,
@@ -899,6 +968,13 @@ function _M.get(self, key, opts, loader, ...)
                 gen = self.dict:get(self.gen_key) or 0
             end
             if gen == old.gen then
+                local n = self.l1_hits + 1
+                self.l1_hits = n
+                if band(n, 1023) == 0 and now_ms() - self.flushed
+                                              >= STATS_FLUSH
+                then
+                    flush_stats(self)
+                end
                 local value = old.v
                 if value == NIL then
                     return nil, nil, 1
@@ -920,7 +996,12 @@ function _M.get(self, key, opts, loader, ...)
                                                  old)
     if found then
         -- an L1 copy the zone confirmed is still an L1 hit
-        return value, nil, kept and 1 or 2
+        if kept then
+            self.l1_hits = self.l1_hits + 1
+            return value, nil, 1
+        end
+        count(self, "hits_l2")
+        return value, nil, 2
     end
     if err then
         return nil, err
@@ -929,8 +1010,12 @@ function _M.get(self, key, opts, loader, ...)
         local fresh, level = refresh(self, key, vkey, ttl, neg_ttl,
                                      resurrect_ttl, stale_ttl, loader, ...)
         if level then
+            if level == 2 then
+                count(self, "hits_l2")
+            end
             return fresh, nil, level
         end
+        count(self, "stale")
         return value, nil, 4
     end
     -- (a tail call: get's frame becomes load_miss's, see new_lock)
@@ -1022,6 +1107,26 @@ function _M.delete(self, key)
         self.lru:delete(key)
     end
     return true
+end
+
+
+-- syntax: stats, err = c:stats()
+-- The counters of every process using this cache (from the zone), this
+-- process's own counts added first.  nil, err if the zone cannot be read.
+function _M.stats(self)
+    check_self(self, 2)
+    flush_stats(self)
+    local dict, prefix = self.dict, self.stats_prefix
+    local res = {}
+    for i = 1, #COUNTERS do
+        local name = COUNTERS[i]
+        local n, err = dict:get(prefix .. name)
+        if err then
+            return nil, err
+        end
+        res[name] = n or 0
+    end
+    return res
 end
 
 
