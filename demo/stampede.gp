@@ -1,21 +1,25 @@
-# The latency distribution of demo/stampede.lua's two runs, as the share
+# The latency distribution of demo/stampede.lua's three runs, as the share
 # of callers served by each moment (a CDF).  Run by the demo:
-#   gnuplot -c demo/stampede.gp WITH.dat WITHOUT.dat OUT.png \
-#           N MS SLOTS CALLS_WITH CALLS_WITHOUT
+#   gnuplot -c demo/stampede.gp WITH.dat WITHOUT.dat STALE.dat OUT.png \
+#           N MS SLOTS "CALLS_WITH CALLS_WITHOUT CALLS_STALE"
 
 with_file     = ARG1
 without_file  = ARG2
-out           = ARG3
-n             = ARG4 + 0
-ms            = ARG5 + 0
-slots         = ARG6 + 0
-calls_with    = ARG7 + 0
-calls_without = ARG8 + 0
+stale_file    = ARG3
+out           = ARG4
+n             = ARG5 + 0
+ms            = ARG6 + 0
+slots         = ARG7 + 0
+calls_with    = word(ARG8, 1) + 0
+calls_without = word(ARG8, 2) + 0
+calls_stale   = word(ARG8, 3) + 0
 
 stats with_file using 1 nooutput
 max_with = STATS_max
 stats without_file using 1 nooutput
 max_without = STATS_max
+stats stale_file using 1 nooutput
+median_stale = STATS_median
 
 set terminal pngcairo size 960,560 enhanced font "sans,11" linewidth 1.5
 set output out
@@ -23,7 +27,7 @@ set output out
 backend = (slots > 0) \
     ? sprintf("the backend runs %d queries at a time", slots) \
     : "the backend runs any number of queries at once"
-title1 = sprintf("Cache stampede: %d processes miss the same key at once", n)
+title1 = sprintf("Cache stampede: %d processes ask for the same key at once", n)
 title2 = sprintf("the loader is a %d ms backend query; %s", ms, backend)
 set title sprintf("{/:Bold %s}\n{/*0.9 %s}", title1, title2)
 
@@ -45,6 +49,8 @@ set label sprintf("all served in %.0f ms", max_with) at max_with, 100 \
     offset 1, -1.2 left textcolor rgb "#1f77b4"
 set label sprintf("last served at %.0f ms", max_without) at max_without, 100 \
     offset 0, 1 center textcolor rgb "#d62728"
+set label sprintf("half served in %.1f ms", median_stale) at median_stale, 50 \
+    offset 1, 0 left textcolor rgb "#2ca02c"
 
 plural(k) = (k == 1) ? "" : "s"
 plot with_file using 1:($2 * 100) with steps lw 3 lc rgb "#1f77b4" \
@@ -52,4 +58,7 @@ plot with_file using 1:($2 * 100) with steps lw 3 lc rgb "#1f77b4" \
                        calls_with, plural(calls_with)), \
      without_file using 1:($2 * 100) with steps lw 3 lc rgb "#d62728" \
          title sprintf("without a lock: %d loader call%s", \
-                       calls_without, plural(calls_without))
+                       calls_without, plural(calls_without)), \
+     stale_file using 1:($2 * 100) with steps lw 3 lc rgb "#2ca02c" \
+         title sprintf("with stale\\_ttl, the key stale: %d loader call%s", \
+                       calls_stale, plural(calls_stale))

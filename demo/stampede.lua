@@ -1,13 +1,18 @@
 -- The cache stampede, measured.
 --
--- N processes ask for the same cold key at the same moment (a start
--- barrier), twice:
+-- N processes ask for the same key at the same moment (a start barrier),
+-- three times:
 --
---   with the lock:    resty.shmlock.cache's get(): one process calls the
---                     loader, the others wait on the key's lock and are
---                     woken when the value is stored;
---   without the lock: plain cache-aside (get, on a miss call the loader,
---                     set): every process that misses calls the loader.
+--   with the lock:    the key is cold; resty.shmlock.cache's get(): one
+--                     process calls the loader, the others wait on the
+--                     key's lock and are woken when the value is stored;
+--   without the lock: the key is cold; plain cache-aside (get, on a miss
+--                     call the loader, set): every process that misses
+--                     calls the loader;
+--   with stale_ttl:   the key holds a value past its ttl, within the
+--                     cache's stale_ttl: one process refreshes it (it
+--                     waits for the loader), the others get the stale
+--                     value at once.
 --
 -- The loader stands for a slow backend query: it takes --ms milliseconds
 -- of a backend that runs --slots queries at a time, first come first
@@ -116,6 +121,29 @@ local function with_lock(zone, o)
     assert(value, err)
 end
 
+-- one caller of the stale run: resty.shmlock.cache with stale_ttl
+local STALE = { name = "stampede-stale", stale_ttl = 60 }
+
+local function stale_cache(zone)
+    return assert(cache.new(STALE.name, {
+        dict = zone,
+        stale_ttl = STALE.stale_ttl,
+        lock_opts = { timeout = 60 },
+    }))
+end
+
+local function with_stale(zone, o)
+    local value, err = stale_cache(zone):get("key", nil, backend_query, zone,
+                                             "stale", o.ms, o.slots)
+    assert(value, err)
+end
+
+-- before the stale run: the key's value went stale 10 ms ago
+local function make_stale(zone)
+    assert(stale_cache(zone):set("key", "the old value", 0.001))
+    proc.sleep(0.011)
+end
+
 -- one caller of the unprotected run: cache-aside, as written without a lock
 local function without_lock(zone, o)
     local value = zone:get("plain:key")
@@ -128,7 +156,10 @@ end
 
 -- Forks o.n callers held at a start barrier, releases them together;
 -- returns their latencies in ms (sorted) and the loader calls.
-local function run(name, caller, zone, o)
+local function run(name, caller, zone, o, prepare)
+    if prepare then
+        prepare(zone)
+    end
     zone:set("backend:tickets", 0)
     zone:set("backend:done", 0)
     zone:set("queries:" .. name, 0)
@@ -186,14 +217,16 @@ local function sh(cmd)
     return rc == 0 or rc == true
 end
 
--- demo/stampede.gp reads its inputs as ARG1..ARG8 (gnuplot -c)
-local function plot(o, with_file, without_file, calls_with, calls_without)
+-- demo/stampede.gp reads its inputs as ARG1..ARG8 (gnuplot -c takes 9 at
+-- most: the loader calls of the three runs go as one word list)
+local function plot(o, files, calls)
     if not sh("command -v gnuplot >/dev/null 2>&1") then
         return nil, "gnuplot not found (Debian package gnuplot-nox; "
                     .. "scripts/deps.sh installs it)"
     end
-    local args = { script_dir .. "/stampede.gp", with_file, without_file,
-                   o.png, o.n, o.ms, o.slots, calls_with, calls_without }
+    local args = { script_dir .. "/stampede.gp", files[1], files[2],
+                   files[3], o.png, o.n, o.ms, o.slots,
+                   table.concat(calls, " ") }
     for i, a in ipairs(args) do
         args[i] = shell_quote(a)
     end
@@ -211,8 +244,8 @@ local ok, err = pcall(function()
     local zone = assert(shdict.open("stampede-demo",
                                     { dir = dir, size = "4m" }))
 
-    print(format("cache stampede: %d processes ask for the same cold key at "
-                 .. "once", o.n))
+    print(format("cache stampede: %d processes ask for the same key at once "
+                 .. "(cold twice, then stale)", o.n))
     print(format("loader: a %d ms backend query; backend runs %s", o.ms,
                  o.slots > 0 and (o.slots .. " queries at a time, in "
                                   .. "arrival order")
@@ -221,10 +254,12 @@ local ok, err = pcall(function()
 
     local with, calls_with = run("with", with_lock, zone, o)
     local without, calls_without = run("without", without_lock, zone, o)
+    local stale, calls_stale = run("stale", with_stale, zone, o, make_stale)
 
     local rows = {
         { "with resty.shmlock.cache", calls_with, with },
         { "without a lock", calls_without, without },
+        { "with stale_ttl (stale key)", calls_stale, stale },
     }
     print(format("%-26s %12s %10s %10s %10s", "", "loader calls",
                  "p50 (ms)", "p99 (ms)", "max (ms)"))
@@ -236,14 +271,15 @@ local ok, err = pcall(function()
     print()
 
     assert(sh("mkdir -p " .. shell_quote(o.out)), "cannot create " .. o.out)
-    local with_file = o.out .. "/with.dat"
-    local without_file = o.out .. "/without.dat"
-    write_cdf(with_file, with)
-    write_cdf(without_file, without)
-    print("latencies: " .. with_file .. ", " .. without_file)
+    local files = { o.out .. "/with.dat", o.out .. "/without.dat",
+                    o.out .. "/stale.dat" }
+    write_cdf(files[1], with)
+    write_cdf(files[2], without)
+    write_cdf(files[3], stale)
+    print("latencies: " .. table.concat(files, ", "))
 
     if o.plot then
-        assert(plot(o, with_file, without_file, calls_with, calls_without))
+        assert(plot(o, files, { calls_with, calls_without, calls_stale }))
         print("plot:      " .. o.png)
     end
 end)
