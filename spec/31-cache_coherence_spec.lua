@@ -233,6 +233,12 @@ describe("resty.shmlock.cache coherence", function()
         assert.is_true(b:purge())
         assert.same({ n = 3, "loaded", nil, 3 }, pack(a:get("k", nil, load)))
         assert.is_number(store["coh-f#gen"])
+        -- a change that cannot be announced is an error
+        fake.incr = function() return nil, "no memory" end
+        local err = "could not announce the change: no memory"
+        assert.same({ n = 2, nil, err }, pack(a:set("k", "four")))
+        assert.same({ n = 2, nil, err }, pack(a:delete("k")))
+        assert.same({ n = 2, nil, err }, pack(a:purge()))
     end)
 
     it("takes an entry of 0.1.0 (no version stamp) for a miss", function()

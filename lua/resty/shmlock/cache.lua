@@ -508,18 +508,24 @@ local function gen_read(self, slot)
     return self.dict:get(self.gen_key) or 0
 end
 
--- after a change of the key of this slot (nil: every slot); the word's
--- new value (nil for every slot)
+-- after a change of the key of this slot (nil: every slot): the word's
+-- new value (true for every slot); nil, err when the counter key of an
+-- ngx.shared dict could not be incremented (the change is not announced)
 local function gen_bump(self, slot)
     local zone = self.zone
     if not zone then
-        return self.dict:incr(self.gen_key, 1, 0)
+        local n, err = self.dict:incr(self.gen_key, 1, 0)
+        if not n then
+            return nil, "could not announce the change: " .. tostring(err)
+        end
+        return n
     elseif slot then
         return tonumber(C.shmlock_zone_gen_add(zone, slot, 1))
     end
     for i = 0, GEN_MASK do
         C.shmlock_zone_gen_add(zone, i, 1)
     end
+    return true
 end
 
 
@@ -584,7 +590,10 @@ local function store(self, key, vkey, value, ttl, extra)
     -- it since our read; else the word before our write (another process
     -- may have written after us, and bumped first): our next hit then
     -- revalidates.
-    local bumped = gen_bump(self, slot)
+    local bumped, berr = gen_bump(self, slot)
+    if not bumped then
+        return nil, berr
+    end
     if bumped == (gen + 1) % 4294967296 then
         gen = bumped
     end
@@ -1102,9 +1111,12 @@ function _M.delete(self, key)
     if not ok then
         return nil, err
     end
-    gen_bump(self, slot_of(vkey))
     if self.lru then
         self.lru:delete(key)
+    end
+    local bumped, berr = gen_bump(self, slot_of(vkey))
+    if not bumped then
+        return nil, berr
     end
     return true
 end
@@ -1152,10 +1164,11 @@ function _M.purge(self)
         end
     end
     -- the keys removed so far are gone for every process, error or not
-    gen_bump(self, nil)
+    local _, berr = gen_bump(self, nil)
     if self.lru then
         self.lru:flush_all()
     end
+    err = err or berr
     if err then
         return nil, err
     end
