@@ -52,7 +52,8 @@ local old_mt = { __index = {} }
 local old = setmetatable({ lru = old_lru }, old_mt)
 local NIL = {}
 
-local function old_get(self, key, opts, loader_fn) -- luacheck: ignore 212
+-- (a vararg function, as 0.1.0's get: the loader's arguments)
+local function old_get(self, key, opts, loader_fn, ...) -- luacheck: ignore 212
     if getmetatable(self) ~= old_mt then
         error("bad cache object (use c:method(), not c.method())", 2)
     end

@@ -26,6 +26,7 @@ my $t = ShmTest->new(
         T.c = assert(cache.new("coh-t", { ttl = 0 }))
         T.s = assert(cache.new("coh-s", { dict = "coh-t", stale_ttl = 30,
                                           lock_opts = { timeout = 30 } }))
+        T.st = assert(cache.new("coh-st", { dict = "coh-t", ttl = 0 }))
         function T.load(key)
             T.stats:incr("loads:" .. key, 1, 0)
             return "loaded:" .. key
@@ -88,6 +89,21 @@ EOF
                 end
                 ngx.say(value, " ", level, " ",
                         math.floor((ngx.now() - t0) * 1000))
+            }
+        }
+        # "value hit_level" from the cache whose counters are checked
+        location = /st {
+            content_by_lua_block {
+                local value, err, level = T.st:get(ngx.var.arg_key, nil,
+                    function() return "v" end)
+                ngx.say(value, " ", level)
+            }
+        }
+        location = /stats {
+            content_by_lua_block {
+                local s = assert(T.st:stats())
+                ngx.say(s.hits_l1, " ", s.hits_l2, " ", s.loads, " ",
+                        s.misses)
             }
         }
         location = /calls {
@@ -178,6 +194,32 @@ subtest "a stale value is served at once; one timer refreshes it" => sub {
     like($t->get("/stale?key=s&delay=0&ttl=30")->{body}, qr/^v2 [12] /,
          "the refreshed value");
     $t->check_log("stale", nested => 1);
+};
+
+subtest "the counters of both workers reach the zone" => sub {
+    my %levels;
+    for my $round (1 .. 3) {
+        for my $a (parallel($CLIENTS, sub {
+            my $r = $t->get("/st?key=k" . ($round % 2));
+            return "$r->{status} $r->{body}";
+        })) {
+            if ($a =~ /^200 v ([123])\n\z/) {
+                $levels{$1}++;
+            } else {
+                fail("answer: $a");
+            }
+        }
+    }
+    # each worker's timer adds its counts to the zone within a second
+    select(undef, undef, undef, 1.5);
+    my $want = join ' ', map { $levels{$_} // 0 } 1 .. 3;
+    my ($counts, $misses) = $t->get("/stats")->{body} =~ /^(\d+ \d+ \d+) (\d+)\n\z/;
+    is($counts, $want, "hits_l1 hits_l2 loads: as the answers said")
+        or diag(explain \%levels);
+    # a miss ran the loader, or waited for it and was served by the zone
+    ok($misses >= ($levels{3} // 0)
+       && $misses <= ($levels{3} // 0) + ($levels{2} // 0), "misses: $misses");
+    $t->check_log("stats", nested => 1);
 };
 
 $t->block("a key fresh for 0.2 s",

@@ -374,9 +374,12 @@ end
 -- ---- statistics ----
 
 -- Each process counts in its cache object and adds its counts to the
--- zone (incr of "<name>#stats:<counter>") at most every STATS_FLUSH
--- seconds, checked on every path but the L1 hit (which checks every 1024
--- hits), and in stats().
+-- zone (incr of "<name>#stats:<counter>"): at most every STATS_FLUSH ms,
+-- checked on every path but the L1 hit (which only adds 1 to a number in
+-- C memory: a table store would cost the hit more); inside nginx also
+-- from a timer every STATS_FLUSH ms (started by the worker's first
+-- counted event; at the worker's exit it flushes once more); and in
+-- stats().
 local COUNTERS = { "hits_l1", "hits_l2", "misses", "loads", "loader_errors",
                    "lock_waits", "stale", "refreshes" }
 local STATS_FLUSH = 1000   -- ms
@@ -396,8 +399,8 @@ local function flush_stats(self)
     local dict, prefix = self.dict, self.stats_prefix
     local err
     -- the L1 hits are counted in their own field (the hit's one store)
-    counts.hits_l1 = counts.hits_l1 + self.l1_hits
-    self.l1_hits = 0
+    counts.hits_l1 = counts.hits_l1 + self.l1_hits[0]
+    self.l1_hits[0] = 0
     for i = 1, #COUNTERS do
         local name = COUNTERS[i]
         local n = counts[name]
@@ -417,11 +420,41 @@ local function flush_stats(self)
     return true
 end
 
+-- Inside nginx: the caches that counted something in this worker (weak:
+-- a cache nobody uses any more goes), flushed by one timer per worker.
+local counting = setmetatable({}, { __mode = "k" })
+local timer_pid = false
+
+local function flush_timer()
+    for c in pairs(counting) do
+        flush_stats(c)
+    end
+end
+
+local function start_flush_timer()
+    local pid = C.shmlock_self_pid()
+    if timer_pid == pid then
+        return
+    end
+    -- tried once per process: where timers cannot be made (the master's
+    -- init phase) the worker's first event starts it
+    timer_pid = pid
+    local ok, err = ngx.timer.every(STATS_FLUSH / 1000, flush_timer)
+    if not ok and ngx.get_phase() ~= "init" then
+        ngx.log(ngx.WARN, "resty.shmlock.cache: no timer for the counters ",
+                "(they reach the zone with the next miss or stats()): ", err)
+    end
+end
+
 local function count(self, name)
     local counts = self.counts
     counts[name] = counts[name] + 1
     if now_ms() - self.flushed >= STATS_FLUSH then
         flush_stats(self)
+    end
+    if ngx then
+        counting[self] = true
+        start_flush_timer()
     end
 end
 
@@ -480,7 +513,7 @@ function _M.new(a, b, c)
         zone = zone,
         gens = gens,
         counts = new_counts(),
-        l1_hits = 0,
+        l1_hits = ffi_new("double[1]"),
         flushed = now_ms(),
         stats_prefix = name .. "#stats:",
         -- names have no ':' or '#': the key spaces cannot collide
@@ -977,13 +1010,8 @@ function _M.get(self, key, opts, loader, ...)
                 gen = self.dict:get(self.gen_key) or 0
             end
             if gen == old.gen then
-                local n = self.l1_hits + 1
-                self.l1_hits = n
-                if band(n, 1023) == 0 and now_ms() - self.flushed
-                                              >= STATS_FLUSH
-                then
-                    flush_stats(self)
-                end
+                local hits = self.l1_hits
+                hits[0] = hits[0] + 1
                 local value = old.v
                 if value == NIL then
                     return nil, nil, 1
@@ -1006,7 +1034,7 @@ function _M.get(self, key, opts, loader, ...)
     if found then
         -- an L1 copy the zone confirmed is still an L1 hit
         if kept then
-            self.l1_hits = self.l1_hits + 1
+            self.l1_hits[0] = self.l1_hits[0] + 1
             return value, nil, 1
         end
         count(self, "hits_l2")
