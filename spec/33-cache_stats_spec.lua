@@ -116,6 +116,22 @@ describe("resty.shmlock.cache stats()", function()
                     c:stats())
     end)
 
+    it("does not count in a forked process what its parent counted",
+       function()
+        local c = new_cache()
+        c:get("k", nil, function() return 1 end)        -- miss, load
+        c:get("k", nil, error)                          -- L1
+        local pid = proc.spawn(function()
+            c:get("k", nil, error)                      -- L1
+            c:get("j", nil, function() return 2 end)    -- miss, load
+            c:stats()
+        end)
+        assert.same({ how = "exit", code = 0, msg = "" }, proc.wait(pid, 20))
+        -- the child's L1 hit came before its first other event: lost
+        assert.same(zeros({ hits_l1 = 1, misses = 2, loads = 2 }),
+                    c:stats())
+    end)
+
     it("keeps the counts apart per cache and across purge()", function()
         local a = new_cache()
         local b = assert(cache.new("st-other", { dict = zone,

@@ -392,9 +392,25 @@ local function new_counts()
     return t
 end
 
+-- A process forked from the one that made the cache (nginx workers from
+-- the master) starts its own counts: those it inherited are its
+-- parent's.  (Its L1 hits before its first other event go with them.)
+local function adopt_counts(self)
+    local pid = C.shmlock_self_pid()
+    if self.counts_pid ~= pid then
+        self.counts_pid = pid
+        local counts = self.counts
+        for i = 1, #COUNTERS do
+            counts[COUNTERS[i]] = 0
+        end
+        self.l1_hits[0] = 0
+    end
+end
+
 -- adds this process's counts to the zone; nil, err if one could not be
 -- (it is kept for the next flush)
 local function flush_stats(self)
+    adopt_counts(self)
     local counts = self.counts
     local dict, prefix = self.dict, self.stats_prefix
     local err
@@ -447,6 +463,7 @@ local function start_flush_timer()
 end
 
 local function count(self, name)
+    adopt_counts(self)
     local counts = self.counts
     counts[name] = counts[name] + 1
     if now_ms() - self.flushed >= STATS_FLUSH then
@@ -514,6 +531,7 @@ function _M.new(a, b, c)
         gens = gens,
         counts = new_counts(),
         l1_hits = ffi_new("double[1]"),
+        counts_pid = C.shmlock_self_pid(),
         flushed = now_ms(),
         stats_prefix = name .. "#stats:",
         -- names have no ':' or '#': the key spaces cannot collide
