@@ -666,6 +666,16 @@ test_lock_calls(shmlock_zone_t *z)
     CHECK(wait_word(z, hash) == seq);
     CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
 
+    /* a waiter is counted from wait_begin to the end of wait_end */
+    CHECK(shmlock_wait_count(z, hash) == 0);
+    seq = shmlock_wait_begin(z, hash);
+    CHECK(shmlock_wait_count(z, hash) == 1);
+    (void) shmlock_wait_begin(z, hash);
+    CHECK(shmlock_wait_count(z, hash) == 2);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
+    CHECK(shmlock_wait_count(z, hash) == 0);
+
     CHECK_RC(shmlock_lock_acquire(z, "", 0, KEY(tok), 5000, 0),
              SHMLOCK_BAD_KEY);
     CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), NULL, 0, 5000, 0),

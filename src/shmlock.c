@@ -142,6 +142,12 @@ shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash)
     wait_wake(zone, hash);
 }
 
+uint32_t
+shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash)
+{
+    return wait_count(zone, hash);
+}
+
 int
 shmlock_self_pid(void)
 {

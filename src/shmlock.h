@@ -199,6 +199,12 @@ SHMLOCK_API uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
 SHMLOCK_API int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash,
     uint32_t seq, int64_t timeout_us);
 SHMLOCK_API void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
+/*
+ * The waiters counted on the key's word at this moment, for inspection
+ * only (keys whose hashes share a word count together; a waiter is counted
+ * from wait_begin to the end of wait_end).  Changes nothing.
+ */
+SHMLOCK_API uint32_t shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash);
 
 
 /* ---- locks: the uncontended path of the Lua lock in one call each ---- */

@@ -111,6 +111,22 @@ EOF
                 ngx.say(T.fmt(resty_lock:new("nowhere")))
             }
         }
+        location = /inspect {
+            content_by_lua_block {
+                local fmt = T.fmt
+                ngx.say(fmt(resty_lock.inspect("x", "i")))
+                local lock = assert(resty_lock:new("x", { exptime = 10 }))
+                assert(lock:lock("i") == 0)
+                local info = assert(resty_lock.inspect("x", "i"))
+                ngx.say(fmt(info.pid == ngx.worker.pid(), info.alive,
+                            info.ttl > 9 and info.ttl <= 10, info.marked,
+                            info.waiters))
+                lock:unlock()
+                ngx.shared.x:set("plain", "v")
+                ngx.say(fmt(resty_lock.inspect("x", "plain")))
+                ngx.say(fmt(resty_lock.inspect("nowhere", "i")))
+            }
+        }
 EOF
 );
 $t->start;
@@ -173,6 +189,15 @@ ok(!-e $t->zone_dir . "/shmlock.x",
    "the fallback did not create a zone file named x");
 ok(!-e $t->zone_dir . "/shmlock.nowhere",
    "an unknown name did not create a zone file");
+
+$t->block("inspect() by name on an ngx.shared dict: holder, ttl, no waiter count",
+    request => "GET /inspect",
+    body    => <<'EOF');
+nil not locked
+true true true nil nil
+nil not a lock
+nil dictionary not found
+EOF
 
 $t->stop;
 done_testing;

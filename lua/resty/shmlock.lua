@@ -56,6 +56,7 @@ local handle = require "resty.shmlock.lock.handle"
 local zone_backend = require "resty.shmlock.lock.zone"
 local ngx_shared = require "resty.shmlock.lock.ngx_shared"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"
+local inspect = require "resty.shmlock.lock.inspect"
 
 local ffi_str = ffi.string
 local type = type
@@ -131,6 +132,20 @@ local function find(name)
 end
 
 
+-- find(), with new()'s errors: the dict or nil, the ngx.shared dict; or
+-- nil, nil and the error
+local function resolve(dict_name)
+    local dict, shared, why = find(dict_name)
+    if dict or shared then
+        return dict, shared
+    end
+    if why and (REPORTED[why] or why:find("^failed to open zone")) then
+        return nil, nil, why
+    end
+    return nil, nil, "dictionary not found"
+end
+
+
 -- true inside nginx, in a phase where ngx.sleep may yield
 function _M.can_sleep()
     return in_nginx and YIELDABLE[get_phase()] == true
@@ -145,12 +160,9 @@ function _M.new(a, b, c)
         dict_name, opts = a, b
     end
 
-    local dict, shared, why = find(dict_name)
+    local dict, shared, err = resolve(dict_name)
     if not dict and not shared then
-        if why and (REPORTED[why] or why:find("^failed to open zone")) then
-            return nil, why
-        end
-        return nil, "dictionary not found"
+        return nil, err
     end
 
     local exptime, timeout, step, ratio, max_step, blocking_timeout =
@@ -364,6 +376,37 @@ function _M.owned(self)
     end
     return self.backend.holds(self.store, self.key, cd.key_len,
                               ffi_str(cd.tok, cd.tok_len))
+end
+
+
+-- syntax: info, err = resty_lock.inspect(dict_name, key)
+-- What holds the lock on key, read without changing anything: the
+-- holder's pid, whether its process lives, the ttl left, the starving
+-- waiter marked on it, the waiters sleeping on the key's wait word
+-- (resty.shmlock.lock.inspect; docs/lock.md).  dict_name as new()'s.
+-- nil and "not locked", "not a lock", new()'s errors, the key's, the
+-- zone's.
+function _M.inspect(a, b, c)
+    local dict_name, key = a, b
+    if a == _M then
+        dict_name, key = b, c
+    end
+
+    local dict, shared, err = resolve(dict_name)
+    if not dict and not shared then
+        return nil, err
+    end
+    if not key then
+        return nil, "nil key"
+    end
+    key, err = key_check(key)
+    if not key then
+        return nil, err
+    end
+    if dict then
+        return inspect.key(dict, key, dict._zone)
+    end
+    return inspect.key(shared, key)
 end
 
 

@@ -120,6 +120,7 @@ uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
 int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
     int64_t timeout_us);
 void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
+uint32_t shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash);
 
 int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
     size_t key_len, const char *tok, size_t tok_len, int64_t exptime_ms,

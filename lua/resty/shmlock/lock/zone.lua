@@ -81,8 +81,6 @@ local floor = math.floor
 local ceil = math.ceil
 local min = math.min
 local max = math.max
-local str_match = string.match
-local str_find = string.find
 local str_sub = string.sub
 local str_format = string.format
 local valid = token.valid
@@ -182,20 +180,7 @@ end
 
 -- holder, starver, starver's exptime (ms), starver's wait start (ms),
 -- starver's deadline (ms; nil in a mark without one)
-local function split(v)
-    if not str_find(v, "|", 1, true) then
-        return v
-    end
-    local h, s, e, since, till =
-        str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)|(%d+)$")
-    if not h then
-        h, s, e, since = str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)$")
-        if not h then
-            return v
-        end
-    end
-    return h, s, tonumber(e), tonumber(since), tonumber(till)
-end
+local split = token.split
 
 
 -- whether a starver marked with deadline `till` may still be waiting
