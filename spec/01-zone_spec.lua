@@ -716,6 +716,14 @@ print("opened", d:get("n"))
             -- "not found" is an answer, not an event
             shdict.open("nothing", { dir = dir, create = false })
             assert.equal(1, #got)
+            -- the same refusal again is not logged again; another cause is
+            assert.same({ n = 2, nil, "incompatible zone" },
+                        pack(shdict.open("junk", { dir = dir })))
+            assert.equal(1, #got)
+            sh("rm '" .. zone_path("junk") .. "' && mkdir '"
+               .. zone_path("junk") .. "'")
+            assert.is_nil((shdict.open("junk", { dir = dir })))
+            assert.equal(2, #got)
         end)
 
         it("prints nothing by default", function()

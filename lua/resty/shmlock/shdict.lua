@@ -86,6 +86,9 @@ local str_buf = ffi_new("char[?]", str_size)
 -- per process, whoever opens it)
 local zones = setmetatable({}, { __mode = "v" })
 
+-- dir .. "\0" .. name -> the last refusal of that zone logged (see open)
+local refused = {}
+
 local function sys_error(what)
     return what .. ": " .. ffi_str(C.strerror(C.shmlock_errno()))
 end
@@ -696,11 +699,15 @@ function _M.open(name, opts)
     o.dir, o.name = nil, nil
     if rc ~= OK then
         local err = refusal(rc, o, name, path_of(dir, name))
-        if REFUSED[rc] then
+        -- once per name and cause (a lock name refused at every request
+        -- would fill error.log with the same line)
+        if REFUSED[rc] and refused[id] ~= err then
+            refused[id] = err
             log_event("error", 'zone "' .. name .. '" refused: ' .. err)
         end
         return nil, err
     end
+    refused[id] = nil
     recoveries(name)
 
     dict = setmetatable({
