@@ -665,6 +665,43 @@ print("opened", d:get("n"))
                                                     "group = 65534")))
         end)
 
+        it("destroyed by a member of the group, is dead for its owner too",
+           function()
+            if not is_root() then
+                pending("needs root")
+                return
+            end
+            -- nobody's zone, shared with nogroup; root uses it, then
+            -- destroys it: root's own mapping must see it destroyed
+            as_nobody(open_script("gone", 'mode = "0660", group = "nogroup"'))
+            local d = assert(shdict.open("gone", { dir = dir,
+                                                   group = "nogroup" }))
+            assert.equal(1, d:get("n"))
+            assert.is_true(shdict.destroy("gone", { dir = dir }))
+            assert.same({ n = 2, nil, "zone destroyed" }, pack(d:get("n")))
+            assert.is_false(exists(zone_path("gone")))
+        end)
+
+        it("a member that may not unlink the name (sticky directory) "
+           .. "leaves the zone alive, saying why", function()
+            if not is_root() then
+                pending("needs root")
+                return
+            end
+            local d = assert(shdict.open("kept", {
+                dir = dir, size = "64k", mode = "0660", group = "nogroup" }))
+            d:set("n", 5)
+            assert.equal('nil\tfailed to destroy zone "kept": Operation not '
+                         .. "permitted\n", as_nobody(([[
+local shdict = require "resty.shmlock.shdict"
+print(shdict.destroy("kept", { dir = %q }))
+]]):format(dir)))
+            assert.equal(5, d:get("n"))
+            assert.is_true(exists(zone_path("kept")))
+            assert.equal("opened\t6\n",
+                         as_nobody(open_script("kept", 'group = "nogroup"')))
+        end)
+
         it("names each refusal's cause", function()
             if not is_root() then
                 pending("needs root")

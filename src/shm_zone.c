@@ -504,15 +504,17 @@ shm_zone_remove_dead(const char *dir, const char *path, const struct stat *dead,
     return SHMLOCK_OK;
 }
 
-/* Marks the zone in the open file fd dead, if it is one of ours. */
+/*
+ * Marks the zone in the open file fd dead, if it is one of ours.  Whoever
+ * could open it for writing may: a zone shared with a group is destroyed
+ * by a member as by its owner, and its other users must see it dead.
+ */
 static void
 shm_zone_mark_dead(int fd, const struct stat *st)
 {
     zone_hdr_t  *h;
 
-    if (!S_ISREG(st->st_mode) || st->st_uid != geteuid()
-        || (uint64_t) st->st_size < SHMLOCK_MIN_SIZE)
-    {
+    if (!S_ISREG(st->st_mode) || (uint64_t) st->st_size < SHMLOCK_MIN_SIZE) {
         return;
     }
     h = mmap(NULL, sizeof(zone_hdr_t), PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -526,6 +528,24 @@ shm_zone_mark_dead(int fd, const struct stat *st)
         __atomic_store_n(&h->dead, 1, __ATOMIC_SEQ_CST);
     }
     munmap(h, sizeof(zone_hdr_t));
+}
+
+/*
+ * Whether we may unlink a file of `st` in dir: in a sticky directory
+ * (/dev/shm, /tmp) only the file's or the directory's owner (or root) may.
+ * Asked before a zone is marked dead, so that a group member's destroy
+ * does not leave a dead zone under a name nobody but its owner can free.
+ */
+static int
+shm_zone_may_unlink(const char *dir, const struct stat *st)
+{
+    struct stat  d;
+    uid_t        me = geteuid();
+
+    if (me == 0 || st->st_uid == me || stat(dir, &d) != 0) {
+        return 1;
+    }
+    return !(d.st_mode & S_ISVTX) || d.st_uid == me;
 }
 
 int
@@ -551,10 +571,15 @@ shm_zone_destroy(const char *dir, const char *name, size_t name_len, int *err)
 
     fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0 && fstat(fd, &st) == 0) {
-        shm_zone_mark_dead(fd, &st);
-        if (shm_zone_unlink_if(path, &st) != 0) {
-            *err = errno;
+        if (!shm_zone_may_unlink(dir, &st)) {
+            *err = EPERM;
             rc = SHMLOCK_SYSTEM;
+        } else {
+            shm_zone_mark_dead(fd, &st);
+            if (shm_zone_unlink_if(path, &st) != 0) {
+                *err = errno;
+                rc = SHMLOCK_SYSTEM;
+            }
         }
     } else if (unlink(path) != 0) {
         /* not a zone we may open (a symlink, another user's file...):
