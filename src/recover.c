@@ -13,6 +13,9 @@
 
 #include <stdlib.h>
 
+/* shards this process recovered (recover_count) */
+static uint32_t  recover_done;
+
 static void
 recover_mark(shard_t *sh, uint32_t i, uint8_t *seen)
 {
@@ -110,4 +113,11 @@ recover_shard(shard_t *sh)
         recover_free_count(sh);
     }
     d->recoveries++;
+    __atomic_add_fetch(&recover_done, 1, __ATOMIC_RELAXED);
+}
+
+uint32_t
+recover_count(void)
+{
+    return __atomic_load_n(&recover_done, __ATOMIC_RELAXED);
 }

@@ -49,6 +49,10 @@ local function status_of(err)
         return EXIT.USAGE
     elseif err == "corrupt zone" or sub(err, 1, 8) == "corrupt:" then
         return EXIT.CORRUPT
+    elseif err:find("permission denied", 1, true) then
+        -- "failed to open zone ...: permission denied opening zone file
+        -- ... (owner, group, mode)": not ours to use
+        return EXIT.REFUSED
     elseif err == "zone destroyed"
            or err == "zone directory locked by another process"
            or sub(err, 1, 19) == "failed to open zone"

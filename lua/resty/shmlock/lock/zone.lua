@@ -72,6 +72,7 @@ local clock = require "resty.shmlock.internal.clock"
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
 local backoff = require "resty.shmlock.internal.backoff"
+local log_event = require("resty.shmlock.internal.log").event
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
@@ -306,9 +307,9 @@ end
 
 
 -- The holder is dead: take the key, or give it to a live starver still
--- waiting.
-local function take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp,
-                         till)
+-- waiting.  Either way an operator may want to know (a notice).
+local function take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
+                         s_exp, till)
     local to = tok
     if starver and starver ~= tok and waiting(till) and token.alive(starver)
     then
@@ -318,6 +319,12 @@ local function take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp,
         return BUSY
     end
     wake(zone, key, klen)
+    if type(key) ~= "string" then
+        key = ffi_str(key, klen)
+    end
+    log_event("notice", 'lock "' .. key .. '": holder process '
+              .. (str_match(holder, "^(%d+):") or "?") .. " is dead; its lock "
+              .. (to == tok and "taken over" or "handed to the next waiter"))
     return to == tok and ACQUIRED or BUSY
 end
 
@@ -366,8 +373,8 @@ local function look(zone, key, klen, tok, exp_ms, check, since, till)
         return ACQUIRED
     end
     if check and not token.alive(holder) then
-        return take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp,
-                         s_till)
+        return take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
+                         s_exp, s_till)
     end
     if starver == tok then
         return MARKED
