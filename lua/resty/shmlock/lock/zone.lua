@@ -83,6 +83,7 @@ local ceil = math.ceil
 local min = math.min
 local max = math.max
 local str_sub = string.sub
+local str_match = string.match
 local str_format = string.format
 local valid = token.valid
 local ms = options.ms
