@@ -13,7 +13,7 @@
 
 #include <stdlib.h>
 
-/* shards this process recovered (recover_count) */
+/* shards this process recovered (recover_counter) */
 static uint32_t  recover_done;
 
 static void
@@ -116,8 +116,8 @@ recover_shard(shard_t *sh)
     __atomic_add_fetch(&recover_done, 1, __ATOMIC_RELAXED);
 }
 
-uint32_t
-recover_count(void)
+const volatile uint32_t *
+recover_counter(void)
 {
-    return __atomic_load_n(&recover_done, __ATOMIC_RELAXED);
+    return &recover_done;
 }

@@ -49,10 +49,10 @@ shmlock_strerror(int rc)
     }
 }
 
-uint32_t
+const volatile uint32_t *
 shmlock_recoveries(void)
 {
-    return recover_count();
+    return recover_counter();
 }
 
 int

@@ -166,11 +166,13 @@ SHMLOCK_API int shmlock_zone_destroy(const char *dir, const char *name,
 SHMLOCK_API int shmlock_zone_name_ok(const char *name, size_t len);
 
 /*
- * How many times this process took over a dead holder's shard mutex and
- * recovered the shard, in any zone, since it started (a forked child
- * inherits the count).  The core prints nothing: the caller reports it.
+ * The word counting how many times this process took over a dead holder's
+ * shard mutex and recovered the shard, in any zone, since it started (a
+ * forked child inherits the count).  A pointer, so that a caller checking
+ * after every call reads it with one load instead of a call.  The core
+ * prints nothing: the caller reports it.
  */
-SHMLOCK_API uint32_t shmlock_recoveries(void);
+SHMLOCK_API const volatile uint32_t *shmlock_recoveries(void);
 
 SHMLOCK_API const char *shmlock_strerror(int rc);
 /*

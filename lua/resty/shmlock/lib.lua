@@ -100,7 +100,7 @@ void shmlock_zone_close(shmlock_zone_t *zone);
 int shmlock_zone_dead(shmlock_zone_t *zone);
 int shmlock_zone_destroy(const char *dir, const char *name, size_t name_len);
 int shmlock_zone_name_ok(const char *name, size_t len);
-uint32_t shmlock_recoveries(void);
+const volatile uint32_t *shmlock_recoveries(void);
 const char *shmlock_strerror(int rc);
 int shmlock_errno(void);
 

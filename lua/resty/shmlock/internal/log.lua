@@ -50,15 +50,16 @@ function _M.event(level, msg)
 end
 
 -- shard recoveries this process ran, as far as reported
-local reported = tonumber(C.shmlock_recoveries())
+local counter = C.shmlock_recoveries()
+local reported = counter[0]
 
 -- syntax: log.recoveries(zone_name)
 -- After a call in that zone: if this process recovered shards since the
 -- last report (it took over the mutex of a holder that died in the middle
--- of an update, and rolled the update back), a warning.  One FFI call
--- that reads a counter: cheap enough for the lock's and the stores' paths.
+-- of an update, and rolled the update back), a warning.  One load of the
+-- core's counter word (no call): cheap enough for every store and lock.
 function _M.recoveries(name)
-    local n = C.shmlock_recoveries()
+    local n = counter[0]
     if n ~= reported then
         local count = n - reported
         reported = n
