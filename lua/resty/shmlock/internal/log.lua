@@ -13,7 +13,6 @@ local C = require "resty.shmlock.lib"
 
 local type = type
 local tostring = tostring
-local tonumber = tonumber
 local pcall = pcall
 local error = error
 
