@@ -47,6 +47,7 @@ VALGRIND = valgrind -q --error-exitcode=1 --leak-check=full \
 PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
+INST_BINDIR ?= $(PREFIX)/bin
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
         test-nginx test-asan test-valgrind test-install test-luarocks check-layers lint
@@ -137,8 +138,9 @@ test:
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-valgrind
 
-# luacheck (Debian's lua-check) over the Lua code, as .luacheckrc says.
-LINT_DIRS = lua spec bench demo scripts/lua
+# luacheck (Debian's lua-check) over the Lua code, as .luacheckrc says
+# (bin/shmlock named itself: luacheck reads only *.lua in a directory).
+LINT_DIRS = lua spec bench demo scripts/lua bin/shmlock
 
 lint:
 	luacheck -q $(LINT_DIRS)
@@ -185,6 +187,8 @@ install: $(LIB)
 	    install -d "$(INST_LUADIR)/$$(dirname "$$f")" && \
 	    install -m 0644 "$$f" "$(INST_LUADIR)/$$f" || exit 1; \
 	done
+	install -d '$(INST_BINDIR)'
+	install -m 0755 bin/shmlock '$(INST_BINDIR)/shmlock'
 
 clean:
 	rm -rf build build-test build-asan $(LIB) $(TEST_LIB) $(ASAN_LIB)

@@ -64,10 +64,9 @@ build = {
       INST_LUADIR = "$(LUADIR)",
       INST_CONFDIR = "$(CONFDIR)",
    },
-   -- A command under bin/ (none yet) is installed by listing it here:
-   --    install = { bin = { shmlock = "bin/shmlock" } },
-   -- (a listed file that does not exist fails the build, so the line comes
-   -- with the file).
+   -- The command, on PATH as `shmlock` (it finds the modules and the
+   -- library of its tree next to itself: bin/shmlock).
+   install = { bin = { shmlock = "bin/shmlock" } },
 }
 
 -- Commands are installed as they are, their `#!/usr/bin/env luajit` line

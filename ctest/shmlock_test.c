@@ -316,6 +316,58 @@ test_names(void)
           == 0);
 }
 
+/* shmlock_zone_open2: the mode and group of a new zone, its checks, the
+ * file's identity reported, created and zone_size */
+static void
+test_open2(void)
+{
+    shmlock_zone_t  *z = NULL, *again = NULL;
+    shmlock_open_t   o;
+    struct stat      st;
+    char             path[4200];
+    unsigned         bad[] = { 0666, 0602, 0400, 0460, 0700, 01600 };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(&o, 0, sizeof(o));
+        o.dir = dir; o.name = "m"; o.name_len = 1; o.size = 64 * 1024;
+        o.mode = bad[i]; o.group = -1;
+        CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_BAD_MODE);
+    }
+
+    memset(&o, 0, sizeof(o));
+    o.dir = dir; o.name = "m"; o.name_len = 1; o.size = 61 * 1024 + 1;
+    o.mode = 0640; o.group = (int64_t) getegid();
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_OK);
+    CHECK(o.created == 1);
+    CHECK(o.zone_size == 64 * 1024);
+    CHECK(o.file_mode == 0640);
+    CHECK(o.file_uid == (int64_t) geteuid());
+    CHECK(snprintf(path, sizeof(path), "%s/shmlock.m", dir)
+          < (int) sizeof(path));
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 07777) == 0640);
+
+    /* attaching: not created, the real size, whatever was asked */
+    memset(&o, 0, sizeof(o));
+    o.dir = dir; o.name = "m"; o.name_len = 1; o.size = 1 << 20;
+    o.group = -1;
+    CHECK_RC(shmlock_zone_open2(&o, &again), SHMLOCK_OK);
+    CHECK(again == z && o.created == 0 && o.zone_size == 64 * 1024);
+    shmlock_zone_close(again);
+
+    /* group-writable: trusted only when its group is named */
+    CHECK(chmod(path, 0660) == 0);
+    shmlock_zone_close(z);
+    o.group = -1;
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_UNSAFE_MODE);
+    CHECK(o.file_mode == 0660 && o.file_gid == (int64_t) st.st_gid);
+    o.group = (int64_t) st.st_gid;
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_OK);
+    shmlock_zone_close(z);
+    CHECK(chmod(path, 0662) == 0);
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_UNSAFE_MODE);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("m")), SHMLOCK_OK);
+}
+
 static void
 test_zone_files(void)
 {
@@ -665,6 +717,16 @@ test_lock_calls(shmlock_zone_t *z)
     CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_NOT_FOUND);
     CHECK(wait_word(z, hash) == seq);
     CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
+
+    /* a waiter is counted from wait_begin to the end of wait_end */
+    CHECK(shmlock_wait_count(z, hash) == 0);
+    seq = shmlock_wait_begin(z, hash);
+    CHECK(shmlock_wait_count(z, hash) == 1);
+    (void) shmlock_wait_begin(z, hash);
+    CHECK(shmlock_wait_count(z, hash) == 2);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
+    CHECK(shmlock_wait_count(z, hash) == 0);
 
     CHECK_RC(shmlock_lock_acquire(z, "", 0, KEY(tok), 5000, 0),
              SHMLOCK_BAD_KEY);
@@ -1576,6 +1638,7 @@ main(int argc, char **argv)
     }
 
     test_names();
+    test_open2();
     test_zone_files();
     test_foreign_files();
 

@@ -14,7 +14,8 @@
 # not have compiled with -Werror (a user's compiler may warn where ours does
 # not), `luarocks lint` must pass, and from a directory outside the checkout,
 # with only `luarocks path` to find things, every module must load and a
-# zone, a lock and a cache must work through the installed libshmlock.so.
+# zone, a lock and a cache must work through the installed libshmlock.so;
+# and the installed `shmlock` command must run without LUA_PATH.
 
 set -euo pipefail
 
@@ -110,6 +111,18 @@ LUA
     else
         cat "$log.run"
         fail "$what: the installed modules do not work through luarocks path"
+    fi
+
+    # the installed command, with no LUA_PATH: it finds its tree itself
+    local out status=0
+    out=$(cd "$work/elsewhere" && env -u LUA_PATH -u LUA_CPATH -u SHMLOCK_LIB \
+          SHMLOCK_DIR="$work/zones" "$tree/bin/shmlock" ls --json 2>&1) \
+        || status=$?
+    if [ "$status" = 0 ] && [ "$out" = "[]" ]; then
+        pass "$what: $tree/bin/shmlock ls --json"
+    else
+        echo "$out"
+        fail "$what: the installed shmlock command (exit $status)"
     fi
 }
 

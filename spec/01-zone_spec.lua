@@ -13,6 +13,10 @@ local pack, sh, trim = checkout.pack, checkout.sh, checkout.trim
 local read_file, write_file = checkout.read_file, checkout.write_file
 local LUA_PATH = checkout.LUA_PATH
 
+local function is_root()
+    return trim(sh("id -u")) == "0"
+end
+
 local function exists(path)
     return trim(sh("test -e '" .. path .. "' && echo yes || echo no")) == "yes"
 end
@@ -483,6 +487,294 @@ print(id .. " " .. tostring(ok) .. " " .. tostring(aerr) .. " "
             assert.same(want_keys, keys)
             assert.same({ n = 1, true }, pack(d:verify()))
             assert.equal("shmlock.race", trim(sh("ls -A '" .. dir .. "'")))
+        end)
+    end)
+
+    describe("open() with create = false", function()
+        it("attaches to an existing zone", function()
+            local d = assert(shdict.open("there", { dir = dir, size = "64k" }))
+            d:set("k", "v")
+            local out = run_child(tmp, ([[
+local shdict = require "resty.shmlock.shdict"
+local d, err = shdict.open("there", { dir = %q, create = false })
+print(d:get("k"), err)
+]]):format(dir))
+            assert.equal("v\tnil\n", out)
+        end)
+
+        it("returns nil, 'not found' and creates no file", function()
+            assert.same({ n = 2, nil, "not found" },
+                        pack(shdict.open("absent", { dir = dir,
+                                                     create = false })))
+            assert.same({ n = 2, nil, "not found" },
+                        pack(shdict.open("absent", { dir = dir, size = "2m",
+                                                     create = false })))
+            assert.equal("", trim(sh("ls -A '" .. dir .. "'")))
+        end)
+    end)
+
+    describe("open() of a zone of another size", function()
+        it("says so in a third return value, and keeps the real size",
+           function()
+            local d = assert(shdict.open("sz", { dir = dir, size = "64k" }))
+            local out = run_child(tmp, ([[
+local shdict = require "resty.shmlock.shdict"
+print(select("#", shdict.open("sz", { dir = %q, size = "1m" })))
+local d, err, note = shdict.open("sz", { dir = %q, size = "1m" })
+print(d:capacity(), err, note)
+local _, _, none = shdict.open("sz", { dir = %q, size = "64k" })
+local _, _, unasked = shdict.open("sz", { dir = %q })
+print(none, unasked)
+]]):format(dir, dir, dir, dir))
+            assert.equal("3\n65536\tnil\tsize mismatch: the zone has "
+                         .. "65536 bytes, not 1048576\nnil\tnil\n", out)
+            -- the same in the process that opened it (its cached object)
+            local same, err, note = shdict.open("sz", { dir = dir,
+                                                       size = "32k" })
+            assert.is_true(rawequal(d, same))
+            assert.is_nil(err)
+            assert.equal("size mismatch: the zone has 65536 bytes, not "
+                         .. "32768", note)
+            -- the asked size is compared after rounding up to 4 KiB
+            assert.same({ n = 3, d, nil, nil },
+                        pack(shdict.open("sz", { dir = dir,
+                                                 size = 65536 - 100 })))
+        end)
+    end)
+
+    describe("opts.mode and opts.group", function()
+        local function stat(name)
+            return trim(sh("stat -c '%a %U %G' '" .. zone_path(name) .. "'"))
+        end
+
+        it("creates the file with the mode asked, whatever the umask",
+           function()
+            local out = run_child(tmp, ([[
+local shdict = require "resty.shmlock.shdict"
+assert(shdict.open("m640", { dir = %q, size = "32k", mode = "0640" }))
+assert(shdict.open("m660", { dir = %q, size = "32k", mode = 432 }))
+print("ok")
+]]):format(dir, dir), "umask 077;")
+            assert.equal("ok\n", out)
+            assert.equal("640", stat("m640"):match("^%d+"))
+            assert.equal("660", stat("m660"):match("^%d+"))
+        end)
+
+        it("raises on a mode that others may write, or without owner rw",
+           function()
+            for _, mode in ipairs({ "0666", "0602", "0400", "0460", 1023,
+                                    "rw", 0.5, -1 }) do
+                assert.has_error(function()
+                    shdict.open("bad_mode", { dir = dir, mode = mode })
+                end, 'bad "opts.mode" argument', tostring(mode))
+            end
+            assert.equal("", trim(sh("ls -A '" .. dir .. "'")))
+        end)
+
+        it("raises on a group that is neither a name nor a gid", function()
+            for _, g in ipairs({ "", -1, 1.5, true }) do
+                assert.has_error(function()
+                    shdict.open("bad_group", { dir = dir, group = g })
+                end, 'bad "opts.group" argument', tostring(g))
+            end
+        end)
+
+        it("returns nil, 'unknown group \"NAME\"' for an unknown name",
+           function()
+            assert.same({ n = 2, nil, 'unknown group "no-such-group-x"' },
+                        pack(shdict.open("g", { dir = dir,
+                                                group = "no-such-group-x" })))
+        end)
+
+        it("gives a new zone file the group asked, by name or gid",
+           function()
+            if not is_root() then
+                pending("needs root to give a file any group")
+                return
+            end
+            assert(shdict.open("gname", { dir = dir, size = "32k",
+                                          mode = "0660", group = "nogroup" }))
+            assert(shdict.open("ggid", { dir = dir, size = "32k",
+                                         group = 65534 }))
+            assert.equal("660 root nogroup", stat("gname"))
+            assert.equal("600 root nogroup", stat("ggid"))
+        end)
+    end)
+
+    describe("a zone shared between root and nobody", function()
+        -- runs `code` as nobody:nogroup (setpriv), in a fresh LuaJIT
+        local function as_nobody(code)
+            return run_child(tmp, code, "setpriv --reuid=65534 --regid=65534 "
+                                         .. "--clear-groups env")
+        end
+
+        before_each(function()
+            if not is_root() then
+                return
+            end
+            -- nobody must reach the scripts and create files in dir
+            sh("chmod 0755 '" .. tmp .. "' && chmod 1777 '" .. dir .. "'")
+        end)
+
+        local function open_script(name, opts)
+            return ([[
+local shdict = require "resty.shmlock.shdict"
+local d, err = shdict.open(%q, { dir = %q, size = "64k"%s })
+if not d then print(err) os.exit(0) end
+d:incr("n", 1, 0)
+print("opened", d:get("n"))
+]]):format(name, dir, opts and (", " .. opts) or "")
+        end
+
+        it("root makes it 0660 group nogroup, nobody attaches naming "
+           .. "the group", function()
+            if not is_root() then
+                pending("needs root")
+                return
+            end
+            local d = assert(shdict.open("shared", {
+                dir = dir, size = "64k", mode = "0660", group = "nogroup" }))
+            d:set("n", 1)
+            assert.equal("opened\t2\n",
+                         as_nobody(open_script("shared",
+                                               'group = "nogroup"')))
+            assert.equal(2, d:get("n"))
+            -- without naming the group, the group-writable file is refused
+            assert.equal('zone file mode 0660 is group-writable: pass '
+                         .. 'opts.group = "nogroup" to trust group '
+                         .. 'nogroup\n', as_nobody(open_script("shared")))
+        end)
+
+        it("nobody makes it, root attaches naming the group", function()
+            if not is_root() then
+                pending("needs root")
+                return
+            end
+            assert.equal("opened\t1\n",
+                         as_nobody(open_script("theirs",
+                                               'mode = "0660", '
+                                               .. 'group = "nogroup"')))
+            assert.equal("660 nobody nogroup", trim(sh(
+                "stat -c '%a %U %G' '" .. zone_path("theirs") .. "'")))
+            assert.equal('zone file mode 0660 is group-writable: pass '
+                         .. 'opts.group = "nogroup" to trust group '
+                         .. 'nogroup\n', run_child(tmp,
+                                                   open_script("theirs")))
+            assert.equal("opened\t2\n",
+                         run_child(tmp, open_script("theirs",
+                                                    "group = 65534")))
+        end)
+
+        it("destroyed by a member of the group, is dead for its owner too",
+           function()
+            if not is_root() then
+                pending("needs root")
+                return
+            end
+            -- nobody's zone, shared with nogroup; root uses it, then
+            -- destroys it: root's own mapping must see it destroyed
+            as_nobody(open_script("gone", 'mode = "0660", group = "nogroup"'))
+            local d = assert(shdict.open("gone", { dir = dir,
+                                                   group = "nogroup" }))
+            assert.equal(1, d:get("n"))
+            assert.is_true(shdict.destroy("gone", { dir = dir }))
+            assert.same({ n = 2, nil, "zone destroyed" }, pack(d:get("n")))
+            assert.is_false(exists(zone_path("gone")))
+        end)
+
+        it("a member that may not unlink the name (sticky directory) "
+           .. "leaves the zone alive, saying why", function()
+            if not is_root() then
+                pending("needs root")
+                return
+            end
+            local d = assert(shdict.open("kept", {
+                dir = dir, size = "64k", mode = "0660", group = "nogroup" }))
+            d:set("n", 5)
+            assert.equal('nil\tfailed to destroy zone "kept": Operation not '
+                         .. "permitted\n", as_nobody(([[
+local shdict = require "resty.shmlock.shdict"
+print(shdict.destroy("kept", { dir = %q }))
+]]):format(dir)))
+            assert.equal(5, d:get("n"))
+            assert.is_true(exists(zone_path("kept")))
+            assert.equal("opened\t6\n",
+                         as_nobody(open_script("kept", 'group = "nogroup"')))
+        end)
+
+        it("names each refusal's cause", function()
+            if not is_root() then
+                pending("needs root")
+                return
+            end
+            -- nobody's 0600 zone: root does not trust another user's file
+            as_nobody(open_script("nob"))
+            assert.equal('zone file owned by another user (uid 65534): '
+                         .. 'pass opts.group = "nogroup" to trust group '
+                         .. 'nogroup\n', run_child(tmp, open_script("nob")))
+            -- root's 0600 zone: nobody may not open it
+            assert(shdict.open("mine", { dir = dir, size = "64k" }))
+            assert.equal('failed to open zone "mine": permission denied '
+                         .. "opening zone file " .. zone_path("mine")
+                         .. " (owner uid 0, group root, mode 0600)\n",
+                         as_nobody(open_script("mine")))
+            -- a group nobody is not in
+            assert.equal('failed to open zone "g0": Operation not '
+                         .. "permitted: cannot give the zone file group "
+                         .. "root\n",
+                         as_nobody(open_script("g0", 'group = "root"')))
+            assert.is_false(exists(zone_path("g0")))
+            -- a group-writable zone of another group than the one named
+            assert(shdict.open("rootgrp", { dir = dir, size = "64k",
+                                            mode = "0660", group = 0 }))
+            assert.equal('zone file mode 0660 is group-writable: pass '
+                         .. 'opts.group = "root" to trust group root\n',
+                         run_child(tmp, open_script("rootgrp",
+                                                    'group = "nogroup"')))
+        end)
+    end)
+
+    describe("set_logger()", function()
+        after_each(function()
+            shdict.set_logger(nil)
+        end)
+
+        it("receives a refused zone, at level error, with the cause",
+           function()
+            local got = {}
+            shdict.set_logger(function(level, msg)
+                got[#got + 1] = level .. ": " .. msg
+            end)
+            write_file(zone_path("junk"), garbage(40000))
+            assert.same({ n = 2, nil, "incompatible zone" },
+                        pack(shdict.open("junk", { dir = dir })))
+            assert.same({ 'error: shmlock: zone "junk" refused: '
+                          .. "incompatible zone" }, got)
+            -- "not found" is an answer, not an event
+            shdict.open("nothing", { dir = dir, create = false })
+            assert.equal(1, #got)
+            -- the same refusal again is not logged again; another cause is
+            assert.same({ n = 2, nil, "incompatible zone" },
+                        pack(shdict.open("junk", { dir = dir })))
+            assert.equal(1, #got)
+            sh("rm '" .. zone_path("junk") .. "' && mkdir '"
+               .. zone_path("junk") .. "'")
+            assert.is_nil((shdict.open("junk", { dir = dir })))
+            assert.equal(2, #got)
+        end)
+
+        it("prints nothing by default", function()
+            write_file(zone_path("junk"), garbage(40000))
+            local out = run_child(tmp, ([[
+local shdict = require "resty.shmlock.shdict"
+print(shdict.open("junk", { dir = %q }))
+]]):format(dir))
+            assert.equal("nil\tincompatible zone\n", out)
+        end)
+
+        it("raises on a logger that is not a function", function()
+            assert.has_error(function() shdict.set_logger("print") end,
+                             'bad "logger" argument')
         end)
     end)
 

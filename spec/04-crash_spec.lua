@@ -188,6 +188,25 @@ describe("resty.shmlock.shdict when a process dies", function()
                 assert.same({ "kept", 5 }, { dict:get("before") })
             end)
 
+            it("makes the process that recovers the shard report it, "
+               .. "at warn", function()
+                local dict = open("reported", size)
+                local got = {}
+                shdict.set_logger(function(level, msg)
+                    got[#got + 1] = level .. ": " .. msg
+                end)
+                local holder = spawn_holder(dict)
+                proc.kill(holder)
+                assert.same(KILLED, exit_of(proc.wait(holder, 5)))
+                assert.is_true((dict:set("k", 1)))
+                assert.is_true((dict:set("k", 2)))
+                shdict.set_logger(nil)
+                assert.equal(1, #got, concat(got, "\n"))
+                assert.matches('^warn: shmlock: zone "reported": %d+ '
+                               .. "shard%(s%) recovered after their mutex "
+                               .. "holder died", got[1])
+            end)
+
             it("does not wedge the others while it is an unreaped zombie",
                function()
                 local dict = open("zombie", size)

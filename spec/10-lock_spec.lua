@@ -1096,12 +1096,68 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         assert.same({ 0 }, { nginx_lock:new(dict):lock("k") })
     end)
 
-    it("prefers our zone to an ngx.shared dict of the same name", function()
-        fake.shared["nginx" .. n] = shared_dict()
-        local lock = nginx_lock:new("nginx" .. n)
+    -- runs fn with a stand-in ngx whose ngx.log lines are returned
+    local function logged(fn)
+        local lines, saved = {}, _G.ngx
+        _G.ngx = {
+            get_phase = function() return fake.phase end,
+            shared = fake.shared, INFO = 7, NOTICE = 6, WARN = 5, ERR = 4,
+            log = function(level, ...)
+                lines[#lines + 1] = level .. " " .. table.concat({ ... })
+            end,
+        }
+        local ok, err = pcall(fn)
+        _G.ngx = saved
+        assert(ok, err)
+        return lines
+    end
+
+    it("uses the ngx.shared dict of a name declared both ways, whatever "
+       .. "zone file exists; lock.store says which", function()
+        local name = "nginx" .. n      -- a zone of that name exists
+        fake.shared[name] = shared_dict()
+        local lock = nginx_lock:new(name)
+        assert.equal("ngx.shared", lock.store)
         assert.equal(0, lock:lock("k"))
+        assert.is_nil(dict:get("k"))
+        assert.is_string(fake.shared[name]:get("k"))
+        assert.equal(1, lock:unlock())
+        -- the zone is reached through its object
+        local zl = nginx_lock:new(dict)
+        assert.equal("zone", zl.store)
+        assert.equal(0, zl:lock("k"))
         assert.is_string(dict:get("k"))
-        assert.is_nil(fake.shared["nginx" .. n]:get("k"))
+        assert.equal(1, zl:unlock())
+        fake.shared[name] = nil
+    end)
+
+    it("logs the store of each name once, at info", function()
+        local name = "nginx" .. n
+        fake.shared["logged_shared" .. n] = shared_dict()
+        local lines = logged(function()
+            for _ = 1, 3 do
+                assert(nginx_lock:new(name))
+                assert(nginx_lock:new("logged_shared" .. n))
+            end
+        end)
+        assert.same({
+            '7 shmlock: lock name "' .. name .. '" uses the zone "'
+                .. name .. '"',
+            '7 shmlock: lock name "logged_shared' .. n .. '" uses the '
+                .. 'lua_shared_dict "logged_shared' .. n .. '"',
+        }, lines)
+    end)
+
+    it("logs a dead holder's lock taken over, at notice", function()
+        fake.phase = "log"
+        local dead = env.dead_pid()
+        assert.is_true(dict:add("k", env.token(dead, 1, 1), 30))
+        local lines = logged(function()
+            assert.same({ 0 }, { nginx_lock:new(dict):lock("k") })
+        end)
+        assert.same({ '6 shmlock: lock "k": holder process '
+                      .. dead .. " is dead; its lock taken "
+                      .. "over" }, lines)
     end)
 
     describe("over an ngx.shared dict (no zone of that name)", function()

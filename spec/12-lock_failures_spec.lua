@@ -278,7 +278,7 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         local me = my_prefix() .. "999999999999990"
         local t0, cpu0 = env.now(), env.cpu()
         assert.same({ nil, "timeout" },
-                    { zl.block(waiter.store, "k", 1, me, waiter.expiry,
+                    { zl.block(waiter.target, "k", 1, me, waiter.expiry,
                                waiter.timeout, waiter.step, waiter.ratio,
                                waiter.max_step) })
         local wall, cpu = env.now() - t0, env.cpu() - cpu0

@@ -358,11 +358,16 @@ print(d and "opened" or err)]], name, dir)))
             local path = dir .. "/shmlock.loose"
             assert.equal("opened", open_elsewhere("loose"))
             sh("chmod 0666 " .. path)
-            assert.equal("zone file writable by group or others",
+            assert.equal("zone file mode 0666 is writable by others",
+                         open_elsewhere("loose"))
+            sh("chmod 0602 " .. path)
+            assert.equal("zone file mode 0602 is writable by others",
                          open_elsewhere("loose"))
             sh("chmod 0620 " .. path)
-            assert.equal("zone file writable by group or others",
-                         open_elsewhere("loose"))
+            local group = checkout.trim(sh("stat -c %G " .. path))
+            assert.equal("zone file mode 0620 is group-writable: pass "
+                         .. 'opts.group = "' .. group .. '" to trust group '
+                         .. group, open_elsewhere("loose"))
             sh("chmod 0640 " .. path)
             assert.equal("opened", open_elsewhere("loose"))
         end)
@@ -373,8 +378,9 @@ print(d and "opened" or err)]], name, dir)))
                 return
             end
             open("theirs")
-            sh("chown 65534 " .. dir .. "/shmlock.theirs")
-            assert.equal("zone file owned by another user",
+            sh("chown 65534:0 " .. dir .. "/shmlock.theirs")
+            assert.equal("zone file owned by another user (uid 65534): "
+                         .. 'pass opts.group = "root" to trust group root',
                          open_elsewhere("theirs"))
         end)
     end)

@@ -13,6 +13,9 @@
 
 #include <stdlib.h>
 
+/* shards this process recovered (recover_counter) */
+static uint32_t  recover_done;
+
 static void
 recover_mark(shard_t *sh, uint32_t i, uint8_t *seen)
 {
@@ -110,4 +113,11 @@ recover_shard(shard_t *sh)
         recover_free_count(sh);
     }
     d->recoveries++;
+    __atomic_add_fetch(&recover_done, 1, __ATOMIC_RELAXED);
+}
+
+const volatile uint32_t *
+recover_counter(void)
+{
+    return &recover_done;
 }

@@ -11,5 +11,8 @@
 #include "shard.h"
 
 void recover_shard(shard_t *sh);
+/* How many shards this process has recovered (all zones), so that the
+ * caller can report it: the core prints nothing. */
+const volatile uint32_t *recover_counter(void);
 
 #endif /* RECOVER_H */

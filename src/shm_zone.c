@@ -192,19 +192,38 @@ shm_zone_map(int fd, uint64_t size, char **base)
     return 0;
 }
 
-/* Why a file under a zone's name cannot be trusted as a zone, or OK. */
-static int
-shm_zone_file_ok(const struct stat *st)
+/* What the caller learns of the file under a zone's name. */
+static void
+shm_zone_note_file(shmlock_open_t *o, const struct stat *st)
 {
+    o->file_uid = (int64_t) st->st_uid;
+    o->file_gid = (int64_t) st->st_gid;
+    o->file_mode = (unsigned) (st->st_mode & 07777);
+}
+
+/*
+ * Why a file under a zone's name cannot be trusted as a zone, or OK.
+ * Whoever may write the zone may break it under us: its owner, its group
+ * if group-writable, anyone if others-writable.  We trust ourselves and
+ * the group the caller names (an unprivileged owner can only give its
+ * file a group it belongs to).
+ */
+static int
+shm_zone_file_ok(const struct stat *st, int64_t group)
+{
+    int  group_trusted = group >= 0 && (int64_t) st->st_gid == group;
+
     if (!S_ISREG(st->st_mode)) {
         return SHMLOCK_INCOMPATIBLE;
     }
-    if (st->st_uid != geteuid()) {
-        return SHMLOCK_NOT_OWNER;
-    }
-    /* another user who may write the zone may break it under us */
-    if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+    if (st->st_mode & S_IWOTH) {
         return SHMLOCK_UNSAFE_MODE;
+    }
+    if ((st->st_mode & S_IWGRP) && !group_trusted) {
+        return SHMLOCK_UNSAFE_MODE;
+    }
+    if (st->st_uid != geteuid() && !group_trusted) {
+        return SHMLOCK_NOT_OWNER;
     }
     if ((uint64_t) st->st_size < SHMLOCK_MIN_SIZE) {
         return SHMLOCK_INCOMPATIBLE;
@@ -218,8 +237,8 @@ shm_zone_file_ok(const struct stat *st)
  * gets its identity).
  */
 static int
-shm_zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
-    struct stat *dead)
+shm_zone_attach_file(shmlock_open_t *o, const char *path,
+    shmlock_zone_t **out, int *err, struct stat *dead)
 {
     struct stat  st;
     char        *base;
@@ -231,15 +250,20 @@ shm_zone_attach_file(const char *path, shmlock_zone_t **out, int *err,
         if (errno == ENOENT) {
             return SHM_ZONE_GONE;
         }
-        return errno == ELOOP ? SHMLOCK_INCOMPATIBLE : SHMLOCK_SYSTEM;
+        if (errno == EACCES && lstat(path, &st) == 0) {
+            shm_zone_note_file(o, &st);     /* whose file it is, and why */
+            errno = EACCES;
+        }
+        return *err == ELOOP ? SHMLOCK_INCOMPATIBLE : SHMLOCK_SYSTEM;
     }
     if (fstat(fd, &st) != 0) {
         *err = errno;
         close(fd);
         return SHMLOCK_SYSTEM;
     }
+    shm_zone_note_file(o, &st);
     /* fstat before mmap: a short file would SIGBUS instead of failing */
-    rc = shm_zone_file_ok(&st);
+    rc = shm_zone_file_ok(&st, o->group);
     if (rc != SHMLOCK_OK) {
         close(fd);
         return rc;
@@ -355,21 +379,23 @@ shm_zone_publish(int fd, const char *tmp, const char *path)
 
 /* Build a zone in an unpublished file and publish it under `path`. */
 static int
-shm_zone_create_file(const char *dir, const char *name, size_t name_len,
-    const char *path, uint64_t size, uint32_t nshards, shmlock_zone_t **out,
-    int *err)
+shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
+    uint64_t size, uint32_t nshards, shmlock_zone_t **out, int *err)
 {
     char         tmp[4096];
     char        *base;
     struct stat  st;
     int          fd, rc;
 
-    fd = shm_zone_tmpfile(dir, name, name_len, tmp, sizeof(tmp));
+    fd = shm_zone_tmpfile(dir, o->name, o->name_len, tmp, sizeof(tmp));
     if (fd < 0) {
         *err = errno;
         return SHMLOCK_SYSTEM;
     }
-    if (fchmod(fd, 0600) != 0 || shm_zone_reserve(fd, size) != 0
+    /* group before mode: the file is 0600 until both are as asked, and a
+     * failed chown leaves nothing published */
+    if ((o->group >= 0 && fchown(fd, (uid_t) -1, (gid_t) o->group) != 0)
+        || fchmod(fd, o->mode) != 0 || shm_zone_reserve(fd, size) != 0
         || fstat(fd, &st) != 0 || shm_zone_map(fd, size, &base) != 0)
     {
         *err = errno;
@@ -391,7 +417,10 @@ shm_zone_create_file(const char *dir, const char *name, size_t name_len,
     rc = shm_zone_reg_add(base, size, &st, out);
     if (rc != SHMLOCK_OK) {
         *err = errno;
+        return rc;
     }
+    shm_zone_note_file(o, &st);
+    o->created = 1;
     return rc;
 
 failed:
@@ -475,15 +504,17 @@ shm_zone_remove_dead(const char *dir, const char *path, const struct stat *dead,
     return SHMLOCK_OK;
 }
 
-/* Marks the zone in the open file fd dead, if it is one of ours. */
+/*
+ * Marks the zone in the open file fd dead, if it is one of ours.  Whoever
+ * could open it for writing may: a zone shared with a group is destroyed
+ * by a member as by its owner, and its other users must see it dead.
+ */
 static void
 shm_zone_mark_dead(int fd, const struct stat *st)
 {
     zone_hdr_t  *h;
 
-    if (!S_ISREG(st->st_mode) || st->st_uid != geteuid()
-        || (uint64_t) st->st_size < SHMLOCK_MIN_SIZE)
-    {
+    if (!S_ISREG(st->st_mode) || (uint64_t) st->st_size < SHMLOCK_MIN_SIZE) {
         return;
     }
     h = mmap(NULL, sizeof(zone_hdr_t), PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -497,6 +528,24 @@ shm_zone_mark_dead(int fd, const struct stat *st)
         __atomic_store_n(&h->dead, 1, __ATOMIC_SEQ_CST);
     }
     munmap(h, sizeof(zone_hdr_t));
+}
+
+/*
+ * Whether we may unlink a file of `st` in dir: in a sticky directory
+ * (/dev/shm, /tmp) only the file's or the directory's owner (or root) may.
+ * Asked before a zone is marked dead, so that a group member's destroy
+ * does not leave a dead zone under a name nobody but its owner can free.
+ */
+static int
+shm_zone_may_unlink(const char *dir, const struct stat *st)
+{
+    struct stat  d;
+    uid_t        me = geteuid();
+
+    if (me == 0 || st->st_uid == me || stat(dir, &d) != 0) {
+        return 1;
+    }
+    return !(d.st_mode & S_ISVTX) || d.st_uid == me;
 }
 
 int
@@ -522,10 +571,15 @@ shm_zone_destroy(const char *dir, const char *name, size_t name_len, int *err)
 
     fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0 && fstat(fd, &st) == 0) {
-        shm_zone_mark_dead(fd, &st);
-        if (shm_zone_unlink_if(path, &st) != 0) {
-            *err = errno;
+        if (!shm_zone_may_unlink(dir, &st)) {
+            *err = EPERM;
             rc = SHMLOCK_SYSTEM;
+        } else {
+            shm_zone_mark_dead(fd, &st);
+            if (shm_zone_unlink_if(path, &st) != 0) {
+                *err = errno;
+                rc = SHMLOCK_SYSTEM;
+            }
         }
     } else if (unlink(path) != 0) {
         /* not a zone we may open (a symlink, another user's file...):
@@ -543,17 +597,31 @@ shm_zone_destroy(const char *dir, const char *name, size_t name_len, int *err)
 
 /* ---- opening ---- */
 
+/* mode: owner read-write, nothing beyond 0666, never others-writable */
+static int
+shm_zone_mode_ok(unsigned mode)
+{
+    return (mode & 0600) == 0600 && (mode & ~0666u) == 0
+           && (mode & S_IWOTH) == 0;
+}
+
 int
-shm_zone_open(const char *dir, const char *name, size_t name_len,
-    uint64_t size, uint32_t shards, shmlock_zone_t **out, int *err)
+shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
 {
     char         path[4096];
     struct stat  dead;
+    const char  *dir;
+    uint64_t     size = o->size;
     int          rc, attempt;
     uint32_t     nshards;
 
     *err = 0;
-    if (!shm_zone_name_ok(name, name_len)) {
+    o->created = 0;
+    o->file_mode = 0;
+    o->file_uid = -1;
+    o->file_gid = -1;
+    o->zone_size = 0;
+    if (!shm_zone_name_ok(o->name, o->name_len)) {
         return SHMLOCK_BAD_NAME;
     }
     if (size != 0 && (size < SHMLOCK_MIN_SIZE || size > ((uint64_t) 1 << 40)))
@@ -561,19 +629,25 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
         return SHMLOCK_BAD_SIZE;
     }
     size = (size + 4095) & ~(uint64_t) 4095;
-    nshards = zone_shards_for(size, shards);
+    nshards = zone_shards_for(size, o->shards);
     if (size != 0 && nshards == 0) {
         return SHMLOCK_BAD_SHARDS;
     }
-    dir = shm_zone_dir(dir);
-    if (shm_zone_path(path, sizeof(path), dir, name, name_len) != 0) {
+    if (o->mode == 0) {
+        o->mode = 0600;
+    }
+    if (!shm_zone_mode_ok(o->mode)) {
+        return SHMLOCK_BAD_MODE;
+    }
+    dir = shm_zone_dir(o->dir);
+    if (shm_zone_path(path, sizeof(path), dir, o->name, o->name_len) != 0) {
         *err = ENAMETOOLONG;
         return SHMLOCK_SYSTEM;
     }
 
     /* attach, else create; a racing creator or destroyer sends us round */
     for (attempt = 0; attempt < SHM_ZONE_ATTEMPTS; attempt++) {
-        rc = shm_zone_attach_file(path, out, err, &dead);
+        rc = shm_zone_attach_file(o, path, out, err, &dead);
         if (rc == SHM_ZONE_DEAD) {
             rc = shm_zone_remove_dead(dir, path, &dead, err);
             if (rc != SHMLOCK_OK) {
@@ -582,18 +656,23 @@ shm_zone_open(const char *dir, const char *name, size_t name_len,
             continue;
         }
         if (rc != SHM_ZONE_GONE) {
-            return rc;
+            break;
         }
         *err = 0;
         if (size == 0) {
             return SHMLOCK_NOT_FOUND;    /* attach only */
         }
-        rc = shm_zone_create_file(dir, name, name_len, path, size, nshards,
-                                  out, err);
+        rc = shm_zone_create_file(o, dir, path, size, nshards, out, err);
         if (rc != SHMLOCK_EXISTS) {
-            return rc;
+            break;
         }
     }
-    *err = EAGAIN;
-    return SHMLOCK_SYSTEM;
+    if (attempt == SHM_ZONE_ATTEMPTS) {
+        *err = EAGAIN;
+        return SHMLOCK_SYSTEM;
+    }
+    if (rc == SHMLOCK_OK) {
+        o->zone_size = (size_t) (*out)->size;
+    }
+    return rc;
 }

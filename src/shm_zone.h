@@ -8,9 +8,11 @@
  * file (O_TMPFILE; where the file system lacks it, a temporary name with
  * 64 random bits) and publishes it with link(2), which fails with EEXIST
  * if another process published first; the loser then attaches to the
- * winner's zone.  Files are created 0600, opened with O_NOFOLLOW, and must
- * be regular files owned by the caller, writable by nobody else, made in
- * our pid namespace.
+ * winner's zone.  Files are created 0600 (or the mode and group asked, for
+ * zones shared between users), opened with O_NOFOLLOW, and must be regular
+ * files made in our pid namespace that nobody untrusted may write: owned
+ * by the caller or of the group it trusts, never writable by others (the
+ * rule: shmlock_open_t in shmlock.h).
  *
  * Destroying a zone marks it dead in its header, then unlinks the name:
  * every process that still has it mapped answers SHMLOCK_DESTROYED from
@@ -30,9 +32,8 @@
 #include "shmlock.h"
 #include "zone.h"
 
-/* shards: 0 = the default for the size; ignored when attaching. */
-int shm_zone_open(const char *dir, const char *name, size_t name_len,
-    uint64_t size, uint32_t shards, shmlock_zone_t **out, int *err);
+/* As shmlock_zone_open2 (shmlock.h): o's out fields are filled. */
+int shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err);
 void shm_zone_retain(shmlock_zone_t *z);
 /* Drops one reference; the last one unmaps the zone. */
 void shm_zone_close(shmlock_zone_t *z);

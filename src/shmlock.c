@@ -6,6 +6,7 @@
 
 #include "shmlock.h"
 #include "hash.h"
+#include "recover.h"
 #include "shm_zone.h"
 #include "sys.h"
 #include "token.h"
@@ -43,8 +44,15 @@ shmlock_strerror(int rc)
     case SHMLOCK_FOREIGN_NS:      return "zone made in another pid namespace";
     case SHMLOCK_DIR_BUSY:        return "zone directory locked by another "
                                          "process";
+    case SHMLOCK_BAD_MODE:        return "bad mode";
     default:                      return "unknown error";
     }
+}
+
+const volatile uint32_t *
+shmlock_recoveries(void)
+{
+    return recover_counter();
 }
 
 int
@@ -60,15 +68,24 @@ shmlock_zone_name_ok(const char *name, size_t len)
 }
 
 int
-shmlock_zone_open(const char *dir, const char *name, size_t name_len,
-    size_t size, unsigned shards, shmlock_zone_t **out)
+shmlock_zone_open2(shmlock_open_t *opts, shmlock_zone_t **out)
 {
     int  err, rc;
 
-    rc = shm_zone_open(dir, name, name_len, size, shards, out, &err);
+    rc = shm_zone_open(opts, out, &err);
     /* err may hold what a round before the one that succeeded met */
     last_errno = rc == SHMLOCK_SYSTEM ? err : 0;
     return rc;
+}
+
+int
+shmlock_zone_open(const char *dir, const char *name, size_t name_len,
+    size_t size, unsigned shards, shmlock_zone_t **out)
+{
+    shmlock_open_t  o = { .dir = dir, .name = name, .name_len = name_len,
+                          .size = size, .shards = shards, .group = -1 };
+
+    return shmlock_zone_open2(&o, out);
 }
 
 void
@@ -158,6 +175,12 @@ shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i, uint32_t delta)
         return __atomic_load_n(w, __ATOMIC_SEQ_CST);
     }
     return __atomic_add_fetch(w, delta, __ATOMIC_SEQ_CST);
+}
+
+uint32_t
+shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash)
+{
+    return wait_count(zone, hash);
 }
 
 int

@@ -42,8 +42,10 @@ enum {
     SHMLOCK_NOT_OWNER,      /* the zone file belongs to another user */
     SHMLOCK_UNSAFE_MODE,    /* the zone file is writable by group/others */
     SHMLOCK_FOREIGN_NS,     /* the zone was made in another pid namespace */
-    SHMLOCK_DIR_BUSY        /* the zone directory stayed locked (flock) by
+    SHMLOCK_DIR_BUSY,       /* the zone directory stayed locked (flock) by
                                another process: destroy could not finish */
+    SHMLOCK_BAD_MODE        /* shmlock_open_t.mode: not owner read-write,
+                               bits beyond 0666, or writable by others */
 };
 
 /* Value types, numbered as Lua's (and ngx.shared.DICT's) type tags. */
@@ -101,6 +103,49 @@ typedef struct {
  */
 SHMLOCK_API int shmlock_zone_open(const char *dir, const char *name,
     size_t name_len, size_t size, unsigned shards, shmlock_zone_t **out);
+/*
+ * shmlock_zone_open2's options (in) and what it found (out), for zones
+ * shared between users on purpose.
+ *
+ * mode: the permission bits of a new zone file (0 = 0600); it must give
+ * its owner read and write, have no bit beyond 0666 and never let others
+ * write (SHMLOCK_BAD_MODE).  group: -1, or a gid: a new zone file gets
+ * that group (fchown: the caller must be a member, or root), and a zone
+ * file of that group is trusted on attach.
+ *
+ * The trust rule on attach: a zone file is used when it is a regular file,
+ * nobody but its owner and group may write it (others-writable:
+ * SHMLOCK_UNSAFE_MODE), and both its owner and, if it is group-writable,
+ * its group are trusted: the owner is the caller's euid, or the file's
+ * group is `group`; a group-writable file needs its group to be `group`
+ * (else SHMLOCK_UNSAFE_MODE; a file of another owner, SHMLOCK_NOT_OWNER).
+ * An unprivileged owner can only give its file a group it belongs to, so
+ * trusting a group trusts its members, the owner among them.
+ *
+ * Out, on success and on SHMLOCK_NOT_OWNER, SHMLOCK_UNSAFE_MODE and a
+ * SHMLOCK_SYSTEM with EACCES (then from stat(2) of the name, when it can):
+ * the file's owner, group and permission bits (file_mode 0: unknown);
+ * created: 1 if this call made the zone; zone_size: the bytes of the zone
+ * attached or created.
+ */
+typedef struct {
+    const char   *dir;
+    const char   *name;
+    size_t        name_len;
+    size_t        size;
+    unsigned      shards;
+    unsigned      mode;
+    int64_t       group;
+    int           created;
+    unsigned      file_mode;
+    int64_t       file_uid;
+    int64_t       file_gid;
+    size_t        zone_size;
+} shmlock_open_t;
+
+/* shmlock_zone_open with the options above (dir, name, size and shards
+ * as there). */
+SHMLOCK_API int shmlock_zone_open2(shmlock_open_t *opts, shmlock_zone_t **out);
 /* The number of shards of an open zone. */
 SHMLOCK_API unsigned shmlock_zone_shards(shmlock_zone_t *zone);
 /*
@@ -120,6 +165,15 @@ SHMLOCK_API int shmlock_zone_dead(shmlock_zone_t *zone);
 SHMLOCK_API int shmlock_zone_destroy(const char *dir, const char *name,
     size_t name_len);
 SHMLOCK_API int shmlock_zone_name_ok(const char *name, size_t len);
+
+/*
+ * The word counting how many times this process took over a dead holder's
+ * shard mutex and recovered the shard, in any zone, since it started (a
+ * forked child inherits the count).  A pointer, so that a caller checking
+ * after every call reads it with one load instead of a call.  The core
+ * prints nothing: the caller reports it.
+ */
+SHMLOCK_API const volatile uint32_t *shmlock_recoveries(void);
 
 SHMLOCK_API const char *shmlock_strerror(int rc);
 /*
@@ -200,6 +254,12 @@ SHMLOCK_API uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
 SHMLOCK_API int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash,
     uint32_t seq, int64_t timeout_us);
 SHMLOCK_API void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
+/*
+ * The waiters counted on the key's word at this moment, for inspection
+ * only (keys whose hashes share a word count together; a waiter is counted
+ * from wait_begin to the end of wait_end).  Changes nothing.
+ */
+SHMLOCK_API uint32_t shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash);
 
 
 /* ---- locks: the uncontended path of the Lua lock in one call each ---- */

@@ -45,6 +45,15 @@ wait_end(struct shmlock_zone_s *zone, uint32_t hash, uint32_t seq,
     return rc == ETIMEDOUT ? SHMLOCK_TIMEOUT : SHMLOCK_OK;
 }
 
+/* How many waiters are counted on the key's word now (a snapshot; keys
+ * whose hashes share the word count together).  Read-only. */
+static inline uint32_t
+wait_count(struct shmlock_zone_s *zone, uint32_t hash)
+{
+    return __atomic_load_n(&zone->wait_sleepers[wait_slot(hash)],
+                           __ATOMIC_RELAXED);
+}
+
 /*
  * Wakes the sleepers on the key's word, if any is counted: one load when
  * nobody waits.  The load is sequentially consistent, after the release

@@ -1,5 +1,7 @@
-# Fallback: resty_lock:new("x") where x is only `lua_shared_dict x 1m;`
-# (no zone of ours by that name) behaves as resty.lock on ngx.shared.x.
+# ngx.shared dicts: resty_lock:new("x") where x is `lua_shared_dict x 1m;`
+# behaves as resty.lock on ngx.shared.x, and a name declared with
+# lua_shared_dict is that dict even when a zone of ours has the same name
+# (the zone is reached by passing its object).
 use strict;
 use warnings;
 use FindBin;
@@ -15,7 +17,8 @@ my $t = ShmTest->new(
     lua_shared_dict both 1m;
 EOF
     init_by_lua => <<'EOF',
-        -- a zone of ours with the name of a lua_shared_dict: ours wins
+        -- a zone of ours with the name of a lua_shared_dict: the name
+        -- means the dict; the zone is reached through its object
         T.both = assert(require("resty.shmlock.shdict").open("both"))
 EOF
     config => <<'EOF',
@@ -100,15 +103,37 @@ EOF
         location = /both {
             content_by_lua_block {
                 local lock = assert(resty_lock:new("both"))
+                ngx.say(lock.store)
                 ngx.say(T.fmt(lock:lock("b")))
                 ngx.say("in our zone: ", T.both:get("b") ~= nil)
                 ngx.say("in ngx.shared.both: ", ngx.shared.both:get("b") ~= nil)
                 ngx.say(T.fmt(lock:unlock()))
+                local zl = assert(resty_lock:new(T.both))
+                ngx.say(zl.store)
+                ngx.say(T.fmt(zl:lock("b")))
+                ngx.say("in our zone: ", T.both:get("b") ~= nil)
+                ngx.say(T.fmt(zl:unlock()))
             }
         }
         location = /unknown {
             content_by_lua_block {
                 ngx.say(T.fmt(resty_lock:new("nowhere")))
+            }
+        }
+        location = /inspect {
+            content_by_lua_block {
+                local fmt = T.fmt
+                ngx.say(fmt(resty_lock.inspect("x", "i")))
+                local lock = assert(resty_lock:new("x", { exptime = 10 }))
+                assert(lock:lock("i") == 0)
+                local info = assert(resty_lock.inspect("x", "i"))
+                ngx.say(fmt(info.pid == ngx.worker.pid(), info.alive,
+                            info.ttl > 9 and info.ttl <= 10, info.marked,
+                            info.waiters))
+                lock:unlock()
+                ngx.shared.x:set("plain", "v")
+                ngx.say(fmt(resty_lock.inspect("x", "plain")))
+                ngx.say(fmt(resty_lock.inspect("nowhere", "i")))
             }
         }
 EOF
@@ -161,9 +186,12 @@ subtest "the ngx.shared lock is shared by the workers; waiters get it after rele
     $t->check_log("shared", nested => 1);
 };
 
-$t->block("a name that is both our zone and a lua_shared_dict uses our zone",
+$t->block("a name that is both our zone and a lua_shared_dict is the dict; "
+          . "the zone object reaches the zone",
     request => "GET /both",
-    body    => "0\nin our zone: true\nin ngx.shared.both: false\n1\n");
+    body    => "ngx.shared\n0\nin our zone: false\nin ngx.shared.both: true\n1\n"
+             . "zone\n0\nin our zone: true\n1\n",
+    error_log => [ qr/\[info\].*lock name "both" uses the lua_shared_dict "both"/ ]);
 
 $t->block("a name that is neither: nil, 'dictionary not found'",
     request => "GET /unknown",
@@ -173,6 +201,15 @@ ok(!-e $t->zone_dir . "/shmlock.x",
    "the fallback did not create a zone file named x");
 ok(!-e $t->zone_dir . "/shmlock.nowhere",
    "an unknown name did not create a zone file");
+
+$t->block("inspect() by name on an ngx.shared dict: holder, ttl, no waiter count",
+    request => "GET /inspect",
+    body    => <<'EOF');
+nil not locked
+true true true nil nil
+nil not a lock
+nil dictionary not found
+EOF
 
 $t->stop;
 done_testing;

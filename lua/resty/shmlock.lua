@@ -56,6 +56,8 @@ local handle = require "resty.shmlock.lock.handle"
 local zone_backend = require "resty.shmlock.lock.zone"
 local ngx_shared = require "resty.shmlock.lock.ngx_shared"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"
+local inspect = require "resty.shmlock.lock.inspect"
+local log = require "resty.shmlock.internal.log"
 
 local ffi_str = ffi.string
 local type = type
@@ -74,6 +76,8 @@ local ACQUIRED = zone_backend.ACQUIRED
 local FAILED = zone_backend.FAILED
 local YIELDABLE = nginx.YIELDABLE
 local released = nginx_wait.released
+local log_event = log.event
+local recoveries = log.recoveries
 
 local ngx = nginx.api()
 local in_nginx = ngx ~= nil
@@ -82,22 +86,38 @@ local get_phase = in_nginx and ngx.get_phase
 local _M = { _VERSION = version }
 local mt = { __index = _M }
 
--- names resolved to ngx.shared dicts: they stay so (mixing the two stores
--- for one name would break mutual exclusion)
+-- names resolved to ngx.shared dicts, and names whose store was logged
 local shared_names = {}
+local logged = {}
 
 
 -- new() attaches to existing zones, never creates one
 local ATTACH = { create = false }
 
 
--- Zone errors new() reports as they are: a zone file is there under that
--- name but cannot be used.  The others ("not found", "bad zone name" for
--- names no zone can have) are resty.lock's "dictionary not found".
-local REPORTED = { ["incompatible zone"] = true }
+-- Zone errors that are resty.lock's "dictionary not found": no zone of
+-- that name, or a name no zone can have.  Any other error of open (a file
+-- is there under that name but cannot be used, and why) is reported as is.
+local NOT_FOUND = { ["not found"] = true, ["bad zone name"] = true }
 
--- the dict object (a zone) or the ngx.shared dict behind dict_name; else
--- nil, nil, and why our zone of that name could not be opened
+
+-- inside nginx, once per name and VM: which store the name reaches
+local function log_store(name, what)
+    if in_nginx and not logged[name] then
+        logged[name] = true
+        log_event("info", 'lock name "' .. name .. '" uses ' .. what)
+    end
+end
+
+
+-- The dict object (a zone) or the ngx.shared dict behind dict_name; else
+-- nil, nil, and why our zone of that name could not be opened.
+--
+-- The rule (docs/lock.md, "How names resolve"): inside nginx, a name
+-- declared with lua_shared_dict is that dict, whatever files exist; any
+-- other name is a zone, attached by name (never created).  So the store a
+-- name reaches never depends on leftover files or on the user a process
+-- runs as.
 local function find(name)
     if type(name) == "table" then
         if name._zone then
@@ -113,21 +133,37 @@ local function find(name)
     if shared then
         return nil, shared
     end
+    if in_nginx then
+        shared = ngx.shared[name]
+        if shared then
+            shared_names[name] = shared
+            log_store(name, 'the lua_shared_dict "' .. name .. '"')
+            return nil, shared
+        end
+    end
     local dict, err = shdict.opened(name)
     if not dict then
         dict, err = shdict.open(name, ATTACH)
     end
     if dict then
+        log_store(name, 'the zone "' .. name .. '"')
         return dict
     end
-    if in_nginx then
-        shared = ngx.shared[name]
-        if shared then
-            shared_names[name] = shared
-            return nil, shared
-        end
-    end
     return nil, nil, err
+end
+
+
+-- find(), with new()'s errors: the dict or nil, the ngx.shared dict; or
+-- nil, nil and the error
+local function resolve(dict_name)
+    local dict, shared, why = find(dict_name)
+    if dict or shared then
+        return dict, shared
+    end
+    if why and not NOT_FOUND[why] then
+        return nil, nil, why
+    end
+    return nil, nil, "dictionary not found"
 end
 
 
@@ -145,28 +181,27 @@ function _M.new(a, b, c)
         dict_name, opts = a, b
     end
 
-    local dict, shared, why = find(dict_name)
+    local dict, shared, err = resolve(dict_name)
     if not dict and not shared then
-        if why and (REPORTED[why] or why:find("^failed to open zone")) then
-            return nil, why
-        end
-        return nil, "dictionary not found"
+        return nil, err
     end
 
     local exptime, timeout, step, ratio, max_step, blocking_timeout =
         options.lock(opts, "opts", 2)
 
-    local store, backend, number
+    local target, backend, number, store
     if dict then
-        store, backend, number = dict._zone, zone_backend, 0
+        target, backend, number, store = dict._zone, zone_backend, 0, "zone"
     else
-        store, backend, number = shared, ngx_shared, handle.number(shared)
+        target, backend, number, store = shared, ngx_shared,
+                                         handle.number(shared), "ngx.shared"
     end
 
     return setmetatable({
         dict = dict or shared,
+        store = store,      -- public: "zone" or "ngx.shared"
         backend = backend,  -- resty.shmlock.lock.zone or .ngx_shared
-        store = store,      -- the zone cdata, or the ngx.shared dict
+        target = target,    -- the zone cdata, or the ngx.shared dict
         number = number,    -- the handle's number of the store (0: a zone)
         cd = false,         -- the handle while holding
         key = false,        -- the key held
@@ -184,7 +219,7 @@ end
 -- the wait inside nginx where the phase may yield: resty.lock's steps,
 -- then a queue (resty.shmlock.lock.nginx_wait)
 local function sleep(self, backend, key, klen, tok, timeout)
-    return nginx_wait.sleep(backend, self.store, key, klen, tok, self.expiry,
+    return nginx_wait.sleep(backend, self.target, key, klen, tok, self.expiry,
                             timeout, self.step, self.ratio, self.max_step)
 end
 
@@ -194,7 +229,7 @@ local function wait(self, backend, key, klen, tok, may_wait, timeout)
     local refusal = "timeout"
     if may_wait and timeout > 0 then
         if not in_nginx then
-            return backend.block(self.store, key, klen, tok, self.expiry,
+            return backend.block(self.target, key, klen, tok, self.expiry,
                                  timeout, self.step, self.ratio,
                                  self.max_step)
         end
@@ -204,7 +239,7 @@ local function wait(self, backend, key, klen, tok, may_wait, timeout)
         end
         local blocking = self.blocking_timeout
         if blocking > 0 then
-            return nginx_wait.block(backend, self.store, key, klen, tok,
+            return nginx_wait.block(backend, self.target, key, klen, tok,
                                     self.expiry, min(timeout, blocking),
                                     self.step, self.ratio, self.max_step)
         end
@@ -212,7 +247,7 @@ local function wait(self, backend, key, klen, tok, may_wait, timeout)
     end
 
     -- no waiting; a dead holder's lock is still ours at once
-    local got, err = backend.look(self.store, key, klen, tok, self.expiry,
+    local got, err = backend.look(self.target, key, klen, tok, self.expiry,
                                   true)
     if got == ACQUIRED then
         return 0
@@ -239,9 +274,12 @@ local function acquire(self, key, may_wait, timeout)
     local klen = #key
 
     local tok, tlen = next_token()
-    local backend, store = self.backend, self.store
+    local backend, store = self.backend, self.target
     local ok
     ok, err = backend.add(store, key, klen, tok, tlen, self.expiry)
+    if self.number == 0 then
+        recoveries(self.dict.name)      -- a zone: report a shard recovered
+    end
     if ok then
         self.cd = take(store, self.number, key, klen, tok, tlen)
         self.key = key
@@ -307,7 +345,7 @@ function _M.unlock(self)
     if not cd then
         return nil, "unlocked"
     end
-    local ok, err = self.backend.release(self.store, self.key, cd.key_len,
+    local ok, err = self.backend.release(self.target, self.key, cd.key_len,
                                          cd.tok, cd.tok_len)
     if ok then
         if in_nginx then
@@ -342,7 +380,7 @@ function _M.expire(self, time)
     local cd = self.cd
     local tok = ffi_str(cd.tok, cd.tok_len)
     local new_tok = ffi_str(next_token())
-    local ok, err = self.backend.renew(self.store, self.key, cd.key_len, tok,
+    local ok, err = self.backend.renew(self.target, self.key, cd.key_len, tok,
                                        new_tok, time)
     if ok then
         retoken(cd, new_tok, #new_tok)
@@ -362,8 +400,39 @@ function _M.owned(self)
     if not cd then
         return false
     end
-    return self.backend.holds(self.store, self.key, cd.key_len,
+    return self.backend.holds(self.target, self.key, cd.key_len,
                               ffi_str(cd.tok, cd.tok_len))
+end
+
+
+-- syntax: info, err = resty_lock.inspect(dict_name, key)
+-- What holds the lock on key, read without changing anything: the
+-- holder's pid, whether its process lives, the ttl left, the starving
+-- waiter marked on it, the waiters sleeping on the key's wait word
+-- (resty.shmlock.lock.inspect; docs/lock.md).  dict_name as new()'s.
+-- nil and "not locked", "not a lock", new()'s errors, the key's, the
+-- zone's.
+function _M.inspect(a, b, c)
+    local dict_name, key = a, b
+    if a == _M then
+        dict_name, key = b, c
+    end
+
+    local dict, shared, err = resolve(dict_name)
+    if not dict and not shared then
+        return nil, err
+    end
+    if not key then
+        return nil, "nil key"
+    end
+    key, err = key_check(key)
+    if not key then
+        return nil, err
+    end
+    if dict then
+        return inspect.key(dict, key, dict._zone)
+    end
+    return inspect.key(shared, key)
 end
 
 

@@ -21,7 +21,10 @@ package ShmTest;
 # Options of new(): workers (2), main_config (main context lines),
 # http_config (http context), config (server context), reuseport (on when
 # workers > 1, so that the kernel spreads connections over the workers),
-# log_level (info), full_config (a whole nginx.conf instead of the template).
+# log_level (info), full_config (a whole nginx.conf instead of the template),
+# user (the `user` directive's value, e.g. 'nobody nogroup': the workers run
+# as that user; needs root; the zone directory is then made 01777 so that
+# they can create zones in it).
 #
 # The template loads the lua module, sets lua_package_path to the checkout
 # ({{LUA_PATH}}) and starts the http context with the common preamble, an
@@ -49,7 +52,7 @@ package ShmTest;
 # created the zone files (0600): without it the workers switch to nobody
 # and cannot attach a zone the master (or a root LuaJIT process) created.
 # As non-root, no user directive is emitted: master and workers share the
-# test's uid.
+# test's uid.  The `user` option sets another (t/16: workers as nobody).
 
 use strict;
 use warnings;
@@ -164,6 +167,11 @@ sub render {
         return $self->write_conf($self->expand($self->{full_config}));
     }
     my $user = $> == 0 ? "user root root;\n" : '';
+    if (defined $self->{user}) {
+        $> == 0 or give_up("user => '$self->{user}' needs root");
+        $user = "user $self->{user};\n";
+        chmod 01777, $self->{zone_dir} or die "chmod $self->{zone_dir}: $!";
+    }
     my $reuseport = $self->{reuseport} ? ' reuseport' : '';
     my $conf = <<"EOF";
 load_module $MODULES/ndk_http_module.so;

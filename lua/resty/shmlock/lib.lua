@@ -40,7 +40,8 @@ enum {
     SHMLOCK_NOT_OWNER,
     SHMLOCK_UNSAFE_MODE,
     SHMLOCK_FOREIGN_NS,
-    SHMLOCK_DIR_BUSY
+    SHMLOCK_DIR_BUSY,
+    SHMLOCK_BAD_MODE
 };
 
 enum {
@@ -78,12 +79,29 @@ typedef struct {
 
 int shmlock_zone_open(const char *dir, const char *name, size_t name_len,
     size_t size, unsigned shards, shmlock_zone_t **out);
+typedef struct {
+    const char   *dir;
+    const char   *name;
+    size_t        name_len;
+    size_t        size;
+    unsigned      shards;
+    unsigned      mode;
+    int64_t       group;
+    int           created;
+    unsigned      file_mode;
+    int64_t       file_uid;
+    int64_t       file_gid;
+    size_t        zone_size;
+} shmlock_open_t;
+
+int shmlock_zone_open2(shmlock_open_t *opts, shmlock_zone_t **out);
 unsigned shmlock_zone_shards(shmlock_zone_t *zone);
 void shmlock_zone_retain(shmlock_zone_t *zone);
 void shmlock_zone_close(shmlock_zone_t *zone);
 int shmlock_zone_dead(shmlock_zone_t *zone);
 int shmlock_zone_destroy(const char *dir, const char *name, size_t name_len);
 int shmlock_zone_name_ok(const char *name, size_t len);
+const volatile uint32_t *shmlock_recoveries(void);
 const char *shmlock_strerror(int rc);
 int shmlock_errno(void);
 
@@ -121,6 +139,7 @@ uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
 int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
     int64_t timeout_us);
 void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
+uint32_t shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash);
 
 int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
     size_t key_len, const char *tok, size_t tok_len, int64_t exptime_ms,

@@ -15,6 +15,8 @@ local version = require "resty.shmlock.version"
 local codes = require "resty.shmlock.internal.codes"
 local options = require "resty.shmlock.internal.options"
 local check_key = require("resty.shmlock.internal.key").check
+local log = require "resty.shmlock.internal.log"
+local bit = require "bit"
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
@@ -26,12 +28,31 @@ local error = error
 local setmetatable = setmetatable
 local seconds_ok = options.seconds_ok
 local ms = options.ms
+local log_event = log.event
+local recoveries = log.recoveries
+local band = bit.band
+local ceil = math.ceil
+local str_format = string.format
+local getenv = os.getenv
+local pcall = pcall
 
 local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
 local SYSTEM = codes.SYSTEM
 local CORRUPT = codes.CORRUPT
 local AGAIN = codes.AGAIN
+local NOT_OWNER = C.SHMLOCK_NOT_OWNER
+local UNSAFE_MODE = C.SHMLOCK_UNSAFE_MODE
+
+-- errno values of Linux, for messages
+local EPERM, EACCES = 1, 13
+
+-- open() errors that refuse a file found under the zone's name, or where
+-- the system said no: logged (error) as well as returned
+local REFUSED = {
+    [C.SHMLOCK_INCOMPATIBLE] = true, [NOT_OWNER] = true,
+    [UNSAFE_MODE] = true, [C.SHMLOCK_FOREIGN_NS] = true, [SYSTEM] = true,
+}
 
 local T_NIL, T_BOOLEAN, T_NUMBER, T_STRING = codes.TNIL, codes.TBOOLEAN,
                                              codes.TNUMBER, codes.TSTRING
@@ -54,6 +75,7 @@ local ttl_buf = ffi_new("int64_t[1]")
 local count_buf = ffi_new("int[1]")
 local used_buf = ffi_new("size_t[1]")
 local zone_out = ffi_new("shmlock_zone_t *[1]")
+local open_opts = ffi_new("shmlock_open_t")
 local msg_buf = ffi_new("char[256]")
 local str_size = 4096
 local str_buf = ffi_new("char[?]", str_size)
@@ -63,6 +85,9 @@ local str_buf = ffi_new("char[?]", str_size)
 -- unmapped when its dict is collected (the C library maps each file once
 -- per process, whoever opens it)
 local zones = setmetatable({}, { __mode = "v" })
+
+-- dir .. "\0" .. name -> the last refusal of that zone logged (see open)
+local refused = {}
 
 local function sys_error(what)
     return what .. ": " .. ffi_str(C.strerror(C.shmlock_errno()))
@@ -132,6 +157,7 @@ local function store(self, op, key, value, exptime, flags)
     forcible[0] = 0
     local rc = C.shmlock_dict_store(zone, op, key, #key, val, exptime,
                                     forcible)
+    recoveries(self.name)
     if rc == OK then
         return true, nil, forcible[0] == 1
     end
@@ -479,10 +505,135 @@ local function check_name(name)
     return type(name) == "string" and C.shmlock_zone_name_ok(name, #name) == 1
 end
 
--- syntax: dict, err = shdict.open(name, opts?)
+
+-- groups by name and by gid, from the C library (getgrnam/getgrgid:
+-- called only when a zone is opened with opts.group, or refused)
+local grp_ok = pcall(ffi.cdef, [[
+struct shmlock_group { char *gr_name; char *gr_passwd; unsigned int gr_gid;
+                       char **gr_mem; };
+struct shmlock_group *getgrnam(const char *name);
+struct shmlock_group *getgrgid(unsigned int gid);
+]])
+
+-- the gid of group `g` (a name or a number), or nil
+local function gid_of(g)
+    if type(g) == "number" then
+        return g
+    end
+    if not grp_ok then
+        return nil
+    end
+    local gr = ffi.C.getgrnam(g)
+    if gr == nil then
+        return nil
+    end
+    return tonumber(gr.gr_gid)
+end
+
+-- "name" of group gid, or its number when it has no name
+local function group_name(gid)
+    if grp_ok then
+        local gr = ffi.C.getgrgid(gid)
+        if gr ~= nil then
+            return ffi_str(gr.gr_name)
+        end
+    end
+    return tostring(gid)
+end
+
+-- a zone file's mode: 0 (the default, 0600), or owner read-write, no bit
+-- beyond 0666, never writable by others (as the C side: SHMLOCK_BAD_MODE)
+local function mode_ok(mode)
+    if type(mode) ~= "number" or mode % 1 ~= 0 or mode < 0 or mode > 511 then
+        return false
+    end
+    return mode == 0 or (band(mode, 384) == 384          -- 0600
+                         and band(mode, 73) == 0          -- 0111
+                         and band(mode, 2) == 0)          -- 0002
+end
+
+local function octal(mode)
+    return str_format("%04o", mode)
+end
+
+-- ': pass opts.group = "G" to trust group G'
+local function trust_hint(gid)
+    local group = group_name(gid)
+    return ': pass opts.group = "' .. group .. '" to trust group ' .. group
+end
+
+-- the message for a zone file open() refused, naming the cause
+local function refusal(rc, o, name, path)
+    if rc == NOT_OWNER then
+        return "zone file owned by another user (uid "
+               .. tostring(tonumber(o.file_uid)) .. ")"
+               .. trust_hint(tonumber(o.file_gid))
+    end
+    if rc == UNSAFE_MODE then
+        local mode = tonumber(o.file_mode)
+        if band(mode, 2) ~= 0 then
+            return "zone file mode " .. octal(mode) .. " is writable by others"
+        end
+        return "zone file mode " .. octal(mode) .. " is group-writable"
+               .. trust_hint(tonumber(o.file_gid))
+    end
+    if rc == SYSTEM then
+        local errno = C.shmlock_errno()
+        local msg = "failed to open zone \"" .. name .. "\": "
+        if errno == EACCES then
+            msg = msg .. "permission denied opening zone file " .. path
+            if o.file_mode ~= 0 then
+                msg = msg .. " (owner uid " .. tostring(tonumber(o.file_uid))
+                      .. ", group " .. group_name(tonumber(o.file_gid))
+                      .. ", mode " .. octal(tonumber(o.file_mode)) .. ")"
+            end
+            return msg
+        end
+        msg = msg .. ffi_str(C.strerror(errno))
+        if errno == EPERM and o.group >= 0 then
+            msg = msg .. ": cannot give the zone file group "
+                  .. group_name(tonumber(o.group))
+        end
+        return msg
+    end
+    return errors[rc]
+end
+
+-- the zone file's path, for messages
+local function path_of(dir, name)
+    if dir == nil or dir == "" then
+        dir = getenv("SHMLOCK_DIR")
+        if dir == nil or dir == "" then
+            dir = "/dev/shm"
+        end
+    end
+    return dir .. "/shmlock." .. name
+end
+
+-- the third return of open: a note when the zone found is not of the size
+-- asked (nil when no size was asked, or it matches)
+local function size_note(dict, asked)
+    if not asked then
+        return nil
+    end
+    local want = ceil(asked / 4096) * 4096
+    local has = dict:capacity()
+    if has == want then
+        return nil
+    end
+    return "size mismatch: the zone has " .. has .. " bytes, not " .. want
+end
+
+-- syntax: dict, err, note = shdict.open(name, opts?)
 --   opts.size:   bytes, or "64k" / "10m" / "1g" (default "1m")
 --   opts.dir:    directory of the zone files (default $SHMLOCK_DIR or /dev/shm)
 --   opts.shards: 1, 2, 4, 8 or 16 (default: by size, see shmlock.h)
+--   opts.create: false: attach only (nil, "not found" when absent)
+--   opts.mode:   permission bits of a new zone file (default 0600)
+--   opts.group:  group (name or gid) of a new zone file, and the group
+--                trusted when attaching (see shmlock_open_t in shmlock.h)
+-- note: "size mismatch: ..." when opts.size was given and an existing
+-- zone of another size was attached (it keeps its size).
 function _M.open(name, opts)
     if not check_name(name) then
         return nil, "bad zone name"
@@ -494,10 +645,28 @@ function _M.open(name, opts)
     if dir ~= nil and type(dir) ~= "string" then
         error('bad "opts.dir" argument', 2)
     end
+    local mode = opts and opts.mode or 0
+    if type(mode) == "string" and mode:find("^0?[0-7][0-7][0-7]$") then
+        mode = tonumber(mode, 8)        -- "0660"
+    end
+    if not mode_ok(mode) then
+        error('bad "opts.mode" argument', 2)
+    end
+    local group = opts and opts.group
+    if group ~= nil and not (type(group) == "string" and group ~= "")
+       and not (type(group) == "number" and group % 1 == 0 and group >= 0
+                and group < 2 ^ 32)
+    then
+        error('bad "opts.group" argument', 2)
+    end
 
-    local size = parse_size(opts and opts.size)
+    local asked = opts and opts.size
+    local size = parse_size(asked)
     if not size then
         return nil, "bad size"
+    end
+    if asked ~= nil then
+        asked = size
     end
     local shards = opts and opts.shards or 0
     if type(shards) ~= "number" or not SHARDS[shards] then
@@ -507,7 +676,15 @@ function _M.open(name, opts)
     local id = (dir or "") .. "\0" .. name
     local dict = live(zones[id])
     if dict then
-        return dict
+        return dict, nil, size_note(dict, asked)
+    end
+
+    local gid = -1
+    if group ~= nil then
+        gid = gid_of(group)
+        if not gid then
+            return nil, 'unknown group "' .. group .. '"'
+        end
     end
 
     -- create = false: attach to an existing zone only (size 0 to the core)
@@ -515,13 +692,23 @@ function _M.open(name, opts)
         size = 0
     end
 
-    local rc = C.shmlock_zone_open(dir, name, #name, size, shards, zone_out)
+    local o = open_opts
+    o.dir, o.name, o.name_len = dir, name, #name
+    o.size, o.shards, o.mode, o.group = size, shards, mode, gid
+    local rc = C.shmlock_zone_open2(o, zone_out)
+    o.dir, o.name = nil, nil
     if rc ~= OK then
-        if rc == SYSTEM then
-            return nil, sys_error("failed to open zone \"" .. name .. "\"")
+        local err = refusal(rc, o, name, path_of(dir, name))
+        -- once per name and cause (a lock name refused at every request
+        -- would fill error.log with the same line)
+        if REFUSED[rc] and refused[id] ~= err then
+            refused[id] = err
+            log_event("error", 'zone "' .. name .. '" refused: ' .. err)
         end
-        return nil, errors[rc]
+        return nil, err
     end
+    refused[id] = nil
+    recoveries(name)
 
     dict = setmetatable({
         _zone = ffi_gc(zone_out[0], C.shmlock_zone_close),
@@ -529,7 +716,15 @@ function _M.open(name, opts)
         dir = dir,
     }, mt)
     zones[id] = dict
-    return dict
+    return dict, nil, size_note(dict, asked)
+end
+
+-- syntax: shdict.set_logger(fn)
+-- Outside nginx, fn(level, message) receives the events an operator must
+-- see (level "error", "warn", "notice" or "info"); nil: nothing is
+-- printed (the default).  Inside nginx they go to error.log.
+function _M.set_logger(fn)
+    log.set_logger(fn)
 end
 
 -- the dict this process opened under `name` and still uses (nil if none,

@@ -110,6 +110,41 @@ function _M.valid(v)
 end
 
 
+-- syntax: pid, start = token.parse(tok)
+-- The process of a host token (numbers), or nil for anything else.
+function _M.parse(tok)
+    local p, s = str_match(tok, "^(%d+):(%d+):%x+$")
+    if not p then
+        return nil
+    end
+    return tonumber(p), tonumber(s)
+end
+
+
+-- syntax: holder, starver, s_exp, since, till = token.split(v)
+-- A zone lock's value: the holder's token, alone or followed by a
+-- starving waiter's mark (resty.shmlock.lock.zone, "Starvation mode"):
+--
+--     "<holder>|<starver>|<starver exptime ms>|<since ms>|<until ms>"
+--
+-- (<until>, the starver's deadline, missing in a mark written by an older
+-- version).  A value of another shape comes back whole, as the holder.
+function _M.split(v)
+    if not str_find(v, "|", 1, true) then
+        return v
+    end
+    local h, s, e, since, till =
+        str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)|(%d+)$")
+    if not h then
+        h, s, e, since = str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)$")
+        if not h then
+            return v
+        end
+    end
+    return h, s, tonumber(e), tonumber(since), tonumber(till)
+end
+
+
 -- syntax: alive = token.alive(tok)
 -- false only when tok is a host token and its process is gone (or its
 -- pid now belongs to a younger process).  Anything we cannot parse belongs

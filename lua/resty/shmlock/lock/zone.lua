@@ -72,6 +72,7 @@ local clock = require "resty.shmlock.internal.clock"
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
 local backoff = require "resty.shmlock.internal.backoff"
+local log_event = require("resty.shmlock.internal.log").event
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
@@ -81,9 +82,8 @@ local floor = math.floor
 local ceil = math.ceil
 local min = math.min
 local max = math.max
-local str_match = string.match
-local str_find = string.find
 local str_sub = string.sub
+local str_match = string.match
 local str_format = string.format
 local valid = token.valid
 local ms = options.ms
@@ -182,20 +182,7 @@ end
 
 -- holder, starver, starver's exptime (ms), starver's wait start (ms),
 -- starver's deadline (ms; nil in a mark without one)
-local function split(v)
-    if not str_find(v, "|", 1, true) then
-        return v
-    end
-    local h, s, e, since, till =
-        str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)|(%d+)$")
-    if not h then
-        h, s, e, since = str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)$")
-        if not h then
-            return v
-        end
-    end
-    return h, s, tonumber(e), tonumber(since), tonumber(till)
-end
+local split = token.split
 
 
 -- whether a starver marked with deadline `till` may still be waiting
@@ -321,9 +308,9 @@ end
 
 
 -- The holder is dead: take the key, or give it to a live starver still
--- waiting.
-local function take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp,
-                         till)
+-- waiting.  Either way an operator may want to know (a notice).
+local function take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
+                         s_exp, till)
     local to = tok
     if starver and starver ~= tok and waiting(till) and token.alive(starver)
     then
@@ -333,6 +320,12 @@ local function take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp,
         return BUSY
     end
     wake(zone, key, klen)
+    if type(key) ~= "string" then
+        key = ffi_str(key, klen)
+    end
+    log_event("notice", 'lock "' .. key .. '": holder process '
+              .. (str_match(holder, "^(%d+):") or "?") .. " is dead; its lock "
+              .. (to == tok and "taken over" or "handed to the next waiter"))
     return to == tok and ACQUIRED or BUSY
 end
 
@@ -381,8 +374,8 @@ local function look(zone, key, klen, tok, exp_ms, check, since, till)
         return ACQUIRED
     end
     if check and not token.alive(holder) then
-        return take_over(zone, key, klen, v, tok, exp_ms, starver, s_exp,
-                         s_till)
+        return take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
+                         s_exp, s_till)
     end
     if starver == tok then
         return MARKED

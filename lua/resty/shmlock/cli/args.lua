@@ -1,0 +1,114 @@
+-- resty.shmlock.cli.args (internal): the shmlock command line, parsed.
+--
+--     shmlock [options] COMMAND [operands] [options]
+--
+-- Options may come before or after the command; "--" ends them.  Each
+-- command takes a fixed number of operands and the options listed for it
+-- in COMMANDS.
+
+local tonumber = tonumber
+local sub = string.sub
+local find = string.find
+
+local _M = {}
+
+-- operands, and the options beyond the global ones (--dir, --json, --help)
+local COMMANDS = {
+    ls = { operands = {} },
+    stat = { operands = { "ZONE" } },
+    keys = { operands = { "ZONE" }, match = true, limit = true },
+    get = { operands = { "ZONE", "KEY" } },
+    locks = { operands = { "ZONE" } },
+    verify = { operands = { "ZONE" } },
+    destroy = { operands = { "ZONE" } },
+}
+_M.COMMANDS = COMMANDS
+
+-- options that take a value
+local VALUED = { dir = true, match = true, limit = true }
+local FLAGS = { json = true, help = true }
+
+-- syntax: cmd, err = args.parse(argv)
+-- argv: the arguments (argv[1] ...).  cmd: { name, operands = { ... },
+-- dir, json, help, match, limit }; name is nil with help and no command.
+-- nil and a message for a usage error.
+function _M.parse(argv)
+    local cmd = { operands = {} }
+    local words = {}
+    local i, n = 1, #argv
+    local options_end = false
+    while i <= n do
+        local a = argv[i]
+        if options_end or sub(a, 1, 1) ~= "-" or a == "-" then
+            words[#words + 1] = a
+        elseif a == "--" then
+            options_end = true
+        elseif a == "-h" then
+            cmd.help = true
+        elseif sub(a, 1, 2) == "--" then
+            local name, value = a:match("^%-%-([%w-]+)=(.*)$")
+            name = name or sub(a, 3)
+            if VALUED[name] then
+                if not value then
+                    i = i + 1
+                    value = argv[i]
+                    if value == nil then
+                        return nil, "option --" .. name .. " needs a value"
+                    end
+                end
+                cmd[name] = value
+            elseif FLAGS[name] and not value then
+                cmd[name] = true
+            else
+                return nil, "unknown option " .. a
+            end
+        else
+            return nil, "unknown option " .. a
+        end
+        i = i + 1
+    end
+
+    if #words == 0 then
+        if cmd.help then
+            return cmd
+        end
+        return nil, "no command"
+    end
+    cmd.name = words[1]
+    local spec = COMMANDS[cmd.name]
+    if not spec then
+        return nil, "unknown command " .. cmd.name
+    end
+    if cmd.help then
+        return cmd
+    end
+    for j = 2, #words do
+        cmd.operands[j - 1] = words[j]
+    end
+    local want = #spec.operands
+    if #cmd.operands ~= want then
+        local list = want == 0 and "no operands"
+                     or table.concat(spec.operands, " ")
+        return nil, cmd.name .. " takes " .. list
+    end
+    for name in pairs(VALUED) do
+        if cmd[name] ~= nil and name ~= "dir" and not spec[name] then
+            return nil, "option --" .. name .. " is not for " .. cmd.name
+        end
+    end
+    if cmd.dir == "" then
+        return nil, "option --dir needs a directory"
+    end
+    if cmd.limit then
+        local limit = tonumber(cmd.limit)
+        if not limit or limit < 1 or limit % 1 ~= 0
+           or find(cmd.limit, "[^%d]")
+        then
+            return nil, "option --limit needs a whole number >= 1"
+        end
+        cmd.limit = limit
+    end
+    return cmd
+end
+
+return _M

@@ -1,0 +1,333 @@
+-- resty.shmlock.cli.commands (internal): the shmlock commands.  Each takes
+-- the parsed command line (resty.shmlock.cli.args) and a context with
+-- out(text) and err(text), writes its result, and returns the exit status
+-- (EXIT).  Zones are only ever attached to ({ create = false }): no
+-- command creates one.
+
+local shdict = require "resty.shmlock.shdict"
+local inspect = require "resty.shmlock.lock.inspect"
+local fs = require "resty.shmlock.cli.fs"
+local glob = require "resty.shmlock.cli.glob"
+local json = require "resty.shmlock.cli.json"
+local output = require "resty.shmlock.cli.output"
+
+local type = type
+local tostring = tostring
+local sort = table.sort
+local concat = table.concat
+local format = string.format
+local sub = string.sub
+
+local _M = {}
+
+-- exit statuses (docs/cli.md)
+local EXIT = {
+    OK = 0,
+    CORRUPT = 1,    -- verify found the zone broken, or a call met breakage
+    USAGE = 2,
+    NO_ZONE = 3,    -- no zone of that name in the directory
+    REFUSED = 4,    -- the file is there but is not ours to use: another
+                    -- user's, writable by others, another pid namespace,
+                    -- not a zone of this layout
+    NO_KEY = 5,     -- get: the key is absent or expired
+    FAILED = 6,     -- anything else: a system error, a zone destroyed
+                    -- meanwhile, an unreadable directory
+}
+_M.EXIT = EXIT
+
+
+local function fail(ctx, status, msg)
+    ctx.err("shmlock: " .. msg .. "\n")
+    return status
+end
+
+-- the exit status for an error string of the library
+local function status_of(err)
+    if err == "not found" then
+        return EXIT.NO_ZONE
+    elseif err == "bad zone name" then
+        return EXIT.USAGE
+    elseif err == "corrupt zone" or sub(err, 1, 8) == "corrupt:" then
+        return EXIT.CORRUPT
+    elseif err:find("permission denied", 1, true) then
+        -- "failed to open zone ...: permission denied opening zone file
+        -- ... (owner, group, mode)": not ours to use
+        return EXIT.REFUSED
+    elseif err == "zone destroyed"
+           or err == "zone directory locked by another process"
+           or sub(err, 1, 19) == "failed to open zone"
+           or sub(err, 1, 22) == "failed to destroy zone"
+    then
+        return EXIT.FAILED
+    end
+    -- "incompatible zone", "zone file owned by another user", ...: every
+    -- other refusal of shdict.open, as the library words it
+    return EXIT.REFUSED
+end
+
+local function where(cmd)
+    return fs.dir(cmd.dir)
+end
+
+-- the dict of zone `name`, or nil and the exit status (reported)
+local function open(ctx, cmd, name)
+    local dict, err = shdict.open(name, { dir = cmd.dir, create = false })
+    if dict then
+        return dict
+    end
+    local status = status_of(err)
+    if status == EXIT.NO_ZONE then
+        return nil, fail(ctx, status, format('no zone "%s" in %s', name,
+                                             where(cmd)))
+    end
+    return nil, fail(ctx, status, format('zone "%s": %s', name, err))
+end
+
+local function emit(ctx, cmd, data, text)
+    if cmd.json then
+        ctx.out(json.encode(data) .. "\n")
+    else
+        ctx.out(text)
+    end
+    return EXIT.OK
+end
+
+
+-- what ls and stat show of a zone: the file's and, once attached, the
+-- zone's; err: why it could not be attached
+local function describe(cmd, name)
+    local path = fs.path(cmd.dir, name)
+    local null = json.null
+    local info = { name = name, path = path, error = null, owner = null,
+                   uid = null, mode = null, size = null, shards = null,
+                   used = null, free = null, entries = null }
+    local st, serr = fs.stat(path)
+    if not st then
+        info.error = serr
+        return info, serr
+    end
+    info.owner, info.uid, info.mode, info.size =
+        st.owner, st.uid, st.mode, st.size
+
+    local dict, err = shdict.open(name, { dir = cmd.dir, create = false })
+    if not dict then
+        info.error = err
+        return info, err
+    end
+    local keys
+    keys, err = dict:get_keys(0)
+    if not keys then
+        info.error = err
+        return info, err
+    end
+    info.size = dict:capacity()
+    info.free = dict:free_space()
+    info.used = info.size - info.free
+    info.shards = dict:shards()
+    info.entries = #keys
+    return info
+end
+
+
+-- syntax: shmlock ls [--dir D]
+function _M.ls(ctx, cmd)
+    local names, err = fs.zone_names(where(cmd))
+    if not names then
+        return fail(ctx, EXIT.FAILED, err)
+    end
+    local zones, rows = json.array({}), {}
+    for i, name in ipairs(names) do
+        local info = describe(cmd, name)
+        zones[i] = info
+        rows[i] = {
+            name = name,
+            size = output.size(info.size),
+            shards = info.shards,
+            used = output.size(info.used),
+            entries = info.entries,
+            owner = info.owner,
+            mode = info.mode,
+            status = info.error == json.null and "ok" or info.error,
+        }
+    end
+    return emit(ctx, cmd, zones, output.table({
+        { "NAME", "name" }, { "SIZE", "size", right = true },
+        { "SHARDS", "shards", right = true }, { "USED", "used", right = true },
+        { "ENTRIES", "entries", right = true }, { "OWNER", "owner" },
+        { "MODE", "mode" }, { "STATUS", "status" },
+    }, rows))
+end
+
+
+-- syntax: shmlock stat ZONE
+function _M.stat(ctx, cmd)
+    local name = cmd.operands[1]
+    local dict, status = open(ctx, cmd, name)
+    if not dict then
+        return status
+    end
+    local info, err = describe(cmd, name)
+    if err then
+        return fail(ctx, status_of(err), format('zone "%s": %s', name, err))
+    end
+    local function sized(n)
+        return format("%s (%d bytes)", output.size(n), n)
+    end
+    return emit(ctx, cmd, info, output.fields {
+        { "name", name }, { "path", info.path }, { "size", sized(info.size) },
+        { "shards", info.shards }, { "used", sized(info.used) },
+        { "free", sized(info.free) }, { "entries", info.entries },
+        { "owner", info.owner }, { "mode", info.mode },
+    })
+end
+
+
+-- syntax: shmlock keys ZONE [--match GLOB] [--limit N]
+function _M.keys(ctx, cmd)
+    local pattern
+    if cmd.match then
+        local err
+        pattern, err = glob.compile(cmd.match)
+        if not pattern then
+            return fail(ctx, EXIT.USAGE, "bad --match pattern: " .. err)
+        end
+    end
+    local dict, status = open(ctx, cmd, cmd.operands[1])
+    if not dict then
+        return status
+    end
+    local all, err = dict:get_keys(0)
+    if not all then
+        return fail(ctx, status_of(err), format('zone "%s": %s',
+                                               cmd.operands[1], err))
+    end
+    sort(all)
+    local keys, lines = json.array({}), {}
+    for _, key in ipairs(all) do
+        if cmd.limit and #keys >= cmd.limit then
+            break
+        end
+        if not pattern or glob.match(pattern, key) then
+            keys[#keys + 1] = key
+            lines[#lines + 1] = output.printable(key) .. "\n"
+        end
+    end
+    return emit(ctx, cmd, keys, concat(lines))
+end
+
+
+-- syntax: shmlock get ZONE KEY
+function _M.get(ctx, cmd)
+    local name, key = cmd.operands[1], cmd.operands[2]
+    local dict, status = open(ctx, cmd, name)
+    if not dict then
+        return status
+    end
+    local value, flags = dict:get(key)
+    if value == nil then
+        if flags then       -- the error: a bad key, a broken zone
+            local bad_key = flags == "empty key" or flags == "key too long"
+            return fail(ctx, bad_key and EXIT.USAGE or status_of(flags),
+                        format('zone "%s": %s', name, flags))
+        end
+        return fail(ctx, EXIT.NO_KEY, format('no key "%s" in zone "%s"',
+                                            output.printable(key), name))
+    end
+    local ttl = dict:ttl(key)
+    local text
+    if type(value) == "number" then
+        text = json.encode(value) .. "\n"
+    else
+        text = tostring(value) .. "\n"
+    end
+    return emit(ctx, cmd, {
+        key = key, value = value, type = type(value), flags = flags or 0,
+        ttl = ttl or json.null,
+    }, text)
+end
+
+
+-- syntax: shmlock locks ZONE
+function _M.locks(ctx, cmd)
+    local name = cmd.operands[1]
+    local dict, status = open(ctx, cmd, name)
+    if not dict then
+        return status
+    end
+    local keys, err = dict:get_keys(0)
+    if not keys then
+        return fail(ctx, status_of(err), format('zone "%s": %s', name, err))
+    end
+    sort(keys)
+    local locks, rows = json.array({}), {}
+    for _, key in ipairs(keys) do
+        local info
+        info, err = inspect.key(dict, key, dict._zone)
+        if info then
+            info.key = key
+            info.marked = info.marked or json.null
+            locks[#locks + 1] = info
+            local m = info.marked ~= json.null and info.marked
+            rows[#rows + 1] = {
+                key = output.printable(key),
+                pid = info.pid,
+                alive = info.alive and "yes" or "no",
+                ttl = output.seconds(info.ttl),
+                waiters = info.waiters,
+                marked = m and format("%d%s", m.pid, m.alive and ""
+                                      or " (dead)") or nil,
+            }
+        elseif err ~= "not a lock" and err ~= "not locked" then
+            return fail(ctx, status_of(err), format('zone "%s": %s', name,
+                                                   err))
+        end
+    end
+    return emit(ctx, cmd, locks, output.table({
+        { "KEY", "key" }, { "PID", "pid", right = true }, { "ALIVE", "alive" },
+        { "TTL", "ttl", right = true }, { "WAITERS", "waiters", right = true },
+        { "MARKED", "marked" },
+    }, rows))
+end
+
+
+-- syntax: shmlock verify ZONE
+function _M.verify(ctx, cmd)
+    local name = cmd.operands[1]
+    local dict, status = open(ctx, cmd, name)
+    if not dict then
+        return status
+    end
+    local ok, err = dict:verify()
+    if ok then
+        emit(ctx, cmd, { zone = name, ok = true, error = json.null },
+             format("%s: ok\n", name))
+        return EXIT.OK
+    end
+    status = status_of(err)
+    if status ~= EXIT.CORRUPT then
+        return fail(ctx, status, format('zone "%s": %s', name, err))
+    end
+    emit(ctx, cmd, { zone = name, ok = false, error = err },
+         format("%s: %s\n", name, err))
+    return EXIT.CORRUPT
+end
+
+
+-- syntax: shmlock destroy ZONE
+function _M.destroy(ctx, cmd)
+    local name = cmd.operands[1]
+    local ok, err = shdict.destroy(name, { dir = cmd.dir })
+    if not ok then
+        local status = status_of(err)
+        if status == EXIT.NO_ZONE then
+            return fail(ctx, status, format('no zone "%s" in %s', name,
+                                            where(cmd)))
+        end
+        return fail(ctx, status, format('zone "%s": %s', name, err))
+    end
+    return emit(ctx, cmd, { zone = name, destroyed = true },
+                format("destroyed %s\n", name))
+end
+
+
+return _M

@@ -1,0 +1,69 @@
+-- resty.shmlock.cli.main (internal): the shmlock command (bin/shmlock is
+-- a thin launcher).  run() takes the arguments and where to write, so the
+-- specs can call it in process as well as run the script.
+
+local args = require "resty.shmlock.cli.args"
+local commands = require "resty.shmlock.cli.commands"
+
+local EXIT = commands.EXIT
+
+local _M = { EXIT = EXIT }
+
+_M.USAGE = [[
+usage: shmlock [--dir D] [--json] COMMAND [ARGS]
+
+Looks at shmlock zones; never creates one.
+
+commands:
+  ls                     the zones: name, size, shards, used, entries,
+                         owner, mode, status
+  stat ZONE              one zone's figures
+  keys ZONE [--match GLOB] [--limit N]
+                         its live keys, sorted (GLOB: *, ?, [a-z], \x)
+  get ZONE KEY           the value under KEY
+  locks ZONE             the held locks: key, holder pid, alive, ttl,
+                         waiters, marked waiter
+  verify ZONE            checks every structure (exit 0 ok, 1 corrupt)
+  destroy ZONE           destroys the zone
+
+options:
+  --dir D                the zone directory (default: $SHMLOCK_DIR, else
+                         /dev/shm)
+  --json                 JSON output, for scripts
+  -h, --help             this text
+
+exit status: 0 ok, 1 corrupt zone, 2 usage error, 3 no such zone,
+4 zone refused (another user's, unsafe mode, not a zone of ours),
+5 no such key, 6 other errors
+]]
+
+local function default_ctx()
+    return {
+        out = function(s) io.stdout:write(s) end,
+        err = function(s) io.stderr:write(s) end,
+    }
+end
+
+-- syntax: status = cli.run(argv, ctx?)
+-- argv: the arguments (argv[1] ...); ctx: { out = fn(text), err =
+-- fn(text) } (default: stdout, stderr).  Returns the exit status.
+function _M.run(argv, ctx)
+    ctx = ctx or default_ctx()
+    local cmd, err = args.parse(argv)
+    if not cmd then
+        ctx.err("shmlock: " .. err .. "\nTry 'shmlock --help'.\n")
+        return EXIT.USAGE
+    end
+    if cmd.help then
+        ctx.out(_M.USAGE)
+        return EXIT.OK
+    end
+    local ok, status = pcall(commands[cmd.name], ctx, cmd)
+    if not ok then
+        ctx.err("shmlock: internal error: " .. tostring(status) .. "\n")
+        return EXIT.FAILED
+    end
+    return status
+end
+
+return _M

@@ -1,0 +1,71 @@
+-- resty.shmlock.internal.log (internal): the rare events an operator must
+-- see, reported one way by every module.
+--
+-- Inside nginx they go to error.log through ngx.log at the event's level
+-- ("error", "warn", "notice", "info", as nginx names them).  Outside nginx
+-- nothing is printed unless the application set a function with
+-- shdict.set_logger(fn): fn(level, message), level one of those strings.
+-- Whether this VM runs inside nginx is asked at each event (they are rare),
+-- so that a module loaded before a stand-in ngx still reports through it.
+
+local nginx = require "resty.shmlock.internal.nginx"
+local C = require "resty.shmlock.lib"
+
+local type = type
+local tostring = tostring
+local pcall = pcall
+local error = error
+
+local _M = {}
+
+local LEVELS = { error = "ERR", warn = "WARN", notice = "NOTICE",
+                 info = "INFO" }
+
+local logger = nil
+
+-- syntax: log.set_logger(fn)   (fn nil: nothing is printed outside nginx)
+function _M.set_logger(fn)
+    if fn ~= nil and type(fn) ~= "function" then
+        error('bad "logger" argument', 3)
+    end
+    logger = fn
+end
+
+-- syntax: log.event(level, message)
+-- level: "error", "warn", "notice" or "info".  Never raises: a failing
+-- application logger is ignored (the event is not worth a failed call).
+function _M.event(level, msg)
+    local ngx = nginx.api()
+    if ngx then
+        local log, lvl = ngx.log, ngx[LEVELS[level]]
+        if type(log) == "function" and lvl then
+            log(lvl, "shmlock: ", msg)
+        end
+        return
+    end
+    if logger then
+        pcall(logger, level, "shmlock: " .. msg)
+    end
+end
+
+-- shard recoveries this process ran, as far as reported
+local counter = C.shmlock_recoveries()
+local reported = counter[0]
+
+-- syntax: log.recoveries(zone_name)
+-- After a call in that zone: if this process recovered shards since the
+-- last report (it took over the mutex of a holder that died in the middle
+-- of an update, and rolled the update back), a warning.  One load of the
+-- core's counter word (no call): cheap enough for every store and lock.
+function _M.recoveries(name)
+    local n = counter[0]
+    if n ~= reported then
+        local count = n - reported
+        reported = n
+        _M.event("warn", 'zone "' .. tostring(name) .. '": ' .. count
+                 .. " shard(s) recovered after their mutex holder died in"
+                 .. " the middle of an update (rolled back)")
+    end
+end
+
+return _M

@@ -1,0 +1,97 @@
+-- resty.shmlock.lock.inspect (internal): what a lock key holds, for
+-- resty_lock.inspect() and the shmlock command.  Reads only: the key's
+-- value and ttl through the dict's own methods (a zone's dict object or an
+-- ngx.shared dict: both answer get and ttl alike), the holder's process,
+-- and on a zone the waiters counted on the key's wait word.
+--
+-- The value is parsed here and in resty.shmlock.internal.token only: a
+-- holder token "<pid>:<start>:<serial>", possibly followed by a starving
+-- waiter's mark (resty.shmlock.lock.zone, "Starvation mode").
+
+local C = require "resty.shmlock.lib"
+local token = require "resty.shmlock.internal.token"
+local clock = require "resty.shmlock.internal.clock"
+
+local type = type
+local tonumber = tonumber
+local split = token.split
+local parse = token.parse
+local alive = token.alive
+local now_ms = clock.now_ms
+
+local _M = {}
+
+-- reads of a key whose value changes between its get and its ttl
+local TRIES = 8
+
+
+-- { pid, alive, deadline, waited } of a mark's starving waiter, or nil
+-- when the mark is not one of ours
+local function marked(starver, since, till)
+    local pid = parse(starver)
+    if not pid then
+        return nil
+    end
+    local now = now_ms()
+    return {
+        pid = pid,
+        alive = alive(starver),
+        -- seconds left to its deadline; <= 0: the mark is stale (a
+        -- release frees the key rather than hand it over); nil in a mark
+        -- written by an older version, which never goes stale
+        deadline = till and (till - now) / 1000 or nil,
+        waited = (now - since) / 1000,
+    }
+end
+
+
+-- syntax: info, err = inspect.key(dict, key, zone?)
+-- dict: a zone's dict object or an ngx.shared dict (anything with get and
+-- ttl); key: a checked key; zone: the zone cdata, for the waiter count (nil
+-- on an ngx.shared dict).  The value and the ttl are read one after the
+-- other and agree (the value is read again after the ttl): a snapshot.
+-- Returns the table documented in docs/lock.md (inspect), or nil and
+-- "not locked", "not a lock", or the store's error.
+function _M.key(dict, key, zone)
+    local v, ttl, err
+    for _ = 1, TRIES do
+        v, err = dict:get(key)
+        if v == nil then
+            return nil, err or "not locked"
+        end
+        if type(v) ~= "string" then
+            return nil, "not a lock"
+        end
+        ttl, err = dict:ttl(key)
+        if ttl then
+            if dict:get(key) == v then
+                break
+            end
+        elseif err ~= "not found" then
+            return nil, err
+        end
+        ttl = nil
+    end
+    if not ttl then
+        return nil, "not locked"
+    end
+
+    local holder, starver, _, since, till = split(v)
+    local pid = parse(holder)
+    if not pid then
+        return nil, "not a lock"
+    end
+
+    local info = {
+        pid = pid,
+        alive = alive(holder),
+        ttl = ttl,
+        marked = starver and marked(starver, since, till) or nil,
+        waiters = zone and tonumber(C.shmlock_wait_count(zone,
+                                    C.shmlock_hash(key, #key))) or nil,
+    }
+    return info
+end
+
+
+return _M

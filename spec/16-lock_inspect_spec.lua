@@ -1,0 +1,147 @@
+-- resty_lock.inspect(): what holds a lock key, seen from another process:
+-- the holder's pid and whether it lives (a child SIGKILLed while holding),
+-- the ttl left, the starving waiter marked on the lock, and the waiters
+-- counted on the key's wait word.
+
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
+local env = require "helpers.lock_env"
+local holder = require "helpers.lock_holder"
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+
+describe("resty_lock.inspect()", function()
+    local fx = fixture.new { dir = "block", env = true, children = "assert" }
+    local dict
+
+    before_each(function()
+        dict = fx:zone("inspect", { size = "64k" })
+    end)
+
+    -- a live token's "<pid>:<start>:" of this process
+    local function my_prefix()
+        local lock = resty_lock:new(dict)
+        assert.equal(0, lock:lock("prefix"))
+        local prefix = dict:get("prefix"):match("^%d+:%d+:")
+        assert.equal(1, lock:unlock())
+        return prefix
+    end
+
+    it("answers nil, 'not locked' for a free key, also after unlock()",
+       function()
+        assert.same({ nil, "not locked" }, { resty_lock.inspect(dict, "k") })
+        local lock = resty_lock:new(dict)
+        assert.equal(0, lock:lock("k"))
+        assert.equal(1, lock:unlock())
+        assert.same({ nil, "not locked" }, { resty_lock.inspect(dict, "k") })
+    end)
+
+    it("gives this process's lock: pid, alive, ttl, no mark, no waiter",
+       function()
+        local lock = resty_lock:new(dict, { exptime = 10 })
+        assert.equal(0, lock:lock("k"))
+        local info = assert(resty_lock.inspect(dict, "k"))
+        assert.equal(env.pid(), info.pid)
+        assert.is_true(info.alive)
+        assert.is_true(info.ttl > 9.9 and info.ttl <= 10, info.ttl)
+        assert.is_nil(info.marked)
+        assert.equal(0, info.waiters)
+        -- the same through the zone's name and with the colon call
+        assert.same(info.pid, resty_lock.inspect("inspect", "k").pid)
+        assert.same(info.pid, resty_lock:inspect("inspect", "k").pid)
+        assert.equal(1, lock:unlock())
+    end)
+
+    it("gives ttl 0 for a lock that never expires", function()
+        local lock = resty_lock:new(dict, { exptime = 0 })
+        assert.equal(0, lock:lock("k"))
+        assert.equal(0, resty_lock.inspect(dict, "k").ttl)
+        lock:unlock()
+    end)
+
+    it("tells a live holder from one SIGKILLed while holding", function()
+        local pid = holder.hold(dict, "k", 20)
+        local info = assert(resty_lock.inspect(dict, "k"))
+        assert.equal(pid, info.pid)
+        assert.is_true(info.alive)
+        assert.is_true(info.ttl > 19 and info.ttl <= 20, info.ttl)
+
+        proc.kill(pid)
+        assert.equal("signal", proc.wait(pid, 5).how)
+        info = assert(resty_lock.inspect(dict, "k"))
+        assert.equal(pid, info.pid)
+        assert.is_false(info.alive)
+        -- inspect changed nothing: the dead holder's token is still there
+        assert.is_truthy(dict:get("k"):match("^" .. pid .. ":"))
+    end)
+
+    it("counts the waiters asleep on the key and names the marked one",
+       function()
+        local pid = holder.hold(dict, "k", 20)
+        local w1 = holder.wait(dict, "k", 10)
+        local w2 = holder.wait(dict, "k", 10)
+        local info = env.wait_for(function()
+            local i = resty_lock.inspect(dict, "k")
+            return i and i.waiters == 2 and i.marked and i
+        end, 5)
+        assert.is_truthy(info, "never saw two waiters and a mark")
+        assert.equal(pid, info.pid)
+        assert.is_true(info.marked.pid == w1 or info.marked.pid == w2)
+        assert.is_true(info.marked.alive)
+        -- the deadline of a 10 s wait, a little of which has passed
+        assert.is_true(info.marked.deadline > 5
+                       and info.marked.deadline <= 10,
+                       info.marked.deadline)
+        assert.is_true(info.marked.waited >= 0
+                       and info.marked.waited < 5, info.marked.waited)
+
+        -- the holder dies: the marked waiter gets the lock, then the other
+        proc.kill(pid)
+        proc.wait(pid, 5)
+        assert.same({ how = "exit", code = 0, msg = "" }, proc.wait(w1, 5))
+        assert.same({ how = "exit", code = 0, msg = "" }, proc.wait(w2, 5))
+        assert.same({ nil, "not locked" }, { resty_lock.inspect(dict, "k") })
+    end)
+
+    it("reads a stale mark's deadline as past, an old mark's as nil",
+       function()
+        local tok = my_prefix()
+        local h, s = tok .. "0000000000000001", tok .. "0000000000000002"
+        assert.is_true(dict:add("stale", h .. "|" .. s .. "|5000|1|2", 30))
+        local m = assert(resty_lock.inspect(dict, "stale")).marked
+        assert.equal(env.pid(), m.pid)
+        assert.is_true(m.deadline < 0)
+        assert.is_true(dict:add("old", h .. "|" .. s .. "|5000|1", 30))
+        m = assert(resty_lock.inspect(dict, "old")).marked
+        assert.equal(env.pid(), m.pid)
+        assert.is_nil(m.deadline)
+    end)
+
+    it("answers nil, 'not a lock' for a value that is not a lock token",
+       function()
+        assert.is_true(dict:set("n", 1))
+        assert.is_true(dict:set("s", "hello"))
+        assert.is_true(dict:set("b", true))
+        for _, k in ipairs { "n", "s", "b" } do
+            assert.same({ nil, "not a lock" },
+                        { resty_lock.inspect(dict, k) })
+        end
+    end)
+
+    it("answers new()'s, the key's and the zone's errors", function()
+        assert.same({ nil, "dictionary not found" },
+                    { resty_lock.inspect("no-such-zone", "k") })
+        assert.same({ nil, "dictionary not found" },
+                    { resty_lock.inspect(42, "k") })
+        assert.same({ nil, "nil key" }, { resty_lock.inspect(dict) })
+        assert.same({ nil, "empty key" }, { resty_lock.inspect(dict, "") })
+        assert.same({ nil, "key too long" },
+                    { resty_lock.inspect(dict, ("x"):rep(65536)) })
+        local gone = assert(shdict.open("gone"))
+        assert.is_true(shdict.destroy("gone"))
+        assert.same({ nil, "zone destroyed" },
+                    { resty_lock.inspect(gone, "k") })
+        -- and it never creates a zone
+        assert.is_false(env.exists(fx.dir .. "/shmlock.no-such-zone"))
+    end)
+end)

@@ -1,0 +1,428 @@
+-- bin/shmlock, the command, run as a user runs it from a checkout (from
+-- another directory, without LUA_PATH: it finds lua/ next to itself)
+-- against live zones: each command's output, --json that parses, the exit
+-- statuses, and that it never creates a zone.  Its pieces (the JSON
+-- encoder, the glob patterns, the argument parser) are checked in process
+-- at the end.
+
+local ffi = require "ffi"
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
+local checkout = require "helpers.checkout"
+local holder = require "helpers.lock_holder"
+local env = require "helpers.lock_env"
+local jd = require "helpers.json_decode"
+local zone_layout = require "helpers.zone_layout"
+local json = require "resty.shmlock.cli.json"
+local glob = require "resty.shmlock.cli.glob"
+local args = require "resty.shmlock.cli.args"
+
+local BIN = checkout.ROOT .. "/bin/shmlock"
+
+local function q(s)
+    return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- status, stdout, stderr of `shmlock <words...>` run in dir, with
+-- SHMLOCK_DIR unset (zones are found through --dir, given by the caller)
+local function shmlock(dir, ...)
+    local words = {}
+    for i, w in ipairs { ... } do
+        words[i] = q(w)
+    end
+    local out, err = dir .. "/.out", dir .. "/.err"
+    local status = checkout.sh("cd / && env -u LUA_PATH -u SHMLOCK_DIR "
+                               .. q(BIN) .. " " .. table.concat(words, " ")
+                               .. " >" .. q(out) .. " 2>" .. q(err)
+                               .. "; echo $?")
+    local o, e = checkout.read_file(out), checkout.read_file(err)
+    os.remove(out)
+    os.remove(err)
+    return tonumber(status), o, e
+end
+
+-- the names in dir, sorted (what the command must not add to)
+local function listing(dir)
+    local names = {}
+    for name in checkout.sh("ls -A " .. q(dir)):gmatch("[^\n]+") do
+        names[#names + 1] = name
+    end
+    table.sort(names)
+    return names
+end
+
+describe("bin/shmlock", function()
+    local fx = fixture.new { dir = "test", children = "assert" }
+    local dir, dict
+
+    before_each(function()
+        dir = fx.dir
+        dict = fx:zone("cache", { size = "64k" })
+    end)
+
+    -- shmlock with --dir of this test
+    local function run(...)
+        return shmlock(dir, "--dir", dir, ...)
+    end
+
+    describe("ls", function()
+        it("lists a zone made by the test, with its figures", function()
+            assert.is_true(dict:set("a", "1"))
+            assert.is_true(dict:set("b", "2"))
+            local status, out, err = run("ls")
+            assert.same({ 0, "" }, { status, err })
+            local head, row = out:match("^([^\n]*)\n([^\n]*)\n$")
+            assert.truthy(head:match("^NAME +SIZE +SHARDS +USED +ENTRIES"
+                                     .. " +OWNER +MODE +STATUS$"), head)
+            local user = checkout.trim(checkout.sh("id -un"))
+            assert.truthy(row:match("^cache +64K +1 +%d[%d.]*K +2  "
+                                    .. user .. " +0600  ok$"), row)
+        end)
+
+        it("gives every figure with --json", function()
+            assert.is_true(dict:set("a", "1"))
+            local status, out = run("ls", "--json")
+            assert.equal(0, status)
+            local zones = jd.decode(out)
+            assert.equal(1, #zones)
+            local z = zones[1]
+            assert.equal("cache", z.name)
+            assert.equal(65536, z.size)
+            assert.equal(1, z.shards)
+            assert.equal(1, z.entries)
+            assert.equal(dict:free_space(), z.free)
+            assert.equal(65536 - dict:free_space(), z.used)
+            assert.equal("0600", z.mode)
+            assert.equal(dir .. "/shmlock.cache", z.path)
+            assert.equal(jd.null, z.error)
+        end)
+
+        it("lists a zone it may not use, with the library's reason",
+           function()
+            fx:zone("shared", { size = "64k" })
+            assert(os.execute("chmod 0666 " .. q(dir .. "/shmlock.shared"))
+                   == 0)
+            local status, out = run("ls")
+            assert.equal(0, status)
+            assert.truthy(out:match("\nshared +64K +%- +%- +%- +%S+ +0666"
+                                    .. "  zone file mode 0666 is writable"
+                                    .. " by others\n"), out)
+        end)
+
+        it("answers an empty table for a directory without zones, and 6 "
+           .. "for one it cannot read", function()
+            local empty = dir .. "/empty"
+            assert(os.execute("mkdir " .. q(empty)) == 0)
+            assert.same({ 0, "[]\n", "" },
+                        { shmlock(dir, "ls", "--json", "--dir", empty) })
+            local status, out, err = shmlock(dir, "ls", "--dir",
+                                             dir .. "/none")
+            assert.same({ 6, "" }, { status, out })
+            assert.equal("shmlock: cannot read directory " .. dir
+                         .. "/none: No such file or directory\n", err)
+        end)
+    end)
+
+    describe("stat", function()
+        it("shows one zone's figures", function()
+            local status, out = run("stat", "cache")
+            assert.equal(0, status)
+            assert.truthy(out:match("^name     cache\n"), out)
+            assert.truthy(out:match("\nsize     64K %(65536 bytes%)\n"), out)
+            assert.truthy(out:match("\nshards   1\n"), out)
+            assert.truthy(out:match("\nentries  0\n"), out)
+            assert.truthy(out:match("\nmode     0600\n$"), out)
+        end)
+
+        it("exits 3 for a missing zone, and creates nothing", function()
+            local before = listing(dir)
+            local status, out, err = run("stat", "nope")
+            assert.same({ 3, "", 'shmlock: no zone "nope" in ' .. dir .. "\n" },
+                        { status, out, err })
+            for _, cmd in ipairs { "keys", "locks", "verify", "destroy" } do
+                assert.equal(3, (run(cmd, "nope")))
+            end
+            assert.equal(3, (run("get", "nope", "k")))
+            assert.same(before, listing(dir))
+        end)
+
+        it("exits 4 with the library's reason for a zone it may not use",
+           function()
+            fx:zone("open", { size = "64k" })
+            assert(os.execute("chmod 0666 " .. q(dir .. "/shmlock.open"))
+                   == 0)
+            assert.same({ 4, "", 'shmlock: zone "open": zone file mode 0666'
+                                 .. " is writable by others\n" },
+                        { run("stat", "open") })
+            checkout.write_file(dir .. "/shmlock.junk", "not a zone")
+            assert.same({ 4, "", 'shmlock: zone "junk": incompatible zone\n' },
+                        { run("locks", "junk") })
+        end)
+
+        it("exits 4 for another user's zone", function()
+            local uid = tonumber(checkout.trim(checkout.sh("id -u")))
+            if uid ~= 0 then
+                pending("needs root to give a zone to another user")
+                return
+            end
+            fx:zone("theirs", { size = "64k" })
+            assert(os.execute("chown nobody " .. q(dir .. "/shmlock.theirs"))
+                   == 0)
+            local status, out, err = run("keys", "theirs")
+            assert.same({ 4, "" }, { status, out })
+            assert.truthy(err:match('^shmlock: zone "theirs": zone file owned'
+                                    .. " by another user %(uid %d+%)"), err)
+        end)
+    end)
+
+    describe("keys", function()
+        before_each(function()
+            for i = 1, 20 do
+                assert(dict:set("user:" .. i, i))
+            end
+            assert(dict:set("session:1", "s"))
+        end)
+
+        it("lists the live keys sorted, filtered by --match, cut by --limit",
+           function()
+            assert.same({ 0, "user:1\nuser:10\nuser:11\n", "" },
+                        { run("keys", "cache", "--match", "user:1*",
+                              "--limit", "3") })
+            assert.same({ 0, "session:1\n", "" },
+                        { run("keys", "cache", "--match", "s*") })
+            local status, out = run("keys", "cache")
+            assert.equal(0, status)
+            local n = select(2, out:gsub("\n", ""))
+            assert.equal(21, n)
+            assert.same({ 0, '["user:20"]\n', "" },
+                        { run("keys", "cache", "--match", "user:2?", "--json")
+                        })
+            assert.same({ 0, '["user:2","user:20"]\n', "" },
+                        { run("keys", "cache", "--match", "user:2*", "--json")
+                        })
+        end)
+
+        it("writes control bytes escaped, and keys of any byte as JSON",
+           function()
+            local odd = "a\"b\\c\nd\1\255é"
+            assert(dict:set(odd, 1))
+            local status, out = run("keys", "cache", "--match", "a*",
+                                    "--json")
+            assert.equal(0, status)
+            assert.equal('["a\\"b\\\\c\\nd\\u0001\\u00ffé"]\n', out)
+            assert.same({ "a\"b\\c\nd\1\195\191é" }, jd.decode(out))
+            assert.same({ 0, "a\"b\\\\c\\x0ad\\x01\255é\n", "" },
+                        { run("keys", "cache", "--match", "a*") })
+        end)
+    end)
+
+    describe("get", function()
+        it("writes the value, or with --json its type, flags and ttl",
+           function()
+            assert(dict:set("s", "hello", 0, 7))
+            assert(dict:set("n", 2.5, 100))
+            assert.same({ 0, "hello\n", "" }, { run("get", "cache", "s") })
+            assert.same({ 0, "2.5\n", "" }, { run("get", "cache", "n") })
+            local status, out = run("get", "cache", "s", "--json")
+            assert.equal(0, status)
+            assert.same({ key = "s", value = "hello", type = "string",
+                          flags = 7, ttl = 0 }, jd.decode(out))
+            local v = jd.decode(select(2, run("get", "cache", "n", "--json")))
+            assert.equal(2.5, v.value)
+            assert.is_true(v.ttl > 90 and v.ttl <= 100)
+        end)
+
+        it("exits 5 for an absent key", function()
+            assert.same({ 5, "", 'shmlock: no key "k" in zone "cache"\n' },
+                        { run("get", "cache", "k") })
+        end)
+    end)
+
+    describe("locks", function()
+        it("shows a child's lock alive, then dead after SIGKILL", function()
+            assert(dict:set("plain", "not a lock"))
+            local pid = holder.hold(dict, "job", 30)
+
+            local status, out, err = run("locks", "cache")
+            assert.same({ 0, "" }, { status, err })
+            local head, row = out:match("^([^\n]*)\n([^\n]*)\n$")
+            assert.truthy(head:match("^KEY +PID +ALIVE +TTL +WAITERS"
+                                     .. " +MARKED$"), head)
+            assert.truthy(row:match("^job +" .. pid .. " +yes +[%d.]+s +0"
+                                    .. " +%-$"), row)
+
+            local locks = jd.decode(select(2, run("locks", "cache", "--json")))
+            assert.equal(1, #locks)
+            assert.equal("job", locks[1].key)
+            assert.equal(pid, locks[1].pid)
+            assert.is_true(locks[1].alive)
+            assert.is_true(locks[1].ttl > 25 and locks[1].ttl <= 30)
+            assert.equal(0, locks[1].waiters)
+            assert.equal(jd.null, locks[1].marked)
+
+            proc.kill(pid)
+            assert.equal("signal", proc.wait(pid, 5).how)
+            locks = jd.decode(select(2, run("locks", "cache", "--json")))
+            assert.equal(pid, locks[1].pid)
+            assert.is_false(locks[1].alive)
+            assert.truthy(select(2, run("locks", "cache"))
+                          :match("\njob  " .. pid .. "  no "))
+        end)
+
+        it("counts the waiters and names the marked one", function()
+            local pid = holder.hold(dict, "job", 30)
+            local waiter = holder.wait(dict, "job", 10)
+            local lock = env.wait_for(function()
+                local l = jd.decode(select(2, run("locks", "cache",
+                                                  "--json")))[1]
+                return l.waiters == 1 and l.marked ~= jd.null and l
+            end, 10)
+            assert.truthy(lock, "never saw the waiter")
+            assert.equal(pid, lock.pid)
+            assert.equal(waiter, lock.marked.pid)
+            assert.is_true(lock.marked.alive)
+            assert.is_true(lock.marked.deadline > 0)
+            proc.kill(pid)
+            proc.wait(pid, 5)
+            assert.same({ how = "exit", code = 0, msg = "" },
+                        proc.wait(waiter, 5))
+        end)
+
+        it("shows nothing but the header for a zone without locks",
+           function()
+            assert(dict:set("k", "v"))
+            assert.same({ 0, "KEY  PID  ALIVE  TTL  WAITERS  MARKED\n", "" },
+                        { run("locks", "cache") })
+            assert.same({ 0, "[]\n", "" }, { run("locks", "cache", "--json") })
+        end)
+    end)
+
+    describe("verify", function()
+        it("exits 0 for a sound zone", function()
+            assert(dict:set("k", "v"))
+            assert.same({ 0, "cache: ok\n", "" }, { run("verify", "cache") })
+            assert.same({ 0, '{"error":null,"ok":true,"zone":"cache"}\n', "" },
+                        { run("verify", "cache", "--json") })
+        end)
+
+        it("exits 1 for a zone corrupted on purpose", function()
+            assert(dict:set("k", "v"))
+            -- one more free chunk counted than the free list holds
+            local path = dir .. "/shmlock.cache"
+            local f = assert(io.open(path, "r+b"))
+            local hdr = ffi.new(zone_layout.ZONE_HDR)
+            ffi.copy(hdr, f:read(ffi.sizeof(hdr)), ffi.sizeof(hdr))
+            assert.equal(zone_layout.LAYOUT, hdr.layout)
+            local at = tonumber(hdr.shards_off)
+                       + ffi.offsetof(zone_layout.SHARD_HDR, "free_count")
+            f:seek("set", at)
+            local count = ffi.cast("const uint32_t *", f:read(4))[0]
+            f:seek("set", at)
+            f:write(ffi.string(ffi.new("uint32_t[1]", count + 1), 4))
+            f:close()
+
+            local msg = ("corrupt: free list holds %d chunks, %d counted")
+                        :format(count, count + 1)
+            assert.same({ 1, "cache: " .. msg .. "\n", "" },
+                        { run("verify", "cache") })
+            assert.same({ 1, '{"error":"' .. msg .. '","ok":false,'
+                             .. '"zone":"cache"}\n', "" },
+                        { run("verify", "cache", "--json") })
+        end)
+    end)
+
+    describe("destroy", function()
+        it("destroys a zone, then exits 3 for it", function()
+            assert.same({ 0, "destroyed cache\n", "" },
+                        { run("destroy", "cache") })
+            assert.is_false(env.exists(dir .. "/shmlock.cache"))
+            assert.same({ nil, "zone destroyed" }, { dict:get("k") })
+            assert.same({ 3, "", 'shmlock: no zone "cache" in ' .. dir .. "\n" },
+                        { run("destroy", "cache") })
+        end)
+    end)
+
+    describe("the command line", function()
+        it("exits 2 with a message on stderr for a usage error", function()
+            local cases = {
+                { {}, "no command" },
+                { { "frobnicate" }, "unknown command frobnicate" },
+                { { "ls", "--frob" }, "unknown option --frob" },
+                { { "stat" }, "stat takes ZONE" },
+                { { "get", "cache" }, "get takes ZONE KEY" },
+                { { "ls", "extra" }, "ls takes no operands" },
+                { { "ls", "--match", "x" }, "option --match is not for ls" },
+                { { "keys", "cache", "--limit", "0" },
+                  "option --limit needs a whole number >= 1" },
+                { { "keys", "cache", "--limit" }, "option --limit needs a value" },
+                { { "stat", "bad/name" }, 'zone "bad/name": bad zone name' },
+                { { "keys", "cache", "--match", "[a" },
+                  "bad --match pattern: unclosed [" },
+            }
+            for _, c in ipairs(cases) do
+                local status, out, err = run(unpack(c[1]))
+                assert.same({ 2, "" }, { status, out })
+                assert.equal("shmlock: " .. c[2], err:match("^[^\n]*"))
+            end
+        end)
+
+        it("prints its help with --help, exit 0", function()
+            local status, out, err = shmlock(dir, "--help")
+            assert.same({ 0, "" }, { status, err })
+            assert.truthy(out:match("^usage: shmlock "))
+            for _, cmd in ipairs { "ls", "stat", "keys", "get", "locks",
+                                   "verify", "destroy" } do
+                assert.truthy(out:find("\n  " .. cmd .. " ", 1, true), cmd)
+            end
+        end)
+
+        it("finds zones in $SHMLOCK_DIR without --dir", function()
+            assert.equal("[]\n0\n",
+                         checkout.sh("cd / && SHMLOCK_DIR=" .. q(dir) .. " "
+                                     .. q(BIN) .. " keys cache --json;"
+                                     .. " echo $?"))
+        end)
+    end)
+end)
+
+describe("resty.shmlock.cli pieces", function()
+    it("json.encode: sorted objects, arrays, escapes, numbers", function()
+        assert.equal('{"a":[1,2.5,null,true],"b":{},"c":[],"d":null}',
+                     json.encode { a = { 1, 2.5, 0 / 0, true }, b = {},
+                                   c = json.array {}, d = json.null })
+        assert.equal('"\\"\\\\\\n\\t\\u0000\\u001f\\u00ff\226\130\172"',
+                     json.encode('"\\\n\t\0\31\255\226\130\172'))
+        assert.equal("0.1", json.encode(0.1))
+        assert.equal("29.949", json.encode(29949 / 1000))
+        assert.equal("-3", json.encode(-3))
+    end)
+
+    it("glob: *, ?, sets, ranges, negation, escapes, any byte", function()
+        local function m(p, k)
+            return glob.match(assert(glob.compile(p)), k)
+        end
+        assert.is_true(m("user:*", "user:"))
+        assert.is_false(m("user:*", "a user:1"))
+        assert.is_true(m("a?c", "a\0c"))
+        assert.is_false(m("a?c", "ac"))
+        assert.is_true(m("[a-c]x", "bx"))
+        assert.is_false(m("[!a-c]x", "bx"))
+        assert.is_true(m("[^a-c]x", "dx"))
+        assert.is_true(m("a\\*", "a*"))
+        assert.is_false(m("a\\*", "ab"))
+        assert.is_true(m("%.(", "%.("))
+        assert.is_false(m("%.(", "x.("))
+        assert.same({ nil, "unclosed [" }, { glob.compile("[a") })
+        assert.same({ nil, "trailing \\" }, { glob.compile("a\\") })
+    end)
+
+    it("args.parse: options anywhere, --opt=value, --", function()
+        local cmd = assert(args.parse { "--json", "keys", "z", "--dir=/d",
+                                        "--limit", "5" })
+        assert.same({ name = "keys", operands = { "z" }, json = true,
+                      dir = "/d", limit = 5 }, cmd)
+        cmd = assert(args.parse { "get", "z", "--", "--json" })
+        assert.same({ "z", "--json" }, cmd.operands)
+        assert.is_nil(cmd.json)
+    end)
+end)
