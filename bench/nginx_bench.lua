@@ -131,6 +131,7 @@ if wants(6) then
     local variants = { "ours", "peer" }
     if mode:match("cache") then
         table.insert(variants, 2, "stale")
+        table.insert(variants, 3, "warm")
     end
     for _, v in ipairs(variants) do
         local s = {}
@@ -161,6 +162,8 @@ if wants(6) then
         local note = DURATION .. " s runs; "
                      .. (v == "stale" and "resty.shmlock.cache, stale_ttl "
                          .. "(the key loaded before each run)" or
+                         v == "warm" and "resty.shmlock.cache, no expiry "
+                         .. "in the run (the key loaded before each run)" or
                          (v == "ours" and mode:match("cache")
                          and "resty.shmlock.cache" or
                          (v == "ours" and "resty.shmlock + zone, cache-lock pattern"

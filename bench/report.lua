@@ -176,6 +176,10 @@ for _, w in ipairs{ 1, 2 } do
                w, w > 1 and "s" or ""),
            get("stampede_w" .. w, "stale_stalls"),
            get("stampede_w" .. w, "ours_stalls"), "bound", 0, num)
+    target(fmt("stale_ttl stampede (section 6, %d worker%s): p99 vs no "
+               .. "expiry at all", w, w > 1 and "s" or ""),
+           get("stampede_w" .. w, "stale_p99"),
+           get("stampede_w" .. w, "warm_p99"), "within", 2, ms)
 end
 for _, op in ipairs{ "get", "set", "add", "delete", "incr" } do
     target("`" .. op .. "` cost at 1e6 keys vs at 1e3 keys",
@@ -450,6 +454,7 @@ header({ "workers", "variant", "loader calls", "req/s", "p50", "p99",
 for _, w in ipairs{ 1, 2 } do
     for _, v in ipairs{ { "ours", ours_desc },
                         { "stale", "resty.shmlock.cache, `stale_ttl`" },
+                        { "warm", "resty.shmlock.cache, no expiry in the run" },
                         { "peer", "resty.lock pattern, ngx.shared.DICT" } } do
         local s = "stampede_w" .. w
         local function m(k, f)
