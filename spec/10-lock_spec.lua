@@ -562,11 +562,7 @@ describe("resty.shmlock", function()
 
     -- "<pid>:<start>:" of this process's tokens
     local function my_prefix()
-        local lock = resty_lock:new(dict)
-        assert.equal(0, lock:lock("prefix"))
-        local prefix = dict:get("prefix"):match("^%d+:%d+:")
-        assert.equal(1, lock:unlock())
-        return prefix
+        return env.token_prefix(resty_lock, dict)
     end
 
     describe("dead holders", function()

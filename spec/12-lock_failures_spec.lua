@@ -196,11 +196,7 @@ describe("resty.shmlock when a zone call fails (injected)", function()
 
     -- "<pid>:<start>:" of this process's tokens
     local function my_prefix()
-        local lock = resty_lock:new(dict)
-        assert.equal(0, lock:lock("prefix"))
-        local prefix = dict:get("prefix"):match("^%d+:%d+:")
-        assert.equal(1, lock:unlock())
-        return prefix
+        return env.token_prefix(resty_lock, dict)
     end
 
     -- the holder's lock on "k", marked by a starver of ours that waits

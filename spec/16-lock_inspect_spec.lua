@@ -20,11 +20,7 @@ describe("resty_lock.inspect()", function()
 
     -- a live token's "<pid>:<start>:" of this process
     local function my_prefix()
-        local lock = resty_lock:new(dict)
-        assert.equal(0, lock:lock("prefix"))
-        local prefix = dict:get("prefix"):match("^%d+:%d+:")
-        assert.equal(1, lock:unlock())
-        return prefix
+        return env.token_prefix(resty_lock, dict)
     end
 
     it("answers nil, 'not locked' for a free key, also after unlock()",
