@@ -33,42 +33,9 @@ fi
 
 eval "$(luarocks --lua-version=5.1 --tree "$tree" path)"
 cd "$work/elsewhere"
-env -u SHMLOCK_LIB SHMLOCK_DIR="$work/zones" TREE="$tree" ROOT="$root" luajit - <<'LUA'
-local tree, root = os.getenv("TREE"), os.getenv("ROOT")
-
-local function inside(path, dir)
-    return path and path:sub(1, #dir + 1) == dir .. "/"
-end
-
--- every module the checkout has is installed, and loads from the tree
-local modules = {}
-local find = io.popen("cd '" .. root .. "/lua' && find resty -name '*.lua'")
-for f in find:lines() do
-    modules[#modules + 1] = f:gsub("%.lua$", ""):gsub("/", ".")
-end
-find:close()
-assert(#modules >= 2, "no modules found in the checkout")
-
-for _, name in ipairs(modules) do
-    local path = package.searchpath(name, package.path)
-    assert(inside(path, tree), name .. " is not in the tree: " .. tostring(path))
-end
-local lib = package.searchpath("libshmlock", package.cpath)
-assert(inside(lib, tree), "libshmlock.so not in the tree: " .. tostring(lib))
-
-for _, name in ipairs(modules) do
-    require(name)
-end
-
-local shdict = require "resty.shmlock.shdict"
-local dict = assert(shdict.open("install_check", { size = "64k" }))
-assert(dict:set("k", "v"))
-assert(dict:get("k") == "v")
-assert(dict:verify())
-assert(shdict.destroy("install_check"))
-print("test-install: " .. #modules .. " modules and libshmlock.so load from "
-      .. tree)
-LUA
+out=$(env -u SHMLOCK_LIB SHMLOCK_DIR="$work/zones" TREE="$tree" ROOT="$root" \
+      luajit "$root/scripts/lua/check_installed.lua")
+echo "test-install: $out"
 
 # the command
 eval "$(luarocks --lua-version=5.1 --tree "$tree" path --bin)"

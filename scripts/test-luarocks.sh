@@ -71,41 +71,7 @@ check_tree() {
         eval "$(luarocks --lua-version=5.1 --tree "$tree" path)"
         cd "$work/elsewhere"
         env -u SHMLOCK_LIB SHMLOCK_DIR="$work/zones" TREE="$tree" ROOT="$root" \
-            luajit - <<'LUA'
-local tree, root = os.getenv("TREE"), os.getenv("ROOT")
-
-local function inside(path, dir)
-    return path and path:sub(1, #dir + 1) == dir .. "/"
-end
-
-local modules = {}
-local find = io.popen("cd '" .. root .. "/lua' && find resty -name '*.lua'")
-for f in find:lines() do
-    modules[#modules + 1] = f:gsub("%.lua$", ""):gsub("/", ".")
-end
-find:close()
-assert(#modules >= 4, "no modules found in the checkout")
-for _, name in ipairs(modules) do
-    local path = package.searchpath(name, package.path)
-    assert(inside(path, tree), name .. " is not in the tree: " .. tostring(path))
-    require(name)
-end
-local lib = package.searchpath("libshmlock", package.cpath)
-assert(inside(lib, tree), "libshmlock.so is not in the tree: " .. tostring(lib))
-
-local shdict = require "resty.shmlock.shdict"
-local resty_lock = require "resty.shmlock"
-local cache = require "resty.shmlock.cache"
-local dict = assert(shdict.open("luarocks_check", { size = "64k" }))
-assert(dict:set("k", "v") and dict:get("k") == "v")
-local lock = assert(resty_lock:new("luarocks_check"))
-assert(lock:lock("job") == 0 and lock:unlock() == 1)
-local c = assert(cache.new("users", { dict = dict }))
-assert(c:get("42", nil, function(id) return "user " .. id end, "42") == "user 42")
-assert(dict:verify())
-assert(shdict.destroy("luarocks_check"))
-print(#modules .. " modules and libshmlock.so from " .. tree)
-LUA
+            luajit "$root/scripts/lua/check_installed.lua"
     ) >"$log.run" 2>&1; then
         pass "$what: $(tail -n 1 "$log.run")"
     else
