@@ -3,7 +3,8 @@
 -- the model says, and its structures must verify.  Values of many sizes
 -- exercise the chunk chains, the in-place rewrite and the copy path; a
 -- small zone exercises eviction (set() entries may vanish, add() entries
--- never do).
+-- never do).  Lists (lpush/rpush/lpop/rpop/llen) live among the other
+-- values, so every operation meets them too.
 
 local fixture = require "helpers.fixture"
 local checkout = require "helpers.checkout"
@@ -57,7 +58,7 @@ describe("the dictionary against a model", function()
         for step = 1, 20000 do
             local k = keys[rnd(#keys)]
             local m = model[k]
-            local op = rnd(12)
+            local op = rnd(17)
             local v, f = random_value(rnd), rnd(0, 3)
             local got, want
 
@@ -109,8 +110,10 @@ describe("the dictionary against a model", function()
                     want = { n = 3, m.v, nil, false }
                 end
             elseif op == 9 then
-                -- cas from the current value (often) or a wrong one
-                local old = (m and rnd(3) > 1) and m.v or random_value(rnd)
+                -- cas from the current value (often) or a wrong one (a
+                -- list's is always wrong: no value equals a list)
+                local old = (m and type(m.v) ~= "table" and rnd(3) > 1)
+                            and m.v or random_value(rnd)
                 got = pack(d:cas(k, old, v, 0, f))
                 if not m then
                     want = { n = 3, nil, "not found", false }
@@ -121,7 +124,8 @@ describe("the dictionary against a model", function()
                     model[k] = { v = v, f = f }
                 end
             elseif op == 10 then
-                local old = (m and rnd(3) > 1) and m.v or random_value(rnd)
+                local old = (m and type(m.v) ~= "table" and rnd(3) > 1)
+                            and m.v or random_value(rnd)
                 got = pack(d:cad(k, old))
                 if not m then
                     want = { n = 2, nil, "not found" }
@@ -134,9 +138,47 @@ describe("the dictionary against a model", function()
             elseif op == 11 then
                 got = pack(d:expire(k, 0))
                 want = m and { n = 1, true } or { n = 2, nil, "not found" }
-            else
+            elseif op == 12 then
                 got = pack(d:ttl(k))
                 want = m and { n = 1, 0 } or { n = 2, nil, "not found" }
+            elseif op <= 14 then
+                -- a list is modelled as its elements, a table in m.v
+                local push = op == 13 and d.lpush or d.rpush
+                got = pack(push(d, k, v))
+                if type(v) == "boolean" then
+                    want = { n = 2, nil, "bad value type" }
+                elseif m and type(m.v) ~= "table" then
+                    want = { n = 2, nil, "value not a list" }
+                else
+                    if not m then
+                        m = { v = {}, f = 0 }
+                        model[k] = m
+                    end
+                    table.insert(m.v, op == 13 and 1 or #m.v + 1, v)
+                    want = { n = 1, #m.v }
+                end
+            elseif op <= 16 then
+                local pop = op == 15 and d.lpop or d.rpop
+                got = pack(pop(d, k))
+                if not m then
+                    want = { n = 1, nil }
+                elseif type(m.v) ~= "table" then
+                    want = { n = 2, nil, "value not a list" }
+                else
+                    want = { n = 1, table.remove(m.v, op == 15 and 1 or nil) }
+                    if #m.v == 0 then
+                        model[k] = nil
+                    end
+                end
+            else
+                got = pack(d:llen(k))
+                if not m then
+                    want = { n = 1, 0 }
+                elseif type(m.v) ~= "table" then
+                    want = { n = 2, nil, "value not a list" }
+                else
+                    want = { n = 1, #m.v }
+                end
             end
 
             if not (got.n == want.n and require("luassert.util").deepcompare(
@@ -147,7 +189,9 @@ describe("the dictionary against a model", function()
             end
 
             local cur = model[k]
-            if cur then
+            if cur and type(cur.v) == "table" then
+                assert.same({ n = 2, nil, "value is a list" }, pack(d:get(k)))
+            elseif cur then
                 assert.same({ n = cur.f ~= 0 and 2 or 1, cur.v,
                               flags_out(cur.f) }, pack(d:get(k)))
             else

@@ -70,7 +70,8 @@ local LAYOUTS = {
 local ERRORS = {}
 for _, e in ipairs { "corrupt zone", "no memory", "not found", "exists",
                      "changed", "not a number", "timeout", "expired",
-                     "locked", "unlocked" } do
+                     "locked", "unlocked", "value not a list",
+                     "value is a list" } do
     ERRORS[e] = true
 end
 
@@ -446,6 +447,56 @@ targeted("a huge key length", function(t)
            probes
 end)
 
+-- a list's head keeps its first node in the low half of `num`, its last
+-- in the high half (src/list.h)
+local function list_nodes(t, e)
+    local nodes = {}
+    local n = tonumber(bit.band(t.img:entry(e.s, e.i).num, 0xFFFFFFFF))
+    while n ~= 0 do
+        nodes[#nodes + 1] = n
+        n = t.img:entry(e.s, n).hnext
+        assert(#nodes < 1000, "a list loops in the template")
+    end
+    assert(#nodes >= 3, "the list role has fewer than 3 nodes")
+    return nodes
+end
+
+targeted("a list's first node far out of range", function(t)
+    local e, probes = bent(t, t.list)
+    return { entry_word(t, e, e.i, "num", 0xFFFFFFFF) }, probes
+end)
+
+targeted("a list's last node not its last", function(t)
+    local e, probes = bent(t, t.list)
+    local nodes = list_nodes(t, e)
+    return { { entry_field(t.img.geo, e.s, e.i, "num") + 4, u32(nodes[1]) } },
+           probes
+end)
+
+targeted("a list's nodes looping back to the first", function(t)
+    local e, probes = bent(t, t.list)
+    local nodes = list_nodes(t, e)
+    return { entry_word(t, e, nodes[#nodes], "hnext", nodes[1]) }, probes
+end)
+
+targeted("a list's back link far out of range", function(t)
+    local e, probes = bent(t, t.list)
+    local nodes = list_nodes(t, e)
+    return { entry_word(t, e, nodes[#nodes], "lru_prev", 0xFFFFFFFF) }, probes
+end)
+
+targeted("a list's node of a bad type", function(t)
+    local e, probes = bent(t, t.list)
+    local nodes = list_nodes(t, e)
+    return { { entry_field(t.img.geo, e.s, nodes[1], "vtype"), "\5" } },
+           probes
+end)
+
+targeted("a list's count far above its nodes", function(t)
+    local e, probes = bent(t, t.list)
+    return { entry_word(t, e, e.i, "value_len", 0xFFFFFFF0) }, probes
+end)
+
 targeted("the free list head far out of range", function(t)
     local e = t.img:must_find(t.short)
     return { dict_word(t, e.s, "free_head", 0xFFFFFFFF) }
@@ -550,7 +601,7 @@ end
 -- fills the dictionary to about 98% with a mix of entries; returns the keys
 -- and the roles the targeted cases need
 local function populate(dict)
-    local keys, roles = {}, {}
+    local keys, roles, short, long, lists = {}, {}, {}, {}, {}
     local goal = dict:capacity() * 0.02
     local i = 0
     while dict:free_space() > goal do
@@ -571,19 +622,55 @@ local function populate(dict)
             ok, err = dict:add(key, value, 0.001)     -- pinned and expired
         elseif m == 5 then
             ok, err = dict:set(key, value, 1000, i)
+        elseif m == 7 and dict:free_space() > 3 * goal then
+            -- a list of a few elements of several sizes
+            for j = 1, 1 + i % 5 do
+                ok, err = dict:rpush(key, j % 2 == 0 and j or value:sub(j * 7))
+                if not ok then
+                    break
+                end
+            end
+            if ok and i % 5 >= 2 then
+                lists[#lists + 1] = key
+            end
         else
             ok, err = dict:set(key, value)
         end
         assert(ok or err == "no memory", err)
         if ok then
             keys[#keys + 1] = key
-            if m >= 6 and #key <= 8 then
-                if len <= 12 and not roles.short then
-                    roles.short = key
-                elseif len >= 300 and not roles.long then
-                    roles.long = key
+            if m >= 8 and #key <= 8 then
+                if len <= 12 then
+                    short[#short + 1] = key
+                elseif len >= 300 then
+                    long[#long + 1] = key
                 end
             end
+        end
+    end
+    -- the targeted cases bend a free list: leave free chunks (for the
+    -- six locks taken next too)
+    while dict:free_space() < 32 * 64 and #keys > 0 do
+        dict:delete(table.remove(keys))
+    end
+    -- the first of each kind that is still there (a shard that filled
+    -- first evicted some: ttl() tells without marking them read)
+    for _, key in ipairs(short) do
+        if dict:ttl(key) then
+            roles.short = key
+            break
+        end
+    end
+    for _, key in ipairs(long) do
+        if dict:ttl(key) then
+            roles.long = key
+            break
+        end
+    end
+    for _, key in ipairs(lists) do
+        if dict:ttl(key) then
+            roles.list = key
+            break
         end
     end
     return keys, roles
@@ -790,6 +877,14 @@ local function updates(ctx, key, n)
     on_key(ctx, "number", "incr", key .. ":n", 1, 0, 100)
     on_key(ctx, "ok", "expire", key, 100)
     on_key(ctx, "number", "ttl", key)
+    on_key(ctx, "count", "llen", key)
+    on_key(ctx, "count", "rpush", key, ("P"):rep(n))
+    on_key(ctx, "count", "lpush", key, n)
+    on_key(ctx, "value", "rpop", key)
+    on_key(ctx, "count", "llen", key .. ":l")
+    on_key(ctx, "count", "lpush", key .. ":l", ("Q"):rep(n))
+    on_key(ctx, "count", "rpush", key .. ":l", n)
+    on_key(ctx, "value", "lpop", key .. ":l")
     on_key(ctx, "store", "set", key, true, 0.001)
     on_key(ctx, "value", "get_stale", key)
     if n % 2 == 0 then
@@ -986,7 +1081,8 @@ describe("resty.shmlock.shdict on a corrupted zone", function()
                     dir = layout.dir, size = spec.size, shards = spec.shards,
                 }))
                 local keys, roles = populate(template)
-                assert(roles.short and roles.long, "no entry for the roles")
+                assert(roles.short and roles.long and roles.list,
+                       "no entry for the roles")
                 -- locks of a process that is gone, and of this one
                 local locker = proc.spawn(take_locks, template, "lock:dead:")
                 assert.same("exit", proc.wait(locker, 10).how)
@@ -1001,6 +1097,7 @@ describe("resty.shmlock.shdict on a corrupted zone", function()
                 layout.keys = keys
 
                 t.img, t.short, t.long = layout.img, roles.short, roles.long
+                t.list = roles.list
                 t.other = other_key(layout.img, keys, roles.short)
                 t.dead_pid = locker     -- reaped: no process has its pid
             end)

@@ -14,7 +14,9 @@
  * `next` continues the data stream into further chunks (chunk.h), `hnext`
  * is the hash chain, lru_prev/lru_next the LRU list (evictable entries
  * only).  A pinned entry (stored by add) is never evicted while live, and
- * is kept out of the LRU list.
+ * is kept out of the LRU list.  A list (vtype SHMLOCK_TLIST) keeps its
+ * first and last node where a number would be, and its length in
+ * value_len; its nodes are chains of their own (list.h).
  */
 
 #ifndef ENTRY_H
@@ -40,7 +42,13 @@ typedef struct {
     uint8_t   vtype;
     uint8_t   eflags;
     uint64_t  expires;     /* monotonic ms, 0 = never */
-    uint64_t  num;         /* number (double bits) or boolean */
+    union {
+        uint64_t  num;     /* number (double bits) or boolean */
+        struct {
+            uint32_t  first;   /* a list's first node (list.h) */
+            uint32_t  last;    /* and its last (derived) */
+        } list;
+    };
     char      data[CHUNK_HEAD_DATA];   /* key, then string value */
 } entry_t;
 
@@ -94,6 +102,8 @@ void entry_lru_unlink(shard_t *sh, uint32_t i);
 void entry_lru_push(shard_t *sh, uint32_t i);
 void entry_lru_link_head(shard_t *sh, uint32_t i);
 void entry_remove(shard_t *sh, uint32_t i);
+/* Frees the chunks of entry i, unreachable now, and a list's nodes. */
+void entry_free(shard_t *sh, uint32_t i);
 
 /*
  * Building and publishing a new entry: inline, as the store path
@@ -150,7 +160,7 @@ entry_publish(shard_t *sh, uint32_t c, uint32_t old, uint32_t hash,
         if (!(entry_at(sh, old)->eflags & ENTRY_PINNED)) {
             entry_lru_unlink(sh, old);
         }
-        chunk_free(sh, old);
+        entry_free(sh, old);
     } else {
         link = &sh->buckets[hash & sh->bucket_mask];
         entry_at(sh, c)->hnext = *link;
@@ -170,8 +180,9 @@ entry_publish(shard_t *sh, uint32_t c, uint32_t old, uint32_t hash,
 static inline int
 entry_value_sane(const shard_t *sh, const entry_t *e)
 {
-    /* the types we store: 1, 3 and 4, as a bit mask */
-    return e->vtype < 8 && ((0x1a >> e->vtype) & 1)
+    /* the types we store: 1, 3, 4 and 5 (a list: value_len counts its
+     * nodes, each a chunk at least), as a bit mask */
+    return e->vtype < 8 && ((0x3a >> e->vtype) & 1)
            && e->value_len / CHUNK_CONT_DATA <= sh->nchunks;
 }
 

@@ -1,7 +1,7 @@
 /*
  * Recovery after a holder of a shard's mutex died: the hash chains are
- * intact (see wordstore.h), so the LRU list, the free list and the
- * counters are rebuilt from them.  O(size of the shard), and it only runs
+ * intact (see wordstore.h), so the LRU list, the free list, the
+ * counters and the lists' derived words (list.h) are rebuilt from them.  O(size of the shard), and it only runs
  * after a crash.
  * Running it twice, or dying in the middle of it, is harmless: it reads
  * only the hash chains and rewrites only derived state.
@@ -9,6 +9,7 @@
 
 #include "recover.h"
 #include "entry.h"
+#include "list.h"
 #include "rewrite.h"
 
 #include <stdlib.h>
@@ -25,6 +26,15 @@ recover_mark(shard_t *sh, uint32_t i, uint8_t *seen)
          c = ((chunk_t *) chunk_at(sh, c))->next)
     {
         seen[c] = 1;
+    }
+}
+
+/* list_rebuild's mark: a node's chunks are in use */
+static void
+recover_mark_node(shard_t *sh, uint32_t node, void *seen)
+{
+    if (seen != NULL) {
+        recover_mark(sh, node, seen);
     }
 }
 
@@ -90,6 +100,9 @@ recover_shard(shard_t *sh)
             n++;
             if (seen != NULL) {
                 recover_mark(sh, i, seen);
+            }
+            if (e->vtype == SHMLOCK_TLIST) {
+                list_rebuild(sh, i, recover_mark_node, seen);
             }
             if (e->eflags & ENTRY_PINNED) {
                 continue;

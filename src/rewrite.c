@@ -50,7 +50,10 @@ rewrite_entry(shard_t *sh, uint32_t i, size_t klen, const shmlock_value_t *v,
     uint64_t       bits;
     int            was_pinned = e->eflags & ENTRY_PINNED;
 
-    if (saved > SHARD_UNDO_BYTES || n_new > chunks_for(klen + old_len)) {
+    /* a list's nodes would have to go too: it is replaced by a copy */
+    if (e->vtype == SHMLOCK_TLIST || saved > SHARD_UNDO_BYTES
+        || n_new > chunks_for(klen + old_len))
+    {
         return 0;
     }
     if (n_new < chunks_for(klen + old_len)) {

@@ -1,6 +1,7 @@
 #include "shdict.h"
 #include "entry.h"
 #include "evict.h"
+#include "list.h"
 #include "rewrite.h"
 #include "sys.h"
 
@@ -53,8 +54,8 @@ static int
 shdict_put(shard_t *sh, uint32_t old, const char *key, size_t klen,
     uint32_t hash, const shmlock_value_t *v, int64_t expires, int pinned,
     int safe, int64_t *now, int *forcible)
-           {
-           uint32_t  c;
+{
+    uint32_t  c;
     size_t    bytes = klen;
 
     if (v->type == SHMLOCK_TSTRING) {
@@ -415,4 +416,132 @@ shdict_get_keys(shard_t *sh, int max_count, char *buf, size_t buf_size,
     *count = v.n;
     *used = v.used;
     return v.used > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
+}
+
+/*
+ * lpush/rpush.  Like ngx.shared.DICT, a push only takes free memory and
+ * the room of expired entries: it never evicts a live one.
+ */
+int
+shdict_push(shard_t *sh, int side, const char *key, size_t klen,
+    uint32_t hash, const shmlock_value_t *v, uint32_t *len)
+{
+    int64_t    now = 0;
+    uint32_t   i, c, need;
+    entry_t   *e = NULL;
+    int        forcible = 0, only;
+
+    shdict_reclaim_tail(sh, &now);
+
+    if ((v->type == SHMLOCK_TSTRING ? v->len : 0) / CHUNK_CONT_DATA
+        >= sh->nchunks)
+    {
+        return SHMLOCK_NO_MEMORY;
+    }
+    need = list_node_chunks(v);
+
+    i = entry_lookup(sh, key, klen, hash);
+    if (i != 0 && !entry_expired(e = entry_at(sh, i), &now)) {
+        if (e->vtype != SHMLOCK_TLIST) {
+            return SHMLOCK_NOT_A_LIST;
+        }
+        if (list_end(sh, i, side, &only) == 0) {
+            return SHMLOCK_CORRUPT;
+        }
+        c = shdict_alloc(sh, need, i, 1, &now, &forcible);
+        if (c == 0) {
+            return SHMLOCK_NO_MEMORY;
+        }
+        list_node_fill(sh, c, v);
+        list_push(sh, i, c, side);
+        *chunk_ref(sh, i) = 1;
+        *len = e->value_len;
+        return SHMLOCK_OK;
+    }
+
+    /* a new list, in place of the expired entry i if there is one */
+    need += chunks_for(klen);
+    c = shdict_alloc(sh, need, i, 1, &now, &forcible);
+    if (c == 0) {
+        return SHMLOCK_NO_MEMORY;
+    }
+    list_fill(sh, c, key, klen, hash, v);
+    entry_publish(sh, c, i, hash, 0);
+    *len = 1;
+    return SHMLOCK_OK;
+}
+
+/* lpop/rpop: the value goes out before anything changes, so a buffer too
+ * small (SHMLOCK_AGAIN) pops nothing. */
+int
+shdict_pop(shard_t *sh, int side, const char *key, size_t klen,
+    uint32_t hash, shmlock_value_t *out, char *buf, size_t buf_size)
+{
+    int64_t    now = 0;
+    uint32_t   i, n;
+    entry_t   *e;
+    int        only;
+
+    out->stale = 0;
+    out->flags = 0;
+    shdict_reclaim_tail(sh, &now);
+
+    i = entry_lookup(sh, key, klen, hash);
+    if (i == 0 || entry_expired(e = entry_at(sh, i), &now)) {
+        out->type = SHMLOCK_TNIL;
+        return SHMLOCK_OK;
+    }
+    if (e->vtype != SHMLOCK_TLIST) {
+        out->type = SHMLOCK_TNIL;
+        return SHMLOCK_NOT_A_LIST;
+    }
+    n = list_end(sh, i, side, &only);
+    if (n == 0) {
+        out->type = SHMLOCK_TNIL;
+        return SHMLOCK_CORRUPT;
+    }
+    entry_value_out(sh, n, out);
+    out->flags = 0;
+    if ((out->type != SHMLOCK_TNUMBER && out->type != SHMLOCK_TSTRING)
+        || !entry_value_sane(sh, entry_at(sh, n)))
+    {
+        sh->broken = 1;
+        out->type = SHMLOCK_TNIL;
+        return SHMLOCK_CORRUPT;
+    }
+    if (out->type == SHMLOCK_TSTRING) {
+        if (out->len > buf_size) {
+            return SHMLOCK_AGAIN;
+        }
+        chunk_read(sh, n, 0, buf, out->len);
+    }
+
+    if (only) {
+        entry_remove(sh, i);
+    } else {
+        list_pop(sh, i, side);
+        *chunk_ref(sh, i) = 1;
+    }
+    return SHMLOCK_OK;
+}
+
+int
+shdict_llen(shard_t *sh, const char *key, size_t klen, uint32_t hash,
+    uint32_t *len)
+{
+    int64_t    now = 0;
+    uint32_t   i;
+    entry_t   *e;
+
+    *len = 0;
+    i = entry_lookup(sh, key, klen, hash);
+    if (i == 0 || entry_expired(e = entry_at(sh, i), &now)) {
+        return SHMLOCK_OK;
+    }
+    if (e->vtype != SHMLOCK_TLIST) {
+        return SHMLOCK_NOT_A_LIST;
+    }
+    *len = e->value_len;
+    chunk_mark_read(sh, i);
+    return SHMLOCK_OK;
 }

@@ -42,4 +42,12 @@ int shdict_flush_expired(shard_t *sh, int max_count);
 int shdict_get_keys(shard_t *sh, int max_count, char *buf, size_t buf_size,
     int *count, size_t *used);
 
+/* Lists (list.h): side SHMLOCK_LEFT or SHMLOCK_RIGHT. */
+int shdict_push(shard_t *sh, int side, const char *key, size_t klen,
+    uint32_t hash, const shmlock_value_t *v, uint32_t *len);
+int shdict_pop(shard_t *sh, int side, const char *key, size_t klen,
+    uint32_t hash, shmlock_value_t *out, char *buf, size_t buf_size);
+int shdict_llen(shard_t *sh, const char *key, size_t klen, uint32_t hash,
+    uint32_t *len);
+
 #endif /* SHDICT_H */

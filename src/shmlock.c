@@ -45,6 +45,7 @@ shmlock_strerror(int rc)
     case SHMLOCK_DIR_BUSY:        return "zone directory locked by another "
                                          "process";
     case SHMLOCK_BAD_MODE:        return "bad mode";
+    case SHMLOCK_NOT_A_LIST:      return "value not a list";
     default:                      return "unknown error";
     }
 }

@@ -44,8 +44,9 @@ enum {
     SHMLOCK_FOREIGN_NS,     /* the zone was made in another pid namespace */
     SHMLOCK_DIR_BUSY,       /* the zone directory stayed locked (flock) by
                                another process: destroy could not finish */
-    SHMLOCK_BAD_MODE        /* shmlock_open_t.mode: not owner read-write,
+    SHMLOCK_BAD_MODE,       /* shmlock_open_t.mode: not owner read-write,
                                bits beyond 0666, or writable by others */
+    SHMLOCK_NOT_A_LIST      /* "value not a list" (push, pop, llen) */
 };
 
 /* Value types, numbered as Lua's (and ngx.shared.DICT's) type tags. */
@@ -53,7 +54,8 @@ enum {
     SHMLOCK_TNIL = 0,
     SHMLOCK_TBOOLEAN = 1,
     SHMLOCK_TNUMBER = 3,
-    SHMLOCK_TSTRING = 4
+    SHMLOCK_TSTRING = 4,
+    SHMLOCK_TLIST = 5       /* a list (get answers the type, no value) */
 };
 
 /* Store operations (bit set), as ngx.shared.DICT's. */
@@ -191,7 +193,8 @@ SHMLOCK_API int shmlock_dict_store(shmlock_zone_t *zone, int op,
     const char *key, size_t key_len, const shmlock_value_t *val,
     int64_t exptime_ms, int *forcible);
 
-/* On SHMLOCK_AGAIN, out->len holds the string length needed. */
+/* On SHMLOCK_AGAIN, out->len holds the string length needed.  A list
+ * answers out->type SHMLOCK_TLIST (out->len: its length), no value. */
 SHMLOCK_API int shmlock_dict_get(shmlock_zone_t *zone, const char *key,
     size_t key_len, int get_stale, shmlock_value_t *out, char *buf,
     size_t buf_size);
@@ -227,6 +230,35 @@ SHMLOCK_API int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count,
 
 SHMLOCK_API size_t shmlock_dict_capacity(shmlock_zone_t *zone);
 SHMLOCK_API size_t shmlock_dict_free_space(shmlock_zone_t *zone);
+
+/*
+ * Lists, as ngx.shared.DICT's lpush/rpush/lpop/rpop/llen.  A list is an
+ * entry of type SHMLOCK_TLIST; its elements are numbers or strings
+ * (else SHMLOCK_BAD_VALUE).  A push onto an absent or expired key makes a
+ * new list that never expires; onto a live list it keeps the list's
+ * expiry; onto another live value SHMLOCK_NOT_A_LIST.  A push may free
+ * expired entries for room but never evicts a live one (SHMLOCK_NO_MEMORY,
+ * as ngx.shared.DICT).  *len gets the list's new length.  A pop of an
+ * absent or expired key answers SHMLOCK_OK with out->type SHMLOCK_TNIL; a
+ * pop of the last element removes the key; on SHMLOCK_AGAIN (a string
+ * longer than buf_size, out->len holds its length) nothing was popped.
+ * llen: 0 for an absent or expired key.  Lists take the zone's memory
+ * like other values, are evicted like set() values, and are replaced by
+ * set/replace/incr like any value.
+ */
+enum {
+    SHMLOCK_LEFT = 0,
+    SHMLOCK_RIGHT = 1
+};
+
+SHMLOCK_API int shmlock_dict_push(shmlock_zone_t *zone, int side,
+    const char *key, size_t key_len, const shmlock_value_t *val,
+    uint32_t *len);
+SHMLOCK_API int shmlock_dict_pop(shmlock_zone_t *zone, int side,
+    const char *key, size_t key_len, shmlock_value_t *out, char *buf,
+    size_t buf_size);
+SHMLOCK_API int shmlock_dict_llen(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t *len);
 
 /* Walks every structure; on SHMLOCK_CORRUPT, msg says what is broken. */
 SHMLOCK_API int shmlock_dict_verify(shmlock_zone_t *zone, char *msg,

@@ -201,6 +201,66 @@ shmlock_dict_cad(shmlock_zone_t *zone, const char *key, size_t key_len,
 }
 
 int
+shmlock_dict_push(shmlock_zone_t *zone, int side, const char *key,
+    size_t key_len, const shmlock_value_t *val, uint32_t *len)
+{
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc;
+
+    *len = 0;
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    if (val->type != SHMLOCK_TNUMBER
+        && (val->type != SHMLOCK_TSTRING || !shmlock_dict_value_ok(val)))
+    {
+        return SHMLOCK_BAD_VALUE;
+    }
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    shard_write_lock(sh);
+    rc = shdict_push(sh, side != SHMLOCK_LEFT, key, key_len, hash, val, len);
+    return shard_write_unlock(sh, rc);
+}
+
+int
+shmlock_dict_pop(shmlock_zone_t *zone, int side, const char *key,
+    size_t key_len, shmlock_value_t *out, char *buf, size_t buf_size)
+{
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc;
+
+    out->type = SHMLOCK_TNIL;
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    shard_write_lock(sh);
+    rc = shdict_pop(sh, side != SHMLOCK_LEFT, key, key_len, hash, out, buf,
+                    buf_size);
+    return shard_write_unlock(sh, rc);
+}
+
+int
+shmlock_dict_llen(shmlock_zone_t *zone, const char *key, size_t key_len,
+    uint32_t *len)
+{
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc;
+
+    *len = 0;
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    shard_lock(sh);
+    rc = shdict_llen(sh, key, key_len, hash, len);
+    return shard_unlock(sh, rc);
+}
+
+int
 shmlock_dict_flush_all(shmlock_zone_t *zone)
 {
     uint32_t  i;

@@ -9,7 +9,8 @@
 
 /*
  * Walks every structure of the dictionary and checks that each chunk is in
- * exactly one place (the free list or one entry), the counts agree, the LRU
+ * exactly one place (the free list, one entry or one list node), the counts
+ * agree, each list's links agree both ways (list.h), the LRU
  * list holds exactly the unpinned entries of the hash chains, and each
  * entry's key hashes to its bucket.  O(size of the shard); for tests and
  * operators.
@@ -52,6 +53,53 @@ verify_chain(verify_t *v, uint32_t first, uint8_t mark)
     return n;
 }
 
+/*
+ * A list's nodes: each an element chain of its own, the links forward and
+ * back in agreement, the head's last and count right.  Returns the chunks
+ * they use, 0 on error (then msg says what).
+ */
+static uint32_t
+verify_list(verify_t *v, uint32_t i)
+{
+    shard_t   *sh = v->sh;
+    entry_t   *e = entry_at(sh, i), *node;
+    uint32_t   n, prev = 0, count = 0, used = 0, len;
+
+    for (n = e->list.first; n != 0; prev = n, n = node->hnext) {
+        if (n > sh->nchunks || v->seen[n] != 0) {
+            verify_fail(v, "list %u reaches chunk %u, out of range or "
+                        "already used", i, n);
+            return 0;
+        }
+        node = entry_at(sh, n);
+        if (node->key_len != 0 || (node->vtype != SHMLOCK_TSTRING
+                                   && node->vtype != SHMLOCK_TNUMBER))
+        {
+            verify_fail(v, "list %u: node %u has a key or a bad type", i, n);
+            return 0;
+        }
+        if (node->lru_prev != prev) {
+            verify_fail(v, "list %u: back link of node %u", i, n);
+            return 0;
+        }
+        len = verify_chain(v, n, 4);
+        if (len == 0 || len != chunks_for(node->vtype == SHMLOCK_TSTRING
+                                          ? node->value_len : 0))
+        {
+            verify_fail(v, "list %u: chunk chain of node %u", i, n);
+            return 0;
+        }
+        used += len;
+        count++;
+    }
+    if (count == 0 || count != e->value_len || prev != e->list.last) {
+        verify_fail(v, "list %u holds %u nodes, %u counted, last %u not %u",
+                    i, count, e->value_len, e->list.last, prev);
+        return 0;
+    }
+    return used;
+}
+
 /* Every entry, through the hash chains: chains, keys, hashes, chunk use. */
 static int
 verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
@@ -74,7 +122,8 @@ verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
             }
             if (e->key_len == 0 || (e->vtype != SHMLOCK_TSTRING
                                     && e->vtype != SHMLOCK_TNUMBER
-                                    && e->vtype != SHMLOCK_TBOOLEAN))
+                                    && e->vtype != SHMLOCK_TBOOLEAN
+                                    && e->vtype != SHMLOCK_TLIST))
             {
                 return verify_fail(v, "entry %u has a bad key length or type",
                                    i);
@@ -97,6 +146,12 @@ verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
             }
             free(key);
             *used += len;
+            if (e->vtype == SHMLOCK_TLIST) {
+                if ((len = verify_list(v, i)) == 0) {
+                    return SHMLOCK_CORRUPT;
+                }
+                *used += len;
+            }
             if (!(e->eflags & ENTRY_PINNED)) {
                 (*unpinned)++;
             }

@@ -44,7 +44,7 @@ typedef struct {
 ]]
 
 return {
-    LAYOUT = 5,
+    LAYOUT = 6,
     ZONE_HDR = "shmlock_spec_zone_hdr_t",
     SHARD_HDR = "shmlock_spec_shard_hdr_t",
     ENTRY = "shmlock_spec_entry_t",

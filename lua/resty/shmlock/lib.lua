@@ -41,14 +41,16 @@ enum {
     SHMLOCK_UNSAFE_MODE,
     SHMLOCK_FOREIGN_NS,
     SHMLOCK_DIR_BUSY,
-    SHMLOCK_BAD_MODE
+    SHMLOCK_BAD_MODE,
+    SHMLOCK_NOT_A_LIST
 };
 
 enum {
     SHMLOCK_TNIL = 0,
     SHMLOCK_TBOOLEAN = 1,
     SHMLOCK_TNUMBER = 3,
-    SHMLOCK_TSTRING = 4
+    SHMLOCK_TSTRING = 4,
+    SHMLOCK_TLIST = 5
 };
 
 enum {
@@ -129,6 +131,18 @@ int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
     size_t buf_size, int *count, size_t *used);
 size_t shmlock_dict_capacity(shmlock_zone_t *zone);
 size_t shmlock_dict_free_space(shmlock_zone_t *zone);
+enum {
+    SHMLOCK_LEFT = 0,
+    SHMLOCK_RIGHT = 1
+};
+
+int shmlock_dict_push(shmlock_zone_t *zone, int side, const char *key,
+    size_t key_len, const shmlock_value_t *val, uint32_t *len);
+int shmlock_dict_pop(shmlock_zone_t *zone, int side, const char *key,
+    size_t key_len, shmlock_value_t *out, char *buf, size_t buf_size);
+int shmlock_dict_llen(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t *len);
+
 int shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size);
 
 int64_t shmlock_now_ms(void);

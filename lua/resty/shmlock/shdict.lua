@@ -56,6 +56,8 @@ local REFUSED = {
 
 local T_NIL, T_BOOLEAN, T_NUMBER, T_STRING = codes.TNIL, codes.TBOOLEAN,
                                              codes.TNUMBER, codes.TSTRING
+local T_LIST = codes.TLIST
+local LEFT, RIGHT = codes.LEFT, codes.RIGHT
 local OP_SET, OP_ADD, OP_REPLACE, OP_SAFE = codes.OP_SET, codes.OP_ADD,
                                             codes.OP_REPLACE, codes.OP_SAFE
 
@@ -73,6 +75,7 @@ local forcible = ffi_new("int[1]")
 local num_buf = ffi_new("double[1]")
 local ttl_buf = ffi_new("int64_t[1]")
 local count_buf = ffi_new("int[1]")
+local len_buf = ffi_new("uint32_t[1]")
 local used_buf = ffi_new("size_t[1]")
 local zone_out = ffi_new("shmlock_zone_t *[1]")
 local open_opts = ffi_new("shmlock_open_t")
@@ -203,6 +206,8 @@ local function get(self, key, stale)
         value = ffi_str(str_buf, val.len)
     elseif typ == T_NUMBER then
         value = tonumber(val.num)
+    elseif typ == T_LIST then
+        return nil, "value is a list"
     else
         value = val.num ~= 0
     end
@@ -251,6 +256,96 @@ end
 
 function methods.delete(self, key)
     return store(self, OP_SET, key, nil)
+end
+
+-- lists, as ngx.shared.DICT's: elements are numbers or strings; a push
+-- takes free memory and expired entries' room, never a live entry's
+
+local function push(self, side, key, value)
+    local zone = zone_of(self)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    local typ = type(value)
+    if typ ~= "string" and typ ~= "number" then
+        return nil, "bad value type"
+    end
+    fill(val, value)
+    local rc = C.shmlock_dict_push(zone, side, key, #key, val, len_buf)
+    recoveries(self.name)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return tonumber(len_buf[0])
+end
+
+local function pop(self, side, key)
+    local zone = zone_of(self)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    local rc = C.shmlock_dict_pop(zone, side, key, #key, val, str_buf,
+                                  str_size)
+    -- as get: nothing was popped, grow the buffer and ask again
+    for _ = 1, 2 do
+        if rc ~= AGAIN then
+            break
+        end
+        grow(val.len)
+        rc = C.shmlock_dict_pop(zone, side, key, #key, val, str_buf,
+                                str_size)
+    end
+    recoveries(self.name)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    local typ = val.type
+    if typ == T_STRING then
+        return ffi_str(str_buf, val.len)
+    elseif typ == T_NUMBER then
+        return tonumber(val.num)
+    end
+    return nil
+end
+
+-- syntax: length, err = dict:lpush(key, value)
+function methods.lpush(self, key, value)
+    return push(self, LEFT, key, value)
+end
+
+-- syntax: length, err = dict:rpush(key, value)
+function methods.rpush(self, key, value)
+    return push(self, RIGHT, key, value)
+end
+
+-- syntax: value, err = dict:lpop(key)
+function methods.lpop(self, key)
+    return pop(self, LEFT, key)
+end
+
+-- syntax: value, err = dict:rpop(key)
+function methods.rpop(self, key)
+    return pop(self, RIGHT, key)
+end
+
+-- syntax: length, err = dict:llen(key)
+function methods.llen(self, key)
+    local zone = zone_of(self)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    local rc = C.shmlock_dict_llen(zone, key, #key, len_buf)
+    recoveries(self.name)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return tonumber(len_buf[0])
 end
 
 -- v as a number (a numeric string converts), else raises at the caller

@@ -13,9 +13,11 @@ local NAMES = {
     "OK", "NOT_FOUND", "EXISTS", "CHANGED", "SYSTEM", "CORRUPT", "AGAIN",
     "TIMEOUT",
     -- value types (Lua's type tags, as ngx.shared.DICT's)
-    "TNIL", "TBOOLEAN", "TNUMBER", "TSTRING",
+    "TNIL", "TBOOLEAN", "TNUMBER", "TSTRING", "TLIST",
     -- store operations (a bit set)
     "OP_SET", "OP_ADD", "OP_REPLACE", "OP_SAFE",
+    -- the ends of a list
+    "LEFT", "RIGHT",
     -- limits: cas keeps the entry's expiry; bytes of a key
     "KEEP_TTL", "KEY_MAX",
 }
