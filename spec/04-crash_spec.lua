@@ -24,40 +24,64 @@ local function show_values(t, n)
     return "(" .. concat(out, ", ") .. ")"
 end
 
+local function ttl_class(ttl)
+    if ttl == nil then
+        return "expired"
+    elseif ttl == 0 then
+        return "forever"
+    end
+    return "~" .. math.ceil(ttl / 100) .. "00s"
+end
+
+-- a list's elements, popped (the snapshot is the zone's last use but for
+-- check_usable, which empties it anyway)
+local function list_state(dict, key)
+    local ttl = dict:ttl(key)
+    if ttl == nil then
+        return "list stale=true"
+    end
+    local elems = {}
+    for _ = 1, 10000 do
+        local e = dict:lpop(key)
+        if e == nil then
+            break
+        end
+        elems[#elems + 1] = type(e) == "string" and fmt("%q", e)
+                            or tostring(e)
+    end
+    return fmt("list [%s] ttl=%s", concat(elems, ", "), ttl_class(ttl))
+end
+
 -- what a snapshot records of one key: type, value, flags, stale, ttl class
 local function key_state(dict, key)
     local v, flags, stale = dict:get_stale(key)
     if v == nil then
+        if flags == "value is a list" then
+            return list_state(dict, key)
+        end
         return "absent"
     end
-    local ttl = dict:ttl(key)
-    local class
-    if ttl == nil then
-        class = "expired"
-    elseif ttl == 0 then
-        class = "forever"
-    else
-        class = "~" .. math.ceil(ttl / 100) .. "00s"
-    end
+    local class = ttl_class(dict:ttl(key))
     return fmt("%s %s flags=%s stale=%s ttl=%s", type(v),
                type(v) == "string" and fmt("%q", v) or tostring(v),
                tostring(flags), tostring(stale), class)
 end
 
 -- every key's state, the live key list and the free space, as a table
--- and as one comparable text
+-- and as one comparable text (the free space and the keys first: reading
+-- a list pops it)
 local function snapshot(dict, keys)
     local snap = { keys = {} }
     local lines = {}
+    local live = dict:get_keys(0)
+    sort(live)
+    snap.live = concat(live, " ")
+    snap.free = dict:free_space()
     for i, key in ipairs(keys) do
         local s = key_state(dict, key)
         snap.keys[key] = s
         lines[i] = key .. ": " .. s
     end
-    local live = dict:get_keys(0)
-    sort(live)
-    snap.live = concat(live, " ")
-    snap.free = dict:free_space()
     lines[#lines + 1] = "live: " .. snap.live
     lines[#lines + 1] = "free: " .. snap.free
     snap.text = concat(lines, "\n")
@@ -524,10 +548,90 @@ describe("resty.shmlock.shdict when a process dies", function()
 
         local big = ("B"):rep(2000)
 
+        -- a list at the target: strings of several lengths and numbers
+        local function list_target(n, exptime)
+            return target(function(dict)
+                for i = 1, n do
+                    local len = assert(dict:rpush(T, i % 3 == 0 and i * 1.5
+                                                  or ("l" .. i):rep(i * 9)))
+                    assert.equal(i, len)
+                end
+                if exptime then
+                    assert.is_true((dict:expire(T, exptime)))
+                end
+            end)
+        end
+
         -- op returns what the child must see; atomic scenarios must leave
         -- the whole zone exactly as before or as after, the others
         -- (several independent steps) each key as before or as after
         local scenarios = {
+            {
+                name = "lpush of a new key",
+                setup = target(),
+                op = function(d) return d:lpush(T, ("n"):rep(100)) end,
+                expect = { 1 },
+            },
+            {
+                name = "rpush onto a list",
+                setup = list_target(3),
+                op = function(d) return d:rpush(T, ("r"):rep(150)) end,
+                expect = { 4 },
+            },
+            {
+                name = "lpush onto a list",
+                setup = list_target(3, 1000),
+                op = function(d) return d:lpush(T, 7.25) end,
+                expect = { 4 },
+            },
+            {
+                name = "lpop of a list",
+                setup = list_target(4),
+                op = function(d) return d:lpop(T) end,
+                expect = { ("l1"):rep(9) },
+            },
+            {
+                name = "rpop of a list",
+                setup = list_target(4, 1000),
+                op = function(d) return d:rpop(T) end,
+                expect = { ("l4"):rep(36) },
+            },
+            {
+                name = "rpop of a list's last element (the key goes)",
+                setup = list_target(1),
+                op = function(d) return d:rpop(T) end,
+                expect = { ("l1"):rep(9) },
+            },
+            {
+                name = "lpush onto an expired list (a new list in its place)",
+                setup = function(dict)
+                    list_target(3)(dict)
+                    expire_now(dict, { T })
+                end,
+                op = function(d) return d:lpush(T, "fresh") end,
+                expect = { 1 },
+            },
+            {
+                name = "set over a list",
+                setup = list_target(5),
+                op = function(d) return d:set(T, "plain", 0, 4) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "delete of a list",
+                setup = list_target(5),
+                op = function(d) return d:delete(T) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "incr with init over an expired list",
+                setup = function(dict)
+                    list_target(2)(dict)
+                    expire_now(dict, { T })
+                end,
+                op = function(d) return d:incr(T, 2, 40) end,
+                expect = { 42, nil, false },
+            },
             {
                 name = "set of a new key",
                 setup = target(),
