@@ -232,6 +232,18 @@ describe("bin/shmlock", function()
             assert.is_true(v.ttl > 90 and v.ttl <= 100)
         end)
 
+        it("tells a list's length (its elements only pop)", function()
+            assert(dict:rpush("l", "a"))
+            assert(dict:rpush("l", 2))
+            assert.same({ 0, "(a list of 2 elements)\n", "" },
+                        { run("get", "cache", "l") })
+            local status, out = run("get", "cache", "l", "--json")
+            assert.equal(0, status)
+            assert.same({ key = "l", type = "list", length = 2, ttl = 0 },
+                        jd.decode(out))
+            assert.equal(2, dict:llen("l"))
+        end)
+
         it("exits 5 for an absent key", function()
             assert.same({ 5, "", 'shmlock: no key "k" in zone "cache"\n' },
                         { run("get", "cache", "k") })

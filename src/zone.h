@@ -55,7 +55,12 @@
  *
  * A free chunk is on the shard's free list (free_head, through `next`); an
  * evictable entry also on its LRU list (lru_head .. lru_tail, through
- * lru_prev and lru_next of the head).
+ * lru_prev and lru_next of the head).  A list's elements hang from its
+ * head (list.h), each an entry-shaped chain in no hash chain:
+ *
+ *   head (list) --list.first--> element --hnext--> element --hnext--> 0
+ *
+ * Layout 6: lists.
  *
  * The header starts with a magic string, the layout version and the size,
  * so a foreign, older or truncated file is refused rather than trusted;

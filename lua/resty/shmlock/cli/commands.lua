@@ -224,6 +224,17 @@ function _M.get(ctx, cmd)
         return status
     end
     local value, flags = dict:get(key)
+    if value == nil and flags == "value is a list" then
+        -- its elements cannot be read without popping them: its length
+        local len = dict:llen(key)
+        if len then
+            return emit(ctx, cmd, {
+                key = key, type = "list", length = len,
+                ttl = dict:ttl(key) or json.null,
+            }, format("(a list of %d element%s)\n", len,
+                      len == 1 and "" or "s"))
+        end
+    end
     if value == nil then
         if flags then       -- the error: a bad key, a broken zone
             local bad_key = flags == "empty key" or flags == "key too long"
