@@ -574,6 +574,88 @@ test_incr(shmlock_zone_t *z)
     verify(z);
 }
 
+/* lists: both ends, long elements, AGAIN without popping, removal when
+ * emptied, and a list under every kind of store */
+static void
+test_lists(shmlock_zone_t *z)
+{
+    shmlock_value_t  v, out;
+    char             buf[16], big[3000];
+    uint32_t         len;
+    int              i, forcible;
+    double           d;
+
+    memset(&v, 0, sizeof(v));
+    memset(big, 'L', sizeof(big));
+    for (i = 0; i < 6; i++) {
+        if (i % 2 == 0) {
+            v.type = SHMLOCK_TSTRING;
+            v.str = big;
+            v.len = 100 + (size_t) i * 500;
+        } else {
+            v.type = SHMLOCK_TNUMBER;
+            v.num = i;
+        }
+        CHECK_RC(shmlock_dict_push(z, i < 3 ? SHMLOCK_LEFT : SHMLOCK_RIGHT,
+                                   KEY("list"), &v, &len), SHMLOCK_OK);
+        CHECK(len == (uint32_t) i + 1);
+    }
+    CHECK_RC(shmlock_dict_llen(z, KEY("list"), &len), SHMLOCK_OK);
+    CHECK(len == 6);
+    verify(z);
+
+    /* left to right: 100+1000 bytes, 1, 100 bytes, 3, 2100 bytes, 5 */
+    CHECK_RC(shmlock_dict_pop(z, SHMLOCK_LEFT, KEY("list"), &out, buf,
+                              sizeof(buf)), SHMLOCK_AGAIN);
+    CHECK(out.len == 1100);
+    CHECK_RC(shmlock_dict_llen(z, KEY("list"), &len), SHMLOCK_OK);
+    CHECK(len == 6);
+    CHECK_RC(shmlock_dict_pop(z, SHMLOCK_LEFT, KEY("list"), &out, big,
+                              sizeof(big)), SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TSTRING && out.len == 1100);
+    CHECK_RC(shmlock_dict_pop(z, SHMLOCK_RIGHT, KEY("list"), &out, buf,
+                              sizeof(buf)), SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TNUMBER && out.num == 5);
+    verify(z);
+
+    CHECK_RC(shmlock_dict_get(z, KEY("list"), 0, &out, buf, sizeof(buf)),
+             SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TLIST && out.len == 4);
+    d = 1;
+    CHECK_RC(shmlock_dict_incr(z, KEY("list"), &d, 0, 0, 0, &forcible),
+             SHMLOCK_NOT_A_NUMBER);
+
+    v.type = SHMLOCK_TBOOLEAN;
+    CHECK_RC(shmlock_dict_push(z, SHMLOCK_LEFT, KEY("list"), &v, &len),
+             SHMLOCK_BAD_VALUE);
+    CHECK_RC(set_str(z, SHMLOCK_OP_SET, "plain", "x"), SHMLOCK_OK);
+    v.type = SHMLOCK_TNUMBER;
+    CHECK_RC(shmlock_dict_push(z, SHMLOCK_LEFT, KEY("plain"), &v, &len),
+             SHMLOCK_NOT_A_LIST);
+    CHECK_RC(shmlock_dict_pop(z, SHMLOCK_LEFT, KEY("plain"), &out, buf,
+                              sizeof(buf)), SHMLOCK_NOT_A_LIST);
+    CHECK_RC(shmlock_dict_llen(z, KEY("plain"), &len), SHMLOCK_NOT_A_LIST);
+
+    /* set over the list frees its elements */
+    CHECK_RC(set_str(z, SHMLOCK_OP_SET, "list", "now a string"), SHMLOCK_OK);
+    expect_str(z, "list", KEY("now a string"));
+
+    /* popped empty: the key goes */
+    CHECK_RC(shmlock_dict_push(z, SHMLOCK_RIGHT, KEY("one"), &v, &len),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_dict_pop(z, SHMLOCK_RIGHT, KEY("one"), &out, buf,
+                              sizeof(buf)), SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TNUMBER);
+    CHECK_RC(shmlock_dict_pop(z, SHMLOCK_RIGHT, KEY("one"), &out, buf,
+                              sizeof(buf)), SHMLOCK_OK);
+    CHECK(out.type == SHMLOCK_TNIL);
+    expect_absent(z, "one");
+
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "list", nil_value(), 0), SHMLOCK_OK);
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "plain", nil_value(), 0), SHMLOCK_OK);
+    verify(z);
+}
+
 static void
 test_expiry(shmlock_zone_t *z)
 {
@@ -1648,6 +1730,7 @@ main(int argc, char **argv)
         test_strings_and_types(z);
         test_add_replace_delete(z);
         test_incr(z);
+        test_lists(z);
         test_expiry(z);
         test_cas_cad(z);
         test_lock_calls(z);
