@@ -118,7 +118,8 @@ describe("resty_lock.inspect()", function()
         assert.is_true(dict:set("n", 1))
         assert.is_true(dict:set("s", "hello"))
         assert.is_true(dict:set("b", true))
-        for _, k in ipairs { "n", "s", "b" } do
+        assert.equal(1, dict:rpush("l", "a list"))
+        for _, k in ipairs { "n", "s", "b", "l" } do
             assert.same({ nil, "not a lock" },
                         { resty_lock.inspect(dict, k) })
         end

@@ -253,6 +253,7 @@ describe("bin/shmlock", function()
     describe("locks", function()
         it("shows a child's lock alive, then dead after SIGKILL", function()
             assert(dict:set("plain", "not a lock"))
+            assert(dict:rpush("queue", "a list: not a lock either"))
             local pid = holder.hold(dict, "job", 30)
 
             local status, out, err = run("locks", "cache")

@@ -57,6 +57,9 @@ function _M.key(dict, key, zone)
     for _ = 1, TRIES do
         v, err = dict:get(key)
         if v == nil then
+            if err == "value is a list" then
+                return nil, "not a lock"
+            end
             return nil, err or "not locked"
         end
         if type(v) ~= "string" then
