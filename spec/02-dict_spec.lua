@@ -164,6 +164,11 @@ describe("shdict", function()
             raises('bad "zone" argument', function() d.set(nil, "k", 1) end)
             raises('bad "zone" argument', function() d.incr({}, "k", 1) end)
             raises('bad "zone" argument', function() d.capacity("x") end)
+            for _, m in ipairs { "get", "get_stale", "ttl", "lpush", "rpush",
+                                 "lpop", "rpop", "llen", "cad" } do
+                raises('bad "zone" argument', function() d[m]({}, "k", 1) end)
+                raises('bad "zone" argument', function() d[m]() end)
+            end
         end)
 
         for _, m in ipairs({ "set", "safe_set", "add", "safe_add",

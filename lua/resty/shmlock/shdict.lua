@@ -96,12 +96,26 @@ local function sys_error(what)
     return what .. ": " .. ffi_str(C.strerror(C.shmlock_errno()))
 end
 
-local function zone_of(self)
+local function zone_of(self, level)
     local zone = type(self) == "table" and self._zone
     if not zone then
-        error('bad "zone" argument', 3)
+        error('bad "zone" argument', level or 3)
     end
     return zone
+end
+
+-- the zone and the checked key of a method on one key, called by the
+-- method (or by what the method tail-calls): zone, key; or nil, nil and
+-- the key's error.  A call on something that is not a dict raises at the
+-- method's caller.
+local function keyed(self, key)
+    local zone = zone_of(self, 4)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, nil, err
+    end
+    return zone, key
 end
 
 -- fills a shmlock_value_t; false for a type we cannot store
@@ -173,10 +187,9 @@ local function grow(len)
 end
 
 local function get(self, key, stale)
-    local zone = zone_of(self)
-    local err
-    key, err = check_key(key)
-    if not key then
+    local zone, err
+    zone, key, err = keyed(self, key)
+    if not zone then
         return nil, err
     end
 
@@ -262,10 +275,9 @@ end
 -- takes free memory and expired entries' room, never a live entry's
 
 local function push(self, side, key, value)
-    local zone = zone_of(self)
-    local err
-    key, err = check_key(key)
-    if not key then
+    local zone, err
+    zone, key, err = keyed(self, key)
+    if not zone then
         return nil, err
     end
     local typ = type(value)
@@ -282,10 +294,9 @@ local function push(self, side, key, value)
 end
 
 local function pop(self, side, key)
-    local zone = zone_of(self)
-    local err
-    key, err = check_key(key)
-    if not key then
+    local zone, err
+    zone, key, err = keyed(self, key)
+    if not zone then
         return nil, err
     end
     local rc = C.shmlock_dict_pop(zone, side, key, #key, val, str_buf,
@@ -334,10 +345,9 @@ end
 
 -- syntax: length, err = dict:llen(key)
 function methods.llen(self, key)
-    local zone = zone_of(self)
-    local err
-    key, err = check_key(key)
-    if not key then
+    local zone, err
+    zone, key, err = keyed(self, key)
+    if not zone then
         return nil, err
     end
     local rc = C.shmlock_dict_llen(zone, key, #key, len_buf)
@@ -363,10 +373,9 @@ end
 
 -- syntax: newval, err, forcible = dict:incr(key, value, init?, init_ttl?)
 function methods.incr(self, key, value, init, init_ttl)
-    local zone = zone_of(self)
-    local err
-    key, err = check_key(key)
-    if not key then
+    local zone, err
+    zone, key, err = keyed(self, key)
+    if not zone then
         return nil, err
     end
 
@@ -404,10 +413,9 @@ end
 
 -- syntax: ttl, err = dict:ttl(key)
 function methods.ttl(self, key)
-    local zone = zone_of(self)
-    local err
-    key, err = check_key(key)
-    if not key then
+    local zone, err
+    zone, key, err = keyed(self, key)
+    if not zone then
         return nil, err
     end
     local rc = C.shmlock_dict_ttl(zone, key, #key, ttl_buf)
@@ -462,10 +470,9 @@ end
 
 -- syntax: ok, err = dict:cad(key, old_value)
 function methods.cad(self, key, old_value)
-    local zone = zone_of(self)
-    local err
-    key, err = check_key(key)
-    if not key then
+    local zone, err
+    zone, key, err = keyed(self, key)
+    if not zone then
         return nil, err
     end
     if old_value == nil or not fill(old, old_value, 0) then
