@@ -80,6 +80,16 @@ shdict_put(shard_t *sh, uint32_t old, const char *key, size_t klen,
     return SHMLOCK_OK;
 }
 
+/* The entry of key if it is live, else 0 (absent or expired). */
+static inline uint32_t
+shdict_live(shard_t *sh, const char *key, size_t klen, uint32_t hash,
+    int64_t *now)
+{
+    uint32_t  i = entry_lookup(sh, key, klen, hash);
+
+    return i != 0 && !entry_expired(entry_at(sh, i), now) ? i : 0;
+}
+
 /* Like ngx.shared.DICT, every store first drops a couple of expired
  * entries from the LRU tail, so expired data does not linger. */
 static inline void
@@ -227,10 +237,11 @@ shdict_ttl(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     uint32_t   i;
     entry_t   *e;
 
-    i = entry_lookup(sh, key, klen, hash);
-    if (i == 0 || entry_expired(e = entry_at(sh, i), &now)) {
+    i = shdict_live(sh, key, klen, hash, &now);
+    if (i == 0) {
         return SHMLOCK_NOT_FOUND;
     }
+    e = entry_at(sh, i);
     *ttl_ms = e->expires == 0 ? 0 : (int64_t) e->expires - entry_now(&now);
     return SHMLOCK_OK;
 }
@@ -243,10 +254,11 @@ shdict_expire(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     uint32_t   i;
     entry_t   *e;
 
-    i = entry_lookup(sh, key, klen, hash);
-    if (i == 0 || entry_expired(e = entry_at(sh, i), &now)) {
+    i = shdict_live(sh, key, klen, hash, &now);
+    if (i == 0) {
         return SHMLOCK_NOT_FOUND;
     }
+    e = entry_at(sh, i);
     WORDSTORE64(e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
     return SHMLOCK_OK;
 }
@@ -479,19 +491,18 @@ shdict_pop(shard_t *sh, int side, const char *key, size_t klen,
 {
     int64_t    now = 0;
     uint32_t   i, n;
-    entry_t   *e;
     int        only;
 
     out->stale = 0;
     out->flags = 0;
     shdict_reclaim_tail(sh, &now);
 
-    i = entry_lookup(sh, key, klen, hash);
-    if (i == 0 || entry_expired(e = entry_at(sh, i), &now)) {
+    i = shdict_live(sh, key, klen, hash, &now);
+    if (i == 0) {
         out->type = SHMLOCK_TNIL;
         return SHMLOCK_OK;
     }
-    if (e->vtype != SHMLOCK_TLIST) {
+    if (entry_at(sh, i)->vtype != SHMLOCK_TLIST) {
         out->type = SHMLOCK_TNIL;
         return SHMLOCK_NOT_A_LIST;
     }
@@ -534,10 +545,11 @@ shdict_llen(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     entry_t   *e;
 
     *len = 0;
-    i = entry_lookup(sh, key, klen, hash);
-    if (i == 0 || entry_expired(e = entry_at(sh, i), &now)) {
+    i = shdict_live(sh, key, klen, hash, &now);
+    if (i == 0) {
         return SHMLOCK_OK;
     }
+    e = entry_at(sh, i);
     if (e->vtype != SHMLOCK_TLIST) {
         return SHMLOCK_NOT_A_LIST;
     }
