@@ -34,7 +34,8 @@
  *   | shard_hdr_t | buckets     | read marks | chunk 0 | chunk 1 | ... |
  *   | mutex, seq, | nbuckets    | nchunks+1  | unused  | 64 B    |     |
  *   | bookkeeping,| x u32: head | x u8       |         | each    |     |
- *   | undo area   | chunk index |            |         |         |     |
+ *   | counters,   | chunk index |            |         |         |     |
+ *   | undo area   |             |            |         |         |     |
  *   +-------------+-------------+------------+---------+---------+-----+
  *   0             buckets_off   refs_off     chunks_off
  *
@@ -73,7 +74,7 @@
 #include "shmlock.h"
 
 #define ZONE_MAGIC            "SHMLOCK"    /* 7 chars + NUL */
-#define ZONE_LAYOUT           5
+#define ZONE_LAYOUT           6
 #define ZONE_WAIT_WORDS       1024
 #define ZONE_GEN_WORDS        SHMLOCK_GEN_WORDS
 #define ZONE_SHARDS_MAX       16

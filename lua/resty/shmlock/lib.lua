@@ -130,6 +130,20 @@ int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
 size_t shmlock_dict_capacity(shmlock_zone_t *zone);
 size_t shmlock_dict_free_space(shmlock_zone_t *zone);
 int shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size);
+typedef struct {
+    uint64_t  capacity;
+    uint64_t  free_space;
+    uint64_t  entries;
+    uint64_t  evictions;
+    uint64_t  expired;
+    uint64_t  spins;
+    uint64_t  sleeps;
+    uint64_t  takeovers;
+    uint64_t  recoveries;
+} shmlock_stats_t;
+
+int shmlock_dict_stats(shmlock_zone_t *zone, int shard,
+    shmlock_stats_t *out);
 
 int64_t shmlock_now_ms(void);
 int64_t shmlock_now_us(void);
