@@ -239,7 +239,8 @@ SHMLOCK_API int shmlock_dict_verify(shmlock_zone_t *zone, char *msg,
  * chunks; entries: live (unexpired) entries, counted by a walk of each
  * shard under its mutex.  The counters, kept in the zone for its whole
  * life by every process that uses it: evictions (live entries evicted
- * to make room), expired (expired entries freed: by eviction or
+ * to make room), expired (expired entries freed: by stores, which
+ * free some as they go and more when they need room, or by
  * flush_expired), spins and sleeps (mutex acquisitions that waited
  * without sleeping, and that slept on the futex), takeovers (a dead
  * holder's mutex taken over) and recoveries (the shard repaired after a

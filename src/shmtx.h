@@ -30,7 +30,7 @@ typedef struct {
  * the data after a takeover.
  */
 #define SHMTX_SPUN       0x1    /* waited: spun or yielded */
-#define SHMTX_SLEPT      0x2    /* slept on the futex at least once */
+#define SHMTX_SLEPT      0x2    /* waited on the futex at least once */
 #define SHMTX_TOOK_OVER  0x4    /* taken over from a dead owner */
 
 void shmtx_init(shmtx_t *mtx);
