@@ -929,6 +929,45 @@ test_shard_counts(void)
     CHECK_RC(shmlock_zone_destroy(dir, KEY("count")), SHMLOCK_OK);
 }
 
+/*
+ * The zone's figures are its shards' summed (but capacity), with
+ * `expired` and `evictions` as given; a shard out of range is refused.
+ */
+static void
+check_stats_sum(shmlock_zone_t *z, uint64_t expired, uint64_t evictions)
+{
+    shmlock_stats_t  all, one, sum;
+    unsigned         s, n = shmlock_zone_shards(z);
+
+    memset(&sum, 0, sizeof(sum));
+    for (s = 0; s < n; s++) {
+        CHECK_RC(shmlock_dict_stats(z, (int) s, &one), SHMLOCK_OK);
+        CHECK(one.capacity > 0 && one.capacity <= shmlock_dict_capacity(z) / n);
+        sum.free_space += one.free_space;
+        sum.entries += one.entries;
+        sum.evictions += one.evictions;
+        sum.expired += one.expired;
+        sum.spins += one.spins;
+        sum.sleeps += one.sleeps;
+        sum.takeovers += one.takeovers;
+        sum.recoveries += one.recoveries;
+    }
+    CHECK_RC(shmlock_dict_stats(z, -1, &all), SHMLOCK_OK);
+    CHECK(all.capacity == shmlock_dict_capacity(z));
+    CHECK(all.free_space == shmlock_dict_free_space(z));
+    CHECK(all.free_space == sum.free_space && all.entries == sum.entries
+          && all.evictions == sum.evictions && all.expired == sum.expired
+          && all.spins == sum.spins && all.sleeps == sum.sleeps
+          && all.takeovers == sum.takeovers
+          && all.recoveries == sum.recoveries);
+    CHECK(all.entries == (uint64_t) count_keys(z));
+    CHECK(all.expired == expired && all.evictions == evictions);
+
+    CHECK_RC(shmlock_dict_stats(z, (int) n, &one), SHMLOCK_BAD_SHARDS);
+    CHECK_RC(shmlock_dict_stats(z, -2, &one), SHMLOCK_BAD_SHARDS);
+    CHECK(one.entries == 0 && one.capacity == 0);
+}
+
 static void
 test_shards(void)
 {
@@ -989,6 +1028,7 @@ test_shards(void)
     CHECK(flush_expired(z, 0) == 500);
     CHECK(shmlock_dict_free_space(z) == empty);
     verify(z);
+    check_stats_sum(z, 1000, 0);
 
     /* an entry larger than a shard: no memory, with the zone empty */
     big = malloc(2 << 20);
@@ -1378,9 +1418,10 @@ corrupt_get(shmlock_zone_t *z, const char *key, size_t klen, int stale,
 static void
 corrupt_calls(shmlock_zone_t *z, int nkeys, char *val, char *buf)
 {
-    size_t  size = shmlock_dict_capacity(z), klen, used, stored;
-    char    key[CORRUPT_KEY_MAX + 8], msg[256];
-    int     i, count;
+    size_t           size = shmlock_dict_capacity(z), klen, used, stored;
+    char             key[CORRUPT_KEY_MAX + 8], msg[256];
+    int              i, count;
+    shmlock_stats_t  st;
 
     for (i = 0; i < nkeys; i++) {
         klen = corrupt_key(key, i);
@@ -1406,6 +1447,8 @@ corrupt_calls(shmlock_zone_t *z, int nkeys, char *val, char *buf)
                    ST(OK) | ST(CORRUPT));
     corrupt_call = "free_space";
     (void) shmlock_dict_free_space(z);
+    corrupt_call = "stats";
+    corrupt_expect(shmlock_dict_stats(z, -1, &st), ST(OK) | ST(CORRUPT));
     corrupt_call = "verify";
     corrupt_expect(shmlock_dict_verify(z, msg, sizeof(msg)),
                    ST(OK) | ST(CORRUPT));

@@ -142,7 +142,8 @@ end
 local HDR_FIELDS = { "lock", "lock_start", "waiters", "takeovers", "seq",
                      "free_head",
                      "free_count", "lru_head", "lru_tail", "nentries",
-                     "sweep", "recoveries" }
+                     "sweep", "recoveries", "stat_spins", "stat_sleeps",
+                     "stat_evictions", "stat_expired" }
 local ENTRY_FIELDS = { "next", "hnext", "lru_prev", "lru_next", "hash",
                        "value_len", "user_flags", "key_len", "vtype",
                        "eflags", "expires", "num", "data" }
@@ -797,6 +798,25 @@ function check.keys(r, size)
     end
 end
 
+function check.stats(r)
+    local st = r[1]
+    if type(st) ~= "table" then
+        return known_error(st, r[2])
+    end
+    if type(st.shard) ~= "table" or #st.shard ~= st.shards then
+        return "stats.shard " .. show(st.shard)
+    end
+    for _, t in ipairs { st, unpack(st.shard) } do
+        for _, f in ipairs { "capacity", "free_space", "entries", "evictions",
+                             "expired", "spins", "sleeps", "takeovers",
+                             "recoveries" } do
+            if type(t[f]) ~= "number" or t[f] < 0 then
+                return "stats " .. f .. " " .. show(t[f])
+            end
+        end
+    end
+end
+
 function check.verify(r)
     if r[1] == true then
         return nil
@@ -949,6 +969,7 @@ local function sequence(ctx)
     on_dict(ctx, "count", "flush_expired")
     on_dict(ctx, "count", "free_space")
     on_dict(ctx, "count", "capacity")
+    on_dict(ctx, "stats", "stats")
     on_dict(ctx, "verify", "verify")
     on_dict(ctx, "none", "flush_all")
     on_dict(ctx, "keys", "get_keys", 0)

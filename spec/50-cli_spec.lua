@@ -124,14 +124,76 @@ describe("bin/shmlock", function()
     end)
 
     describe("stat", function()
-        it("shows one zone's figures", function()
+        it("shows one zone's figures and counters", function()
             local status, out = run("stat", "cache")
             assert.equal(0, status)
-            assert.truthy(out:match("^name     cache\n"), out)
-            assert.truthy(out:match("\nsize     64K %(65536 bytes%)\n"), out)
-            assert.truthy(out:match("\nshards   1\n"), out)
-            assert.truthy(out:match("\nentries  0\n"), out)
-            assert.truthy(out:match("\nmode     0600\n$"), out)
+            assert.truthy(out:match("^name        cache\n"), out)
+            assert.truthy(out:match("\nsize        64K %(65536 bytes%)\n"),
+                          out)
+            assert.truthy(out:match("\nshards      1\n"), out)
+            assert.truthy(out:match("\nentries     0\n"), out)
+            assert.truthy(out:match("\nmode        0600\nevictions   0\n"
+                                    .. "expired     0\nspins       0\n"
+                                    .. "sleeps      0\ntakeovers   0\n"
+                                    .. "recoveries  0\n$"), out)
+        end)
+
+        it("shows what the counters counted, and each shard's figures in a"
+           .. " table when there are several", function()
+            local four = fx:zone("four", { size = "4m" })
+            for i = 1, 40 do
+                assert.is_true((four:set("k" .. i, i, i % 2 == 0 and 0.001
+                                                      or 0)))
+            end
+            proc.sleep(0.01)
+            four:flush_expired()       -- (the stores freed some already)
+            local st = assert(four:stats())
+            assert.same({ 20, 20 }, { st.entries, st.expired })
+
+            local status, out = run("stat", "four")
+            assert.equal(0, status)
+            assert.truthy(out:match("\nentries     20\n"), out)
+            assert.truthy(out:match("\nexpired     20\n"), out)
+            local head, rows = out:match("\n\n([^\n]*)\n(.*)$")
+            assert.truthy(head:match("^SHARD +SIZE +USED +ENTRIES +EVICTIONS"
+                                     .. " +EXPIRED +SPINS +SLEEPS +TAKEOVERS"
+                                     .. " +RECOVERIES$"), head)
+            local n = 0
+            for row in rows:gmatch("[^\n]+") do
+                local one = st.shard[n + 1]
+                assert.truthy(row:match("^ +" .. n .. " +1020%.9K +%d[%d.]*K"
+                                        .. " +" .. one.entries .. " +0 +"
+                                        .. one.expired .. " +0 +0 +0 +0$"),
+                              row)
+                n = n + 1
+            end
+            assert.equal(4, n)
+
+            local json_out
+            status, json_out = run("stat", "four", "--json")
+            assert.equal(0, status)
+            local z = jd.decode(json_out)
+            assert.same({ 4194304, 4, 20, 0, 20, 0, 0, 0, 0 },
+                        { z.size, z.shards, z.entries, z.evictions,
+                          z.expired, z.spins, z.sleeps, z.takeovers,
+                          z.recoveries })
+            assert.equal(4, #z.shard)
+            for i, s in ipairs(z.shard) do
+                local one = st.shard[i]
+                assert.same({ shard = i - 1, size = one.capacity,
+                              free = one.free_space,
+                              used = one.capacity - one.free_space,
+                              entries = one.entries, evictions = 0,
+                              expired = one.expired, spins = 0, sleeps = 0,
+                              takeovers = 0, recoveries = 0 }, s)
+            end
+        end)
+
+        it("shows no shard table for a zone of one shard", function()
+            local _, out = run("stat", "cache")
+            assert.is_nil(out:find("SHARD", 1, true))
+            local _, json_out = run("stat", "cache", "--json")
+            assert.equal(1, #jd.decode(json_out).shard)
         end)
 
         it("exits 3 for a missing zone, and creates nothing", function()

@@ -18,6 +18,7 @@ evict_expired(shard_t *sh, uint32_t need, uint32_t keep, uint32_t scan,
         prev = chunk_index(sh, entry_at(sh, i)->lru_prev);
         if (i != keep && entry_expired(entry_at(sh, i), now)) {
             entry_remove(sh, i);
+            sh->hdr->stats.expired++;
         }
         i = prev;
     }
@@ -46,6 +47,7 @@ evict_lru(shard_t *sh, uint32_t need, uint32_t keep, int64_t *now,
 
         if (entry_expired(e, now) && i != keep) {
             entry_remove(sh, i);
+            sh->hdr->stats.expired++;
 
         } else if (i == keep) {
             entry_lru_unlink(sh, i);
@@ -58,6 +60,7 @@ evict_lru(shard_t *sh, uint32_t need, uint32_t keep, int64_t *now,
 
         } else {
             entry_remove(sh, i);
+            sh->hdr->stats.evictions++;
             *forcible = 1;
         }
     }
@@ -84,6 +87,7 @@ evict_sweep(shard_t *sh, uint32_t need, uint32_t keep, int64_t *now)
             next = chunk_index(sh, entry_at(sh, i)->hnext);
             if (i != keep && entry_expired(entry_at(sh, i), now)) {
                 entry_remove(sh, i);
+                sh->hdr->stats.expired++;
             }
         }
         b = (b + 1) & sh->bucket_mask;

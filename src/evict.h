@@ -4,7 +4,8 @@
  * entry gets a second turn), and a sweep of the buckets for the expired
  * pinned ones the LRU list does not hold.  Each stops once `need` chunks
  * are free, and never frees entry `keep` (the one being replaced).  The
- * shard's mutex is held.
+ * shard's mutex is held.  Each entry freed is counted in the shard's
+ * figures (shard.h): `expired`, or `evictions` for a live one.
  */
 
 #ifndef EVICT_H

@@ -60,7 +60,25 @@ typedef struct {
     uint32_t  recoveries;    /* times a dead holder's mutex was taken over */
 } shard_dict_t;
 
-/* A shard's header: everything an update writes, then the undo area. */
+/*
+ * The shard's counters, for dict:stats(): written only by the holder of
+ * the mutex, by plain increments.  They are figures, not structure: no
+ * word store (wordstore.h), so no crash point of the test build's
+ * countdown, and recovery neither reads nor rebuilds them (a holder killed
+ * in the middle loses at most its own increment).  On a line of their own:
+ * only contention, eviction and expiry write them, so the operations that
+ * meet none of those touch no extra line.
+ */
+typedef struct {
+    uint64_t  spins;      /* acquisitions that waited for the mutex by
+                             spinning or yielding, and never slept */
+    uint64_t  sleeps;     /* acquisitions that slept on the futex */
+    uint64_t  evictions;  /* live entries evicted to make room */
+    uint64_t  expired;    /* expired entries freed */
+} __attribute__((aligned(64))) shard_stats_t;
+
+/* A shard's header: everything an update writes, the counters, then the
+ * undo area. */
 typedef struct {
     /*
      * The mutex, the seqlock word and the bookkeeping share one cache
@@ -74,7 +92,8 @@ typedef struct {
                                     (seqlock.h) */
         shard_dict_t  dict;
     } __attribute__((aligned(64)));
-    shard_undo_t  undo;
+    shard_stats_t  stats;
+    shard_undo_t   undo;
 } shard_hdr_t;
 
 _Static_assert(offsetof(shard_hdr_t, dict) + sizeof(shard_dict_t)
@@ -82,6 +101,9 @@ _Static_assert(offsetof(shard_hdr_t, dict) + sizeof(shard_dict_t)
                "the shard header's hot words share one cache line");
 _Static_assert(offsetof(shard_hdr_t, mutex) % 64 == 0,
                "the shard header's hot line is aligned");
+_Static_assert(offsetof(shard_hdr_t, stats) == 64
+               && sizeof(shard_stats_t) == 64,
+               "the shard's counters fill the line after the hot one");
 
 /*
  * One shard as a process sees it: what the dictionary code works on.  The

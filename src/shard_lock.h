@@ -1,7 +1,9 @@
 /*
  * shard_lock: a shard's mutex around a dictionary call, with the recovery
- * of a dead holder's half-done update when its mutex is taken over, and
- * the seqlock write (seqlock.h) around a call that changes the dictionary.
+ * of a dead holder's half-done update when its mutex is taken over, the
+ * count of acquisitions that had to wait (the shard's counters, shard.h),
+ * and the seqlock write (seqlock.h) around a call that changes the
+ * dictionary.
  * Every exported call that touches a dictionary goes through these, for
  * the shard of its key (zone_shard) or for each shard in turn.
  */
@@ -16,14 +18,34 @@
 #include "shmtx.h"
 #include "sys.h"
 
+/*
+ * After a lock that did not get the mutex at once (`how`: SHMTX_* flags),
+ * the mutex held: counted in the shard's figures, each such acquisition
+ * once (sleeps, else spins).
+ */
+static inline void
+shard_lock_waited(shard_t *sh, int how)
+{
+    if (how & SHMTX_SLEPT) {
+        sh->hdr->stats.sleeps++;
+    } else if (how & SHMTX_SPUN) {
+        sh->hdr->stats.spins++;
+    }
+    /* taking over a dead holder's mutex: its update may be half done, and
+     * it may have died inside a seqlock write */
+    if (how & SHMTX_TOOK_OVER) {
+        recover_shard(sh);
+        seqlock_repair(&sh->hdr->seq);
+    }
+}
+
 static inline void
 shard_lock(shard_t *sh)
 {
-    /* taking over a dead holder's mutex: its update may be half done, and
-     * it may have died inside a seqlock write */
-    if (__builtin_expect(shmtx_lock(&sh->hdr->mutex, sys_self()), 0)) {
-        recover_shard(sh);
-        seqlock_repair(&sh->hdr->seq);
+    int  how = shmtx_lock(&sh->hdr->mutex, sys_self());
+
+    if (__builtin_expect(how != 0, 0)) {
+        shard_lock_waited(sh, how);
     }
 }
 

@@ -390,7 +390,35 @@ shdict_flush_expired(shard_t *sh, int max_count)
     v.max = max_count;
     v.n = 0;
     entry_each(sh, visit_free_expired, &v);
+    sh->hdr->stats.expired += (uint64_t) v.n;
     return v.n;
+}
+
+typedef struct {
+    int64_t   now;
+    uint64_t  live;
+} visit_count_t;
+
+static int
+visit_count_live(shard_t *sh, uint32_t i, void *ctx)
+{
+    visit_count_t  *v = ctx;
+
+    if (!entry_expired(entry_at(sh, i), &v->now)) {
+        v->live++;
+    }
+    return 0;
+}
+
+uint64_t
+shdict_live_entries(shard_t *sh)
+{
+    visit_count_t  v;
+
+    v.now = sys_now_ms();
+    v.live = 0;
+    entry_each(sh, visit_count_live, &v);
+    return v.live;
 }
 
 static int

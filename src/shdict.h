@@ -37,6 +37,9 @@ int shdict_cas(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     int *forcible);
 int shdict_cad(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *old);
+/* The entries not expired, counted by a walk of every chain (nentries
+ * counts the expired ones too). */
+uint64_t shdict_live_entries(shard_t *sh);
 void shdict_flush_all(shard_t *sh);
 int shdict_flush_expired(shard_t *sh, int max_count);
 int shdict_get_keys(shard_t *sh, int max_count, char *buf, size_t buf_size,

@@ -264,6 +264,35 @@ SHMLOCK_API int shmlock_dict_llen(shmlock_zone_t *zone, const char *key,
 SHMLOCK_API int shmlock_dict_verify(shmlock_zone_t *zone, char *msg,
     size_t msg_size);
 
+/*
+ * The figures of one shard (0 .. shards - 1), or of the whole zone summed
+ * (shard -1); another shard number: SHMLOCK_BAD_SHARDS.  capacity: bytes
+ * (of the zone file; of a shard, its share); free_space: bytes of free
+ * chunks; entries: live (unexpired) entries, counted by a walk of each
+ * shard under its mutex.  The counters, kept in the zone for its whole
+ * life by every process that uses it: evictions (live entries evicted
+ * to make room), expired (expired entries freed: by stores, which
+ * free some as they go and more when they need room, or by
+ * flush_expired), spins and sleeps (mutex acquisitions that waited
+ * without sleeping, and that slept on the futex), takeovers (a dead
+ * holder's mutex taken over) and recoveries (the shard repaired after a
+ * takeover).  Each shard is read under its own mutex.
+ */
+typedef struct {
+    uint64_t  capacity;
+    uint64_t  free_space;
+    uint64_t  entries;
+    uint64_t  evictions;
+    uint64_t  expired;
+    uint64_t  spins;
+    uint64_t  sleeps;
+    uint64_t  takeovers;
+    uint64_t  recoveries;
+} shmlock_stats_t;
+
+SHMLOCK_API int shmlock_dict_stats(shmlock_zone_t *zone, int shard,
+    shmlock_stats_t *out);
+
 
 /* ---- time, hashing, key wait words (used by the lock layer) ---- */
 

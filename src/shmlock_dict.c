@@ -376,6 +376,46 @@ shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size)
     return rc;
 }
 
+/* Adds the figures of shard sh to out, read under its mutex. */
+static int
+shmlock_dict_stats_add(shard_t *sh, shmlock_stats_t *out, int rc)
+{
+    shard_hdr_t  *h = sh->hdr;
+
+    shard_lock(sh);
+    out->free_space += (uint64_t) h->dict.free_count * SHARD_CHUNK_SIZE;
+    out->entries += shdict_live_entries(sh);
+    out->evictions += h->stats.evictions;
+    out->expired += h->stats.expired;
+    out->spins += h->stats.spins;
+    out->sleeps += h->stats.sleeps;
+    out->takeovers += __atomic_load_n(&h->mutex.takeovers, __ATOMIC_RELAXED);
+    out->recoveries += h->dict.recoveries;
+    return shard_unlock(sh, rc);
+}
+
+int
+shmlock_dict_stats(shmlock_zone_t *zone, int shard, shmlock_stats_t *out)
+{
+    uint32_t  i;
+    int       rc = SHMLOCK_OK;
+
+    memset(out, 0, sizeof(*out));
+    CHECK_LIVE(zone);
+    if (shard < -1 || shard >= (int) zone->nshards) {
+        return SHMLOCK_BAD_SHARDS;
+    }
+    if (shard >= 0) {
+        out->capacity = zone->hdr->shard_size;
+        return shmlock_dict_stats_add(&zone->shard[shard], out, rc);
+    }
+    out->capacity = zone->size;
+    for (i = 0; i < zone->nshards; i++) {
+        rc = shmlock_dict_stats_add(&zone->shard[i], out, rc);
+    }
+    return rc;
+}
+
 
 /*
  * The two calls a lock makes when nobody else wants its key, each in one

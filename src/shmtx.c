@@ -53,16 +53,18 @@ shmtx_take_over(shmtx_t *mtx, uint64_t owner, uint64_t self)
     return 0;
 }
 
+/* Returns how it got the mutex: SHMTX_* flags (see shmtx.h). */
 int
 shmtx_lock_slow(shmtx_t *mtx, uint64_t self)
 {
     uint64_t  owner, suspect = 0;
-    int       n, i;
+    int       n, i, how = 0;
 
     for ( ;; ) {
         if (shmtx_trylock(mtx, self)) {
-            return 0;
+            return how;
         }
+        how |= SHMTX_SPUN;
 
         if (sys_ncpu() > 1) {
             for (n = 1; n < SHMTX_SPIN_MAX; n <<= 1) {
@@ -70,7 +72,7 @@ shmtx_lock_slow(shmtx_t *mtx, uint64_t self)
                     sys_cpu_pause();
                 }
                 if (shmtx_trylock(mtx, self)) {
-                    return 0;
+                    return how;
                 }
             }
         }
@@ -78,7 +80,7 @@ shmtx_lock_slow(shmtx_t *mtx, uint64_t self)
         for (i = 0; i < SHMTX_YIELDS; i++) {
             sched_yield();
             if (shmtx_trylock(mtx, self)) {
-                return 0;
+                return how;
             }
         }
 
@@ -87,7 +89,7 @@ shmtx_lock_slow(shmtx_t *mtx, uint64_t self)
             continue;
         }
         if (owner == suspect && shmtx_take_over(mtx, owner, self)) {
-            return 1;
+            return how | SHMTX_TOOK_OVER;
         }
         suspect = owner;
 
@@ -96,6 +98,7 @@ shmtx_lock_slow(shmtx_t *mtx, uint64_t self)
         sys_futex_wait(shmtx_futex_word(mtx), (uint32_t) owner,
                        SHMTX_SLEEP_US);
         __atomic_sub_fetch(&mtx->waiters, 1, __ATOMIC_SEQ_CST);
+        how |= SHMTX_SLEPT;
     }
 }
 

@@ -24,6 +24,15 @@ typedef struct {
     uint32_t  takeovers;  /* times a dead owner's lock was taken over */
 } shmtx_t;
 
+/*
+ * How a lock got the mutex, as bit flags: 0 when the first try took it.
+ * The caller counts them (the shard's counters, shard_lock.h) and repairs
+ * the data after a takeover.
+ */
+#define SHMTX_SPUN       0x1    /* waited: spun or yielded */
+#define SHMTX_SLEPT      0x2    /* waited on the futex at least once */
+#define SHMTX_TOOK_OVER  0x4    /* taken over from a dead owner */
+
 void shmtx_init(shmtx_t *mtx);
 int shmtx_lock_slow(shmtx_t *mtx, uint64_t self);
 void shmtx_wake(shmtx_t *mtx);
@@ -39,7 +48,8 @@ shmtx_trylock(shmtx_t *mtx, uint64_t self)
                                           __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
 }
 
-/* Returns 1 when the mutex was taken over from a dead owner. */
+/* Returns how the mutex was got: 0 at once, else SHMTX_* flags
+ * (SHMTX_TOOK_OVER: from a dead owner). */
 static inline int
 shmtx_lock(shmtx_t *mtx, uint64_t self)
 {

@@ -34,7 +34,8 @@
  *   | shard_hdr_t | buckets     | read marks | chunk 0 | chunk 1 | ... |
  *   | mutex, seq, | nbuckets    | nchunks+1  | unused  | 64 B    |     |
  *   | bookkeeping,| x u32: head | x u8       |         | each    |     |
- *   | undo area   | chunk index |            |         |         |     |
+ *   | counters,   | chunk index |            |         |         |     |
+ *   | undo area   |             |            |         |         |     |
  *   +-------------+-------------+------------+---------+---------+-----+
  *   0             buckets_off   refs_off     chunks_off
  *

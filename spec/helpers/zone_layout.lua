@@ -1,5 +1,5 @@
 -- helpers.zone_layout: mirrors of src/zone.h (zone_hdr_t, shard_hdr_t
--- with its shmtx_t, dict_state_t and zone_undo_t) and src/chunk.h
+-- with its shmtx_t, dict_state_t, counters and zone_undo_t) and src/chunk.h
 -- (entry_t), for the specs that bend a zone's words on purpose (corrupt
 -- it, leave it half destroyed).  Keep them in sync with the C structs:
 -- users check LAYOUT and the header sizes against a real zone first.
@@ -28,6 +28,8 @@ typedef struct {
     uint32_t  free_head, free_count, lru_head, lru_tail, nentries, sweep,
               recoveries;
     uint8_t   hot_line_pad[16];
+    uint64_t  stat_spins, stat_sleeps, stat_evictions, stat_expired;
+    uint8_t   stats_pad[32];
     uint32_t  undo_active, undo_entry, undo_len, undo_cut, undo_cut_next,
               undo_pad;
     char      undo_head[64];

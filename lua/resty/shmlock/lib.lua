@@ -144,6 +144,20 @@ int shmlock_dict_llen(shmlock_zone_t *zone, const char *key,
     size_t key_len, uint32_t *len);
 
 int shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size);
+typedef struct {
+    uint64_t  capacity;
+    uint64_t  free_space;
+    uint64_t  entries;
+    uint64_t  evictions;
+    uint64_t  expired;
+    uint64_t  spins;
+    uint64_t  sleeps;
+    uint64_t  takeovers;
+    uint64_t  recoveries;
+} shmlock_stats_t;
+
+int shmlock_dict_stats(shmlock_zone_t *zone, int shard,
+    shmlock_stats_t *out);
 
 int64_t shmlock_now_ms(void);
 int64_t shmlock_now_us(void);

@@ -35,6 +35,7 @@ local ceil = math.ceil
 local str_format = string.format
 local getenv = os.getenv
 local pcall = pcall
+local ipairs = ipairs
 
 local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
@@ -80,6 +81,7 @@ local used_buf = ffi_new("size_t[1]")
 local zone_out = ffi_new("shmlock_zone_t *[1]")
 local open_opts = ffi_new("shmlock_open_t")
 local msg_buf = ffi_new("char[256]")
+local stats_buf = ffi_new("shmlock_stats_t")
 local str_size = 4096
 local str_buf = ffi_new("char[?]", str_size)
 
@@ -547,6 +549,41 @@ end
 -- syntax: n = dict:shards()  (beyond ngx.shared.DICT)
 function methods.shards(self)
     return tonumber(C.shmlock_zone_shards(zone_of(self)))
+end
+
+-- the fields of shmlock_stats_t, each a number in dict:stats()
+local STATS = { "capacity", "free_space", "entries", "evictions", "expired",
+                "spins", "sleeps", "takeovers", "recoveries" }
+
+-- syntax: stats, err = dict:stats()   (beyond ngx.shared.DICT)
+-- The zone's figures and counters, and stats.shard[i] those of shard
+-- i - 1; the zone's are the sums of its shards' (but capacity, the whole
+-- file's), each shard read under its mutex in turn.
+function methods.stats(self)
+    local zone = zone_of(self)
+    local n = tonumber(C.shmlock_zone_shards(zone))
+    local total = {}
+    for _, f in ipairs(STATS) do
+        total[f] = 0
+    end
+    local shard = {}
+    for i = 1, n do
+        local rc = C.shmlock_dict_stats(zone, i - 1, stats_buf)
+        if rc ~= OK then
+            return nil, errors[rc]
+        end
+        local one = {}
+        for _, f in ipairs(STATS) do
+            local v = tonumber(stats_buf[f])
+            one[f] = v
+            total[f] = total[f] + v
+        end
+        shard[i] = one
+    end
+    total.capacity = tonumber(C.shmlock_dict_capacity(zone))
+    total.shards = n
+    total.shard = shard
+    return total
 end
 
 -- syntax: ok, err = dict:verify()

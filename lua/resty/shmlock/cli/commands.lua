@@ -94,7 +94,7 @@ end
 
 
 -- what ls and stat show of a zone: the file's and, once attached, the
--- zone's; err: why it could not be attached
+-- zone's; err: why it could not be attached; then the zone's stats()
 local function describe(cmd, name)
     local path = fs.path(cmd.dir, name)
     local null = json.null
@@ -114,19 +114,23 @@ local function describe(cmd, name)
         info.error = err
         return info, err
     end
-    local keys
-    keys, err = dict:get_keys(0)
-    if not keys then
+    local stats
+    stats, err = dict:stats()
+    if not stats then
         info.error = err
         return info, err
     end
-    info.size = dict:capacity()
-    info.free = dict:free_space()
+    info.size = stats.capacity
+    info.free = stats.free_space
     info.used = info.size - info.free
-    info.shards = dict:shards()
-    info.entries = #keys
-    return info
+    info.shards = stats.shards
+    info.entries = stats.entries
+    return info, nil, stats
 end
+
+-- the counters of dict:stats(), in the order stat shows them
+local COUNTERS = { "evictions", "expired", "spins", "sleeps", "takeovers",
+                   "recoveries" }
 
 
 -- syntax: shmlock ls [--dir D]
@@ -166,19 +170,50 @@ function _M.stat(ctx, cmd)
     if not dict then
         return status
     end
-    local info, err = describe(cmd, name)
+    local info, err, st = describe(cmd, name)
     if err then
         return fail(ctx, status_of(err), format('zone "%s": %s', name, err))
     end
     local function sized(n)
         return format("%s (%d bytes)", output.size(n), n)
     end
-    return emit(ctx, cmd, info, output.fields {
+    local fields = {
         { "name", name }, { "path", info.path }, { "size", sized(info.size) },
         { "shards", info.shards }, { "used", sized(info.used) },
         { "free", sized(info.free) }, { "entries", info.entries },
         { "owner", info.owner }, { "mode", info.mode },
-    })
+    }
+    -- the counters, then each shard's figures (in a table when there are
+    -- several)
+    local shards, rows = json.array({}), {}
+    for _, f in ipairs(COUNTERS) do
+        info[f] = st[f]
+        fields[#fields + 1] = { f, st[f] }
+    end
+    for i, one in ipairs(st.shard) do
+        local s = { shard = i - 1, size = one.capacity, free = one.free_space,
+                    used = one.capacity - one.free_space,
+                    entries = one.entries }
+        local row = { shard = i - 1, size = output.size(s.size),
+                      used = output.size(s.used), entries = s.entries }
+        for _, f in ipairs(COUNTERS) do
+            s[f], row[f] = one[f], one[f]
+        end
+        shards[i], rows[i] = s, row
+    end
+    info.shard = shards
+    local text = output.fields(fields)
+    if #rows > 1 then
+        local columns = { { "SHARD", "shard", right = true },
+                          { "SIZE", "size", right = true },
+                          { "USED", "used", right = true },
+                          { "ENTRIES", "entries", right = true } }
+        for _, f in ipairs(COUNTERS) do
+            columns[#columns + 1] = { f:upper(), f, right = true }
+        end
+        text = text .. "\n" .. output.table(columns, rows)
+    end
+    return emit(ctx, cmd, info, text)
 end
 
 
