@@ -72,6 +72,17 @@ describe("shdict zones", function()
         return dir .. "/shmlock." .. name
     end
 
+    -- open()'s refusals of a file at a zone's path, as it words them
+    local function not_a_zone(name)
+        return "incompatible zone: " .. zone_path(name) .. " is not a zone file"
+    end
+
+    local function bad_header(name)
+        return "incompatible zone: " .. zone_path(name) .. " has a header "
+               .. "that does not match the file (truncated, or changed by "
+               .. "another program)"
+    end
+
     describe("open()", function()
         describe("zone names", function()
             local bad = {
@@ -324,14 +335,14 @@ print(d:capacity(), d:get("k"))
         describe("a file at the zone path that is not a zone", function()
             it("returns nil, 'incompatible zone' for random bytes", function()
                 write_file(zone_path("junk"), garbage(65536))
-                assert.same({ n = 2, nil, "incompatible zone" },
+                assert.same({ n = 2, nil, not_a_zone("junk") },
                             pack(shdict.open("junk", { dir = dir })))
                 assert.equal(garbage(65536), read_file(zone_path("junk")))
             end)
 
             it("returns nil, 'incompatible zone' for a short file", function()
                 write_file(zone_path("short"), "SHMLOCK\0\1\0\0\0")
-                assert.same({ n = 2, nil, "incompatible zone" },
+                assert.same({ n = 2, nil, not_a_zone("short") },
                             pack(shdict.open("short", { dir = dir })))
                 assert.equal("SHMLOCK\0\1\0\0\0",
                              read_file(zone_path("short")))
@@ -340,7 +351,7 @@ print(d:capacity(), d:get("k"))
             it("returns nil, 'incompatible zone' for an empty file",
                function()
                 write_file(zone_path("empty"), "")
-                assert.same({ n = 2, nil, "incompatible zone" },
+                assert.same({ n = 2, nil, not_a_zone("empty") },
                             pack(shdict.open("empty", { dir = dir })))
                 assert.equal("", read_file(zone_path("empty")))
             end)
@@ -353,13 +364,23 @@ print(d:capacity(), d:get("k"))
                                                          "print('ok')")))
                 assert(os.execute("truncate -s 64k '" .. zone_path("cut")
                                   .. "'") == 0)
-                assert.same({ n = 2, nil, "incompatible zone" },
+                assert.same({ n = 2, nil, bad_header("cut") },
                             pack(shdict.open("cut", { dir = dir })))
             end)
 
             -- header: magic[8] at 0, layout (u32) at 8, size (u64) at 16
             local fields = {
-                { "magic", 0 }, { "layout version", 8 }, { "size", 16 },
+                { "magic", 0, not_a_zone },
+                { "layout version", 8, function(name)
+                    local ours = tonumber(require("resty.shmlock.lib")
+                                          .SHMLOCK_LAYOUT)
+                    return "incompatible zone: " .. zone_path(name)
+                           .. " is a zone of layout " .. (255 - ours)
+                           .. ", made by another version of lua-resty-"
+                           .. "shmlock (this one reads layout " .. ours
+                           .. "): destroy it to make it anew"
+                end },
+                { "size", 16, bad_header },
             }
             for _, field in ipairs(fields) do
                 it("returns nil, 'incompatible zone' when the header's "
@@ -377,7 +398,7 @@ print(d:capacity(), d:get("k"))
                     f:write(string.char(255 - byte))
                     f:close()
 
-                    assert.same({ n = 2, nil, "incompatible zone" },
+                    assert.same({ n = 2, nil, field[3]("hdr") },
                                 pack(shdict.open("hdr", { dir = dir })))
                 end)
             end
@@ -390,7 +411,7 @@ print(d:capacity(), d:get("k"))
                 write_file(target, "precious")
                 assert(os.execute("ln -s '" .. target .. "' '"
                                   .. zone_path("link") .. "'") == 0)
-                assert.same({ n = 2, nil, "incompatible zone" },
+                assert.same({ n = 2, nil, not_a_zone("link") },
                             pack(shdict.open("link", { dir = dir,
                                                        size = "32k" })))
                 assert.equal("precious", read_file(target))
@@ -406,7 +427,7 @@ print(d:capacity(), d:get("k"))
                     "32k", "d:set('k', 'v') print('ok')")))
                 assert(os.execute("ln -s '" .. dir2 .. "/shmlock.real' '"
                                   .. zone_path("alias") .. "'") == 0)
-                assert.same({ n = 2, nil, "incompatible zone" },
+                assert.same({ n = 2, nil, not_a_zone("alias") },
                             pack(shdict.open("alias", { dir = dir })))
             end)
 
@@ -414,7 +435,7 @@ print(d:capacity(), d:get("k"))
                 local target = tmp .. "/nowhere"
                 assert(os.execute("ln -s '" .. target .. "' '"
                                   .. zone_path("dangling") .. "'") == 0)
-                assert.same({ n = 2, nil, "incompatible zone" },
+                assert.same({ n = 2, nil, not_a_zone("dangling") },
                             pack(shdict.open("dangling", { dir = dir,
                                                            size = "32k" })))
                 assert.is_false(exists(target))
@@ -746,15 +767,15 @@ print(shdict.destroy("kept", { dir = %q }))
                 got[#got + 1] = level .. ": " .. msg
             end)
             write_file(zone_path("junk"), garbage(40000))
-            assert.same({ n = 2, nil, "incompatible zone" },
+            assert.same({ n = 2, nil, not_a_zone("junk") },
                         pack(shdict.open("junk", { dir = dir })))
             assert.same({ 'error: shmlock: zone "junk" refused: '
-                          .. "incompatible zone" }, got)
+                          .. not_a_zone("junk") }, got)
             -- "not found" is an answer, not an event
             shdict.open("nothing", { dir = dir, create = false })
             assert.equal(1, #got)
             -- the same refusal again is not logged again; another cause is
-            assert.same({ n = 2, nil, "incompatible zone" },
+            assert.same({ n = 2, nil, not_a_zone("junk") },
                         pack(shdict.open("junk", { dir = dir })))
             assert.equal(1, #got)
             sh("rm '" .. zone_path("junk") .. "' && mkdir '"
@@ -769,7 +790,7 @@ print(shdict.destroy("kept", { dir = %q }))
 local shdict = require "resty.shmlock.shdict"
 print(shdict.open("junk", { dir = %q }))
 ]]):format(dir))
-            assert.equal("nil\tincompatible zone\n", out)
+            assert.equal("nil\t" .. not_a_zone("junk") .. "\n", out)
         end)
 
         it("raises on a logger that is not a function", function()

@@ -87,7 +87,8 @@ describe("resty.shmlock", function()
             local f = assert(io.open(dir .. "/shmlock.foreign", "wb"))
             f:write(("not a zone "):rep(4000))
             f:close()
-            assert.same({ nil, "incompatible zone" },
+            assert.same({ nil, "incompatible zone: " .. dir
+                               .. "/shmlock.foreign is not a zone file" },
                         { resty_lock:new("foreign") })
         end)
 

@@ -217,8 +217,23 @@ describe("bin/shmlock", function()
                                  .. " is writable by others\n" },
                         { run("stat", "open") })
             checkout.write_file(dir .. "/shmlock.junk", "not a zone")
-            assert.same({ 4, "", 'shmlock: zone "junk": incompatible zone\n' },
+            assert.same({ 4, "", 'shmlock: zone "junk": incompatible zone: '
+                                 .. dir .. "/shmlock.junk is not a zone "
+                                 .. "file\n" },
                         { run("locks", "junk") })
+            -- a zone of another version names both layouts
+            fx:zone("older", { size = "64k" })
+            local f = assert(io.open(dir .. "/shmlock.older", "r+b"))
+            f:seek("set", 8)            -- the header's layout word
+            f:write("\5")
+            f:close()
+            local status, out, err = run("stat", "older")
+            assert.same({ 4, "" }, { status, out })
+            assert.matches("is a zone of layout 5, made by another version "
+                           .. "of lua%-resty%-shmlock %(this one reads layout "
+                           .. "%d+%): destroy it", err)
+            assert.equal(0, (run("destroy", "older")))
+            assert.is_nil(io.open(dir .. "/shmlock.older"))
         end)
 
         it("exits 4 for another user's zone", function()

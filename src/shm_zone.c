@@ -282,6 +282,9 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
 
     rc = SHMLOCK_OK;
     if (zone_check(base, (uint64_t) st.st_size) != 0) {
+        /* the caller's message tells another version from no zone */
+        o->file_layout = memcmp(base, ZONE_MAGIC, sizeof(ZONE_MAGIC)) == 0
+                         ? ((zone_hdr_t *) base)->layout : 0;
         rc = SHMLOCK_INCOMPATIBLE;
     } else if (((zone_hdr_t *) base)->dead) {
         *dead = st;
@@ -618,6 +621,7 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
     *err = 0;
     o->created = 0;
     o->file_mode = 0;
+    o->file_layout = 0;
     o->file_uid = -1;
     o->file_gid = -1;
     o->zone_size = 0;

@@ -72,7 +72,9 @@ enum {
     SHMLOCK_KEEP_TTL = -1,        /* cas: keep the entry's current expiry */
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
     SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
-    SHMLOCK_GEN_WORDS = 1024      /* generation words of a zone */
+    SHMLOCK_GEN_WORDS = 1024,     /* generation words of a zone */
+    SHMLOCK_LAYOUT = 6            /* the zone layout this build reads and
+                                     makes (zone.h) */
 };
 
 typedef struct shmlock_zone_s  shmlock_zone_t;
@@ -128,7 +130,10 @@ SHMLOCK_API int shmlock_zone_open(const char *dir, const char *name,
  * SHMLOCK_SYSTEM with EACCES (then from stat(2) of the name, when it can):
  * the file's owner, group and permission bits (file_mode 0: unknown);
  * created: 1 if this call made the zone; zone_size: the bytes of the zone
- * attached or created.
+ * attached or created.  On SHMLOCK_INCOMPATIBLE, why: file_layout, the
+ * layout of a file that starts as a zone does (SHMLOCK_LAYOUT: this
+ * build's; another: a zone of another version; 0: not a zone at all, or
+ * not a regular file, or too short to be one).
  */
 typedef struct {
     const char   *dir;
@@ -143,6 +148,7 @@ typedef struct {
     int64_t       file_uid;
     int64_t       file_gid;
     size_t        zone_size;
+    unsigned      file_layout;
 } shmlock_open_t;
 
 /* shmlock_zone_open with the options above (dir, name, size and shards

@@ -79,7 +79,7 @@
 #include "shmlock.h"
 
 #define ZONE_MAGIC            "SHMLOCK"    /* 7 chars + NUL */
-#define ZONE_LAYOUT           6
+#define ZONE_LAYOUT           SHMLOCK_LAYOUT
 #define ZONE_WAIT_WORDS       1024
 #define ZONE_GEN_WORDS        SHMLOCK_GEN_WORDS
 #define ZONE_SHARDS_MAX       16

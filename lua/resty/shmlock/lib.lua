@@ -65,7 +65,8 @@ enum {
     SHMLOCK_KEEP_TTL = -1,
     SHMLOCK_KEY_MAX = 65535,
     SHMLOCK_MIN_SIZE = 32768,
-    SHMLOCK_GEN_WORDS = 1024
+    SHMLOCK_GEN_WORDS = 1024,
+    SHMLOCK_LAYOUT = 6
 };
 
 typedef struct shmlock_zone_s shmlock_zone_t;
@@ -94,6 +95,7 @@ typedef struct {
     int64_t       file_uid;
     int64_t       file_gid;
     size_t        zone_size;
+    unsigned      file_layout;
 } shmlock_open_t;
 
 int shmlock_zone_open2(shmlock_open_t *opts, shmlock_zone_t **out);

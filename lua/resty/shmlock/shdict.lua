@@ -42,6 +42,8 @@ local NOT_FOUND = codes.NOT_FOUND
 local SYSTEM = codes.SYSTEM
 local CORRUPT = codes.CORRUPT
 local AGAIN = codes.AGAIN
+local INCOMPATIBLE = C.SHMLOCK_INCOMPATIBLE
+local LAYOUT = tonumber(C.SHMLOCK_LAYOUT)
 local NOT_OWNER = C.SHMLOCK_NOT_OWNER
 local UNSAFE_MODE = C.SHMLOCK_UNSAFE_MODE
 
@@ -51,7 +53,7 @@ local EPERM, EACCES = 1, 13
 -- open() errors that refuse a file found under the zone's name, or where
 -- the system said no: logged (error) as well as returned
 local REFUSED = {
-    [C.SHMLOCK_INCOMPATIBLE] = true, [NOT_OWNER] = true,
+    [INCOMPATIBLE] = true, [NOT_OWNER] = true,
     [UNSAFE_MODE] = true, [C.SHMLOCK_FOREIGN_NS] = true, [SYSTEM] = true,
 }
 
@@ -703,6 +705,21 @@ end
 
 -- the message for a zone file open() refused, naming the cause
 local function refusal(rc, o, name, path)
+    if rc == INCOMPATIBLE then
+        local layout = tonumber(o.file_layout)
+        if layout == 0 then
+            return "incompatible zone: " .. path .. " is not a zone file"
+        elseif layout ~= LAYOUT then
+            return str_format("incompatible zone: %s is a zone of layout %d, "
+                              .. "made by another version of lua-resty-"
+                              .. "shmlock (this one reads layout %d): "
+                              .. "destroy it to make it anew", path, layout,
+                              LAYOUT)
+        end
+        return "incompatible zone: " .. path .. " has a header that does "
+               .. "not match the file (truncated, or changed by another "
+               .. "program)"
+    end
     if rc == NOT_OWNER then
         return "zone file owned by another user (uid "
                .. tostring(tonumber(o.file_uid)) .. ")"
