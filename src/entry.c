@@ -106,28 +106,19 @@ entry_remove(shard_t *sh, uint32_t i)
     entry_free(sh, i);
 }
 
-/*
- * The entry is out of its hash chain: nothing reaches its chunks or its
- * list's nodes any more, so a crash from here on only leaks them until the
- * recovery rebuilds the free list.
- */
+/* entry_free's walk over the nodes of a list (entry.h) */
 void
-entry_free(shard_t *sh, uint32_t i)
+entry_free_nodes(shard_t *sh, uint32_t i)
 {
     uint32_t  n, next, steps = 0;
 
-    if (entry_at(sh, i)->vtype == SHMLOCK_TLIST) {
-        for (n = chunk_index(sh, entry_at(sh, i)->list.first); n != 0;
-             n = next)
-        {
-            if (chunk_walk_over(sh, &steps)) {
-                break;
-            }
-            next = chunk_index(sh, entry_at(sh, n)->hnext);
-            chunk_free(sh, n);
+    for (n = chunk_index(sh, entry_at(sh, i)->list.first); n != 0; n = next) {
+        if (chunk_walk_over(sh, &steps)) {
+            break;
         }
+        next = chunk_index(sh, entry_at(sh, n)->hnext);
+        chunk_free(sh, n);
     }
-    chunk_free(sh, i);
 }
 
 int

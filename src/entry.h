@@ -102,8 +102,22 @@ void entry_lru_unlink(shard_t *sh, uint32_t i);
 void entry_lru_push(shard_t *sh, uint32_t i);
 void entry_lru_link_head(shard_t *sh, uint32_t i);
 void entry_remove(shard_t *sh, uint32_t i);
-/* Frees the chunks of entry i, unreachable now, and a list's nodes. */
-void entry_free(shard_t *sh, uint32_t i);
+void entry_free_nodes(shard_t *sh, uint32_t i);
+
+/*
+ * Frees the chunks of entry i, and a list's nodes.  The entry is out of its
+ * hash chain: nothing reaches them any more, so a crash from here on only
+ * leaks them until the recovery rebuilds the free list.  Inline: every
+ * removal and replacement pays for it, and lists are the rare case.
+ */
+static inline void
+entry_free(shard_t *sh, uint32_t i)
+{
+    if (__builtin_expect(entry_at(sh, i)->vtype == SHMLOCK_TLIST, 0)) {
+        entry_free_nodes(sh, i);
+    }
+    chunk_free(sh, i);
+}
 
 /*
  * Building and publishing a new entry: inline, as the store path

@@ -21,7 +21,7 @@ shdict_format(shard_t *sh)
  * Chunks for a new entry of n chunks, evicting if it must (never entry
  * `keep`, the one being replaced; with `safe`, expired entries only).
  */
-static uint32_t
+static inline __attribute__((always_inline)) uint32_t
 shdict_alloc(shard_t *sh, uint32_t n, uint32_t keep, int safe, int64_t *now,
     int *forcible)
 {
