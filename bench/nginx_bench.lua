@@ -89,7 +89,7 @@ if wants(5) then
     for _, name in ipairs{
         "lock_new_ours", "lock_new_peer", "lock_reused_ours", "lock_reused_peer",
         "get_ours", "get_ngx", "set_ours", "set_ngx",
-        "add_delete_ours", "add_delete_ngx",
+        "add_delete_ours", "add_delete_ngx", "queue_ours", "queue_ngx",
     } do
         loop_bench(section, name)
     end

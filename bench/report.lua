@@ -403,7 +403,9 @@ put("Debian does not package lua-resty-lock). Lock loops: each iteration")
 put("locks the next of 64 keys of the worker (a lock per request key). Our")
 put("zones: locks 4 MiB with `shards = 16` (as docs/shdict.md advises for a zone")
 put("of locks), dictionary 16 MiB (16 shards by default).")
-put("Dictionary ops: 1000 keys per worker, 16-byte string values.")
+put("Dictionary ops: 1000 keys per worker, 16-byte string values; the")
+put("queue: a list per worker holding 100 of them, each iteration an `rpush`")
+put("and an `lpop`.")
 put("")
 header({ "operation", "workers", "resty.shmlock", "peer", "ours is" },
        { "---", "---:", "---:", "---:", "---:" })
@@ -414,6 +416,7 @@ for _, x in ipairs{
     { "`set`", "set_ours", "set_ngx" },
     { "`add`", "add_ours", "add_ngx" },
     { "`delete`", "delete_ours", "delete_ngx" },
+    { "`rpush`+`lpop` (a queue of 100)", "queue_ours", "queue_ngx" },
     { "`get`, 1e6 keys", "get_big_ours", "get_big_ngx", { 1 } },
 } do
     for _, w in ipairs(x[4] or { 1, 2 }) do

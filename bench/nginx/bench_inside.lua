@@ -194,6 +194,28 @@ local function add_delete_loop(dict, n)
     return ta * k, td * k
 end
 
+-- a queue of the worker's own: QUEUE elements waiting, then each iteration
+-- an rpush and an lpop (ngx.shared.DICT's lists against ours)
+local QUEUE = 100
+local function queue_loop(dict, n)
+    local q = "w" .. wid .. ":queue"
+    dict:delete(q)
+    for _ = 1, QUEUE do
+        dict:rpush(q, VALUE)
+    end
+    local t0 = now()
+    for _ = 1, n do
+        dict:rpush(q, VALUE)
+        if not dict:lpop(q) then error("empty queue") end
+    end
+    local t = now() - t0
+    dict:delete(q)
+    return t
+end
+
+B.queue_ours = function(n) return { queue_ours = queue_loop(ours, n) } end
+B.queue_ngx = function(n) return { queue_ngx = queue_loop(ngx_dict, n) } end
+
 -- get at NBIG keys (random order), against get at NKEYS: how each store's
 -- cost grows with its size, inside nginx
 local big_keys
