@@ -264,6 +264,38 @@ describe("the documentation's Lua blocks", function()
               :format(#runnable, #fragments))
     end)
 
+    it("list every function in the README as its page writes it", function()
+        -- README's "API at a glance": one text block per module page, the
+        -- page's `**syntax:**` lines, all of them, in their order
+        local readme = assert(read_file(ROOT .. "/README.md"))
+        local glance = readme:match("\nAPI at a glance\n=+\n(.-)\n[^\n]+\n=+\n")
+        assert.is_string(glance, "README.md has no \"API at a glance\"")
+        local pages = 0
+        for page, block in glance:gmatch("%]%((docs/[%w_]+%.md)%):%s*```text\n(.-)\n```") do
+            pages = pages + 1
+            local want = {}
+            for line in assert(read_file(ROOT .. "/" .. page))
+                        :gmatch("%*%*syntax:%*%* `([^`]+)`") do
+                want[#want + 1] = line
+            end
+            local got = {}
+            for line in block:gmatch("[^\n]+") do
+                got[#got + 1] = line
+            end
+            assert.is_true(#want > 0, page .. " has no syntax: line")
+            assert.same(want, got, "README.md's list for " .. page)
+        end
+        -- every page that has syntax: lines is listed
+        local with_syntax = 0
+        for _, f in ipairs(doc_files()) do
+            if f:match("^docs/") and assert(read_file(ROOT .. "/" .. f))
+                                    :find("**syntax:**", 1, true) then
+                with_syntax = with_syntax + 1
+            end
+        end
+        assert.equal(with_syntax, pages)
+    end)
+
     it("link to files and headings that exist", function()
         assert.are.same({}, broken_links())
     end)
