@@ -392,14 +392,26 @@ function _M.run()
         end
         ngx.sleep(0.005)
     end
+    -- one worker's error ends the wait: the others may not have answered
+    -- yet, so every worker's state is told, the real errors first
+    local results, errors, silent = {}, {}, {}
     for w = 0, nworkers - 1 do
-        local res = ctl:get("res:" .. id .. ":" .. w) or "error: no answer"
-        if res:find("^error") then
-            ngx.status = 500
-            ngx.say("worker ", w, ": ", res)
-            return
+        local res = ctl:get("res:" .. id .. ":" .. w)
+        results[w] = res
+        if not res then
+            silent[#silent + 1] = "worker " .. w .. ": error: no answer"
+        elseif res:find("^error") then
+            errors[#errors + 1] = "worker " .. w .. ": " .. res
         end
-        for metric, ns in res:gmatch("(%S+)=(%S+)") do
+    end
+    if #errors > 0 or #silent > 0 then
+        ngx.status = 500
+        for _, line in ipairs(errors) do ngx.say(line) end
+        for _, line in ipairs(silent) do ngx.say(line) end
+        return
+    end
+    for w = 0, nworkers - 1 do
+        for metric, ns in results[w]:gmatch("(%S+)=(%S+)") do
             ngx.say(w, " ", metric, " ", ns)
         end
     end
