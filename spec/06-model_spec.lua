@@ -217,18 +217,51 @@ describe("the dictionary against a model", function()
         assert.same({ n = 1, true }, pack(d:verify()))
     end)
 
-    it("in a small zone, loses only set() entries to eviction (seed "
+    it("in a small zone, loses only set() entries and whole lists to "
+       .. "eviction (seed "
        .. SEED .. ")", function()
         math.randomseed(SEED + 1)
         local rnd = math.random
         local d = assert(shdict.open("model_small", { dir = dir,
                                                       size = "64k" }))
-        local pinned, stored = {}, {}
+        local pinned, stored, lists = {}, {}, {}
+        -- a list may be evicted whole (as a set() value), never in part:
+        -- it holds the model's elements, or it is gone
+        local function check_list(k)
+            local want = lists[k] or {}
+            local len = d:llen(k)
+            if len == 0 then
+                lists[k] = nil
+                return
+            end
+            assert.equal(#want, len, "list " .. k .. " lost part of itself")
+        end
         for step = 1, 20000 do
             local i = rnd(400)
             local k = "k" .. i
             local v = rep(char(97 + i % 26), rnd(0, 300))
-            if i <= 40 then
+            if i > 360 then
+                -- lists: pushes and pops, the model follows
+                k = "l" .. i
+                check_list(k)
+                local l = lists[k] or {}
+                lists[k] = l
+                if rnd(3) > 1 then
+                    local len, err = d:rpush(k, v)
+                    if len then
+                        l[#l + 1] = v
+                        assert.equal(#l, len)
+                    else
+                        -- a push never evicts: a full shard says so
+                        assert.equal("no memory", err)
+                    end
+                else
+                    assert.equal(table.remove(l, 1), d:lpop(k))
+                end
+                if #l == 0 then
+                    lists[k] = nil
+                end
+            elseif i <= 40 then
                 -- add() entries: few and small enough to always fit
                 if not pinned[k] then
                     local ok, err = d:add(k, i)
@@ -243,10 +276,13 @@ describe("the dictionary against a model", function()
             local got = d:get(k)
             if pinned[k] then
                 assert.equal(pinned[k], got)
-            else
+            elseif i <= 360 then
                 assert.equal(stored[k], got)   -- just written: still there
             end
             if step % 500 == 0 then
+                for lk in pairs(lists) do
+                    check_list(lk)
+                end
                 for pk, pv in pairs(pinned) do
                     assert.equal(pv, d:get(pk), "pinned " .. pk .. " lost")
                 end
