@@ -7,16 +7,7 @@ local shdict = require "resty.shmlock.shdict"
 
 local concat = table.concat
 
--- waits for every child and checks each one ended with exit code 0
-local function expect_clean_exits(pids, timeout)
-    local res = proc.wait_all(pids, timeout)
-    for i, r in ipairs(res) do
-        assert.same({ how = "exit", code = 0, msg = "" }, {
-            how = r.how, code = r.code, msg = r.msg,
-        }, "child " .. i .. " (pid " .. pids[i] .. ")")
-    end
-    return res
-end
+local expect_clean_exits = require("helpers.children").expect_clean_exits
 
 local function list_dir(dir)
     local p = io.popen("ls -A '" .. dir .. "'")

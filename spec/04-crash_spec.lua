@@ -7,6 +7,7 @@ local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local shdict = require "resty.shmlock.shdict"
 local lib = require "helpers.test_hooks"
+local children = require "helpers.children"
 
 local fmt = string.format
 local concat = table.concat
@@ -138,24 +139,7 @@ describe("resty.shmlock.shdict when a process dies", function()
 
     -- a child that takes the zone mutex, says so, then sleeps holding it
     -- until a byte comes through the pipe `go` (or until killed)
-    local function spawn_holder(dict, go)
-        local held = proc.pipe()
-        local pid = proc.spawn(function()
-            held:close_read()
-            lib.shmlock_test_mutex_lock(dict._zone)
-            held:notify()
-            if go and go:await(20) then
-                lib.shmlock_test_mutex_unlock(dict._zone)
-                return 0
-            end
-            proc.sleep(20)
-            return 4
-        end)
-        held:close_write()
-        assert.is_true(held:await(5), "the holder never took the mutex")
-        held:close()
-        return pid
-    end
+    local spawn_holder = children.mutex_holder
 
     -- children that each write and read back their own keys
     local function spawn_workers(dict, n)

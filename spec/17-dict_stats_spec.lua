@@ -6,7 +6,7 @@ local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local checkout = require "helpers.checkout"
 local shdict = require "resty.shmlock.shdict"
-local lib = require "helpers.test_hooks"
+local children = require "helpers.children"
 
 local pack = checkout.pack
 
@@ -15,14 +15,8 @@ local FIELDS = { "capacity", "free_space", "entries", "evictions", "expired",
 local COUNTERS = { "evictions", "expired", "spins", "sleeps", "takeovers",
                    "recoveries" }
 
--- waits for every child; each must have exited 0
-local function expect_clean_exits(pids, timeout)
-    for i, r in ipairs(proc.wait_all(pids, timeout or 60)) do
-        assert.same({ how = "exit", code = 0, msg = "" },
-                    { how = r.how, code = r.code, msg = r.msg },
-                    "child " .. i .. " (pid " .. pids[i] .. ")")
-    end
-end
+local expect_clean_exits = children.expect_clean_exits
+local spawn_holder = children.mutex_holder
 
 -- the stats, checked for shape: every field a whole number >= 0, one
 -- table per shard, the zone's figures the sums of its shards' (capacity:
@@ -269,27 +263,6 @@ describe("resty.shmlock.shdict stats()", function()
         assert.equal(left - 1, dict:flush_expired())
         assert.equal(left, stats(dict).expired)
     end)
-
-    -- a child that takes the zone's mutexes (every shard's), says so, and
-    -- holds them until released through `go` (or killed)
-    local function spawn_holder(dict, go)
-        local held = proc.pipe()
-        local pid = proc.spawn(function()
-            held:close_read()
-            lib.shmlock_test_mutex_lock(dict._zone)
-            held:notify()
-            if go and go:await(20) then
-                lib.shmlock_test_mutex_unlock(dict._zone)
-                return 0
-            end
-            proc.sleep(20)
-            return 4
-        end)
-        held:close_write()
-        assert.is_true(held:await(5), "the holder never took the mutex")
-        held:close()
-        return pid
-    end
 
     it("counts one takeover and one recovery for each shard whose holder "
        .. "was killed", function()
