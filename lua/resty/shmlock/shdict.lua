@@ -190,6 +190,20 @@ local function grow(len)
     str_buf = ffi_new("char[?]", str_size)
 end
 
+-- the value a call of the core put in v (and str_buf): a string, a
+-- number, a boolean; nil for none
+local function value_of(v)
+    local typ = v.type
+    if typ == T_STRING then
+        return ffi_str(str_buf, v.len)
+    elseif typ == T_NUMBER then
+        return tonumber(v.num)
+    elseif typ == T_BOOLEAN then
+        return v.num ~= 0
+    end
+    return nil
+end
+
 local function get(self, key, stale)
     local zone, err
     zone, key, err = keyed(self, key)
@@ -216,18 +230,10 @@ local function get(self, key, stale)
     local typ = val.type
     if typ == T_NIL then
         return nil
-    end
-
-    local value
-    if typ == T_STRING then
-        value = ffi_str(str_buf, val.len)
-    elseif typ == T_NUMBER then
-        value = tonumber(val.num)
     elseif typ == T_LIST then
         return nil, "value is a list"
-    else
-        value = val.num ~= 0
     end
+    local value = value_of(val)
 
     local flags = tonumber(val.flags)
     if stale == 1 then
@@ -318,13 +324,7 @@ local function pop(self, side, key)
     if rc ~= OK then
         return nil, errors[rc]
     end
-    local typ = val.type
-    if typ == T_STRING then
-        return ffi_str(str_buf, val.len)
-    elseif typ == T_NUMBER then
-        return tonumber(val.num)
-    end
-    return nil
+    return value_of(val)
 end
 
 -- syntax: length, err = dict:lpush(key, value)
