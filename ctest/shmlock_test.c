@@ -368,6 +368,60 @@ test_open2(void)
     CHECK_RC(shmlock_zone_destroy(dir, KEY("m")), SHMLOCK_OK);
 }
 
+/* owner_uid (root only): a new zone file is made the owner's, a file of
+ * our own is handed over on attach, a file of the owner is trusted as our
+ * own, and a file of anyone else is still refused */
+static void
+test_hand_over(void)
+{
+    shmlock_zone_t  *z = NULL;
+    shmlock_open_t   o;
+    struct stat      st;
+    char             path[4200];
+    const int64_t    owner = 65534, other = 65533;
+
+    if (geteuid() != 0) {
+        return;
+    }
+    CHECK(snprintf(path, sizeof(path), "%s/shmlock.h", dir)
+          < (int) sizeof(path));
+
+    memset(&o, 0, sizeof(o));
+    o.dir = dir; o.name = "h"; o.name_len = 1; o.size = 64 * 1024;
+    o.group = -1; o.owner_uid = owner; o.owner_gid = owner;
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_OK);
+    CHECK(o.created == 1 && o.file_uid == owner && o.file_gid == owner);
+    CHECK(stat(path, &st) == 0 && st.st_uid == (uid_t) owner
+          && st.st_gid == (gid_t) owner && (st.st_mode & 07777) == 0600);
+    shmlock_zone_close(z);
+
+    /* trusted as our own only when we hand zones to its owner */
+    o.owner_uid = 0;
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_NOT_OWNER);
+    o.owner_uid = other;
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_NOT_OWNER);
+    o.owner_uid = owner;
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_OK);
+    CHECK(o.created == 0 && o.file_uid == owner);
+    shmlock_zone_close(z);
+
+    /* ours: handed over on attach, group and all */
+    CHECK(chown(path, 0, 0) == 0);
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_OK);
+    CHECK(stat(path, &st) == 0 && st.st_uid == (uid_t) owner
+          && st.st_gid == (gid_t) owner);
+    shmlock_zone_close(z);
+
+    /* a group shared on purpose stays */
+    CHECK(chown(path, 0, 0) == 0);
+    o.group = 0;
+    CHECK_RC(shmlock_zone_open2(&o, &z), SHMLOCK_OK);
+    CHECK(stat(path, &st) == 0 && st.st_uid == (uid_t) owner
+          && st.st_gid == 0);
+    shmlock_zone_close(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("h")), SHMLOCK_OK);
+}
+
 static void
 test_zone_files(void)
 {
@@ -1764,6 +1818,7 @@ main(int argc, char **argv)
 
     test_names();
     test_open2();
+    test_hand_over();
     test_zone_files();
     test_foreign_files();
 

@@ -204,14 +204,18 @@ shm_zone_note_file(shmlock_open_t *o, const struct stat *st)
 /*
  * Why a file under a zone's name cannot be trusted as a zone, or OK.
  * Whoever may write the zone may break it under us: its owner, its group
- * if group-writable, anyone if others-writable.  We trust ourselves and
- * the group the caller names (an unprivileged owner can only give its
- * file a group it belongs to).
+ * if group-writable, anyone if others-writable.  We trust ourselves, the
+ * user we hand zones to (who writes them anyway) and the group the caller
+ * names (an unprivileged owner can only give its file a group it belongs
+ * to).
  */
 static int
-shm_zone_file_ok(const struct stat *st, int64_t group)
+shm_zone_file_ok(const struct stat *st, const shmlock_open_t *o)
 {
-    int  group_trusted = group >= 0 && (int64_t) st->st_gid == group;
+    int  group_trusted = o->group >= 0 && (int64_t) st->st_gid == o->group;
+    int  owner_trusted = st->st_uid == geteuid()
+                         || (o->owner_uid > 0
+                             && (int64_t) st->st_uid == o->owner_uid);
 
     if (!S_ISREG(st->st_mode)) {
         return SHMLOCK_INCOMPATIBLE;
@@ -222,13 +226,53 @@ shm_zone_file_ok(const struct stat *st, int64_t group)
     if ((st->st_mode & S_IWGRP) && !group_trusted) {
         return SHMLOCK_UNSAFE_MODE;
     }
-    if (st->st_uid != geteuid() && !group_trusted) {
+    if (!owner_trusted && !group_trusted) {
         return SHMLOCK_NOT_OWNER;
     }
     if ((uint64_t) st->st_size < SHMLOCK_MIN_SIZE) {
         return SHMLOCK_INCOMPATIBLE;
     }
     return SHMLOCK_OK;
+}
+
+/*
+ * The owner (and group) a zone file of ours is handed to, if the caller
+ * hands zones over (o->owner_uid), else -1: a group shared on purpose
+ * stays.
+ */
+static uid_t
+shm_zone_hand_uid(const shmlock_open_t *o)
+{
+    return o->owner_uid > 0 ? (uid_t) o->owner_uid : (uid_t) -1;
+}
+
+static gid_t
+shm_zone_hand_gid(const shmlock_open_t *o)
+{
+    if (o->group >= 0) {
+        return (gid_t) o->group;
+    }
+    return o->owner_uid > 0 && o->owner_gid >= 0 ? (gid_t) o->owner_gid
+                                                 : (gid_t) -1;
+}
+
+/*
+ * Hands an attached file of our own to o->owner_uid, as nginx chowns the
+ * paths it creates as root: the users it hands zones to may then attach
+ * by name too.  fd is the file judged, so no other file is changed.
+ */
+static int
+shm_zone_hand_over(const shmlock_open_t *o, int fd, struct stat *st)
+{
+    if (o->owner_uid <= 0 || st->st_uid != geteuid()
+        || (int64_t) st->st_uid == o->owner_uid)
+    {
+        return 0;
+    }
+    if (fchown(fd, shm_zone_hand_uid(o), shm_zone_hand_gid(o)) != 0) {
+        return -1;
+    }
+    return fstat(fd, st);
 }
 
 /*
@@ -263,11 +307,17 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
     }
     shm_zone_note_file(o, &st);
     /* fstat before mmap: a short file would SIGBUS instead of failing */
-    rc = shm_zone_file_ok(&st, o->group);
+    rc = shm_zone_file_ok(&st, o);
     if (rc != SHMLOCK_OK) {
         close(fd);
         return rc;
     }
+    if (shm_zone_hand_over(o, fd, &st) != 0) {
+        *err = errno;
+        close(fd);
+        return SHMLOCK_SYSTEM;
+    }
+    shm_zone_note_file(o, &st);
     *out = shm_zone_reg_find(&st);
     if (*out != NULL) {
         close(fd);
@@ -395,9 +445,10 @@ shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
         *err = errno;
         return SHMLOCK_SYSTEM;
     }
-    /* group before mode: the file is 0600 until both are as asked, and a
-     * failed chown leaves nothing published */
-    if ((o->group >= 0 && fchown(fd, (uid_t) -1, (gid_t) o->group) != 0)
+    /* owner and group before mode: the file is 0600 until all are as
+     * asked, and a failed chown leaves nothing published */
+    if (((o->group >= 0 || o->owner_uid > 0)
+         && fchown(fd, shm_zone_hand_uid(o), shm_zone_hand_gid(o)) != 0)
         || fchmod(fd, o->mode) != 0 || shm_zone_reserve(fd, size) != 0
         || fstat(fd, &st) != 0 || shm_zone_map(fd, size, &base) != 0)
     {

@@ -134,6 +134,14 @@ SHMLOCK_API int shmlock_zone_open(const char *dir, const char *name,
  * layout of a file that starts as a zone does (SHMLOCK_LAYOUT: this
  * build's; another: a zone of another version; 0: not a zone at all, or
  * not a regular file, or too short to be one).
+ *
+ * owner_uid: 0, or the user zone files are handed to (an nginx master
+ * running as root hands them to its workers' user, as nginx chowns the
+ * paths it creates).  Then a new zone file is created owned by owner_uid
+ * (group: `group` if set, else owner_gid), a file of the caller's own is
+ * handed over on attach (its group too, unless it is `group`), and a file
+ * owned by owner_uid is trusted on attach as the caller's own.  Only root
+ * may hand files over; 0 (a zeroed struct) hands over nothing.
  */
 typedef struct {
     const char   *dir;
@@ -149,6 +157,8 @@ typedef struct {
     int64_t       file_gid;
     size_t        zone_size;
     unsigned      file_layout;
+    int64_t       owner_uid;
+    int64_t       owner_gid;
 } shmlock_open_t;
 
 /* shmlock_zone_open with the options above (dir, name, size and shards

@@ -1,6 +1,13 @@
 # The nginx.conf of the README's "Using it in OpenResty" section, started
 # as written (only listen, pid, logs, package path and temp paths rewritten
-# for a test prefix), and its locations behave as the README says.
+# for a test prefix), and its locations behave as the README says, before
+# and after `nginx -s reload`.  As root, it is started as systemd starts
+# nginx: the master as root, the workers as the `user` directive's user
+# (www-data), then again without that line (nginx's compiled default,
+# nobody); its zones must work in every worker by name, their files be the
+# workers' (a tool run as that user reads them, root's LuaJIT is refused),
+# and a zone a tool of the workers' user made again be attached by the
+# master at the next reload.
 #
 # Every other ```nginx block of the README, docs/*.md, CONTRIBUTING.md and
 # bench/README.md must be an excerpt of that file (its lines, indentation
@@ -12,6 +19,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use ShmTest qw(parallel give_up);
+use Time::HiRes qw(sleep);
 
 my $root = "$FindBin::Bin/..";
 
@@ -60,12 +68,10 @@ subtest "the docs' other nginx blocks are excerpts of the nginx.conf" => sub {
         if $ENV{TEST_VERBOSE};
 };
 
-my $t = ShmTest->new(workers => 2);
+my $root_run = $> == 0;
 
-my $user = $> == 0 ? "user root root;\n" : '';
 my @rewrite = (
-    [ pid => qr/^pid .*;$/m,
-      "pid {{PREFIX}}/logs/nginx.pid;\ndaemon off;\n$user" ],
+    [ pid => qr/^pid .*;$/m, "pid {{PREFIX}}/logs/nginx.pid;\ndaemon off;" ],
     [ worker_processes => qr/^worker_processes .*;$/m, "worker_processes 2;" ],
     [ error_log => qr/^error_log .*;$/m,
       "error_log {{PREFIX}}/logs/error.log info;" ],
@@ -86,52 +92,130 @@ for my $r (@rewrite) {
     ok($conf =~ s/$re/$with/, "the example's $what line, rewritten for the test")
         or give_up("the README's nginx.conf changed shape");
 }
-$t->{full_config} = $conf;
-$t->start;
+my ($user) = $conf =~ /^user (\S+);$/m
+    or give_up("the README's nginx.conf has no `user` line");
 
-$t->block("a miss loads the value, the next request hits",
-    request => [ "GET /item?id=1", "GET /item?id=1" ],
-    body    => [ "miss: value of 1\n", "hit: value of 1\n" ]);
+# the README's config as it is; as root, also without its `user` line
+my @runs = ([ "user $user", $conf, $user ]);
+if ($root_run) {
+    (my $default = $conf) =~ s/^user \S+;\n//m;
+    push @runs, [ "no user directive", $default, "nobody" ];
+}
 
-subtest "concurrent misses on both workers: the value is loaded once" => sub {
-    my @bodies = parallel(6, sub { $t->get("/item?id=2")->{body} });
-    my @miss = grep { $_ eq "miss: value of 2\n" } @bodies;
-    my @wait = grep { $_ eq "hit after wait: value of 2\n" } @bodies;
-    is(scalar @miss, 1, "one request loaded the value");
-    is(scalar @wait, 5, "the others waited and read the cache")
-        or diag(explain \@bodies);
-    $t->check_log("stampede", nested => 1);
-};
+# the README's locations; $r makes this round's keys
+sub exercise {
+    my ($t, $r) = @_;
+    $t->block("a miss loads the value, the next request hits",
+        request => [ "GET /item?id=${r}1", "GET /item?id=${r}1" ],
+        body    => [ "miss: value of ${r}1\n", "hit: value of ${r}1\n" ]);
 
-$t->block("the cache: a miss runs the loader, then this worker's L1 answers",
-    request => "GET /user?id=7",
-    body    => "user 7 (hit level 3)\n");
+    subtest "concurrent misses on both workers: the value is loaded once" => sub {
+        my @bodies = parallel(6, sub { $t->get("/item?id=${r}2")->{body} });
+        my @miss = grep { $_ eq "miss: value of ${r}2\n" } @bodies;
+        my @wait = grep { $_ eq "hit after wait: value of ${r}2\n" } @bodies;
+        is(scalar @miss, 1, "one request loaded the value");
+        is(scalar @wait, 5, "the others waited and read the cache")
+            or diag(explain \@bodies);
+        $t->check_log("stampede", nested => 1);
+    };
 
-subtest "the cache: concurrent misses on both workers run the loader once" => sub {
-    my @bodies = parallel(6, sub { $t->get("/user?id=8")->{body} });
-    my @loaded = grep { $_ eq "user 8 (hit level 3)\n" } @bodies;
-    my @other = grep { /^user 8 \(hit level [12]\)\n\z/ } @bodies;
-    is(scalar @loaded, 1, "one request ran the loader") or diag(explain \@bodies);
-    is(scalar @other, 5, "the others got its value from the zone or L1");
-    my @again = map { $t->get("/user?id=8")->{body} } 1 .. 4;
-    is(scalar(grep { /^user 8 \(hit level [12]\)\n\z/ } @again), 4,
-       "later requests hit") or diag(explain \@again);
-    $t->check_log("cache", nested => 1);
-};
+    $t->block("the cache: a miss runs the loader, then this worker's L1 answers",
+        request => "GET /user?id=${r}7",
+        body    => "user ${r}7 (hit level 3)\n");
 
-$t->block("resty.shmlock over a lua_shared_dict",
-    request => "GET /legacy",
-    body    => "legacy lock: 0 1\n");
+    subtest "the cache: concurrent misses on both workers run the loader once" => sub {
+        my @bodies = parallel(6, sub { $t->get("/user?id=${r}8")->{body} });
+        my @loaded = grep { $_ eq "user ${r}8 (hit level 3)\n" } @bodies;
+        my @other = grep { /^user ${r}8 \(hit level [12]\)\n\z/ } @bodies;
+        is(scalar @loaded, 1, "one request ran the loader") or diag(explain \@bodies);
+        is(scalar @other, 5, "the others got its value from the zone or L1");
+        my @again = map { $t->get("/user?id=${r}8")->{body} } 1 .. 4;
+        is(scalar(grep { /^user ${r}8 \(hit level [12]\)\n\z/ } @again), 4,
+           "later requests hit") or diag(explain \@again);
+        $t->check_log("cache", nested => 1);
+    };
 
-$t->block("trylock in log_by_lua",
-    request => [ ("GET /logged") x 3 ],
-    body    => "ok\n");
+    $t->block("resty.shmlock over a lua_shared_dict",
+        request => "GET /legacy",
+        body    => "legacy lock: 0 1\n");
 
-subtest "a LuaJIT process reads the cache nginx filled" => sub {
-    my ($rc, $out) = $t->luajit(
-        q{print(require("resty.shmlock.shdict").open("my_cache"):get("1"))});
-    is($out, "value of 1\n", "luajit output");
-};
+    $t->block("trylock in log_by_lua",
+        request => [ ("GET /logged") x 3 ],
+        body    => "ok\n");
+}
 
-$t->stop;
+# a LuaJIT process as the workers' user (as root), or as ourselves
+sub tool {
+    my ($t, $as, $code) = @_;
+    return $t->luajit($code, $root_run ? (as => $as) : ());
+}
+
+for my $run (@runs) {
+    my ($label, $config, $as) = @$run;
+    subtest "the README's nginx.conf, $label" => sub {
+        my $t = ShmTest->new(workers => 2);
+        $t->{full_config} = $config;
+        $t->start;
+        my $uid = $root_run ? (getpwnam $as)[2] : $>;
+
+        subtest "the workers run as $as" => sub {
+            is_deeply([ $t->worker_uids ], [ $uid, $uid ], "their uids");
+        } if $root_run;
+
+        exercise($t, "a");
+
+        subtest "the zone files are the workers'" => sub {
+            for my $name (qw(my_cache my_locks)) {
+                my @st = stat($t->zone_dir . "/shmlock.$name");
+                is(sprintf("%04o %d", $st[2] & 07777, $st[4]),
+                   sprintf("0600 %d", $uid), "$name: mode and owner");
+            }
+        };
+
+        subtest "a LuaJIT process of the workers' user reads the cache nginx filled" => sub {
+            my ($rc, $out) = tool($t, $as,
+                q{print(require("resty.shmlock.shdict").open("my_cache"):get("a1"))});
+            is($out, "value of a1\n", "luajit output");
+        };
+
+        subtest "root's LuaJIT is refused the workers' zone, naming the owner" => sub {
+            my ($rc, $out) = $t->luajit(q{print(select(2,
+                require("resty.shmlock.shdict").open("my_cache")))});
+            like($out, qr/^zone file owned by another user \(uid $uid\)/,
+                 "refused");
+        } if $root_run;
+
+        subtest "a tool of the workers' user makes my_locks anew" => sub {
+            my ($rc, $out) = tool($t, $as, q{
+                local shdict = require "resty.shmlock.shdict"
+                assert(shdict.destroy("my_locks"))
+                local d = assert(shdict.open("my_locks", { size = "64k" }))
+                print(d:capacity())});
+            is($out, "65536\n", "a 64k zone in its place");
+        };
+
+        $t->block("the workers lock in the new zone",
+            request => "GET /item?id=b1", body => "miss: value of b1\n");
+
+        my @new = $t->reload;
+        subtest "after nginx -s reload" => sub {
+            is(scalar @new, 2, "two new workers");
+            is_deeply([ $t->worker_uids ], [ $uid, $uid ], "their uids")
+                if $root_run;
+            $t->check_log("reload", nested => 1);
+        };
+
+        exercise($t, "c");
+
+        subtest "the master attached the zone the tool made" => sub {
+            my ($rc, $out) = tool($t, $as, q{
+                local d = require("resty.shmlock.shdict").open("my_locks")
+                print(d:capacity())});
+            is($out, "65536\n", "still the tool's 64k zone");
+        };
+
+        $t->stop;
+    };
+}
+
 done_testing;

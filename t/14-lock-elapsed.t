@@ -1,11 +1,20 @@
 # resty.lock's observable waiting inside nginx, pinned as its own test
-# suite pins it: a waiter behind a holder reports elapsed = the sum of the
-# ngx.sleep steps it slept (0.001 + 0.002 + ... + 0.064 = 0.127 behind a
-# 0.1 s holder with the defaults), with custom step, ratio and max_step
-# the matching sums, and "timeout" once the steps add up to the timeout.
+# suite pins it: a waiter behind a holder sleeps resty.lock's steps with
+# ngx.sleep (0.001, 0.002, ..., with custom step, ratio and max_step the
+# matching ones) and reports elapsed = the sum of the steps it slept
+# (0.127 after 7 steps with the defaults), and "timeout" once the steps
+# add up to the timeout.
+#
+# The holder lets go as the waiter starts its n-th sleep (a hook around
+# ngx.sleep, set before the modules load), not after a timer of its own:
+# two nginx timers of a loaded machine do not fire in step, so a holder
+# sleeping 0.1 s let a waiter in after 3 of its steps (0.07) as well as
+# after 4.  Which steps were slept and their sum are then exact.  One case
+# keeps a holder released by its own timer, and asks only what lateness
+# cannot change: the waiter got the lock, at one of the schedule's sums.
 # The queue a long waiter joins (lua/resty/shmlock/lock/nginx_wait.lua)
-# starts only after 0.2 s of steps, so none of these numbers moves: a hold
-# of 0.2 s still reports 0.255, the next sum.
+# starts only after 0.2 s of steps, so none of these numbers moves: 8
+# steps still sum to 0.255.
 use strict;
 use warnings;
 use FindBin;
@@ -15,16 +24,28 @@ use ShmTest;
 
 my $t = ShmTest->new(
     workers => 1,
-    init_by_lua => <<'EOF',
-        local shdict = require "resty.shmlock.shdict"
-        assert(shdict.open("elapsed"))
-EOF
+    preamble => 0,
     http_config => <<'EOF',
     lua_shared_dict fallback 1m;
+    init_by_lua_block {
+        -- the waiter's sleeps: T.on_sleep(seconds) runs as each begins
+        T = {}
+        local sleep = ngx.sleep
+        ngx.sleep = function(s)
+            if T.on_sleep and coroutine.running() == T.waiter then
+                T.on_sleep(s)
+            end
+            return sleep(s)
+        end
+        resty_lock = require "resty.shmlock"
+        assert(require("resty.shmlock.shdict").open("elapsed"))
+    }
 EOF
     config => <<'EOF',
-        # a light thread holds the key for ?hold= seconds; the request's
-        # lock, made with the options of the query string, waits for it
+        # the request holds a key; its lock, made with the options of the
+        # query string, waits for it; the holder lets go as the waiter
+        # starts its ?release= sleep, or after ?hold= seconds (a light
+        # thread); answers elapsed (or nil and the error), then the steps
         location = /wait {
             content_by_lua_block {
                 local args = ngx.req.get_uri_args()
@@ -37,51 +58,83 @@ EOF
                 end
                 local holder = assert(resty_lock:new(store))
                 assert(holder:lock(key) == 0)
-                local th = ngx.thread.spawn(function()
-                    ngx.sleep(tonumber(args.hold))
-                    return holder:unlock()
-                end)
+                local th
+                if args.hold then
+                    th = ngx.thread.spawn(function()
+                        ngx.sleep(tonumber(args.hold))
+                        return holder:unlock()
+                    end)
+                end
+                local release = tonumber(args.release)
+                local steps = {}
+                T.waiter = coroutine.running()
+                T.on_sleep = function(s)
+                    steps[#steps + 1] = string.format("%.3f", s)
+                    if #steps == release then
+                        assert(holder:unlock() == 1)
+                    end
+                end
                 local lock = assert(resty_lock:new(store, opts))
                 local elapsed, err = lock:lock(key)
+                T.on_sleep, T.waiter = nil, nil
+                if th then
+                    assert(ngx.thread.wait(th))
+                elseif not elapsed then
+                    holder:unlock()
+                end
                 if elapsed then
                     lock:unlock()
+                    ngx.say(string.format("%.3f", elapsed))
+                else
+                    ngx.say("nil ", err)
                 end
-                assert(ngx.thread.wait(th))
-                if not elapsed then
-                    return ngx.say("nil ", err)
-                end
-                ngx.say(string.format("%.3f", elapsed))
+                ngx.say(table.concat(steps, " "))
             }
         }
 EOF
 );
 $t->start;
 
-# [query, the lowest and highest elapsed accepted] (resty.lock's suite
-# accepts 0.126-0.129 for the default case: float sums printed)
+# [query, elapsed, the steps slept]
 my @cases = (
-    [ "hold=0.1",                     0.126, 0.129 ],  # 0.127
-    [ "hold=0.1&step=0.01",           0.149, 0.151 ],  # .01+.02+.04+.08
-    [ "hold=0.1&ratio=3",             0.120, 0.122 ],  # 1+3+9+27+81 ms
-    [ "hold=0.1&max_step=0.05",       0.112, 0.114 ],  # 63 ms + 0.05
-    [ "hold=0.05&step=0.02&ratio=1",  0.059, 0.061 ],  # 3 x 0.02
-    [ "hold=0.2",                     0.254, 0.256 ],  # 0.255: no queue yet
+    [ "release=7", "0.127",
+      "0.001 0.002 0.004 0.008 0.016 0.032 0.064" ],
+    [ "release=4&step=0.01", "0.150", "0.010 0.020 0.040 0.080" ],
+    [ "release=5&ratio=3", "0.121", "0.001 0.003 0.009 0.027 0.081" ],
+    [ "release=7&max_step=0.05", "0.113",
+      "0.001 0.002 0.004 0.008 0.016 0.032 0.050" ],
+    [ "release=3&step=0.02&ratio=1", "0.060", "0.020 0.020 0.020" ],
+    # 0.127 s of steps before the 8th: no queue yet
+    [ "release=8", "0.255",
+      "0.001 0.002 0.004 0.008 0.016 0.032 0.064 0.128" ],
+    # never released: the last step is what the timeout leaves
+    [ "timeout=0.01", "nil timeout", "0.001 0.002 0.004 0.003" ],
 );
+
+# the sums of the default schedule's first steps, up to the queue's start
+my %sums;
+my ($sum, $step) = (0, 0.001);
+while ($sum < 0.2) {
+    $sum += $step;
+    $step *= 2;
+    $sums{ sprintf "%.3f", $sum } = 1;
+}
 
 for my $store ("elapsed", "fallback") {
     for my $c (@cases) {
-        my ($q, $lo, $hi) = @$c;
-        subtest "$store: $q" => sub {
-            my $r = $t->get("/wait?store=$store&$q");
-            is($r->{status}, 200, "status");
-            my ($e) = $r->{body} =~ /^([\d.]+)\n\z/;
-            ok(defined $e && $e >= $lo && $e <= $hi,
-               "elapsed in [$lo, $hi]") or diag("got: $r->{body}");
-        };
+        my ($q, $elapsed, $steps) = @$c;
+        $t->block("$store: $q",
+            request => "GET /wait?store=$store&$q",
+            body    => "$elapsed\n$steps\n");
     }
-    $t->block("$store: a held key answers timeout after the steps' sum",
-        request => "GET /wait?store=$store&hold=0.1&timeout=0.01",
-        body    => "nil timeout\n");
+    subtest "$store: a holder released by its own timer" => sub {
+        my $r = $t->get("/wait?store=$store&hold=0.05");
+        is($r->{status}, 200, "status");
+        my ($e) = $r->{body} =~ /^(\d\.\d{3})\n/;
+        ok(defined $e && $sums{$e}, "elapsed is a sum of the steps slept")
+            or diag("got: $r->{body}");
+        $t->check_log("timer holder", nested => 1);
+    };
 }
 
 $t->stop;

@@ -125,7 +125,8 @@ subtest "root's side of that zone sees the workers' counts" => sub {
         local shdict = require "resty.shmlock.shdict"
         print(select(2, shdict.open("team", { create = false })))});
     like($out, qr/^zone file mode 0660 is group-writable/,
-         "even its owner must name the group it lets write");
+         "root must name the group it lets write (the master handed "
+         . "the file to the workers' user)");
 };
 
 $t->block("a worker makes a zone for group nogroup",

@@ -23,8 +23,8 @@ package ShmTest;
 # workers > 1, so that the kernel spreads connections over the workers),
 # log_level (info), full_config (a whole nginx.conf instead of the template),
 # user (the `user` directive's value, e.g. 'nobody nogroup': the workers run
-# as that user; needs root; the zone directory is then made 01777 so that
-# they can create zones in it).
+# as that user; needs root).  As root, the zone directory is made 01777, as
+# /dev/shm is, so that workers of another user can create zones in it.
 #
 # The template loads the lua module, sets lua_package_path to the checkout
 # ({{LUA_PATH}}) and starts the http context with the common preamble, an
@@ -48,11 +48,12 @@ package ShmTest;
 #
 # nginx runs in the foreground (daemon off, master_process on) as a child
 # of the test, so its pid is known and it can be reaped.  When the test
-# runs as root, `user root root;` keeps the workers under the uid that
-# created the zone files (0600): without it the workers switch to nobody
-# and cannot attach a zone the master (or a root LuaJIT process) created.
-# As non-root, no user directive is emitted: master and workers share the
-# test's uid.  The `user` option sets another (t/16: workers as nobody).
+# runs as root, the template says `user root root;`, so that the test's
+# LuaJIT processes (root) and the workers share zones as one user; the
+# `user` option sets another (t/07, t/16: workers as nobody), and then
+# luajit(..., as => USER) runs a LuaJIT process as the workers' user, as
+# an operator runs tools beside nginx.  As non-root, no user directive is
+# emitted: master and workers share the test's uid.
 
 use strict;
 use warnings;
@@ -109,6 +110,9 @@ sub new {
     my $shm = (-d '/dev/shm' && -w '/dev/shm') ? '/dev/shm' : $self->{prefix};
     $self->{zone_dir} = tempdir('shmlock-zones-XXXXXX', DIR => $shm,
                                 CLEANUP => !$ENV{TEST_KEEP});
+    if ($> == 0) {
+        chmod 01777, $self->{zone_dir} or die "chmod $self->{zone_dir}: $!";
+    }
     for my $d (qw(conf logs tmp)) {
         mkdir "$self->{prefix}/$d" or die "mkdir $d: $!";
     }
@@ -170,7 +174,6 @@ sub render {
     if (defined $self->{user}) {
         $> == 0 or give_up("user => '$self->{user}' needs root");
         $user = "user $self->{user};\n";
-        chmod 01777, $self->{zone_dir} or die "chmod $self->{zone_dir}: $!";
     }
     my $reuseport = $self->{reuseport} ? ' reuseport' : '';
     my $conf = <<"EOF";
@@ -343,6 +346,22 @@ sub worker_pids_of {
     }
     @pids = sort { $a <=> $b } @pids;
     return @pids;
+}
+
+# The uids the live workers run as (from /proc/PID/status), in pid order.
+sub worker_uids {
+    my ($self) = @_;
+    my @uids;
+    for my $p ($self->worker_pids) {
+        open my $fh, '<', "/proc/$p/status" or next;
+        while (my $line = <$fh>) {
+            if ($line =~ /^Uid:\s+(\d+)\s+(\d+)/) {
+                push @uids, $2 + 0;     # the effective uid
+                last;
+            }
+        }
+    }
+    return @uids;
 }
 
 # `nginx -s reload` (HUP to the master), then wait until a full set of new
@@ -539,11 +558,20 @@ sub luajit {
 }
 
 # Starts a LuaJIT chunk in the background; returns a ShmTest::Proc.
+# as => USER: run it as that user (and its groups; the test must be root).
 sub luajit_bg {
     my ($self, $code, %o) = @_;
     $code = $self->expand($code);
     my $out = File::Temp->new(DIR => $self->{prefix}, SUFFIX => '.out');
     my %env = $self->luajit_env;
+    my @as;
+    if (defined $o{as}) {
+        $> == 0 or give_up("luajit(as => '$o{as}') needs root");
+        my (undef, undef, $uid, $gid) = getpwnam($o{as})
+            or give_up("no user $o{as}");
+        @as = ('setpriv', "--reuid=$uid", "--regid=$gid", '--init-groups',
+               '--');
+    }
     my $pid = fork // die "fork: $!";
     if ($pid == 0) {
         @ENV{ keys %env } = values %env;
@@ -551,7 +579,7 @@ sub luajit_bg {
         open STDOUT, '>', $out->filename;
         open STDERR, '>&', \*STDOUT;
         $| = 1;
-        exec $LUAJIT, '-e', $code or POSIX::_exit(127);
+        exec @as, $LUAJIT, '-e', $code or POSIX::_exit(127);
     }
     my $proc = bless { pid => $pid, out => $out }, 'ShmTest::Proc';
     push @children, $proc;

@@ -96,6 +96,8 @@ typedef struct {
     int64_t       file_gid;
     size_t        zone_size;
     unsigned      file_layout;
+    int64_t       owner_uid;
+    int64_t       owner_gid;
 } shmlock_open_t;
 
 int shmlock_zone_open2(shmlock_open_t *opts, shmlock_zone_t **out);

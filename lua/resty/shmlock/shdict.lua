@@ -16,6 +16,7 @@ local codes = require "resty.shmlock.internal.codes"
 local options = require "resty.shmlock.internal.options"
 local check_key = require("resty.shmlock.internal.key").check
 local log = require "resty.shmlock.internal.log"
+local nginx_user = require "resty.shmlock.internal.nginx_user"
 local bit = require "bit"
 
 local ffi_new = ffi.new
@@ -92,6 +93,16 @@ local str_buf = ffi_new("char[?]", str_size)
 -- unmapped when its dict is collected (the C library maps each file once
 -- per process, whoever opens it)
 local zones = setmetatable({}, { __mode = "v" })
+
+-- dir .. "\0" .. name -> the dict opened there in init_by_lua*: the nginx
+-- master keeps it, so that every worker it forks (whatever user it runs
+-- as) reaches the zone by name through the mapping it inherits, without
+-- opening the file (docs/shdict.md, "Zones in nginx")
+local pinned = {}
+
+-- the user init_by_lua* hands zone files to (nginx_user.workers): false
+-- until asked, then { uid, gid } (0, -1: nobody)
+local hand_to = false
 
 -- dir .. "\0" .. name -> the last refusal of that zone logged (see open)
 local refused = {}
@@ -703,6 +714,24 @@ local function trust_hint(gid)
     return ': pass opts.group = "' .. group .. '" to trust group ' .. group
 end
 
+-- The owner uid and gid zone files opened now are handed to: inside
+-- init_by_lua* of a root master, its workers' user (asked once per VM: a
+-- reload loads a new one); else 0, -1.
+local function hand_over_to(ngx)
+    if not ngx then
+        return 0, -1
+    end
+    if not hand_to then
+        local uid, gid, why = nginx_user.workers(ngx)
+        hand_to = { uid or 0, gid or -1 }
+        if why then
+            log_event("warn", "zone files opened in init_by_lua stay the "
+                      .. "master's, not the workers' user's: " .. why)
+        end
+    end
+    return hand_to[1], hand_to[2]
+end
+
 -- the message for a zone file open() refused, naming the cause
 local function refusal(rc, o, name, path)
     if rc == INCOMPATIBLE then
@@ -746,7 +775,10 @@ local function refusal(rc, o, name, path)
             return msg
         end
         msg = msg .. ffi_str(C.strerror(errno))
-        if errno == EPERM and o.group >= 0 then
+        if errno == EPERM and o.owner_uid > 0 then
+            msg = msg .. ": cannot give the zone file to the workers' user "
+                  .. "(uid " .. tostring(tonumber(o.owner_uid)) .. ")"
+        elseif errno == EPERM and o.group >= 0 then
             msg = msg .. ": cannot give the zone file group "
                   .. group_name(tonumber(o.group))
         end
@@ -834,6 +866,9 @@ function _M.open(name, opts)
     if dict then
         return dict, nil, size_note(dict, asked)
     end
+    if pinned[id] then
+        pinned[id] = nil        -- destroyed: its mapping may go
+    end
 
     local gid = -1
     if group ~= nil then
@@ -848,9 +883,11 @@ function _M.open(name, opts)
         size = 0
     end
 
+    local init = nginx_user.init_phase()
     local o = open_opts
     o.dir, o.name, o.name_len = dir, name, #name
     o.size, o.shards, o.mode, o.group = size, shards, mode, gid
+    o.owner_uid, o.owner_gid = hand_over_to(init)
     local rc = C.shmlock_zone_open2(o, zone_out)
     o.dir, o.name = nil, nil
     if rc ~= OK then
@@ -872,6 +909,9 @@ function _M.open(name, opts)
         dir = dir,
     }, mt)
     zones[id] = dict
+    if init then
+        pinned[id] = dict
+    end
     return dict, nil, size_note(dict, asked)
 end
 
@@ -897,6 +937,7 @@ function _M.destroy(name, opts)
     local dir = opts and opts.dir
     local rc = C.shmlock_zone_destroy(dir, name, #name)
     zones[(dir or "") .. "\0" .. name] = nil
+    pinned[(dir or "") .. "\0" .. name] = nil
     if rc == OK then
         return true
     end
