@@ -193,9 +193,11 @@ $t->block("a name that is both our zone and a lua_shared_dict is the dict; "
              . "zone\n0\nin our zone: true\n1\n",
     error_log => [ qr/\[info\].*lock name "both" uses the lua_shared_dict "both"/ ]);
 
-$t->block("a name that is neither: nil, 'dictionary not found'",
+$t->block("a name that is neither: nil, 'dictionary not found', the zone, "
+          . "directory and lua_shared_dict tried",
     request => "GET /unknown",
-    body    => "nil dictionary not found\n");
+    body    => "nil dictionary not found: no zone \"nowhere\" in "
+             . $t->zone_dir . ", and no lua_shared_dict \"nowhere\"\n");
 
 ok(!-e $t->zone_dir . "/shmlock.x",
    "the fallback did not create a zone file named x");
@@ -204,11 +206,11 @@ ok(!-e $t->zone_dir . "/shmlock.nowhere",
 
 $t->block("inspect() by name on an ngx.shared dict: holder, ttl, no waiter count",
     request => "GET /inspect",
-    body    => <<'EOF');
+    body    => <<"EOF");
 nil not locked
 true true true nil nil
 nil not a lock
-nil dictionary not found
+nil dictionary not found: no zone "nowhere" in ${\ $t->zone_dir}, and no lua_shared_dict "nowhere"
 EOF
 
 $t->stop;
