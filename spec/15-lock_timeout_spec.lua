@@ -6,7 +6,7 @@ local resty_lock = require "resty.shmlock"
 local env = require "helpers.lock_env"
 local fixture = require "helpers.fixture"
 local children = require "helpers.children"
-local proc = require "harness.proc"
+local forks = require "harness.proc"
 
 -- the error f() raised; it must point at this file (the caller's line)
 local function raised(f)
@@ -93,19 +93,19 @@ describe("lock:lock(key, timeout)", function()
     -- a child holding "k" with exptime 0 until it sees a process asleep
     -- on the key, then releasing it (exit 0; 3: nobody waited)
     local function never_expiring_holder()
-        local held = proc.pipe()
-        local pid = proc.spawn(function()
+        local held = forks.pipe()
+        local pid = forks.spawn(function()
             held:close_read()
             local mine = assert(resty_lock:new(dict.name, { exptime = 0 }))
             assert(mine:lock("k") == 0)
             held:notify()
-            local deadline = proc.now() + 20
-            while proc.now() < deadline do
+            local deadline = forks.now() + 20
+            while forks.now() < deadline do
                 local info = resty_lock.inspect(dict, "k")
                 if info and info.waiters > 0 then
                     return mine:unlock() == 1 and 0 or 5
                 end
-                proc.sleep(0.001)
+                forks.sleep(0.001)
             end
             return 3
         end)
