@@ -48,6 +48,13 @@ end
 end
 
 -- Bytes that look like nothing of ours (fixed, so a failure reproduces).
+-- the advice of a refused zone of another user (or of group nogroup)
+local function owner_hint(owner)
+    return "run as " .. owner .. " (the zone's owner), or share the zone "
+           .. "with a group on purpose: create it with opts.group = \"G\" "
+           .. "and opts.mode = \"0660\", and attach with opts.group = \"G\""
+end
+
 local function garbage(len)
     local t = {}
     for i = 1, len do
@@ -157,14 +164,36 @@ describe("shdict zones", function()
                 { "a boolean", true },
             }
             for _, case in ipairs(bad) do
-                it("returns nil, 'bad size' for " .. case[1], function()
-                    assert.same({ n = 2, nil, "bad size" },
-                                pack(shdict.open("sized",
-                                                 { dir = dir,
-                                                   size = case[2] })))
+                it("returns nil, 'bad size: ...' for " .. case[1], function()
+                    local r = pack(shdict.open("sized", { dir = dir,
+                                                          size = case[2] }))
+                    assert.equal(2, r.n)
+                    assert.is_nil(r[1])
+                    assert.matches("^bad size: ", r[2])
+                    assert.matches('%(give bytes as a whole number, or a '
+                                   .. 'string of digits with an optional '
+                                   .. 'unit k, m or g: 65536, "64k", "10m", '
+                                   .. '"1g"; from 32k to 1024g%)$', r[2])
                     assert.is_false(exists(zone_path("sized")))
                 end)
             end
+
+            it("says what was given and what is wrong with it", function()
+                local forms = ' (give bytes as a whole number, or a string '
+                    .. 'of digits with an optional unit k, m or g: 65536, '
+                    .. '"64k", "10m", "1g"; from 32k to 1024g)'
+                local cases = {
+                    { "10MB", 'bad size: "10MB" is not a size' },
+                    { 65536.5, "bad size: 65536.5 is not a whole number" },
+                    { "31k", 'bad size: "31k" is out of range' },
+                    { {}, "bad size: a table is not a size" },
+                }
+                for _, case in ipairs(cases) do
+                    assert.same({ n = 2, nil, case[2] .. forms },
+                                pack(shdict.open("sized", { dir = dir,
+                                                           size = case[1] })))
+                end
+            end)
 
             local good = {
                 { "a number of bytes", 65536, 65536 },
@@ -583,11 +612,21 @@ print("ok")
 
         it("raises on a mode that others may write, or without owner rw",
            function()
-            for _, mode in ipairs({ "0666", "0602", "0400", "0460", 1023,
-                                    "rw", 0.5, -1 }) do
+            local others = " lets other users write the zone (share it "
+                           .. "with a group instead: opts.group and mode 0660)"
+            local nan = 'not a number from 0 to 0777 or an octal string '
+                        .. 'like "0660"'
+            local why = {
+                ["0666"] = "0666" .. others, ["0602"] = "0602" .. others,
+                ["0400"] = "0400 does not let the owner read and write",
+                ["0460"] = "0460 does not let the owner read and write",
+                ["0700"] = "0700 has an execute bit",
+                [1023] = nan, rw = nan, [0.5] = nan, [-1] = nan,
+            }
+            for mode, reason in pairs(why) do
                 assert.has_error(function()
                     shdict.open("bad_mode", { dir = dir, mode = mode })
-                end, 'bad "opts.mode" argument', tostring(mode))
+                end, 'bad "opts.mode" argument: ' .. reason, tostring(mode))
             end
             assert.equal("", trim(sh("ls -A '" .. dir .. "'")))
         end)
@@ -661,9 +700,10 @@ print("opened", d:get("n"))
                                                'group = "nogroup"')))
             assert.equal(2, d:get("n"))
             -- without naming the group, the group-writable file is refused
-            assert.equal('zone file mode 0660 is group-writable: pass '
-                         .. 'opts.group = "nogroup" to trust group '
-                         .. 'nogroup\n', as_nobody(open_script("shared")))
+            assert.equal("zone file mode 0660 is group-writable by "
+                         .. "nogroup, a group no one should trust: "
+                         .. owner_hint("root") .. "\n",
+                         as_nobody(open_script("shared")))
         end)
 
         it("nobody makes it, root attaches naming the group", function()
@@ -677,10 +717,10 @@ print("opened", d:get("n"))
                                                .. 'group = "nogroup"')))
             assert.equal("660 nobody nogroup", trim(sh(
                 "stat -c '%a %U %G' '" .. zone_path("theirs") .. "'")))
-            assert.equal('zone file mode 0660 is group-writable: pass '
-                         .. 'opts.group = "nogroup" to trust group '
-                         .. 'nogroup\n', run_child(tmp,
-                                                   open_script("theirs")))
+            assert.equal("zone file mode 0660 is group-writable by "
+                         .. "nogroup, a group no one should trust: "
+                         .. owner_hint("nobody") .. "\n",
+                         run_child(tmp, open_script("theirs")))
             assert.equal("opened\t2\n",
                          run_child(tmp, open_script("theirs",
                                                     "group = 65534")))
@@ -730,9 +770,9 @@ print(shdict.destroy("kept", { dir = %q }))
             end
             -- nobody's 0600 zone: root does not trust another user's file
             as_nobody(open_script("nob"))
-            assert.equal('zone file owned by another user (uid 65534): '
-                         .. 'pass opts.group = "nogroup" to trust group '
-                         .. 'nogroup\n', run_child(tmp, open_script("nob")))
+            assert.equal("zone file owned by another user (uid 65534): "
+                         .. owner_hint("nobody") .. "\n",
+                         run_child(tmp, open_script("nob")))
             -- root's 0600 zone: nobody may not open it
             assert(shdict.open("mine", { dir = dir, size = "64k" }))
             assert.equal('failed to open zone "mine": permission denied '

@@ -74,9 +74,11 @@ describe("resty.shmlock", function()
             assert.is_string(shdict.opened("other"):get("k"))
         end)
 
-        it("returns nil, 'dictionary not found' for an unknown name, "
-           .. "and creates no zone", function()
-            assert.same({ nil, "dictionary not found" },
+        it("returns nil, 'dictionary not found: ...' naming the zone and "
+           .. "directory tried for an unknown name, and creates no zone",
+           function()
+            assert.same({ nil, 'dictionary not found: no zone "nosuch" in '
+                               .. dir },
                         { resty_lock:new("nosuch") })
             assert.is_false(env.exists(dir .. "/shmlock.nosuch"))
             assert.is_nil(shdict.opened("nosuch"))
@@ -92,13 +94,21 @@ describe("resty.shmlock", function()
                         { resty_lock:new("foreign") })
         end)
 
-        it("returns nil, 'dictionary not found' for what is no dict",
+        it("returns nil, 'dictionary not found: ...' for what is no dict",
            function()
-            for _, v in ipairs({ 1, true, {}, "../x", "" }) do
-                assert.same({ nil, "dictionary not found" },
+            assert.same({ nil, "dictionary not found: a number is no dict" },
+                        { resty_lock:new(1) })
+            assert.same({ nil, "dictionary not found: a boolean is no dict" },
+                        { resty_lock:new(true) })
+            assert.same({ nil, "dictionary not found: a table is no dict" },
+                        { resty_lock:new({}) })
+            for _, v in ipairs({ "../x", "" }) do
+                assert.same({ nil, 'dictionary not found: "' .. v
+                                   .. '" is no zone name' },
                             { resty_lock:new(v) })
             end
-            assert.same({ nil, "dictionary not found" }, { resty_lock:new() })
+            assert.same({ nil, "dictionary not found: no name" },
+                        { resty_lock:new() })
         end)
 
         it("has resty.lock's defaults", function()

@@ -380,7 +380,10 @@ print(d and "opened" or err)]], name, dir)))
             open("theirs")
             sh("chown 65534:0 " .. dir .. "/shmlock.theirs")
             assert.equal("zone file owned by another user (uid 65534): "
-                         .. 'pass opts.group = "root" to trust group root',
+                         .. "run as nobody (the zone's owner), or share the "
+                         .. "zone with a group on purpose: create it with "
+                         .. 'opts.group = "G" and opts.mode = "0660", and '
+                         .. 'attach with opts.group = "G"',
                          open_elsewhere("theirs"))
         end)
     end)

@@ -5,6 +5,8 @@
 local resty_lock = require "resty.shmlock"
 local env = require "helpers.lock_env"
 local fixture = require "helpers.fixture"
+local children = require "helpers.children"
+local forks = require "harness.proc"
 
 -- the error f() raised; it must point at this file (the caller's line)
 local function raised(f)
@@ -85,14 +87,56 @@ describe("lock:lock(key, timeout)", function()
         assert.same({ nil, "timeout" }, { lock:lock("k", 60) })
         local dt = env.now() - t0
         assert.is_true(dt >= 0.05 and dt < 1, "waited " .. dt)
-
-        -- exptime 0 (never expires) clamps any timeout to 0: no wait
-        local never = assert(resty_lock:new(dict, { exptime = 0 }))
-        t0 = env.now()
-        assert.same({ nil, "timeout" }, { never:lock("k", 5) })
-        dt = env.now() - t0
-        assert.is_true(dt < 0.04, "waited " .. dt)
         assert.equal(1, other:unlock())
+    end)
+
+    -- a child holding "k" with exptime 0 until it sees a process asleep
+    -- on the key, then releasing it (exit 0; 3: nobody waited)
+    local function never_expiring_holder()
+        local held = forks.pipe()
+        local pid = forks.spawn(function()
+            held:close_read()
+            local mine = assert(resty_lock:new(dict.name, { exptime = 0 }))
+            assert(mine:lock("k") == 0)
+            held:notify()
+            local deadline = forks.now() + 20
+            while forks.now() < deadline do
+                local info = resty_lock.inspect(dict, "k")
+                if info and info.waiters > 0 then
+                    return mine:unlock() == 1 and 0 or 5
+                end
+                forks.sleep(0.001)
+            end
+            return 3
+        end)
+        held:close_write()
+        assert.is_true(held:await(10), "the child never took the key")
+        held:close()
+        return pid
+    end
+
+    -- resty.lock's clamping made the timeout 0 with exptime 0: "timeout"
+    -- at once, where the caller asked to wait
+    it("is not clamped by exptime 0 (never expires): the waiter gets a key "
+       .. "released while it waits", function()
+        local never = assert(resty_lock:new(dict, { exptime = 0,
+                                                    timeout = 60 }))
+        assert.equal(60, never.timeout)
+        local pid = never_expiring_holder()
+        local elapsed, err = never:lock("k")
+        assert.is_nil(err)
+        assert.is_true(elapsed > 0, "elapsed " .. tostring(elapsed))
+        children.expect_clean_exits({ pid }, 30)
+        assert.equal(1, never:unlock())
+
+        -- the same with the per-call timeout
+        never = assert(resty_lock:new(dict, { exptime = 0 }))
+        pid = never_expiring_holder()
+        elapsed, err = never:lock("k", 60)
+        assert.is_nil(err)
+        assert.is_true(elapsed > 0, "elapsed " .. tostring(elapsed))
+        children.expect_clean_exits({ pid }, 30)
+        assert.equal(1, never:unlock())
     end)
 
     it("takes a free key at once whatever the timeout", function()

@@ -126,9 +126,11 @@ describe("resty_lock.inspect()", function()
     end)
 
     it("answers new()'s, the key's and the zone's errors", function()
-        assert.same({ nil, "dictionary not found" },
-                    { resty_lock.inspect("no-such-zone", "k") })
-        assert.same({ nil, "dictionary not found" },
+        local none = { resty_lock.inspect("no-such-zone", "k") }
+        assert.equal(2, #none)
+        assert.matches('^dictionary not found: no zone "no%-such%-zone" in ',
+                       none[2])
+        assert.same({ nil, "dictionary not found: a number is no dict" },
                     { resty_lock.inspect(42, "k") })
         assert.same({ nil, "nil key" }, { resty_lock.inspect(dict) })
         assert.same({ nil, "empty key" }, { resty_lock.inspect(dict, "") })

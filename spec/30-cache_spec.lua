@@ -198,7 +198,8 @@ describe("resty.shmlock.cache", function()
                 incr = fake_incr, get_keys = function() return {} end,
             }
             assert.same({ n = 2, nil,
-                          "could not create lock: dictionary not found" },
+                          "could not create lock: dictionary not found: a table "
+                          .. "is no dict" },
                         pack(cache.new("spec-x", { dict = fake })))
             -- with a lock zone of ours, such a dict holds the values
             local store = {}

@@ -220,7 +220,8 @@ sub poll {
 $t->block("lock/unlock/expire returns and errors as resty.lock",
     request => "GET /api",
     body    => join("\n",
-        "nil dictionary not found",
+        "nil dictionary not found: no zone \"no-such-zone\" in "
+          . $t->zone_dir . ", and no lua_shared_dict \"no-such-zone\"",
         "nil nil key",
         "0",
         "nil locked",

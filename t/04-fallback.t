@@ -191,11 +191,16 @@ $t->block("a name that is both our zone and a lua_shared_dict is the dict; "
     request => "GET /both",
     body    => "ngx.shared\n0\nin our zone: false\nin ngx.shared.both: true\n1\n"
              . "zone\n0\nin our zone: true\n1\n",
-    error_log => [ qr/\[info\].*lock name "both" uses the lua_shared_dict "both"/ ]);
+    # the library's own line: "shmlock: ..." right after nginx's pid and
+    # connection, not "[lua] log.lua:NN: event(): shmlock: ..."
+    error_log => [ qr/\[info\] \d+#\d+: (?:\*\d+ )?shmlock: lock name "both" uses the lua_shared_dict "both"/ ],
+    no_error_log => [ "log.lua:" ]);
 
-$t->block("a name that is neither: nil, 'dictionary not found'",
+$t->block("a name that is neither: nil, 'dictionary not found', the zone, "
+          . "directory and lua_shared_dict tried",
     request => "GET /unknown",
-    body    => "nil dictionary not found\n");
+    body    => "nil dictionary not found: no zone \"nowhere\" in "
+             . $t->zone_dir . ", and no lua_shared_dict \"nowhere\"\n");
 
 ok(!-e $t->zone_dir . "/shmlock.x",
    "the fallback did not create a zone file named x");
@@ -204,11 +209,11 @@ ok(!-e $t->zone_dir . "/shmlock.nowhere",
 
 $t->block("inspect() by name on an ngx.shared dict: holder, ttl, no waiter count",
     request => "GET /inspect",
-    body    => <<'EOF');
+    body    => <<"EOF");
 nil not locked
 true true true nil nil
 nil not a lock
-nil dictionary not found
+nil dictionary not found: no zone "nowhere" in ${\ $t->zone_dir}, and no lua_shared_dict "nowhere"
 EOF
 
 $t->stop;

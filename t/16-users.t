@@ -141,8 +141,12 @@ subtest "root attaches the worker's zone by naming its group, not without" => su
     my ($rc, $out) = $t->luajit(q{
         local shdict = require "resty.shmlock.shdict"
         print(select(2, shdict.open("wmade", { create = false })))});
-    is($out, qq{zone file mode 0660 is group-writable: pass opts.group = }
-             . qq{"nogroup" to trust group nogroup\n}, "refused, naming why");
+    is($out, qq{zone file mode 0660 is group-writable by nogroup, a group }
+             . qq{no one should trust: run as nobody (the zone's owner), or }
+             . qq{share the zone with a group on purpose: create it with }
+             . qq{opts.group = "G" and opts.mode = "0660", and attach with }
+             . qq{opts.group = "G"\n}, "refused, naming why, never advising "
+             . "to trust nogroup");
     ($rc, $out) = $t->luajit(q{
         local shdict = require "resty.shmlock.shdict"
         print(shdict.open("wmade", { create = false, group = "nogroup" })

@@ -153,6 +153,27 @@ local function find(name)
 end
 
 
+-- resty.lock's "dictionary not found" (callers match its start), then
+-- what was tried: the zone and directory, and inside nginx the
+-- lua_shared_dict of that name
+local function not_found(name)
+    local msg = "dictionary not found"
+    if type(name) ~= "string" then
+        return msg .. ": " .. (name == nil and "no name"
+                               or "a " .. type(name) .. " is no dict")
+    end
+    if shdict.check_name(name) then
+        msg = msg .. ': no zone "' .. name .. '" in ' .. shdict.directory()
+    else
+        msg = msg .. ': "' .. name .. '" is no zone name'
+    end
+    if in_nginx then
+        msg = msg .. ', and no lua_shared_dict "' .. name .. '"'
+    end
+    return msg
+end
+
+
 -- find(), with new()'s errors: the dict or nil, the ngx.shared dict; or
 -- nil, nil and the error
 local function resolve(dict_name)
@@ -163,7 +184,7 @@ local function resolve(dict_name)
     if why and not NOT_FOUND[why] then
         return nil, nil, why
     end
-    return nil, nil, "dictionary not found"
+    return nil, nil, not_found(dict_name)
 end
 
 

@@ -86,7 +86,7 @@ function _M.locker(cfg)
     while b.stop == 0 do
         local lock, err = resty_lock:new(_M.NAME, { timeout = cfg.timeout })
         if not lock then
-            if err ~= "dictionary not found" then
+            if err:sub(1, 20) ~= "dictionary not found" then
                 violation("new: " .. tostring(err))
             end
             board.add(lane, "absent")

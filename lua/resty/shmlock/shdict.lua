@@ -614,30 +614,47 @@ end
 
 local units = { [""] = 1, k = 1024, m = 1024 * 1024, g = 1024 * 1024 * 1024 }
 
+local MIN_SIZE = C.SHMLOCK_MIN_SIZE
+
+-- what "bad size" tells the user to give
+local SIZE_FORMS = '(give bytes as a whole number, or a string of digits '
+                   .. 'with an optional unit k, m or g: 65536, "64k", "10m", '
+                   .. '"1g"; from 32k to 1024g)'
+
+-- "bad size: <what was given> <why>", then the accepted forms
+local function bad_size(size, why)
+    local shown = type(size) == "string" and str_format("%q", size)
+                  or type(size) == "number" and tostring(size)
+                  or "a " .. type(size)
+    return "bad size: " .. shown .. why .. " " .. SIZE_FORMS
+end
+
 -- Sizes above MAX_SIZE never reach C: converting a double beyond 2^64 to
--- size_t wraps (2^64 + 4096 would arrive as 4096).
+-- size_t wraps (2^64 + 4096 would arrive as 4096).  nil and the message
+-- for a bad one.
 local function parse_size(size)
     if size == nil then
         return DEFAULT_SIZE
     end
+    local bytes
     if type(size) == "number" then
-        if size ~= size or size <= 0 or size % 1 ~= 0 or size > MAX_SIZE then
-            return nil
+        if size ~= size or size % 1 ~= 0 then
+            return nil, bad_size(size, " is not a whole number")
         end
-        return size
+        bytes = size
+    elseif type(size) == "string" then
+        local digits, unit = size:match("^%s*(%d+)%s*([kKmMgG]?)%s*$")
+        if not digits then
+            return nil, bad_size(size, " is not a size")
+        end
+        bytes = tonumber(digits) * units[unit:lower()]
+    else
+        return nil, bad_size(size, " is not a size")
     end
-    if type(size) ~= "string" then
-        return nil
+    if bytes < MIN_SIZE or bytes > MAX_SIZE then
+        return nil, bad_size(size, " is out of range")
     end
-    local digits, unit = size:match("^%s*(%d+)%s*([kKmMgG]?)%s*$")
-    if not digits then
-        return nil
-    end
-    size = tonumber(digits) * units[unit:lower()]
-    if size <= 0 or size > MAX_SIZE then
-        return nil
-    end
-    return size
+    return bytes
 end
 
 -- dict, unless its zone was destroyed (by any process): then the name
@@ -656,6 +673,9 @@ local SHARDS = { [0] = true, [1] = true, [2] = true, [4] = true, [8] = true,
 local function check_name(name)
     return type(name) == "string" and C.shmlock_zone_name_ok(name, #name) == 1
 end
+
+-- syntax: ok = shdict.check_name(name): whether name is a zone name
+_M.check_name = check_name
 
 
 -- groups by name and by gid, from the C library (getgrnam/getgrgid:
@@ -693,23 +713,71 @@ local function group_name(gid)
     return tostring(gid)
 end
 
--- a zone file's mode: 0 (the default, 0600), or owner read-write, no bit
--- beyond 0666, never writable by others (as the C side: SHMLOCK_BAD_MODE)
-local function mode_ok(mode)
+-- nil if a zone file's mode is one we create: 0 (the default, 0600), or
+-- owner read-write, no bit beyond 0666, never writable by others (as the
+-- C side: SHMLOCK_BAD_MODE); else why not
+local function mode_problem(mode)
     if type(mode) ~= "number" or mode % 1 ~= 0 or mode < 0 or mode > 511 then
-        return false
+        return "not a number from 0 to 0777 or an octal string like \"0660\""
     end
-    return mode == 0 or (band(mode, 384) == 384          -- 0600
-                         and band(mode, 73) == 0          -- 0111
-                         and band(mode, 2) == 0)          -- 0002
+    if mode == 0 then
+        return nil
+    end
+    local shown = str_format("%04o", mode)
+    if band(mode, 2) ~= 0 then
+        return shown .. " lets other users write the zone (share it with a "
+               .. "group instead: opts.group and mode 0660)"
+    end
+    if band(mode, 73) ~= 0 then                           -- 0111
+        return shown .. " has an execute bit"
+    end
+    if band(mode, 384) ~= 384 then                        -- 0600
+        return shown .. " does not let the owner read and write"
+    end
+    return nil
 end
 
 local function octal(mode)
     return str_format("%04o", mode)
 end
 
--- ': pass opts.group = "G" to trust group G'
-local function trust_hint(gid)
+-- the user names of uids (getpwuid), for the refusals' advice
+local pw_ok = pcall(ffi.cdef, [[
+struct shmlock_passwd { char *pw_name; };
+struct shmlock_passwd *shmlock_getpwuid(unsigned int uid) __asm__("getpwuid");
+]])
+
+-- "name" of user uid, or "uid N" when it has no name
+local function user_name(uid)
+    if pw_ok then
+        local pw = ffi.C.shmlock_getpwuid(uid)
+        if pw ~= nil and pw.pw_name ~= nil then
+            return ffi_str(pw.pw_name)
+        end
+    end
+    return "uid " .. tostring(uid)
+end
+
+-- the overflow gid (nogroup, or nobody on some systems): the group of
+-- files whose group means nothing here (unmapped, or nobody's), which no
+-- one should trust with a zone
+local NOGROUP = 65534
+
+-- how to use a zone of another user on purpose: run as its owner, or
+-- share it with a group
+local function owner_hint(uid)
+    return ": run as " .. user_name(uid) .. " (the zone's owner), or share "
+           .. "the zone with a group on purpose: create it with opts.group "
+           .. '= "G" and opts.mode = "0660", and attach with opts.group = "G"'
+end
+
+-- ': pass opts.group = "G" to trust group G', unless G is the overflow
+-- group: then the owner's advice
+local function trust_hint(gid, uid)
+    if gid == NOGROUP then
+        return " by " .. group_name(gid) .. ", a group no one should trust"
+               .. owner_hint(uid)
+    end
     local group = group_name(gid)
     return ': pass opts.group = "' .. group .. '" to trust group ' .. group
 end
@@ -752,7 +820,7 @@ local function refusal(rc, o, name, path)
     if rc == NOT_OWNER then
         return "zone file owned by another user (uid "
                .. tostring(tonumber(o.file_uid)) .. ")"
-               .. trust_hint(tonumber(o.file_gid))
+               .. owner_hint(tonumber(o.file_uid))
     end
     if rc == UNSAFE_MODE then
         local mode = tonumber(o.file_mode)
@@ -760,7 +828,7 @@ local function refusal(rc, o, name, path)
             return "zone file mode " .. octal(mode) .. " is writable by others"
         end
         return "zone file mode " .. octal(mode) .. " is group-writable"
-               .. trust_hint(tonumber(o.file_gid))
+               .. trust_hint(tonumber(o.file_gid), tonumber(o.file_uid))
     end
     if rc == SYSTEM then
         local errno = C.shmlock_errno()
@@ -787,15 +855,23 @@ local function refusal(rc, o, name, path)
     return errors[rc]
 end
 
--- the zone file's path, for messages
-local function path_of(dir, name)
+-- syntax: dir = shdict.directory(dir?)
+-- The directory of the zone files for opts.dir (nil: $SHMLOCK_DIR, else
+-- /dev/shm), for messages.
+local function directory(dir)
     if dir == nil or dir == "" then
         dir = getenv("SHMLOCK_DIR")
         if dir == nil or dir == "" then
             dir = "/dev/shm"
         end
     end
-    return dir .. "/shmlock." .. name
+    return dir
+end
+_M.directory = directory
+
+-- the zone file's path, for messages
+local function path_of(dir, name)
+    return directory(dir) .. "/shmlock." .. name
 end
 
 -- the third return of open: a note when the zone found is not of the size
@@ -837,8 +913,9 @@ function _M.open(name, opts)
     if type(mode) == "string" and mode:find("^0?[0-7][0-7][0-7]$") then
         mode = tonumber(mode, 8)        -- "0660"
     end
-    if not mode_ok(mode) then
-        error('bad "opts.mode" argument', 2)
+    local why = mode_problem(mode)
+    if why then
+        error('bad "opts.mode" argument: ' .. why, 2)
     end
     local group = opts and opts.group
     if group ~= nil and not (type(group) == "string" and group ~= "")
@@ -849,9 +926,9 @@ function _M.open(name, opts)
     end
 
     local asked = opts and opts.size
-    local size = parse_size(asked)
+    local size, size_err = parse_size(asked)
     if not size then
-        return nil, "bad size"
+        return nil, size_err
     end
     if asked ~= nil then
         asked = size

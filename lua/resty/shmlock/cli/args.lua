@@ -9,6 +9,7 @@
 local tonumber = tonumber
 local sub = string.sub
 local find = string.find
+local unpack = unpack or table.unpack     -- luacheck: compat
 
 local _M = {}
 
@@ -21,16 +22,25 @@ local COMMANDS = {
     locks = { operands = { "ZONE" } },
     verify = { operands = { "ZONE" } },
     destroy = { operands = { "ZONE" } },
+    unlock = { operands = { "ZONE", "KEY" } },
+    -- then COMMAND [ARG...]: cmd.command
+    run = { operands = { "ZONE", "KEY" }, wait = true, exptime = true,
+            command = true },
 }
 _M.COMMANDS = COMMANDS
 
 -- options that take a value
-local VALUED = { dir = true, match = true, limit = true }
+local VALUED = { dir = true, match = true, limit = true, group = true,
+                 wait = true, exptime = true }
+
+-- options for every command
+local GLOBAL = { dir = true, group = true }
 local FLAGS = { json = true, help = true }
 
 -- syntax: cmd, err = args.parse(argv)
 -- argv: the arguments (argv[1] ...).  cmd: { name, operands = { ... },
--- dir, json, help, match, limit }; name is nil with help and no command.
+-- dir, json, help, match, limit, group, wait, exptime, command = { ... }
+-- (run's COMMAND and ARGs) }; name is nil with help and no command.
 -- nil and a message for a usage error.
 function _M.parse(argv)
     local cmd = { operands = {} }
@@ -39,7 +49,13 @@ function _M.parse(argv)
     local options_end = false
     while i <= n do
         local a = argv[i]
-        if options_end or sub(a, 1, 1) ~= "-" or a == "-" then
+        if words[1] == "run" and #words == 3
+           and (options_end or sub(a, 1, 1) ~= "-" or a == "-")
+        then
+            -- run ZONE KEY [--] COMMAND [ARG...]: the rest, as it is
+            cmd.command = { unpack(argv, i, n) }
+            break
+        elseif options_end or sub(a, 1, 1) ~= "-" or a == "-" then
             words[#words + 1] = a
         elseif a == "--" then
             options_end = true
@@ -91,13 +107,35 @@ function _M.parse(argv)
                      or table.concat(spec.operands, " ")
         return nil, cmd.name .. " takes " .. list
     end
+    if spec.command and not cmd.command then
+        return nil, cmd.name .. " takes ZONE KEY -- COMMAND [ARG...]"
+    end
     for name in pairs(VALUED) do
-        if cmd[name] ~= nil and name ~= "dir" and not spec[name] then
+        if cmd[name] ~= nil and not GLOBAL[name] and not spec[name] then
             return nil, "option --" .. name .. " is not for " .. cmd.name
         end
     end
     if cmd.dir == "" then
         return nil, "option --dir needs a directory"
+    end
+    if cmd.group == "" then
+        return nil, "option --group needs a group name or gid"
+    end
+    if cmd.group and not find(cmd.group, "[^%d]") then
+        cmd.group = tonumber(cmd.group)         -- a gid
+    end
+    for _, name in ipairs { "wait", "exptime" } do
+        local v = cmd[name]
+        if v then
+            local s = tonumber(v)
+            if not s or s ~= s or s < 0 or s > 1e12 or find(v, "^%s")
+               or find(v, "[xX]")
+            then
+                return nil, "option --" .. name .. " needs seconds, a "
+                            .. "number from 0 to 1e12"
+            end
+            cmd[name] = s
+        end
     end
     if cmd.limit then
         local limit = tonumber(cmd.limit)

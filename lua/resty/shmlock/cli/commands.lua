@@ -36,8 +36,14 @@ local EXIT = {
 _M.EXIT = EXIT
 
 
+-- the library's advice in the command's words: opts.group = "G" is
+-- --group G here
+local function advice(msg)
+    return (msg:gsub('opts%.group = "([^"]*)"', "--group %1"))
+end
+
 local function fail(ctx, status, msg)
-    ctx.err("shmlock: " .. msg .. "\n")
+    ctx.err("shmlock: " .. advice(msg) .. "\n")
     return status
 end
 
@@ -45,7 +51,8 @@ end
 local function status_of(err)
     if err == "not found" then
         return EXIT.NO_ZONE
-    elseif err == "bad zone name" then
+    elseif err == "bad zone name" or sub(err, 1, 14) == "unknown group "
+    then
         return EXIT.USAGE
     elseif err == "corrupt zone" or sub(err, 1, 8) == "corrupt:" then
         return EXIT.CORRUPT
@@ -71,7 +78,8 @@ end
 
 -- the dict of zone `name`, or nil and the exit status (reported)
 local function open(ctx, cmd, name)
-    local dict, err = shdict.open(name, { dir = cmd.dir, create = false })
+    local dict, err = shdict.open(name, { dir = cmd.dir, create = false,
+                                          group = cmd.group })
     if dict then
         return dict
     end
@@ -109,7 +117,8 @@ local function describe(cmd, name)
     info.owner, info.uid, info.mode, info.size =
         st.owner, st.uid, st.mode, st.size
 
-    local dict, err = shdict.open(name, { dir = cmd.dir, create = false })
+    local dict, err = shdict.open(name, { dir = cmd.dir, create = false,
+                                          group = cmd.group })
     if not dict then
         info.error = err
         return info, err
@@ -375,5 +384,12 @@ function _M.destroy(ctx, cmd)
                 format("destroyed %s\n", name))
 end
 
+
+-- for the commands in their own files (resty.shmlock.cli.run, .unlock)
+_M.fail = fail
+_M.status_of = status_of
+_M.open = open
+_M.emit = emit
+_M.where = where
 
 return _M

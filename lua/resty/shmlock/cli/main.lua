@@ -7,12 +7,18 @@ local commands = require "resty.shmlock.cli.commands"
 
 local EXIT = commands.EXIT
 
+-- the commands in their own files
+local handlers = setmetatable({
+    unlock = require("resty.shmlock.cli.unlock").unlock,
+    run = require("resty.shmlock.cli.run").run,
+}, { __index = commands })
+
 local _M = { EXIT = EXIT }
 
 _M.USAGE = [[
 usage: shmlock [--dir D] [--json] COMMAND [ARGS]
 
-Looks at shmlock zones; never creates one.
+Looks at shmlock zones; never creates one, except run.
 
 commands:
   ls                     the zones: name, size, shards, used, entries,
@@ -25,16 +31,25 @@ commands:
                          waiters, marked waiter
   verify ZONE            checks every structure (exit 0 ok, 1 corrupt)
   destroy ZONE           destroys the zone
+  unlock ZONE KEY        releases the lock held on KEY, whoever holds it
+  run [--wait S] [--exptime S] ZONE KEY -- COMMAND [ARG...]
+                         runs COMMAND holding lock KEY, as flock(1) does
+                         with a file (creates ZONE if absent); exits with
+                         COMMAND's status, 1 if --wait S runs out
 
 options:
   --dir D                the zone directory (default: $SHMLOCK_DIR, else
                          /dev/shm)
   --json                 JSON output, for scripts
+  --group G              trust a zone shared with group G (name or gid),
+                         as opts.group; run creates a zone for G (0660)
   -h, --help             this text
 
 exit status: 0 ok, 1 corrupt zone, 2 usage error, 3 no such zone,
 4 zone refused (another user's, unsafe mode, not a zone of ours),
-5 no such key, 6 other errors
+5 no such key (unlock: no lock on KEY), 6 other errors;
+run: COMMAND's status (128+N if killed by signal N), 1 if --wait ran out
+
 ]]
 
 local function default_ctx()
@@ -58,7 +73,7 @@ function _M.run(argv, ctx)
         ctx.out(_M.USAGE)
         return EXIT.OK
     end
-    local ok, status = pcall(commands[cmd.name], ctx, cmd)
+    local ok, status = pcall(handlers[cmd.name], ctx, cmd)
     if not ok then
         ctx.err("shmlock: internal error: " .. tostring(status) .. "\n")
         return EXIT.FAILED

@@ -1,8 +1,11 @@
 -- resty.shmlock.internal.log (internal): the rare events an operator must
 -- see, reported one way by every module.
 --
--- Inside nginx they go to error.log through ngx.log at the event's level
--- ("error", "warn", "notice", "info", as nginx names them).  Outside nginx
+-- Inside nginx they go to error.log at the event's level ("error", "warn",
+-- "notice", "info", as nginx names them), through lua-resty-core's
+-- ngx.errlog.raw_log where it loads: the line then reads "shmlock: ..." as
+-- the library's own, not "[lua] log.lua:NN: event(): shmlock: ...", the
+-- place in this file that ngx.log would name.  ngx.log otherwise.  Outside nginx
 -- nothing is printed unless the application set a function with
 -- shdict.set_logger(fn): fn(level, message), level one of those strings.
 -- Whether this VM runs inside nginx is asked at each event (they are rare),
@@ -15,6 +18,7 @@ local type = type
 local tostring = tostring
 local pcall = pcall
 local error = error
+local require = require
 
 local _M = {}
 
@@ -22,6 +26,23 @@ local LEVELS = { error = "ERR", warn = "WARN", notice = "NOTICE",
                  info = "INFO" }
 
 local logger = nil
+
+-- raw_log of lua-resty-core's ngx.errlog, once looked for (false: absent,
+-- e.g. an nginx without lua-resty-core, or a stand-in ngx in the specs)
+local raw_log = nil
+
+local function find_raw_log(ngx)
+    raw_log = false
+    local config = ngx.config
+    if type(config) == "table" and config.ngx_lua_version then
+        local ok, errlog = pcall(require, "ngx.errlog")
+        if ok and type(errlog) == "table"
+           and type(errlog.raw_log) == "function" then
+            raw_log = errlog.raw_log
+        end
+    end
+    return raw_log
+end
 
 -- syntax: log.set_logger(fn)   (fn nil: nothing is printed outside nginx)
 function _M.set_logger(fn)
@@ -37,8 +58,19 @@ end
 function _M.event(level, msg)
     local ngx = nginx.api()
     if ngx then
-        local log, lvl = ngx.log, ngx[LEVELS[level]]
-        if type(log) == "function" and lvl then
+        local lvl = ngx[LEVELS[level]]
+        if not lvl then
+            return
+        end
+        local raw = raw_log
+        if raw == nil then
+            raw = find_raw_log(ngx)
+        end
+        if raw and pcall(raw, lvl, "shmlock: " .. msg) then
+            return
+        end
+        local log = ngx.log
+        if type(log) == "function" then
             log(lvl, "shmlock: ", msg)
         end
         return

@@ -6,8 +6,9 @@
 -- Defaults: exptime 30, timeout 5, step 0.001, ratio 2, max_step 0.5 (s);
 -- beyond resty.lock, blocking_timeout 0 (s; not clamped: the lock takes
 -- the smaller of it and the timeout).
--- Clamping, as resty.lock: a given timeout is at most exptime, and a given
--- step at most the timeout.  Misuse raises at the line of the caller of
+-- Clamping, as resty.lock: a given timeout is at most exptime (unless
+-- exptime is 0: a lock that never expires does not cut its waiters'
+-- timeout to nothing), and a given step at most the timeout.  Misuse raises at the line of the caller of
 -- the public function: "<name> must be a table", "<name>.<option> must be
 -- a number" (NaN included), "... must be >= 0" (exptime, timeout,
 -- blocking_timeout), "... must be > 0" (step, ratio, max_step: zero would
@@ -52,6 +53,16 @@ local function check(v, label, positive, level)
     return v
 end
 
+-- a timeout at most exptime, as resty.lock's; exptime 0 (never expires)
+-- leaves it as given (resty.lock would make it 0: a waiter asking for
+-- 3 s would give up at once)
+local function clamp(timeout, exptime)
+    if exptime == 0 then
+        return timeout
+    end
+    return min(timeout, exptime)
+end
+
 -- opts[field], checked; errors at `level` counted from number()'s caller
 local function number(opts, name, field, level)
     local v = opts[field]
@@ -84,7 +95,7 @@ function _M.lock(opts, name, level)
 
     exptime = exptime or 30
     if timeout then
-        timeout = min(timeout, exptime)
+        timeout = clamp(timeout, exptime)
         if step then
             step = min(step, timeout)
         end
@@ -96,11 +107,11 @@ end
 -- syntax: timeout = options.timeout(v, exptime, level)
 -- The timeout argument of one lock() call (not nil), checked and clamped
 -- as a given opts.timeout is: a number from 0 to MAX_SECONDS, at most the
--- lock's exptime.  Misuse raises "timeout must be a number" (NaN
+-- lock's exptime unless that is 0.  Misuse raises "timeout must be a number" (NaN
 -- included), "timeout must be >= 0", "timeout must be <= 1e12"; level as
 -- options.lock's.
 function _M.timeout(v, exptime, level)
-    return min(check(v, "timeout", false, level + 1), exptime)
+    return clamp(check(v, "timeout", false, level + 1), exptime)
 end
 
 -- syntax: v = options.seconds(v, label, level)

@@ -1,0 +1,69 @@
+-- resty.shmlock.cli.unlock (internal): `shmlock unlock ZONE KEY`, the
+-- release of a stuck lock from the shell, whoever holds it.
+--
+-- It releases the holder's token as that holder's unlock() would
+-- (resty.shmlock.lock.zone: a compare-and-delete of that very token, so a
+-- lock taken again meanwhile by someone else is left alone, and a starving
+-- waiter marked on the lock gets it handed over), and wakes the waiters.
+
+local commands = require "resty.shmlock.cli.commands"
+local zone_backend = require "resty.shmlock.lock.zone"
+local inspect = require "resty.shmlock.lock.inspect"
+local token = require "resty.shmlock.internal.token"
+local output = require "resty.shmlock.cli.output"
+
+local format = string.format
+local type = type
+
+local EXIT = commands.EXIT
+local fail = commands.fail
+
+local _M = {}
+
+-- syntax: status = unlock.unlock(ctx, cmd)
+-- Exit 0 and "released KEY (held by pid P)"; 5 when KEY holds no lock
+-- (absent, expired, or a value that is no lock of ours); the zone's
+-- errors as the other commands.
+function _M.unlock(ctx, cmd)
+    local name, key = cmd.operands[1], cmd.operands[2]
+    local dict, status = commands.open(ctx, cmd, name)
+    if not dict then
+        return status
+    end
+    local shown = output.printable(key)
+    local info, err = inspect.key(dict, key, dict._zone)
+    if not info then
+        if err == "not locked" or err == "not a lock" then
+            return fail(ctx, EXIT.NO_KEY, format('no lock "%s" in zone "%s"'
+                                                 .. (err == "not a lock"
+                                                     and " (a value that is "
+                                                         .. "no lock)" or ""),
+                                                 shown, name))
+        end
+        local bad_key = err == "empty key" or err == "key too long"
+        return fail(ctx, bad_key and EXIT.USAGE or commands.status_of(err),
+                    format('zone "%s": %s', name, err))
+    end
+    local v = dict:get(key)
+    local holder = type(v) == "string" and token.split(v)
+    local ok
+    if holder then
+        ok, err = zone_backend.release(dict._zone, key, #key, holder,
+                                       #holder)
+    end
+    if not ok then
+        if not holder or err == "expired" then
+            -- released or expired between the look and the release
+            return fail(ctx, EXIT.NO_KEY, format('no lock "%s" in zone "%s"',
+                                                 shown, name))
+        end
+        return fail(ctx, commands.status_of(err), format('zone "%s": %s',
+                                                         name, err))
+    end
+    return commands.emit(ctx, cmd, { zone = name, key = key, pid = info.pid,
+                                     alive = info.alive, released = true },
+                         format("released %s (held by pid %d%s)\n", shown,
+                                info.pid, info.alive and "" or ", dead"))
+end
+
+return _M
