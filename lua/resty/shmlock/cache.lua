@@ -42,6 +42,7 @@ local version = require "resty.shmlock.version"
 local nginx = require "resty.shmlock.internal.nginx"
 local options = require "resty.shmlock.internal.options"
 local now_ms = require("resty.shmlock.internal.clock").now_ms
+local nginx_wait = require "resty.shmlock.lock.nginx_wait"
 
 local ffi_new = ffi.new
 local ffi_copy = ffi.copy
@@ -121,14 +122,14 @@ end
 
 
 -- Debian's lua-resty-lrucache reads ngx.now once, when it loads, and needs
--- nothing else from ngx.  Outside nginx we load it in an environment whose
--- ngx.now is the zone's clock, so no global `ngx` ever appears (other
--- modules take a global ngx to mean "inside nginx").
+-- nothing else from ngx.  We load our own copy of it, in an environment
+-- whose ngx.now is the zone's clock (monotonic), inside nginx too: there
+-- ngx.now is the wall clock, and an L1 expiring by it would keep serving a
+-- value for as long as the wall clock was stepped back (docs/cache.md).
+-- Outside nginx, no global `ngx` ever appears (other modules take a global
+-- ngx to mean "inside nginx").  The copy is not package.loaded's: other
+-- users of resty.lrucache keep theirs.
 local function load_lrucache()
-    if ngx then
-        return require "resty.lrucache"
-    end
-
     local path, err = package.searchpath("resty.lrucache", package.path)
     if not path then
         error("resty.shmlock.cache: cannot find resty.lrucache "
@@ -139,6 +140,9 @@ local function load_lrucache()
         error("resty.shmlock.cache: cannot load " .. path .. ": " .. lerr, 3)
     end
     local shim = { now = function() return now_ms() / 1000 end }
+    if ngx then
+        shim = setmetatable(shim, { __index = ngx })
+    end
     setfenv(chunk, setmetatable({ ngx = shim }, { __index = _G }))
     local ok, mod = pcall(chunk, "resty.lrucache")
     if not ok then
@@ -791,37 +795,41 @@ local function loaded(ok, value, err, ttl, neg_ttl, lttl)
     return value, nil, value == nil and neg_ttl or ttl
 end
 
--- Inside nginx a lock waiter sleeps in ngx.sleep steps that grow (the
--- lock cannot be woken there), so a miss that finds the key being loaded
--- polls instead: every POLL_STEP it looks for the value in the zone (a
--- lock-free read) and tries the lock, until the value is there, the lock
--- is ours (the loader failed: our turn), or the lock's timeout is spent.
-local POLL_STEP = 0.001
-
--- elapsed when the lock is ours; nil, "loaded" once the value is in the
--- zone; nil, err otherwise
+-- Inside nginx, a miss that finds the key being loaded must not wait for
+-- the lock alone: every waiter would then take the lock in turn just to
+-- find the value.  It waits for the lock or the value, whichever comes
+-- first: the lock's own wait (resty.shmlock.lock.nginx_wait, every wait
+-- inside nginx and its deadline rule), which looks for the value at every
+-- poll and is woken by the loader's release in its worker; for a lock
+-- factory's lock, that module's poll of trylock and the value.  elapsed
+-- when the lock is ours; nil, "loaded" once the value is in the zone;
+-- nil, err otherwise.
 local function poll_lock(self, lock, lkey, key, vkey)
-    local limit = tonumber(lock.timeout) or 5
-    local waited = 0
-    local sleep = ngx.sleep
-    while true do
-        local elapsed, err = lock:trylock(lkey)
-        if elapsed then
-            return waited
-        end
-        if err ~= "timeout" then
-            return nil, err
-        end
+    local function loaded_now()
         local found, _, ferr = fetch(self, key, vkey, 0)
-        if found or ferr then
+        return found or ferr ~= nil
+    end
+    if lock._lock_unless then
+        local elapsed, err = lock:_lock_unless(lkey, loaded_now)
+        if err == "done" then
             return nil, "loaded"
         end
-        if waited >= limit then
-            return nil, "timeout"
-        end
-        sleep(POLL_STEP)
-        waited = waited + POLL_STEP
+        return elapsed, err
     end
+    local start = now_ms()
+    return nginx_wait.poll(function()
+        local elapsed, err = lock:trylock(lkey)
+        if elapsed then
+            return true, (now_ms() - start) / 1000
+        end
+        if err ~= "timeout" then
+            return true, nil, err
+        end
+        if loaded_now() then
+            return true, nil, "loaded"
+        end
+        return false
+    end, tonumber(lock.timeout) or 5)
 end
 
 -- With the key's lock held: calls the loader, stores its value and
