@@ -122,14 +122,16 @@ end
 
 
 -- Debian's lua-resty-lrucache reads ngx.now once, when it loads, and needs
--- nothing else from ngx.  We load our own copy of it, in an environment
--- whose ngx.now is the zone's clock (monotonic), inside nginx too: there
--- ngx.now is the wall clock, and an L1 expiring by it would keep serving a
--- value for as long as the wall clock was stepped back (docs/cache.md).
--- Outside nginx, no global `ngx` ever appears (other modules take a global
--- ngx to mean "inside nginx").  The copy is not package.loaded's: other
--- users of resty.lrucache keep theirs.
+-- nothing else from ngx.  Outside nginx we load it in an environment whose
+-- ngx.now is the zone's clock, so no global `ngx` ever appears (other
+-- modules take a global ngx to mean "inside nginx").  Its ttl is not what
+-- expires our L1 entries, though (inside nginx its clock is ngx.now, the
+-- wall clock): see set_l1.
 local function load_lrucache()
+    if ngx then
+        return require "resty.lrucache"
+    end
+
     local path, err = package.searchpath("resty.lrucache", package.path)
     if not path then
         error("resty.shmlock.cache: cannot find resty.lrucache "
@@ -140,9 +142,6 @@ local function load_lrucache()
         error("resty.shmlock.cache: cannot load " .. path .. ": " .. lerr, 3)
     end
     local shim = { now = function() return now_ms() / 1000 end }
-    if ngx then
-        shim = setmetatable(shim, { __index = ngx })
-    end
     setfenv(chunk, setmetatable({ ngx = shim }, { __index = _G }))
     local ok, mod = pcall(chunk, "resty.lrucache")
     if not ok then
@@ -600,19 +599,23 @@ local function extra_ttl(stale_ttl, resurrect_ttl)
 end
 
 -- An L1 entry: the value (NIL for nil), the generation word's slot and
--- the value it had before the zone read, the zone entry's stamp.  Its
--- lrucache ttl is what is left of the value's ttl; a value that never
--- expires gets MAX_L1_TTL, so that lrucache's get always reads the clock
--- (ngx.now: an FFI call), which keeps the JIT from hoisting the
--- generation word's load out of a loop of hits.
+-- the value it had before the zone read, the zone entry's stamp, and its
+-- expiry `exp` (ms of the zone's clock, monotonic; MAX_L1_TTL ahead for a
+-- value that never expires).  get() checks exp at every hit: lrucache's
+-- own ttl (what is left of the value's ttl, given too, so that lrucache
+-- drops expired entries) runs by ngx.now inside nginx, the wall clock,
+-- which may step back by hours.  That clock read (an FFI call) also keeps
+-- the JIT from hoisting the generation word's load out of a loop of hits.
 local function set_l1(self, key, value, remaining, slot, gen, stamp)
     local lru = self.lru
     if lru then
         if value == nil then
             value = NIL
         end
-        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp },
-                remaining or MAX_L1_TTL)
+        local ttl = remaining or MAX_L1_TTL
+        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp,
+                       exp = now_ms() + ttl * 1000 },
+                ttl)
     end
 end
 
@@ -1026,6 +1029,11 @@ function _M.get(self, key, opts, loader, ...)
     local old
     if lru then
         old = lru:get(key)
+        if old and old.exp <= now_ms() then
+            -- expired by the monotonic clock (see set_l1)
+            lru:delete(key)
+            old = nil
+        end
         if old then
             -- the hit: one load of the key's generation word
             local gens = self.gens
