@@ -1097,6 +1097,22 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         end
     end)
 
+    it("with blocking_timeout, never blocks on a key this worker holds "
+       .. "(its holder cannot run meanwhile): an error at once", function()
+        fake.phase = "log"
+        local holder = assert(nginx_lock:new(dict))
+        assert.equal(0, holder:lock("own"))
+        local lock = nginx_lock:new(dict, { blocking_timeout = 5 })
+        local t0 = clock.now()
+        assert.same({ nil, "cannot wait in log phase: held by this worker" },
+                    { lock:lock("own") })
+        -- at once: blocking would take the whole 5 s
+        assert.is_true(clock.now() - t0 < 2.5)
+        assert.equal(1, holder:unlock())
+        assert.equal(0, lock:lock("own"))
+        assert.equal(1, lock:unlock())
+    end)
+
     it("takes a dead holder's key even where it cannot wait", function()
         fake.phase = "log"
         assert.is_true(dict:add("k", env.token(env.dead_pid(), 1, 1), 30))
@@ -1199,8 +1215,9 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         it("with blocking_timeout, polls where the phase cannot yield",
            function()
             fake.phase = "log"
-            local holder = assert(nginx_lock:new("fallback"))
-            assert.equal(0, holder:lock("b"))
+            -- held by another process (an ngx.shared lock never asks
+            -- whether its holder lives)
+            assert.is_true(shared:add("b", env.token(env.dead_pid(), 1, 1)))
             local lock = nginx_lock:new("fallback", { blocking_timeout = 0.05 })
             local t0 = clock.now()
             assert.same({ nil, "timeout" }, { lock:lock("b") })
@@ -1209,10 +1226,24 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
             assert.same({}, fake.steps)
             assert.same({ nil, "cannot wait in log phase" },
                         { nginx_lock:new("fallback"):lock("b") })
-            assert.equal(1, holder:unlock())
+            shared:delete("b")
             local elapsed = lock:lock("b")
             assert.equal(0, elapsed)
             assert.equal(1, lock:unlock())
+        end)
+
+        it("with blocking_timeout, never blocks on a key this worker holds",
+           function()
+            fake.phase = "log"
+            local holder = assert(nginx_lock:new("fallback"))
+            assert.equal(0, holder:lock("own"))
+            local lock = nginx_lock:new("fallback", { blocking_timeout = 5 })
+            local t0 = clock.now()
+            assert.same({ nil, "cannot wait in log phase: held by this "
+                               .. "worker" }, { lock:lock("own") })
+            -- at once: blocking would take the whole 5 s
+            assert.is_true(clock.now() - t0 < 2.5)
+            assert.equal(1, holder:unlock())
         end)
 
         it("answers 'expired' and leaves another holder's lock alone",

@@ -1255,3 +1255,56 @@ describe("resty.shmlock.cache", function()
         end)
     end)
 end)
+
+
+describe("resty.shmlock.cache inside nginx (stand-in ngx)", function()
+    local fx = fixture.new { dir = "block", env = true }
+    local ncache, nlock         -- the modules loaded with the stand-in ngx
+    local sleeps = 0
+
+    setup(function()
+        local saved_ngx = _G.ngx
+        local reloaded = { "resty.shmlock", "resty.shmlock.lock.nginx_wait",
+                           "resty.shmlock.cache" }
+        local saved = {}
+        -- a busy worker: every sleep takes 4 times what it asked
+        _G.ngx = {
+            get_phase = function() return "content" end,
+            sleep = function(s)
+                sleeps = sleeps + 1
+                ffi.C.usleep(s * 4e6)
+            end,
+            shared = {},
+            timer = { every = function() return true end },
+        }
+        for i, name in ipairs(reloaded) do
+            saved[i] = package.loaded[name]
+            package.loaded[name] = nil
+        end
+        nlock = require "resty.shmlock"
+        ncache = require "resty.shmlock.cache"
+        for i, name in ipairs(reloaded) do
+            package.loaded[name] = saved[i]
+        end
+        _G.ngx = saved_ngx
+    end)
+
+    it("waits for a loader by the clock, not by counting its pauses",
+       function()
+        pcall(ffi.cdef, "int usleep(unsigned int usec);")
+        assert(shdict.open("ncache", { dir = fx.dir }))
+        local c = assert(ncache.new("ncache", {
+            l1_size = 0, lock_opts = { timeout = 0.3 } }))
+        -- the loader of another caller holds the key's lock
+        local holder = assert(nlock:new("ncache"))
+        assert.equal(0, holder:lock("ncache#lock:k"))
+        sleeps = 0
+        local value, err = c:get("k", nil, function() return "v" end)
+        assert.is_nil(value)
+        assert.equal("could not acquire lock: timeout", err)
+        -- 0.3 s of 1-2 ms pauses that take 4-8 ms each: 75 at most (the
+        -- pauses counted, 1 ms each: 300)
+        assert.is_true(sleeps <= 80, sleeps .. " pauses")
+        assert.equal(1, holder:unlock())
+    end)
+end)

@@ -18,7 +18,9 @@
 -- (resty.shmlock.lock.nginx_wait).  Where the phase cannot yield (init,
 -- init_worker, set, header_filter, body_filter, log, balancer, ...), a
 -- free key is taken and a held one answers nil, "cannot wait in <phase>
--- phase", unless opts.blocking_timeout lets the worker block that long.
+-- phase", unless opts.blocking_timeout lets the worker block that long
+-- (never for a key this worker holds: nil, "cannot wait in <phase> phase:
+-- held by this worker").
 --
 -- The lock object is this file's: its fields are read and written here
 -- only.  The store it locks in is a zone (resty.shmlock.lock.zone) or an
@@ -37,9 +39,10 @@
 --     ok, err = backend.renew(store, key, klen, tok, new_tok, seconds)
 --     held = backend.holds(store, key, klen, tok)
 --     elapsed, err = backend.block(store, key, klen, tok, expiry, timeout,
---                                  step, ratio, max_step)
+--                                  step, ratio, max_step, stop)
 --         the wait outside nginx (zones only: ngx.shared dicts exist only
 --         inside nginx)
+--     holder = backend.holder(store, key, klen)   the token holding key
 --
 -- While the object holds a lock, a handle (resty.shmlock.lock.handle)
 -- keeps copies of the key and token, so that the lock is released when the
@@ -238,15 +241,16 @@ end
 
 
 -- the wait inside nginx where the phase may yield: resty.lock's steps,
--- then a queue (resty.shmlock.lock.nginx_wait)
-local function sleep(self, backend, key, klen, tok, timeout)
+-- then a queue (resty.shmlock.lock.nginx_wait); done: see _lock_unless
+local function sleep(self, backend, key, klen, tok, timeout, done)
     return nginx_wait.sleep(backend, self.target, key, klen, tok, self.expiry,
-                            timeout, self.step, self.ratio, self.max_step)
+                            timeout, self.step, self.ratio, self.max_step,
+                            done)
 end
 
 
 -- after the first add found the key held; timeout: this call's
-local function wait(self, backend, key, klen, tok, may_wait, timeout)
+local function wait(self, backend, key, klen, tok, may_wait, timeout, done)
     local refusal = "timeout"
     if may_wait and timeout > 0 then
         if not in_nginx then
@@ -256,13 +260,14 @@ local function wait(self, backend, key, klen, tok, may_wait, timeout)
         end
         local phase = get_phase()
         if YIELDABLE[phase] then
-            return sleep(self, backend, key, klen, tok, timeout)
+            return sleep(self, backend, key, klen, tok, timeout, done)
         end
         local blocking = self.blocking_timeout
         if blocking > 0 then
             return nginx_wait.block(backend, self.target, key, klen, tok,
                                     self.expiry, min(timeout, blocking),
-                                    self.step, self.ratio, self.max_step)
+                                    self.step, self.ratio, self.max_step,
+                                    phase)
         end
         refusal = "cannot wait in " .. tostring(phase) .. " phase"
     end
@@ -280,7 +285,7 @@ local function wait(self, backend, key, klen, tok, may_wait, timeout)
 end
 
 
-local function acquire(self, key, may_wait, timeout)
+local function acquire(self, key, may_wait, timeout, done)
     if not key then
         return nil, "nil key"
     end
@@ -313,7 +318,8 @@ local function acquire(self, key, may_wait, timeout)
     -- the token buffer is reused by the next lock(): keep our own copy
     tok = ffi_str(tok, tlen)
     local elapsed
-    elapsed, err = wait(self, backend, key, klen, tok, may_wait, timeout)
+    elapsed, err = wait(self, backend, key, klen, tok, may_wait, timeout,
+                        done)
     if elapsed then
         self.cd = take(store, self.number, key, klen, tok, tlen)
         self.key = key
@@ -344,6 +350,16 @@ function _M.lock(self, key, timeout)
         timeout = check_timeout(timeout, self.exptime, 2)
     end
     return acquire(self, key, true, timeout)
+end
+
+
+-- syntax: elapsed, err = lock:_lock_unless(key, done)
+-- Internal (resty.shmlock.cache's wait for a key being loaded, inside
+-- nginx where the phase may yield): lock(key), but done() is called at
+-- every look while waiting, and true ends the wait with nil, "done"; the
+-- wait queues at once (no resty.lock steps).  Elsewhere, lock(key).
+function _M._lock_unless(self, key, done)
+    return acquire(self, key, true, self.timeout, done)
 end
 
 

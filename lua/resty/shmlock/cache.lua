@@ -42,6 +42,7 @@ local version = require "resty.shmlock.version"
 local nginx = require "resty.shmlock.internal.nginx"
 local options = require "resty.shmlock.internal.options"
 local now_ms = require("resty.shmlock.internal.clock").now_ms
+local nginx_wait = require "resty.shmlock.lock.nginx_wait"
 
 local ffi_new = ffi.new
 local ffi_copy = ffi.copy
@@ -123,7 +124,9 @@ end
 -- Debian's lua-resty-lrucache reads ngx.now once, when it loads, and needs
 -- nothing else from ngx.  Outside nginx we load it in an environment whose
 -- ngx.now is the zone's clock, so no global `ngx` ever appears (other
--- modules take a global ngx to mean "inside nginx").
+-- modules take a global ngx to mean "inside nginx").  Its ttl is not what
+-- expires our L1 entries, though (inside nginx its clock is ngx.now, the
+-- wall clock): see set_l1.
 local function load_lrucache()
     if ngx then
         return require "resty.lrucache"
@@ -596,19 +599,23 @@ local function extra_ttl(stale_ttl, resurrect_ttl)
 end
 
 -- An L1 entry: the value (NIL for nil), the generation word's slot and
--- the value it had before the zone read, the zone entry's stamp.  Its
--- lrucache ttl is what is left of the value's ttl; a value that never
--- expires gets MAX_L1_TTL, so that lrucache's get always reads the clock
--- (ngx.now: an FFI call), which keeps the JIT from hoisting the
--- generation word's load out of a loop of hits.
+-- the value it had before the zone read, the zone entry's stamp, and its
+-- expiry `exp` (ms of the zone's clock, monotonic; MAX_L1_TTL ahead for a
+-- value that never expires).  get() checks exp at every hit: lrucache's
+-- own ttl (what is left of the value's ttl, given too, so that lrucache
+-- drops expired entries) runs by ngx.now inside nginx, the wall clock,
+-- which may step back by hours.  That clock read (an FFI call) also keeps
+-- the JIT from hoisting the generation word's load out of a loop of hits.
 local function set_l1(self, key, value, remaining, slot, gen, stamp)
     local lru = self.lru
     if lru then
         if value == nil then
             value = NIL
         end
-        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp },
-                remaining or MAX_L1_TTL)
+        local ttl = remaining or MAX_L1_TTL
+        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp,
+                       exp = now_ms() + ttl * 1000 },
+                ttl)
     end
 end
 
@@ -791,37 +798,41 @@ local function loaded(ok, value, err, ttl, neg_ttl, lttl)
     return value, nil, value == nil and neg_ttl or ttl
 end
 
--- Inside nginx a lock waiter sleeps in ngx.sleep steps that grow (the
--- lock cannot be woken there), so a miss that finds the key being loaded
--- polls instead: every POLL_STEP it looks for the value in the zone (a
--- lock-free read) and tries the lock, until the value is there, the lock
--- is ours (the loader failed: our turn), or the lock's timeout is spent.
-local POLL_STEP = 0.001
-
--- elapsed when the lock is ours; nil, "loaded" once the value is in the
--- zone; nil, err otherwise
+-- Inside nginx, a miss that finds the key being loaded must not wait for
+-- the lock alone: every waiter would then take the lock in turn just to
+-- find the value.  It waits for the lock or the value, whichever comes
+-- first: the lock's own wait (resty.shmlock.lock.nginx_wait, every wait
+-- inside nginx and its deadline rule), which looks for the value at every
+-- poll and is woken by the loader's release in its worker; for a lock
+-- factory's lock, that module's poll of trylock and the value.  elapsed
+-- when the lock is ours; nil, "loaded" once the value is in the zone;
+-- nil, err otherwise.
 local function poll_lock(self, lock, lkey, key, vkey)
-    local limit = tonumber(lock.timeout) or 5
-    local waited = 0
-    local sleep = ngx.sleep
-    while true do
-        local elapsed, err = lock:trylock(lkey)
-        if elapsed then
-            return waited
-        end
-        if err ~= "timeout" then
-            return nil, err
-        end
+    local function loaded_now()
         local found, _, ferr = fetch(self, key, vkey, 0)
-        if found or ferr then
+        return found or ferr ~= nil
+    end
+    if lock._lock_unless then
+        local elapsed, err = lock:_lock_unless(lkey, loaded_now)
+        if err == "done" then
             return nil, "loaded"
         end
-        if waited >= limit then
-            return nil, "timeout"
-        end
-        sleep(POLL_STEP)
-        waited = waited + POLL_STEP
+        return elapsed, err
     end
+    local start = now_ms()
+    return nginx_wait.poll(function()
+        local elapsed, err = lock:trylock(lkey)
+        if elapsed then
+            return true, (now_ms() - start) / 1000
+        end
+        if err ~= "timeout" then
+            return true, nil, err
+        end
+        if loaded_now() then
+            return true, nil, "loaded"
+        end
+        return false
+    end, tonumber(lock.timeout) or 5)
 end
 
 -- With the key's lock held: calls the loader, stores its value and
@@ -1018,6 +1029,11 @@ function _M.get(self, key, opts, loader, ...)
     local old
     if lru then
         old = lru:get(key)
+        if old and old.exp <= now_ms() then
+            -- expired by the monotonic clock (see set_l1)
+            lru:delete(key)
+            old = nil
+        end
         if old then
             -- the hit: one load of the key's generation word
             local gens = self.gens

@@ -1,6 +1,18 @@
--- resty.shmlock.lock.nginx_wait (internal): how resty.shmlock waits for a
--- held key inside nginx.  Every entry takes the timeout of the wait as an
--- argument (the lock object's, or a per-call one).
+-- resty.shmlock.lock.nginx_wait (internal): every wait inside nginx, in
+-- one place: the lock's wait for a held key, and the cache's wait for a
+-- key being loaded (resty.shmlock.cache).  Every entry takes the timeout
+-- of the wait as an argument (the lock object's, or a per-call one).
+--
+-- The deadline rule, for every wait here: a wait of `timeout` seconds
+-- that starts at t0 (the monotonic clock, resty.shmlock.internal.clock)
+-- ends at t0 + timeout.  No pause is shorter than MIN_SLEEP (ngx.sleep
+-- counts whole milliseconds) or longer than the time left, but the last,
+-- which may pass the deadline by less than MIN_SLEEP; with less than
+-- MIN_SLEEP left, the wait is over ("timeout" up to 1 ms early).  Pauses
+-- are never counted in place of reading the clock: a worker busy with
+-- other requests (1000 waiters) makes every pause late, and the deadline
+-- still holds.  (resty.lock's steps below also end when the steps slept
+-- add up to the timeout, as resty.lock's do: whichever comes first.)
 --
 -- Where the phase may yield (sleep):
 --
@@ -8,7 +20,7 @@
 --    min(max(0.001, step * ratio), timeout left, max_step); elapsed is the
 --    sum of the steps.  Short waits (the ones resty.lock's own tests pin:
 --    0.127 s behind a 0.1 s holder with the defaults) are resty.lock's to
---    the digit.
+--    the digit.  (The cache's wait has no steps: it queues at once.)
 -- 2. Queued, once the steps add up to QUEUE_AFTER (0.2 s; with the default
 --    steps, at 0.255 s): no more growing steps, which let fresh arrivals
 --    barge past a waiter asleep for up to max_step, again and again (a
@@ -19,23 +31,48 @@
 --    (resty.shmlock.lock.zone: "Starvation mode"): the oldest queued
 --    waiter's mark makes the lock's release hand the key straight to it,
 --    and a marked lock is never free, so nobody barges in.  Its mark
---    carries its deadline: a waiter that times out withdraws it, and one
---    that died (a killed worker) leaves a mark that goes stale at that
---    deadline.  Queued waiters of one worker wait on a semaphore of the
---    key (ngx.semaphore, one per key per worker), which that worker's
---    unlock() posts: a handoff to a waiter of the releasing worker is
---    taken at the next turn of its event loop, not at the next poll.
+--    carries its deadline: a waiter that times out withdraws it.  Each
+--    queued waiter sleeps on a semaphore of its own (ngx.semaphore), which
+--    the releases of its worker post (unlock() calls released(key)): a
+--    handoff to a waiter of the releasing worker is taken at the next turn
+--    of its event loop, not at the next poll.
 --    elapsed = the steps slept + the time measured in the queue.
+--
+-- Aborted waiters.  nginx ends a waiting Lua thread without running any
+-- of its Lua code (ngx.thread.kill, ngx.exit while the waiter is a light
+-- thread, a client abort with lua_check_client_abort on, the end of a
+-- request or of the worker); its mark, which names a live worker, stays.
+-- Two rules keep such a ghost from holding a key:
+--
+-- * In its own worker a ghost is known exactly: a queued waiter is, at
+--   any moment another Lua thread of the worker runs, asleep on its
+--   semaphore, and nginx takes a killed thread off the semaphore's wait
+--   queue (the semaphore's count rises).  The worker's registry of queued
+--   waiters (token -> record) answers zone.gone(tok): the releaser of that
+--   worker skips a ghost's mark (frees the key), and the queued waiters of
+--   that worker take a key handed to a ghost at their next look, as a
+--   dead holder's.  A ghost's record is kept until its mark cannot matter
+--   any more (its deadline plus ACCEPT), then dropped; records of waiters
+--   that end are dropped at once: the registry does not grow.
+-- * Elsewhere (another worker, a plain LuaJIT process) nobody can tell a
+--   ghost from a waiter, so a handoff must be accepted: a queued waiter's
+--   mark asks for ACCEPT seconds (at most the lock's exptime) instead of
+--   the exptime, and the waiter that finds the key handed to it moves it
+--   to its full exptime (zone.accept).  A handoff to a ghost lapses after
+--   ACCEPT, and the key is free again.  (A live waiter that needs longer
+--   than ACCEPT to notice loses that handoff and waits on.)
 --
 --    The bound, on a zone, for a waiter that reaches the queue:
 --
---        worst wait <= Q + (W + 1) * (H + L)
+--        worst wait <= Q + (W + 1) * (H + L) + G * ACCEPT
 --
 --    Q: the time its steps take to add up to QUEUE_AFTER (at most
---    QUEUE_AFTER + max_step, plus the timers' lateness); W: the waiters
---    queued on the key before it; H: the longest hold; L: the time a
---    handed-to waiter needs to notice (a poll, at most 2 ms plus timer
---    lateness, in another worker; an event-loop turn in the same one).
+--    QUEUE_AFTER + max_step, plus the timers' lateness; 0 for the
+--    cache's wait); W: the live waiters queued on the key before it; H:
+--    the longest hold; L: the time a handed-to waiter needs to notice (a
+--    poll, at most 2 ms plus timer lateness, in another worker; an
+--    event-loop turn in the same one); G: the waiters ahead of it that
+--    were aborted while queued in another worker than the releaser's.
 --
 --    On an ngx.shared dict there is no compare-and-swap, so no mark and
 --    no handoff: queued waiters poll every 1-2 ms and are woken by their
@@ -48,7 +85,10 @@
 -- lock's wait (resty.shmlock.lock.zone.block: a futex on the key's wait
 -- word, woken by the release, starvation mode included), on an
 -- ngx.shared dict nanosleep(2) polls of 0.1 ms growing to 1 ms.  Nothing
--- else runs in that worker meanwhile.
+-- else runs in that worker meanwhile, so a key held by this very worker
+-- (a request or timer of it, which cannot run while it blocks) is never
+-- waited for: nil, "cannot wait in <phase> phase: held by this worker"
+-- at once, or as soon as the key is handed to this worker.
 
 local nginx = require "resty.shmlock.internal.nginx"
 local clock = require "resty.shmlock.internal.clock"
@@ -59,8 +99,11 @@ local zone_backend = require "resty.shmlock.lock.zone"
 local floor = math.floor
 local min = math.min
 local max = math.max
+local next = next
 local pcall = pcall
 local require = require
+local tostring = tostring
+local str_match = string.match
 local now_us = clock.now_us
 local nanosleep = clock.sleep
 local rand = random.number
@@ -76,6 +119,8 @@ local ngx_sleep = ngx and ngx.sleep
 local _M = {
     -- seconds of resty.lock's steps after which a waiter queues
     QUEUE_AFTER = 0.2,
+    -- seconds a queued waiter has to accept a handoff (see the top)
+    ACCEPT = 0.5,
 }
 
 -- a queued waiter asks whether the holder's process lives at most this
@@ -88,8 +133,38 @@ local SPINS = 20
 -- the first and the longest pause of a blocking poll (ngx.shared dicts)
 local POLL_FIRST, POLL_MAX = 0.0001, 0.001
 
--- this worker's queues: key -> { sema = semaphore, n = waiters }
-local queues = {}
+-- records of the registry looked at for dropping, per queued wait
+local SWEEP = 4
+
+
+-- syntax: deadline = nginx_wait.deadline(timeout)
+-- The deadline rule (see the top): microseconds of the monotonic clock.
+local function deadline_of(timeout)
+    return now_us() + timeout * 1000000
+end
+_M.deadline = deadline_of
+
+
+-- The next pause of a poll: 1 or 2 ms, drawn at random; cut to the time
+-- left, never below MIN_SLEEP.
+local function poll_pause(deadline, now)
+    local pause = rand() < 0.5 and 0.001 or 0.002
+    return max(MIN_SLEEP, min(pause, (deadline - now) / 1000000))
+end
+
+
+-- ---------------------------------------------------------------------
+-- This worker's queued waiters.
+--
+-- by_tok: token -> record { key, sema, posted, running, till, dead }, of
+-- every waiter queued now and of the ghosts still kept (dead: the ms of
+-- the zone clock after which its record goes).  by_key: key -> { record
+-- -> true } of the live ones, for released() and queued().
+
+local by_tok = {}
+local by_key = {}
+local n_live, n_ghosts = 0, 0
+local sweep_at      -- the token the sweep goes on from (nil: the start)
 
 -- ngx.semaphore's new, loaded at the first queued wait (a stand-in ngx, as
 -- in the specs, has none: its waiters only poll); false when unavailable
@@ -110,12 +185,101 @@ local function semaphore()
 end
 
 
-local function join(key)
-    local q = queues[key]
-    if q then
-        q.n = q.n + 1
-        return q
+-- Whether the waiter of a record can still run.  It runs (the caller is
+-- itself), or sleeps on its semaphore: counted there (count < 0; count
+-- < 1 once posted, until it runs).  nginx takes a killed thread off the
+-- semaphore, so a ghost counts nowhere.
+local function lives(rec)
+    if rec.running then
+        return true
     end
+    return rec.sema:count() < (rec.posted and 1 or 0)
+end
+
+
+local function unlist(rec)
+    local set = by_key[rec.key]
+    if set and set[rec] then
+        set[rec] = nil
+        n_live = n_live - 1
+        if next(set) == nil then
+            by_key[rec.key] = nil
+        end
+    end
+end
+
+
+-- a live record found dead: a ghost, kept while its mark can matter
+local function bury(rec)
+    unlist(rec)
+    rec.dead = rec.till + _M.ACCEPT * 1000
+    n_ghosts = n_ghosts + 1
+end
+
+
+local function drop(tok, rec)
+    if by_tok[tok] == rec then
+        by_tok[tok] = nil
+        if rec.dead then
+            n_ghosts = n_ghosts - 1
+        else
+            unlist(rec)
+        end
+    end
+end
+
+
+-- Looks at up to SWEEP records from where the last sweep stopped: buries
+-- ghosts, drops those past their time.
+local function sweep(now_ms)
+    if sweep_at ~= nil and by_tok[sweep_at] == nil then
+        sweep_at = nil      -- dropped meanwhile: start again
+    end
+    for _ = 1, SWEEP do
+        local tok, rec = next(by_tok, sweep_at)
+        if tok == nil then
+            sweep_at = nil
+            return
+        end
+        sweep_at = tok
+        if not rec.dead and not lives(rec) then
+            bury(rec)
+        end
+        if rec.dead and rec.dead <= now_ms then
+            sweep_at = next(by_tok, tok)
+            drop(tok, rec)
+            if sweep_at == nil then
+                return
+            end
+        end
+    end
+end
+
+
+-- syntax: gone = nginx_wait.gone(tok)
+-- Whether tok is a queued waiter of this worker that nginx aborted (see
+-- "Aborted waiters").  Unknown tokens are not: their marks go stale at
+-- their deadline, their handoffs lapse after ACCEPT.
+local function gone(tok)
+    local rec = by_tok[tok]
+    if not rec then
+        return false
+    end
+    if rec.dead then
+        return true
+    end
+    if lives(rec) then
+        return false
+    end
+    bury(rec)
+    return true
+end
+_M.gone = gone
+
+
+-- A record for a waiter that queues on key; nil where there is no
+-- semaphore (it then only polls).  till: its deadline, ms.
+local function join(key, tok, till)
     local new = semaphore()
     if not new then
         return nil
@@ -124,18 +288,28 @@ local function join(key)
     if not sema then
         return nil
     end
-    q = { sema = sema, n = 1 }
-    queues[key] = q
-    return q
+    sweep(floor(now_us() / 1000))
+    local rec = { key = key, sema = sema, posted = false, running = true,
+                  till = till, dead = false }
+    local old = by_tok[tok]
+    if old then
+        drop(tok, old)
+    end
+    by_tok[tok] = rec
+    local set = by_key[key]
+    if not set then
+        set = {}
+        by_key[key] = set
+    end
+    set[rec] = true
+    n_live = n_live + 1
+    return rec
 end
 
 
-local function leave(key, q)
-    if q then
-        q.n = q.n - 1
-        if q.n == 0 then
-            queues[key] = nil
-        end
+local function leave(tok, rec)
+    if rec then
+        drop(tok, rec)
     end
 end
 
@@ -144,45 +318,112 @@ end
 -- This worker released key: wake its queued waiters on it (they look at
 -- the key again; the one the lock was handed to, if any, runs with it).
 function _M.released(key)
-    local q = queues[key]
-    if q then
-        local sema = q.sema
-        local waiting = -sema:count()
-        if waiting > 0 then
-            sema:post(waiting)
+    local set = by_key[key]
+    if not set then
+        return
+    end
+    for rec in pairs(set) do
+        if not rec.posted then
+            if lives(rec) then
+                rec.posted = true
+                rec.sema:post(1)
+            else
+                bury(rec)       -- removes it from set: allowed in pairs
+            end
         end
     end
 end
 
 
 -- syntax: n = nginx_wait.queued(key)
--- How many waiters of this worker are queued on key.
+-- How many live waiters of this worker are queued on key (nil: all keys).
 function _M.queued(key)
-    local q = queues[key]
-    return q and q.n or 0
+    if key == nil then
+        return n_live
+    end
+    local n = 0
+    local set = by_key[key]
+    if set then
+        for rec in pairs(set) do
+            if lives(rec) then
+                n = n + 1
+            else
+                bury(rec)
+            end
+        end
+    end
+    return n
 end
 
 
--- the queued part of a wait: up to `left` seconds; since: the wait's start
--- (ms, zone clock); elapsed counts from `spent` (the steps slept)
-local function queue(backend, store, key, klen, tok, expiry, left, since,
-                     spent)
+-- syntax: live, ghosts = nginx_wait.registry()
+-- The records this worker keeps: queued waiters, and ghosts kept until
+-- their marks cannot matter (see "Aborted waiters").
+function _M.registry()
+    return n_live, n_ghosts
+end
+
+
+zone_backend.gone = gone
+
+
+-- One pause of a queued waiter: on its semaphore (a release of this
+-- worker cuts it short), else ngx.sleep.
+local function pause(rec, seconds)
+    if rec then
+        rec.running = false
+        rec.sema:wait(seconds)
+        rec.running = true
+        rec.posted = false
+    else
+        ngx_sleep(seconds)
+    end
+end
+
+
+-- ---------------------------------------------------------------------
+-- The lock's wait where the phase may yield.
+
+-- The key reached us after a mark: make it ours for the lock's exptime
+-- (see "Aborted waiters").  False when the handoff lapsed meanwhile.
+local function accept(backend, store, key, klen, tok, expiry, marked)
+    if not marked or not backend.accept then
+        return true
+    end
+    return backend.accept(store, key, klen, tok, expiry)
+end
+
+
+-- the queued part of a wait, up to `deadline` (us); since: the wait's
+-- start (ms, zone clock); elapsed counts from `spent` (the steps slept);
+-- done: the caller's reason to stop waiting, or nil
+local function queue(backend, store, key, klen, tok, expiry, deadline, since,
+                     spent, done)
     local start = now_us()
-    local deadline = start + left * 1000000
     local till = floor(deadline / 1000)
     local next_check = start + CHECK_EVERY_US
     local withdraw = backend.withdraw
+    -- what a mark asks for: ACCEPT seconds, at most the lock's exptime
+    -- (0: never expires)
+    local ask = floor(_M.ACCEPT * 1000)
+    if expiry > 0 and expiry < ask then
+        ask = expiry
+    end
     local marked = false
-    local q = join(key)
+    local rec = join(key, tok, till)
+
+    local function took()
+        leave(tok, rec)
+        return spent + (now_us() - start) / 1000000
+    end
 
     while true do
         local ok, err = backend.add(store, key, klen, tok, #tok, expiry)
         if ok then
-            leave(key, q)
-            return spent + (now_us() - start) / 1000000
+            return took()
         end
         if ok == nil then
-            leave(key, q)
+            leave(tok, rec)
             return nil, err
         end
 
@@ -193,52 +434,63 @@ local function queue(backend, store, key, klen, tok, expiry, left, since,
         end
         local got
         got, err = backend.look(store, key, klen, tok, expiry, check, since,
-                                till)
+                                till, ask)
         if got == ACQUIRED then
-            leave(key, q)
-            return spent + (now_us() - start) / 1000000
-        end
-        if got == FAILED then
+            if accept(backend, store, key, klen, tok, expiry, marked) then
+                return took()
+            end
+            marked = false      -- the handoff lapsed: wait on
+        elseif got == FAILED then
             -- a mark of ours goes stale at our deadline
-            leave(key, q)
+            leave(tok, rec)
             return nil, err
-        end
-        if got == MARKED then
+        elseif got == MARKED then
             marked = true
+        end
+
+        if done and done() then
+            leave(tok, rec)
+            if marked and withdraw and withdraw(store, key, klen, tok)
+               and accept(backend, store, key, klen, tok, expiry, true)
+            then
+                return spent + (now_us() - start) / 1000000
+            end
+            return nil, "done"
         end
 
         now = now_us()
         if now >= deadline then
-            leave(key, q)
-            if marked and withdraw and withdraw(store, key, klen, tok) then
+            leave(tok, rec)
+            if marked and withdraw and withdraw(store, key, klen, tok)
+               and accept(backend, store, key, klen, tok, expiry, true)
+            then
                 return spent + (now_us() - start) / 1000000
             end
             return nil, "timeout"
         end
 
-        -- 1 or 2 ms (nginx's timers count whole milliseconds); never below
-        -- 1 ms, so the last pause may pass the deadline by less than that
-        local pause = rand() < 0.5 and 0.001 or 0.002
-        pause = max(MIN_SLEEP, min(pause, (deadline - now) / 1000000))
-        if q then
-            q.sema:wait(pause)
-        else
-            ngx_sleep(pause)
-        end
+        pause(rec, poll_pause(deadline, now))
     end
 end
 
 
 -- syntax: elapsed, err = nginx_wait.sleep(backend, store, key, klen, tok,
 --                                         expiry, timeout, step, ratio,
---                                         max_step)
+--                                         max_step, done?)
 -- The wait where the phase may yield, after add found the key held (see
--- the top of this file).  tok: a Lua string.  elapsed: the steps' sum,
--- plus the time measured in the queue; nil, "timeout"; nil and the
--- store's error.
+-- the top of this file).  tok: a Lua string.  done: a function called
+-- after every look (the cache's: "the value is there"); true ends the
+-- wait with nil, "done" (or elapsed, if the key reached us meanwhile);
+-- with done, the wait queues at once.  elapsed: the steps' sum, plus the
+-- time measured in the queue; nil, "timeout"; nil and the store's error.
 function _M.sleep(backend, store, key, klen, tok, expiry, timeout, step,
-                  ratio, max_step)
+                  ratio, max_step, done)
+    local deadline = deadline_of(timeout)
     local since = floor(now_us() / 1000)
+    if done then
+        return queue(backend, store, key, klen, tok, expiry, deadline, since,
+                     0, done)
+    end
     local elapsed = 0
     step = min(max(step, MIN_SLEEP), timeout)
 
@@ -268,36 +520,80 @@ function _M.sleep(backend, store, key, klen, tok, expiry, timeout, step,
             return nil, err
         end
 
-        if timeout <= 0 then
+        local left = (deadline - now_us()) / 1000000
+        if timeout <= 0 or left < MIN_SLEEP - 1e-9 then
             break
         end
         if elapsed >= _M.QUEUE_AFTER then
-            return queue(backend, store, key, klen, tok, expiry, timeout,
+            return queue(backend, store, key, klen, tok, expiry, deadline,
                          since, elapsed)
         end
-        step = min(next_step(step, ratio, max_step), timeout)
+        step = min(next_step(step, ratio, max_step), timeout, left)
     end
     return nil, "timeout"
 end
 
 
--- nanosleep(2) polls of an ngx.shared dict, up to `left` seconds
-local function poll(backend, store, key, klen, tok, expiry, left)
+-- syntax: a, b = nginx_wait.poll(attempt, timeout)
+-- The cache's wait for a lock that is not ours (a lock factory's, with
+-- trylock): calls attempt() until it answers true (then its other two
+-- values are returned), pausing 1-2 ms in between, up to timeout seconds
+-- by the deadline rule; then nil, "timeout".
+function _M.poll(attempt, timeout)
+    local deadline = deadline_of(timeout)
+    while true do
+        local stop, a, b = attempt()
+        if stop then
+            return a, b
+        end
+        local now = now_us()
+        if now >= deadline then
+            return nil, "timeout"
+        end
+        ngx_sleep(poll_pause(deadline, now))
+    end
+end
+
+
+-- ---------------------------------------------------------------------
+-- The wait where the phase cannot yield.
+
+-- "<pid>:<start>:" of a host token: the process it names
+local function process_of(tok)
+    return str_match(tok, "^%d+:%d+:")
+end
+
+
+-- whether the key's holder is the process of tok (this worker)
+local function held_here(backend, store, key, klen, tok)
+    local holder = backend.holder and backend.holder(store, key, klen)
+    if not holder then
+        return false
+    end
+    return process_of(holder) == process_of(tok)
+end
+
+
+-- nanosleep(2) polls of an ngx.shared dict, up to `deadline`
+local function poll(backend, store, key, klen, tok, expiry, deadline, stop)
     local start = now_us()
-    local deadline = start + left * 1000000
-    local pause = POLL_FIRST
+    local pause_s = POLL_FIRST
     while true do
         local now = now_us()
         if now >= deadline then
             return nil, "timeout"
         end
-        nanosleep(min(pause, (deadline - now) / 1000000))
-        pause = min(pause * 2, POLL_MAX)
+        nanosleep(min(pause_s, (deadline - now) / 1000000))
+        pause_s = min(pause_s * 2, POLL_MAX)
         local ok, err = backend.add(store, key, klen, tok, #tok, expiry)
         if ok then
             return (now_us() - start) / 1000000
         end
         if ok == nil then
+            return nil, err
+        end
+        err = stop()
+        if err then
             return nil, err
         end
     end
@@ -306,13 +602,23 @@ end
 
 -- syntax: elapsed, err = nginx_wait.block(backend, store, key, klen, tok,
 --                                         expiry, timeout, step, ratio,
---                                         max_step)
+--                                         max_step, phase)
 -- The wait where the phase cannot yield: blocks the worker up to timeout
 -- seconds (see the top of this file).  elapsed is measured; nil,
--- "timeout"; nil and the store's error.
+-- "timeout"; nil, "cannot wait in <phase> phase: held by this worker";
+-- nil and the store's error.
 function _M.block(backend, store, key, klen, tok, expiry, timeout, step,
-                  ratio, max_step)
+                  ratio, max_step, phase)
+    local deadline = deadline_of(timeout)
     local start = now_us()
+    local refusal = "cannot wait in " .. tostring(phase)
+                    .. " phase: held by this worker"
+    local function stop()
+        if held_here(backend, store, key, klen, tok) then
+            return refusal
+        end
+    end
+
     for _ = 1, SPINS do
         local ok, err = backend.add(store, key, klen, tok, #tok, expiry)
         if ok then
@@ -321,19 +627,26 @@ function _M.block(backend, store, key, klen, tok, expiry, timeout, step,
         if ok == nil then
             return nil, err
         end
+        if _ == 1 then
+            err = stop()
+            if err then
+                return nil, err
+            end
+        end
     end
 
     local spent = (now_us() - start) / 1000000
-    local left = timeout - spent
-    if left <= 0 then
+    if now_us() >= deadline then
         return nil, "timeout"
     end
     local elapsed, err
     if backend.block then
-        elapsed, err = backend.block(store, key, klen, tok, expiry, left,
-                                     step, ratio, max_step)
+        elapsed, err = backend.block(store, key, klen, tok, expiry,
+                                     (deadline - now_us()) / 1000000,
+                                     step, ratio, max_step, stop)
     else
-        elapsed, err = poll(backend, store, key, klen, tok, expiry, left)
+        elapsed, err = poll(backend, store, key, klen, tok, expiry, deadline,
+                            stop)
     end
     -- the worker's cached time stood still while it was blocked
     if ngx and ngx.update_time then

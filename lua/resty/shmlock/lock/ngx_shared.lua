@@ -93,6 +93,17 @@ function _M.holds(dict, key, _klen, tok)
 end
 
 
+-- syntax: holder = ngx_shared.holder(dict, key, klen)
+-- The token holding key (a string value), or nil.
+function _M.holder(dict, key)
+    local v = dict:get(key)
+    if type(v) ~= "string" then
+        return nil
+    end
+    return v
+end
+
+
 -- syntax: outcome = ngx_shared.look(...)
 -- Always BUSY: a holder's liveness is not known here.
 function _M.look()

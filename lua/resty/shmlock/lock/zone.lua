@@ -26,10 +26,14 @@
 -- W: concurrent waiters on the key, H: the longest hold, L: the time a
 -- woken waiter needs to run (futex wake-up plus scheduling).  Measured
 -- with 4 processes on 2 CPUs, 50 us holds: worst wait ~10-15 ms (~25-50 ms
--- without starvation mode).  Waiters inside nginx never mark (they poll
--- with ngx.sleep steps, as resty.lock, and a handoff to a sleeping poller
--- would leave the lock idle for a step), but cannot barge past a mark
--- either: a marked lock is never free.
+-- without starvation mode).  Waiters inside nginx wait with resty.lock's
+-- ngx.sleep steps first (no mark: a handoff to a sleeping poller would
+-- leave the lock idle for a step), but cannot barge past a mark either: a
+-- marked lock is never free.  Once queued (resty.shmlock.lock.nginx_wait)
+-- they mark too, polling every 1-2 ms; their mark asks for a short
+-- exptime (<starver exptime>: nginx_wait.ACCEPT), which the waiter the
+-- lock reaches extends to the lock's (accept), so that a handoff to a
+-- waiter nginx killed meanwhile lapses soon.
 --
 -- Giving up.  A starver whose timeout passes withdraws its mark (cas back
 -- to the holder's token) unless the lock reached it.  <until> is its
@@ -62,7 +66,14 @@
 -- takes the key at once (cas from the dead token), or hands it to a live
 -- starver marked on it.  The holder's process is checked at the first look
 -- and after every wait that no release cut short (those are at most
--- CHECK_EVERY_US long outside nginx; inside, every ngx.sleep step).
+-- CHECK_EVERY_US long outside nginx; inside, every ngx.sleep step).  A
+-- release does not hand the key to a starver whose process is gone.
+--
+-- Aborted waiters (inside nginx).  _M.gone(tok) says whether tok is a
+-- queued waiter of this process that nginx aborted (nginx_wait sets it;
+-- elsewhere it answers false): such a token is treated as a dead
+-- process's, as holder (taken over) and as starver (not handed to,
+-- replaced).
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
@@ -191,6 +202,14 @@ local function waiting(till)
 end
 
 
+-- syntax: gone = zone.gone(tok)
+-- Whether tok is a waiter of this process known to be gone (see "Aborted
+-- waiters"); resty.shmlock.lock.nginx_wait replaces it inside nginx.
+function _M.gone()
+    return false
+end
+
+
 -- syntax: ok, err = zone.add(zone, key, klen, tok, tlen, exp_ms)
 -- true: acquired; false: held by someone; nil, err: the zone said no.
 -- tok: a string or a pointer to tlen bytes.
@@ -223,7 +242,9 @@ local function hand_off(zone, key, klen, tok)
             return nil, "expired"
         end
         local rc
-        if starver and waiting(till) then
+        if starver and waiting(till) and not _M.gone(starver)
+           and token.alive(starver)
+        then
             rc = cas(zone, key, klen, v, starver, s_exp)
         else
             -- the mark was withdrawn, or is stale: a plain release
@@ -312,7 +333,8 @@ end
 local function take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
                          s_exp, till)
     local to = tok
-    if starver and starver ~= tok and waiting(till) and token.alive(starver)
+    if starver and starver ~= tok and waiting(till) and not _M.gone(starver)
+       and token.alive(starver)
     then
         to, exp_ms = starver, s_exp
     end
@@ -323,8 +345,12 @@ local function take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
     if type(key) ~= "string" then
         key = ffi_str(key, klen)
     end
-    log_event("notice", 'lock "' .. key .. '": holder process '
-              .. (str_match(holder, "^(%d+):") or "?") .. " is dead; its lock "
+    local who = _M.gone(holder) and "an aborted waiter of process "
+                or "holder process "
+    log_event("notice", 'lock "' .. key .. '": ' .. who
+              .. (str_match(holder, "^(%d+):") or "?")
+              .. (who == "holder process " and " is dead" or "")
+              .. "; its lock "
               .. (to == tok and "taken over" or "handed to the next waiter"))
     return to == tok and ACQUIRED or BUSY
 end
@@ -342,13 +368,15 @@ end
 
 
 -- syntax: outcome, err = zone.look(zone, key, klen, tok, exp_ms,
---                                       check, since, till)
+--                                       check, since, till, ask)
 -- One look at a key our add found busy.  check: ask whether the holder's
 -- process lives (a holder that took the key since our last look was alive
 -- a moment ago: not worth a /proc read); since, till: our wait start and
--- deadline in ms if we are starving (may mark the lock), else nil.
--- FAILED comes with the zone's error.
-local function look(zone, key, klen, tok, exp_ms, check, since, till)
+-- deadline in ms if we are starving (may mark the lock), else nil; ask:
+-- the exptime (ms) our mark asks for, if not exp_ms (a waiter that then
+-- finds the key handed to it extends it: accept).  FAILED comes with the
+-- zone's error.
+local function look(zone, key, klen, tok, exp_ms, check, since, till, ask)
     local v, err = read(zone, key, klen)
     if err then
         return FAILED, err
@@ -373,7 +401,7 @@ local function look(zone, key, klen, tok, exp_ms, check, since, till)
         -- handed over to us (and maybe marked by the next starver already)
         return ACQUIRED
     end
-    if check and not token.alive(holder) then
+    if (check and not token.alive(holder)) or _M.gone(holder) then
         return take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
                          s_exp, s_till)
     end
@@ -382,9 +410,10 @@ local function look(zone, key, klen, tok, exp_ms, check, since, till)
     end
     if since and valid(holder)
        and (not starver or s_since > since or not waiting(s_till)
-            or (check and not token.alive(starver)))
+            or _M.gone(starver) or (check and not token.alive(starver)))
     then
-        return mark(zone, key, klen, v, holder, tok, exp_ms, since, till)
+        return mark(zone, key, klen, v, holder, tok, ask or exp_ms, since,
+                    till)
     end
     return BUSY
 end
@@ -416,14 +445,56 @@ end
 _M.withdraw = withdraw
 
 
+-- syntax: ok, err = zone.accept(zone, key, klen, tok, exp_ms)
+-- A waiter the lock was handed to (with the short exptime its mark asked
+-- for) makes it its own for exp_ms, keeping a mark placed since.  false
+-- when the key no longer holds tok (the handoff lapsed); nil, err when
+-- the zone failed (the key is left to its short exptime).
+function _M.accept(zone, key, klen, tok, exp_ms)
+    for _ = 1, RETRIES do
+        local v, err = read(zone, key, klen)
+        if err then
+            return nil, err
+        end
+        if type(v) ~= "string" or split(v) ~= tok then
+            return false
+        end
+        local rc = cas(zone, key, klen, v, v, exp_ms)
+        if rc == OK then
+            return true
+        end
+        if rc == NOT_FOUND then
+            return false
+        end
+        if rc ~= CHANGED then
+            return nil, errors[rc]
+        end
+    end
+    return nil, errors[CHANGED]
+end
+
+
+-- syntax: holder = zone.holder(zone, key, klen)
+-- The token holding key, or nil.
+function _M.holder(zone, key, klen)
+    local v = read(zone, key, klen)
+    if type(v) ~= "string" then
+        return nil
+    end
+    return (split(v))
+end
+
+
 -- syntax: elapsed, err = zone.block(zone, key, klen, tok, exp_ms, timeout,
---                                   step, ratio, max_step)
+--                                   step, ratio, max_step, stop?)
 -- Waits outside nginx, after add found the key held: sleeps on the key's
 -- wait word, at most one backoff step at a time (at least MIN_SLEEP: a
 -- release wakes us anyway, so a shorter step only burns CPU) and never
--- past the deadline; elapsed is measured.
+-- past the deadline; elapsed is measured.  stop: called after every look
+-- that found the key busy; an error it returns ends the wait with it
+-- (nginx_wait.block: the key is held by this very worker).
 function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
-                  max_step)
+                  max_step, stop)
     local hash = C.shmlock_hash(key, klen)
 
     local start = now_us()
@@ -456,8 +527,15 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         end
 
         now = now_us()
-        if now >= deadline then
+        local stopped = stop and stop()
+        if stopped or now >= deadline then
             C.shmlock_wait_end(zone, hash, seq, 0)
+            if stopped then
+                if marked and withdraw(zone, key, klen, tok) then
+                    return (now_us() - start) / 1000000
+                end
+                return nil, stopped
+            end
             if marked and withdraw(zone, key, klen, tok) then
                 return (now_us() - start) / 1000000
             end
