@@ -54,9 +54,9 @@ typedef struct { void ****conf_ctx; } shmlock_ngx_cycle_t;
 typedef struct { uintptr_t ctx_index; uintptr_t index; } shmlock_ngx_module_t;
 extern shmlock_ngx_cycle_t *shmlock_ngx_cycle asm("ngx_cycle");
 extern shmlock_ngx_module_t shmlock_ngx_core_module asm("ngx_core_module");
-struct shmlock_passwd { char *pw_name; char *pw_passwd; uint32_t pw_uid;
+struct shmlock_nu_passwd { char *pw_name; char *pw_passwd; uint32_t pw_uid;
                         uint32_t pw_gid; };
-struct shmlock_passwd *shmlock_getpwnam(const char *name) asm("getpwnam");
+struct shmlock_nu_passwd *shmlock_getpwnam(const char *name) asm("getpwnam");
 unsigned int shmlock_nu_geteuid(void) asm("geteuid");
 ]])
 
