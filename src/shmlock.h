@@ -234,6 +234,23 @@ SHMLOCK_API int shmlock_dict_flush_expired(shmlock_zone_t *zone,
 SHMLOCK_API int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count,
     char *buf, size_t buf_size, int *count, size_t *used);
 
+/*
+ * One step of a walk over the live keys (dict:scan): from cursor (0
+ * starts), whole hash buckets of one shard under its mutex, until count
+ * keys or count buckets are behind (count < 1: 1), keys written to buf as
+ * by get_keys (*keys of them, *used bytes).  *next: the cursor of the next
+ * step, 0 when the walk is done (a cursor beyond the zone ends it too).
+ * A key live for the whole walk comes in exactly one step, whatever else
+ * changes meanwhile.  A step moves the cursor one bucket on at least (and
+ * count buckets unless it returned count keys or more, or its shard
+ * ended), so a walk ends after shards x buckets steps at most, however
+ * the keys change.  SHMLOCK_AGAIN: the next bucket's keys need *used bytes, more
+ * than buf_size; nothing was returned (*next = cursor).
+ */
+SHMLOCK_API int shmlock_dict_scan(shmlock_zone_t *zone, uint64_t cursor,
+    int count, char *buf, size_t buf_size, uint64_t *next, int *keys,
+    size_t *used);
+
 SHMLOCK_API size_t shmlock_dict_capacity(shmlock_zone_t *zone);
 SHMLOCK_API size_t shmlock_dict_free_space(shmlock_zone_t *zone);
 

@@ -324,6 +324,44 @@ shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
     return total > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
 }
 
+/* One shard's step; the cursor is the shard (high 32 bits) and its next
+ * bucket (low 32 bits), so that 0 starts and never comes back. */
+int
+shmlock_dict_scan(shmlock_zone_t *zone, uint64_t cursor, int count,
+    char *buf, size_t buf_size, uint64_t *next, int *keys, size_t *used)
+{
+    uint64_t  shard = cursor >> 32;
+    uint32_t  bucket = (uint32_t) cursor;
+    shard_t  *sh;
+    int       rc;
+
+    *next = 0;
+    *keys = 0;
+    *used = 0;
+    CHECK_LIVE(zone);
+    if (shard >= zone->nshards) {
+        return SHMLOCK_OK;
+    }
+    sh = &zone->shard[shard];
+    if (bucket > sh->bucket_mask) {
+        return SHMLOCK_OK;
+    }
+    shard_lock(sh);
+    rc = shdict_scan(sh, &bucket, count > 0 ? count : 1, buf, buf_size,
+                     keys, used);
+    rc = shard_unlock(sh, rc);
+    if (rc == SHMLOCK_AGAIN) {
+        *next = cursor;
+    } else if (rc == SHMLOCK_OK) {
+        if (bucket <= sh->bucket_mask) {
+            *next = shard << 32 | bucket;
+        } else if (shard + 1 < zone->nshards) {
+            *next = (shard + 1) << 32;
+        }
+    }
+    return rc;
+}
+
 size_t
 shmlock_dict_capacity(shmlock_zone_t *zone)
 {

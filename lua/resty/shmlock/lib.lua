@@ -131,6 +131,8 @@ int shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count,
     int *freed);
 int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
     size_t buf_size, int *count, size_t *used);
+int shmlock_dict_scan(shmlock_zone_t *zone, uint64_t cursor, int count,
+    char *buf, size_t buf_size, uint64_t *next, int *keys, size_t *used);
 size_t shmlock_dict_capacity(shmlock_zone_t *zone);
 size_t shmlock_dict_free_space(shmlock_zone_t *zone);
 enum {

@@ -84,8 +84,14 @@ local zone_out = ffi_new("shmlock_zone_t *[1]")
 local open_opts = ffi_new("shmlock_open_t")
 local msg_buf = ffi_new("char[256]")
 local stats_buf = ffi_new("shmlock_stats_t")
+local next_buf = ffi_new("uint64_t[1]")
 local str_size = 4096
 local str_buf = ffi_new("char[?]", str_size)
+
+-- scan's default count and its largest; get_keys's step (buckets)
+local SCAN_COUNT = 100
+local SCAN_COUNT_MAX = 2 ^ 31 - 1
+local KEYS_STEP = 1024
 
 -- dir .. "\0" .. name -> the dict this process opened there, while it is
 -- in use: the table does not keep it alive, so a zone nobody references is
@@ -510,7 +516,39 @@ function methods.flush_expired(self, max_count)
     return tonumber(count_buf[0])
 end
 
+-- One step of a walk (shmlock_dict_scan): its keys appended to keys
+-- after keys[n], up to keys[max] (max 0: all); the next cursor and the
+-- new n, or nil, err.  A bucket whose keys exceed the buffer doubles it
+-- at least: a bucket holds fewer bytes of keys than its shard, so that
+-- ends, however the bucket grows meanwhile.
+local function scan_step(zone, cursor, count, keys, n, max)
+    local rc = C.shmlock_dict_scan(zone, cursor, count, str_buf, str_size,
+                                   next_buf, count_buf, used_buf)
+    while rc == AGAIN do
+        grow(math.max(tonumber(used_buf[0]), 2 * str_size))
+        rc = C.shmlock_dict_scan(zone, cursor, count, str_buf, str_size,
+                                 next_buf, count_buf, used_buf)
+    end
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    local pos = 0
+    for _ = 1, count_buf[0] do
+        if max > 0 and n >= max then
+            break
+        end
+        local len = ffi.cast("uint32_t *", str_buf + pos)[0]
+        n = n + 1
+        keys[n] = ffi_str(str_buf + pos + 4, len)
+        pos = pos + 4 + len
+    end
+    return tonumber(next_buf[0]), n
+end
+
 -- syntax: keys, err = dict:get_keys(max_count?)   (default 1024, 0 = all)
+-- A walk (see scan) in steps of KEYS_STEP buckets: it ends however much
+-- other processes write meanwhile, and never holds a shard's mutex for a
+-- whole shard.
 function methods.get_keys(self, max_count)
     local zone = zone_of(self)
     if max_count == nil then
@@ -519,25 +557,39 @@ function methods.get_keys(self, max_count)
         error('bad "max_count" argument', 2)
     end
 
-    local rc = C.shmlock_dict_get_keys(zone, max_count, str_buf, str_size,
-                                       count_buf, used_buf)
-    while rc == AGAIN do
-        grow(used_buf[0])
-        rc = C.shmlock_dict_get_keys(zone, max_count, str_buf, str_size,
-                                     count_buf, used_buf)
-    end
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-
-    local keys = {}
-    local pos = 0
-    for i = 1, count_buf[0] do
-        local len = ffi.cast("uint32_t *", str_buf + pos)[0]
-        keys[i] = ffi_str(str_buf + pos + 4, len)
-        pos = pos + 4 + len
-    end
+    local keys, n, cursor = {}, 0, 0
+    repeat
+        cursor, n = scan_step(zone, cursor, KEYS_STEP, keys, n, max_count)
+        if not cursor then
+            return nil, n
+        end
+    until cursor == 0 or (max_count > 0 and n >= max_count)
     return keys
+end
+
+-- syntax: next_cursor, keys = dict:scan(cursor, count?)  (beyond
+-- ngx.shared.DICT): one step of a walk over the live keys; cursor 0
+-- starts, next_cursor 0 means done.  nil, err on a zone error.
+function methods.scan(self, cursor, count)
+    local zone = zone_of(self)
+    if type(cursor) ~= "number" or not (cursor >= 0) -- luacheck: ignore 581
+       or cursor % 1 ~= 0 or cursor >= 2 ^ 53
+    then
+        error('bad "cursor" argument', 2)
+    end
+    if count == nil then
+        count = SCAN_COUNT
+    elseif type(count) ~= "number" or not (count >= 1) -- luacheck: ignore 581
+           or count % 1 ~= 0 or count > SCAN_COUNT_MAX
+    then
+        error('bad "count" argument', 2)
+    end
+    local keys = {}
+    local next_cursor, err = scan_step(zone, cursor, count, keys, 0, 0)
+    if not next_cursor then
+        return nil, err
+    end
+    return next_cursor, keys
 end
 
 function methods.capacity(self)
