@@ -199,6 +199,26 @@ SHMLOCK_API int shmlock_dict_store(shmlock_zone_t *zone, int op,
     const char *key, size_t key_len, const shmlock_value_t *val,
     int64_t exptime_ms, int *forcible);
 
+/*
+ * shmlock_dict_store on a condition: generation word `word` (see below,
+ * modulo SHMLOCK_GEN_WORDS) holds `value` in the bits of `mask`.  It is
+ * read under the key's shard mutex, in the critical section of the store:
+ * a change whose writer bumps the word before it writes the key (and so
+ * must wait for that mutex) either came first, and the store does not
+ * happen (SHMLOCK_CHANGED, nothing written), or comes after the store and
+ * overwrites it.  The cache's loads store so, so that a load never
+ * overwrites a set, delete or purge that began while it ran.
+ */
+typedef struct {
+    uint32_t  word;
+    uint32_t  mask;
+    uint32_t  value;
+} shmlock_gen_guard_t;
+
+SHMLOCK_API int shmlock_dict_store_guarded(shmlock_zone_t *zone, int op,
+    const char *key, size_t key_len, const shmlock_value_t *val,
+    int64_t exptime_ms, const shmlock_gen_guard_t *guard, int *forcible);
+
 /* On SHMLOCK_AGAIN, out->len holds the string length needed.  A list
  * answers out->type SHMLOCK_TLIST (out->len: its length), no value. */
 SHMLOCK_API int shmlock_dict_get(shmlock_zone_t *zone, const char *key,

@@ -90,6 +90,36 @@ shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
 }
 
 int
+shmlock_dict_store_guarded(shmlock_zone_t *zone, int op, const char *key,
+    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
+    const shmlock_gen_guard_t *guard, int *forcible)
+{
+    uint32_t  hash, word;
+    shard_t  *sh;
+    int       rc;
+
+    *forcible = 0;
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    if (!shmlock_dict_value_ok(val)) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    shard_write_lock(sh);
+    /* sequentially consistent: a bump that came before it is seen */
+    word = __atomic_load_n(&zone->gen[guard->word & (ZONE_GEN_WORDS - 1)],
+                           __ATOMIC_SEQ_CST);
+    if (((word ^ guard->value) & guard->mask) != 0) {
+        rc = SHMLOCK_CHANGED;
+    } else {
+        rc = shdict_store(sh, op, key, key_len, hash, val, exptime_ms, 0,
+                          forcible);
+    }
+    return shard_write_unlock(sh, rc);
+}
+
+int
 shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
 {

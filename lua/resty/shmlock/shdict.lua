@@ -85,6 +85,7 @@ local open_opts = ffi_new("shmlock_open_t")
 local msg_buf = ffi_new("char[256]")
 local stats_buf = ffi_new("shmlock_stats_t")
 local next_buf = ffi_new("uint64_t[1]")
+local guard = ffi_new("shmlock_gen_guard_t")
 local str_size = 4096
 local str_buf = ffi_new("char[?]", str_size)
 
@@ -162,7 +163,8 @@ local function check_exptime(exptime, level)
 end
 
 -- the public store methods tail-call this, so level 2 here is their caller
-local function store(self, op, key, value, exptime, flags)
+-- guarded: the set_guarded's condition (see there), else nil
+local function store(self, op, key, value, exptime, flags, guarded)
     local zone = zone_of(self)
     exptime = check_exptime(exptime, 2)
     if flags ~= nil and type(flags) ~= "number" then
@@ -182,8 +184,14 @@ local function store(self, op, key, value, exptime, flags)
     end
 
     forcible[0] = 0
-    local rc = C.shmlock_dict_store(zone, op, key, #key, val, exptime,
-                                    forcible)
+    local rc
+    if guarded then
+        rc = C.shmlock_dict_store_guarded(zone, op, key, #key, val, exptime,
+                                          guard, forcible)
+    else
+        rc = C.shmlock_dict_store(zone, op, key, #key, val, exptime,
+                                  forcible)
+    end
     recoveries(self.name)
     if rc == OK then
         return true, nil, forcible[0] == 1
@@ -285,6 +293,20 @@ end
 
 function methods.delete(self, key)
     return store(self, OP_SET, key, nil)
+end
+
+-- syntax: ok, err, forcible = dict:_set_guarded(key, value, exptime, flags,
+--                                               word, mask, expect)
+-- (internal: resty.shmlock.cache's loads) set, only if the bits `mask` of
+-- the zone's generation word `word` are those of `expect`, checked in the
+-- store's critical section (shmlock_dict_store_guarded); else false,
+-- "changed" and nothing written.
+function methods._set_guarded(self, key, value, exptime, flags, word, mask,
+                              expect)
+    guard.word = word
+    guard.mask = mask
+    guard.value = expect
+    return store(self, OP_SET, key, value, exptime, flags, true)
 end
 
 -- lists, as ngx.shared.DICT's: elements are numbers or strings; a push
