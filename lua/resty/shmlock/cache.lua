@@ -202,7 +202,10 @@ local function encode(value, expiry, stamp)
         local ok, err = pcall(encode_table, value)
         if not ok then
             buf:reset()
-            return nil, "cannot serialise the table: " .. tostring(err)
+            -- string.buffer's message, without the position in this file
+            -- it carries ("cache.lua:158: too deep to serialize")
+            return nil, "cannot serialise the table: "
+                        .. str_gsub(tostring(err), "^[^\n]-:%d+: ", "", 1)
         end
     end
     return buf:get()

@@ -854,6 +854,18 @@ local function size_note(dict, asked)
     return "size mismatch: the zone has " .. has .. " bytes, not " .. want
 end
 
+-- opts.dir, checked: nil or a string; a NUL byte would cut the path the
+-- system sees, and open or destroy would act in another directory.  The
+-- caller's caller is blamed.
+local function dir_of(opts)
+    local dir = opts and opts.dir
+    if dir ~= nil and (type(dir) ~= "string" or dir:find("\0", 1, true))
+    then
+        error('bad "opts.dir" argument', 3)
+    end
+    return dir
+end
+
 -- syntax: dict, err, note = shdict.open(name, opts?)
 --   opts.size:   bytes, or "64k" / "10m" / "1g" (default "1m")
 --   opts.dir:    directory of the zone files (default $SHMLOCK_DIR or /dev/shm)
@@ -871,10 +883,7 @@ function _M.open(name, opts)
     if opts ~= nil and type(opts) ~= "table" then
         error('bad "opts" argument', 2)
     end
-    local dir = opts and opts.dir
-    if dir ~= nil and type(dir) ~= "string" then
-        error('bad "opts.dir" argument', 2)
-    end
+    local dir = dir_of(opts)
     local mode = opts and opts.mode or 0
     if type(mode) == "string" and mode:find("^0?[0-7][0-7][0-7]$") then
         mode = tonumber(mode, 8)        -- "0660"
@@ -968,10 +977,15 @@ function _M.destroy(name, opts)
     if not check_name(name) then
         return nil, "bad zone name"
     end
-    local dir = opts and opts.dir
+    if opts ~= nil and type(opts) ~= "table" then
+        error('bad "opts" argument', 2)
+    end
+    local dir = dir_of(opts)
     local rc = C.shmlock_zone_destroy(dir, name, #name)
-    zones[(dir or "") .. "\0" .. name] = nil
     if rc == OK then
+        -- only now: a zone still there (the directory stayed locked, say)
+        -- keeps the record that lets a lock reach it by name (opened)
+        zones[(dir or "") .. "\0" .. name] = nil
         return true
     end
     if rc == NOT_FOUND then
