@@ -1277,7 +1277,7 @@ local function delete_own(self, keys)
 end
 
 -- buckets a step of purge's walk of a zone visits (dict:scan's count)
-local PURGE_STEP = 1024
+local PURGE_STEP = 4096
 
 -- syntax: ok, err = c:purge()
 -- Removes every key of this cache from L2 and from every process's L1

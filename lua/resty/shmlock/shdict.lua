@@ -92,7 +92,7 @@ local str_buf = ffi_new("char[?]", str_size)
 -- scan's default count and its largest; get_keys's step (buckets)
 local SCAN_COUNT = 100
 local SCAN_COUNT_MAX = 2 ^ 31 - 1
-local KEYS_STEP = 1024
+local KEYS_STEP = 4096
 
 -- dir .. "\0" .. name -> the dict this process opened there, while it is
 -- in use: the table does not keep it alive, so a zone nobody references is

@@ -218,7 +218,7 @@ end
 
 
 -- buckets a step of keys's walk visits (dict:scan's count)
-local SCAN_STEP = 1024
+local SCAN_STEP = 4096
 
 -- syntax: shmlock keys ZONE [--match GLOB] [--limit N]
 function _M.keys(ctx, cmd)
