@@ -928,6 +928,87 @@ test_flush_and_keys(shmlock_zone_t *z)
 }
 
 /*
+ * scan: a walk meets every key once, step by step; a buffer too small for
+ * a bucket's keys is SHMLOCK_AGAIN with the bytes needed; a cursor beyond
+ * the zone ends the walk.
+ */
+static void
+test_scan(shmlock_zone_t *z)
+{
+    char      key[32], buf[4096], small[4];
+    int       i, keys, total = 0, steps = 0, n;
+    size_t    used;
+    uint64_t  cursor = 0, next;
+
+    CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
+    flush_expired(z, 0);
+    for (i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "scan%d", i);
+        CHECK_RC(store(z, SHMLOCK_OP_SET, key, num_value(i), 0), SHMLOCK_OK);
+    }
+    do {
+        CHECK_RC(shmlock_dict_scan(z, cursor, 7, buf, sizeof(buf), &next,
+                                   &keys, &used), SHMLOCK_OK);
+        CHECK(used <= sizeof(buf));
+        total += keys;
+        steps++;
+        CHECK(steps < 1 << 22);
+        cursor = next;
+    } while (cursor != 0);
+    CHECK(total == 300);
+    CHECK(steps > 1);
+
+    /* the first bucket with keys, with a buffer too small for them */
+    cursor = 0;
+    for ( ;; ) {
+        n = shmlock_dict_scan(z, cursor, 1, small, sizeof(small), &next,
+                              &keys, &used);
+        if (n == SHMLOCK_AGAIN) {
+            CHECK(next == cursor && keys == 0 && used > sizeof(small));
+            break;
+        }
+        CHECK_RC(n, SHMLOCK_OK);
+        CHECK(keys == 0 && next != 0);
+        cursor = next;
+    }
+    CHECK_RC(shmlock_dict_scan(z, (uint64_t) 99 << 32, 1, buf, sizeof(buf),
+                               &next, &keys, &used), SHMLOCK_OK);
+    CHECK(next == 0 && keys == 0 && used == 0);
+    CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
+    flush_expired(z, 0);
+    verify(z);
+}
+
+/* A guarded store happens only while the word's masked bits are as given. */
+static void
+test_guarded_store(shmlock_zone_t *z)
+{
+    shmlock_gen_guard_t  g = { .word = 5 + SHMLOCK_GEN_WORDS,
+                               .mask = 0xffff0000u };
+    shmlock_value_t      v = num_value(1);
+    int                  forcible = -1;
+
+    g.value = shmlock_zone_gen_add(z, 5, 0);
+    CHECK_RC(shmlock_dict_store_guarded(z, SHMLOCK_OP_SET, KEY("guarded"), &v,
+                                        0, &g, &forcible), SHMLOCK_OK);
+    CHECK(forcible == 0);
+    shmlock_zone_gen_add(z, 5, 1);
+    CHECK_RC(shmlock_dict_store_guarded(z, SHMLOCK_OP_ADD, KEY("guarded"), &v,
+                                        0, &g, &forcible), SHMLOCK_EXISTS);
+    shmlock_zone_gen_add(z, 5, 1u << 16);
+    v = num_value(2);
+    CHECK_RC(shmlock_dict_store_guarded(z, SHMLOCK_OP_SET, KEY("guarded"), &v,
+                                        0, &g, &forcible), SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_dict_get(z, KEY("guarded"), 0, &v, NULL, 0),
+             SHMLOCK_OK);
+    CHECK(v.type == SHMLOCK_TNUMBER && v.num == 1);
+    CHECK_RC(shmlock_dict_store_guarded(z, SHMLOCK_OP_SET, "", 0, &v, 0, &g,
+                                        &forcible), SHMLOCK_BAD_KEY);
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "guarded", nil_value(), 0), SHMLOCK_OK);
+    verify(z);
+}
+
+/*
  * A zone of 8 MB is split into 8 shards.  What spans the whole zone (keys,
  * flushes, free space) must see every shard; one entry fits one shard.
  */
@@ -1496,6 +1577,18 @@ corrupt_calls(shmlock_zone_t *z, int nkeys, char *val, char *buf)
     corrupt_call = "get_keys";
     corrupt_expect(shmlock_dict_get_keys(z, 0, buf, size, &count, &used),
                    ST(OK) | ST(AGAIN) | ST(CORRUPT));
+    corrupt_call = "scan";
+    {
+        uint64_t  cursor = 0, next;
+        int       steps = 0, rc;
+
+        do {
+            rc = shmlock_dict_scan(z, cursor, 64, buf, size, &next, &count,
+                                   &used);
+            corrupt_expect(rc, ST(OK) | ST(AGAIN) | ST(CORRUPT));
+            cursor = rc == SHMLOCK_OK ? next : 0;
+        } while (cursor != 0 && ++steps < 1 << 20);
+    }
     corrupt_call = "flush_expired";
     corrupt_expect(shmlock_dict_flush_expired(z, 0, &count),
                    ST(OK) | ST(CORRUPT));
@@ -1833,6 +1926,8 @@ main(int argc, char **argv)
         test_cas_cad(z);
         test_lock_calls(z);
         test_flush_and_keys(z);
+        test_scan(z);
+        test_guarded_store(z);
         test_processes(z);
         close_zone(z);
         CHECK_RC(shmlock_zone_destroy(dir, KEY("dict")), SHMLOCK_OK);

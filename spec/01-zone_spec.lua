@@ -853,6 +853,54 @@ print(shdict.open("junk", { dir = %q }))
                         pack(shdict.destroy("never", { dir = dir })))
         end)
 
+        it("raises on a directory that is not a string or holds a NUL "
+           .. "byte, as open() does", function()
+            -- the system would see the path cut at the NUL: tmp/zones
+            local cut = dir .. "\0/elsewhere"
+            assert(shdict.open("here", { dir = dir, size = "32k" }))
+            for _, bad in ipairs({ cut, 42, true }) do
+                assert.has_error(function()
+                    shdict.open("here", { dir = bad, size = "32k" })
+                end, 'bad "opts.dir" argument')
+                assert.has_error(function()
+                    shdict.destroy("here", { dir = bad })
+                end, 'bad "opts.dir" argument')
+            end
+            assert.has_error(function() shdict.destroy("here", 42) end,
+                             'bad "opts" argument')
+            assert.is_true(exists(zone_path("here")))
+            assert.same({ "shmlock.here" },
+                        { trim(sh("ls -A '" .. dir .. "'")) })
+        end)
+
+        it("keeps the record of an opened zone when it could not destroy "
+           .. "it: a lock still reaches a group zone by name", function()
+            -- the zone directory stays locked (flock) by another open of
+            -- it: destroy gives up; the zone is there, opened with
+            -- opts.group, and resty_lock:new(name) must still use it
+            local gid = tonumber(trim(sh("id -g")))
+            local out = run_child(tmp, ([[
+local ffi = require "ffi"
+ffi.cdef "int open(const char *path, int flags); int flock(int fd, int op);"
+ffi.cdef "int close(int fd);"
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+local d = assert(shdict.open("g", { size = "64k", mode = "0660",
+                                    group = %d }))
+local fd = ffi.C.open(os.getenv("SHMLOCK_DIR"), 0)
+assert(fd >= 0 and ffi.C.flock(fd, 2) == 0)
+print(shdict.destroy("g"))
+print(shdict.opened("g") == d)
+local lock, err = resty_lock:new("g")
+print(lock and lock:lock("k"), err)
+ffi.C.close(fd)
+print(shdict.destroy("g"))
+print(shdict.opened("g"))
+]]):format(gid), "SHMLOCK_DIR='" .. dir .. "'")
+            assert.equal("nil\tzone directory locked by another process\n"
+                         .. "true\n0\tnil\ntrue\nnil\n", out)
+        end)
+
         it("returns nil, 'bad zone name' for a bad name", function()
             assert.same({ n = 2, nil, "bad zone name" },
                         pack(shdict.destroy("../x", { dir = dir })))

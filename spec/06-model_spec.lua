@@ -55,6 +55,38 @@ describe("the dictionary against a model", function()
         end
         local free0 = d:free_space()
 
+        -- a scan walk, one step of 50 buckets after each operation: when it
+        -- ends, every key present throughout it must have come (once)
+        local cursor, need, seen, walks = 0, nil, nil, 0
+        local function walk_step(step)
+            if cursor == 0 then
+                need, seen = {}, {}
+                for k in pairs(model) do
+                    need[k] = true
+                end
+            end
+            for k in pairs(need) do
+                if not model[k] then
+                    need[k] = nil
+                end
+            end
+            local next_cursor, got = d:scan(cursor, 50)
+            assert.is_number(next_cursor, got)
+            for _, k in ipairs(got) do
+                assert.is_nil(seen[k], "step " .. step .. ": " .. k
+                                       .. " twice, seed " .. SEED)
+                seen[k] = true
+            end
+            cursor = next_cursor
+            if cursor == 0 then
+                for k in pairs(need) do
+                    assert.is_true(seen[k], "step " .. step .. ": the walk "
+                                   .. "missed " .. k .. ", seed " .. SEED)
+                end
+                walks = walks + 1
+            end
+        end
+
         for step = 1, 20000 do
             local k = keys[rnd(#keys)]
             local m = model[k]
@@ -200,7 +232,9 @@ describe("the dictionary against a model", function()
             if step % 1000 == 0 then
                 assert.same({ n = 1, true }, pack(d:verify()))
             end
+            walk_step(step)
         end
+        assert.is_true(walks >= 2, walks .. " walks")
 
         -- every key the model holds, and only those
         local listed = {}

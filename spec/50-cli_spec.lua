@@ -325,6 +325,53 @@ describe("bin/shmlock", function()
             assert.same({ 5, "", 'shmlock: no key "k" in zone "cache"\n' },
                         { run("get", "cache", "k") })
         end)
+
+        it("writes NaN and the infinities as nan, inf and -inf, in JSON as "
+           .. "those strings", function()
+            assert(dict:set("nan", 0 / 0))
+            assert(dict:set("inf", math.huge))
+            assert(dict:set("-inf", -math.huge))
+            for _, k in ipairs({ "nan", "inf", "-inf" }) do
+                assert.same({ 0, k .. "\n", "" },
+                            { run("get", "cache", "--", k) })
+                local status, out = run("--json", "get", "cache", "--", k)
+                assert.equal(0, status)
+                assert.same({ key = k, value = k, type = "number",
+                              flags = 0, ttl = 0 }, jd.decode(out))
+            end
+        end)
+
+        it("names a key as keys prints it with --escaped (-e)", function()
+            local odd = { "a\0b", "x\\y", "a\"b\\c\nd\1\255\195\169",
+                          "\\x41", "-" }
+            for i, k in ipairs(odd) do
+                assert(dict:set(k, "v" .. i))
+            end
+            local status, out = run("keys", "cache")
+            assert.equal(0, status)
+            local n = 0
+            for line in out:gmatch("[^\n]+") do
+                local v = dict:get(
+                    assert(require("resty.shmlock.cli.output")
+                           .unprintable(line)))
+                for _, opt in ipairs({ "-e", "--escaped" }) do
+                    assert.same({ 0, v .. "\n", "" },
+                                { run("get", opt, "cache", "--", line) })
+                end
+                n = n + 1
+            end
+            assert.equal(#odd, n)
+            -- without it, KEY is taken as it is
+            assert.same({ 0, "v2\n", "" }, { run("get", "cache", "x\\y") })
+            assert.same({ 0, "v4\n", "" }, { run("get", "cache", "\\x41") })
+            assert.same({ 2, "", "shmlock: KEY: bad escape at byte 2 (\\xHH "
+                                 .. "for a byte, \\\\ for a backslash)\n"
+                                 .. "Try 'shmlock --help'.\n" },
+                        { run("get", "-e", "cache", "a\\x0") })
+            assert.same({ 2, "", "shmlock: option --escaped is not for keys\n"
+                                 .. "Try 'shmlock --help'.\n" },
+                        { run("keys", "-e", "cache") })
+        end)
     end)
 
     describe("locks", function()
@@ -477,9 +524,11 @@ end)
 
 describe("resty.shmlock.cli pieces", function()
     it("json.encode: sorted objects, arrays, escapes, numbers", function()
-        assert.equal('{"a":[1,2.5,null,true],"b":{},"c":[],"d":null}',
+        assert.equal('{"a":[1,2.5,"nan",true],"b":{},"c":[],"d":null}',
                      json.encode { a = { 1, 2.5, 0 / 0, true }, b = {},
                                    c = json.array {}, d = json.null })
+        assert.equal('["inf","-inf","nan"]',
+                     json.encode { math.huge, -math.huge, -(0 / 0) })
         assert.equal('"\\"\\\\\\n\\t\\u0000\\u001f\\u00ff\226\130\172"',
                      json.encode('"\\\n\t\0\31\255\226\130\172'))
         assert.equal("0.1", json.encode(0.1))
@@ -504,6 +553,23 @@ describe("resty.shmlock.cli pieces", function()
         assert.is_false(m("%.(", "x.("))
         assert.same({ nil, "unclosed [" }, { glob.compile("[a") })
         assert.same({ nil, "trailing \\" }, { glob.compile("a\\") })
+    end)
+
+    it("output.unprintable: printable's inverse, for every byte",
+       function()
+        local output = require "resty.shmlock.cli.output"
+        local all = {}
+        for b = 0, 255 do
+            all[#all + 1] = string.char(b)
+        end
+        all = table.concat(all)
+        assert.equal(all, output.unprintable(output.printable(all)))
+        assert.equal("a\\b", output.unprintable("a\\\\b"))
+        assert.equal("\0", output.unprintable("\\x00"))
+        for _, bad in ipairs({ "\\", "a\\", "\\x", "\\x4", "\\xg0",
+                               "\\n" }) do
+            assert.is_nil(output.unprintable(bad), bad)
+        end
     end)
 
     it("args.parse: options anywhere, --opt=value, --", function()

@@ -159,9 +159,16 @@ entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out)
 void
 entry_each(shard_t *sh, entry_visit_pt fn, void *ctx)
 {
+    entry_each_in(sh, 0, sh->bucket_mask + 1, fn, ctx);
+}
+
+void
+entry_each_in(shard_t *sh, uint32_t from, uint32_t to, entry_visit_pt fn,
+    void *ctx)
+{
     uint32_t  b, i, next, steps = 0;
 
-    for (b = 0; b <= sh->bucket_mask; b++) {
+    for (b = from; b < to && b <= sh->bucket_mask; b++) {
         for (i = chunk_index(sh, sh->buckets[b]); i != 0; i = next) {
             if (chunk_walk_over(sh, &steps)) {
                 return;

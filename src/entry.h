@@ -207,5 +207,8 @@ void entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out);
 /* Calls fn for every entry, bucket by bucket; fn may remove the entry. */
 typedef int (*entry_visit_pt)(shard_t *sh, uint32_t i, void *ctx);
 void entry_each(shard_t *sh, entry_visit_pt fn, void *ctx);
+/* The same for the entries of buckets from .. to - 1 only. */
+void entry_each_in(shard_t *sh, uint32_t from, uint32_t to,
+    entry_visit_pt fn, void *ctx);
 
 #endif /* ENTRY_H */

@@ -459,6 +459,56 @@ shdict_get_keys(shard_t *sh, int max_count, char *buf, size_t buf_size,
 }
 
 /*
+ * One step of a walk: the live keys of whole buckets from *bucket on, as
+ * get_keys writes them, until `count` keys or `count` buckets are behind
+ * (the mutex is held for that much work only); *bucket gets the bucket
+ * to start from next time (nbuckets: the shard is done).  A bucket whose
+ * keys do not fit in buf ends the step before it; when it is the first,
+ * SHMLOCK_AGAIN and *used the bytes it needs.  Whole buckets, because the
+ * chains change between steps but a key never leaves its bucket: a walk
+ * meets every key that stays live throughout exactly once.
+ */
+int
+shdict_scan(shard_t *sh, uint32_t *bucket, int count, char *buf,
+    size_t buf_size, int *nkeys, size_t *used)
+{
+    visit_t   v;
+    uint32_t  b = *bucket, end;
+    int       n;
+    size_t    u;
+
+    v.now = sys_now_ms();
+    v.max = 0;
+    v.n = 0;
+    v.buf = buf;
+    v.buf_size = buf_size;
+    v.used = 0;
+    end = sh->bucket_mask + 1;
+    if (end - b > (uint32_t) count) {
+        end = b + (uint32_t) count;
+    }
+    for ( ; b < end && v.n < count; b++) {
+        n = v.n;
+        u = v.used;
+        entry_each_in(sh, b, b + 1, visit_key, &v);
+        if (v.used > buf_size) {
+            if (n == 0 && u == 0) {
+                *nkeys = 0;
+                *used = v.used;
+                return SHMLOCK_AGAIN;
+            }
+            v.n = n;
+            v.used = u;
+            break;
+        }
+    }
+    *bucket = b;
+    *nkeys = v.n;
+    *used = v.used;
+    return SHMLOCK_OK;
+}
+
+/*
  * lpush/rpush.  Like ngx.shared.DICT, a push only takes free memory and
  * the room of expired entries: it never evicts a live one.
  */

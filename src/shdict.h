@@ -44,6 +44,8 @@ void shdict_flush_all(shard_t *sh);
 int shdict_flush_expired(shard_t *sh, int max_count);
 int shdict_get_keys(shard_t *sh, int max_count, char *buf, size_t buf_size,
     int *count, size_t *used);
+int shdict_scan(shard_t *sh, uint32_t *bucket, int count, char *buf,
+    size_t buf_size, int *nkeys, size_t *used);
 
 /* Lists (list.h): side SHMLOCK_LEFT or SHMLOCK_RIGHT. */
 int shdict_push(shard_t *sh, int side, const char *key, size_t klen,

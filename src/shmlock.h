@@ -209,6 +209,26 @@ SHMLOCK_API int shmlock_dict_store(shmlock_zone_t *zone, int op,
     const char *key, size_t key_len, const shmlock_value_t *val,
     int64_t exptime_ms, int *forcible);
 
+/*
+ * shmlock_dict_store on a condition: generation word `word` (see below,
+ * modulo SHMLOCK_GEN_WORDS) holds `value` in the bits of `mask`.  It is
+ * read under the key's shard mutex, in the critical section of the store:
+ * a change whose writer bumps the word before it writes the key (and so
+ * must wait for that mutex) either came first, and the store does not
+ * happen (SHMLOCK_CHANGED, nothing written), or comes after the store and
+ * overwrites it.  The cache's loads store so, so that a load never
+ * overwrites a set, delete or purge that began while it ran.
+ */
+typedef struct {
+    uint32_t  word;
+    uint32_t  mask;
+    uint32_t  value;
+} shmlock_gen_guard_t;
+
+SHMLOCK_API int shmlock_dict_store_guarded(shmlock_zone_t *zone, int op,
+    const char *key, size_t key_len, const shmlock_value_t *val,
+    int64_t exptime_ms, const shmlock_gen_guard_t *guard, int *forcible);
+
 /* On SHMLOCK_AGAIN, out->len holds the string length needed.  A list
  * answers out->type SHMLOCK_TLIST (out->len: its length), no value. */
 SHMLOCK_API int shmlock_dict_get(shmlock_zone_t *zone, const char *key,
@@ -243,6 +263,23 @@ SHMLOCK_API int shmlock_dict_flush_expired(shmlock_zone_t *zone,
  */
 SHMLOCK_API int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count,
     char *buf, size_t buf_size, int *count, size_t *used);
+
+/*
+ * One step of a walk over the live keys (dict:scan): from cursor (0
+ * starts), whole hash buckets of one shard under its mutex, until count
+ * keys or count buckets are behind (count < 1: 1), keys written to buf as
+ * by get_keys (*keys of them, *used bytes).  *next: the cursor of the next
+ * step, 0 when the walk is done (a cursor beyond the zone ends it too).
+ * A key live for the whole walk comes in exactly one step, whatever else
+ * changes meanwhile.  A step moves the cursor one bucket on at least (and
+ * count buckets unless it returned count keys or more, or its shard
+ * ended), so a walk ends after shards x buckets steps at most, however
+ * the keys change.  SHMLOCK_AGAIN: the next bucket's keys need *used bytes, more
+ * than buf_size; nothing was returned (*next = cursor).
+ */
+SHMLOCK_API int shmlock_dict_scan(shmlock_zone_t *zone, uint64_t cursor,
+    int count, char *buf, size_t buf_size, uint64_t *next, int *keys,
+    size_t *used);
 
 SHMLOCK_API size_t shmlock_dict_capacity(shmlock_zone_t *zone);
 SHMLOCK_API size_t shmlock_dict_free_space(shmlock_zone_t *zone);

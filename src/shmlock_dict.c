@@ -90,6 +90,36 @@ shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
 }
 
 int
+shmlock_dict_store_guarded(shmlock_zone_t *zone, int op, const char *key,
+    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
+    const shmlock_gen_guard_t *guard, int *forcible)
+{
+    uint32_t  hash, word;
+    shard_t  *sh;
+    int       rc;
+
+    *forcible = 0;
+    CHECK_LIVE(zone);
+    CHECK_KEY(key_len);
+    if (!shmlock_dict_value_ok(val)) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    shard_write_lock(sh);
+    /* sequentially consistent: a bump that came before it is seen */
+    word = __atomic_load_n(&zone->gen[guard->word & (ZONE_GEN_WORDS - 1)],
+                           __ATOMIC_SEQ_CST);
+    if (((word ^ guard->value) & guard->mask) != 0) {
+        rc = SHMLOCK_CHANGED;
+    } else {
+        rc = shdict_store(sh, op, key, key_len, hash, val, exptime_ms, 0,
+                          forcible);
+    }
+    return shard_write_unlock(sh, rc);
+}
+
+int
 shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
 {
@@ -322,6 +352,44 @@ shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
         return rc;
     }
     return total > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
+}
+
+/* One shard's step; the cursor is the shard (high 32 bits) and its next
+ * bucket (low 32 bits), so that 0 starts and never comes back. */
+int
+shmlock_dict_scan(shmlock_zone_t *zone, uint64_t cursor, int count,
+    char *buf, size_t buf_size, uint64_t *next, int *keys, size_t *used)
+{
+    uint64_t  shard = cursor >> 32;
+    uint32_t  bucket = (uint32_t) cursor;
+    shard_t  *sh;
+    int       rc;
+
+    *next = 0;
+    *keys = 0;
+    *used = 0;
+    CHECK_LIVE(zone);
+    if (shard >= zone->nshards) {
+        return SHMLOCK_OK;
+    }
+    sh = &zone->shard[shard];
+    if (bucket > sh->bucket_mask) {
+        return SHMLOCK_OK;
+    }
+    shard_lock(sh);
+    rc = shdict_scan(sh, &bucket, count > 0 ? count : 1, buf, buf_size,
+                     keys, used);
+    rc = shard_unlock(sh, rc);
+    if (rc == SHMLOCK_AGAIN) {
+        *next = cursor;
+    } else if (rc == SHMLOCK_OK) {
+        if (bucket <= sh->bucket_mask) {
+            *next = shard << 32 | bucket;
+        } else if (shard + 1 < zone->nshards) {
+            *next = (shard + 1) << 32;
+        }
+    }
+    return rc;
 }
 
 size_t

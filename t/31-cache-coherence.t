@@ -1,6 +1,7 @@
 # resty.shmlock.cache inside nginx, 2 workers: every worker's L1 follows a
-# set(), delete() or purge() made in any worker or LuaJIT process; a stale
-# value (stale_ttl) is served at once while one timer refreshes it.
+# set(), delete() or purge() made in any worker or LuaJIT process, also
+# one made while a worker's loader ran; a stale value (stale_ttl) is
+# served at once while one timer refreshes it.
 #
 # The values never expire (ttl 0), so a worker whose L1 missed a change
 # would serve the old value for ever: each round asks both workers (20
@@ -106,6 +107,33 @@ EOF
                         s.misses)
             }
         }
+        # a get whose loader says it runs ("loading:KEY"), then waits
+        # for "go:KEY" and returns "old"
+        location = /slowload {
+            content_by_lua_block {
+                local key = ngx.var.arg_key
+                local value, err, level = T.c:get(key, nil, function()
+                    T.stats:set("loading:" .. key, true)
+                    for _ = 1, 4000 do
+                        if T.stats:get("go:" .. key) then
+                            return "old"
+                        end
+                        ngx.sleep(0.005)
+                    end
+                    return nil, "no go"
+                end)
+                ngx.say(value, " ", err, " ", level)
+            }
+        }
+        location = /flag {
+            content_by_lua_block {
+                local name = ngx.var.arg_name
+                if ngx.var.arg_set then
+                    T.stats:set(name, true)
+                end
+                ngx.say(tostring(T.stats:get(name)))
+            }
+        }
         location = /calls {
             content_by_lua_block {
                 local k = ngx.var.arg_key
@@ -119,9 +147,10 @@ $t->start;
 
 # every answer must be "200 $want <level> <pid>"; both workers must answer
 sub round_ok {
-    my ($name, $want) = @_;
+    my ($name, $want, $key) = @_;
+    $key //= 'k';
     my @answers = parallel($CLIENTS, sub {
-        my $r = $t->get("/get?key=k");
+        my $r = $t->get("/get?key=$key");
         return "$r->{status} $r->{body}";
     });
     my (%pids, @bad);
@@ -167,6 +196,27 @@ EOF
     is($t->get("/purge")->{body}, "true\n", "purge");
     round_ok("after purge", "loaded:k");
     $t->check_log("coherence", nested => 1);
+};
+
+subtest "a load that began before a change does not store over it" => sub {
+    for my $change ("set", "delete", "purge") {
+        my $key = "r$change";
+        my $load = ShmTest::spawn(sub { $t->get("/slowload?key=$key")->{body} });
+        my $loading = 0;
+        for (1 .. 2000) {
+            last if $loading = $t->get("/flag?name=loading:$key")->{body} eq "true\n";
+            select(undef, undef, undef, 0.01);
+        }
+        ok($loading, "$change: the loader runs");
+        my $uri = $change eq "set" ? "/set?key=$key&v=new"
+                : $change eq "delete" ? "/delete?key=$key" : "/purge";
+        is($t->get($uri)->{body}, "true\n", "$change returned");
+        $t->get("/flag?name=go:$key&set=1");
+        is($load->join(30), "old nil 3\n", "$change: the loader's caller has its value");
+        round_ok("after a $change made while loading",
+                 $change eq "set" ? "new" : "loaded:$key", $key);
+    }
+    $t->check_log("load and change", nested => 1);
 };
 
 subtest "a stale value is served at once; one timer refreshes it" => sub {

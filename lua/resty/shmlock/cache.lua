@@ -32,6 +32,16 @@
 -- entry is a fresh read or a miss.  In an ngx.shared dict (no
 -- generation words) one counter key plays the part, read by a dict get
 -- per hit.
+--
+-- Invalidation.  A load must not store what it read before a set, delete
+-- or purge that returned meanwhile (its value would be served for its
+-- whole ttl).  Those three add INVALIDATE to the word before their zone
+-- write (and CHANGED after it, as every change does); a load reads the
+-- word before it calls the loader, and stores only if the word's high
+-- half (the invalidations) is the same, checked in the store's critical
+-- section (shmlock_dict_store_guarded): a change that began first wins,
+-- and one that begins later overwrites the store.  Another load's store
+-- in the same word moves the low half only, and cancels nothing.
 
 local ffi = require "ffi"
 local buffer = require "string.buffer"
@@ -102,6 +112,9 @@ local u8p = ffi.typeof("const uint8_t *")
 local ngx = nginx.api()
 
 local GEN_MASK = C.SHMLOCK_GEN_WORDS - 1
+local CHANGED = 1               -- added to the word after every change
+local INVALIDATE = 65536        -- and this before a set, delete or purge
+local INVALIDATIONS = 0xffff0000
 local MAX_L1_TTL = MAX_SECONDS
 
 
@@ -192,7 +205,10 @@ local function encode(value, expiry, stamp)
         local ok, err = pcall(encode_table, value)
         if not ok then
             buf:reset()
-            return nil, "cannot serialise the table: " .. tostring(err)
+            -- string.buffer's message, without the position in this file
+            -- it carries ("cache.lua:158: too deep to serialize")
+            return nil, "cannot serialise the table: "
+                        .. str_gsub(tostring(err), "^[^\n]-:%d+: ", "", 1)
         end
     end
     return buf:get()
@@ -562,22 +578,50 @@ local function gen_read(self, slot)
     return self.dict:get(self.gen_key) or 0
 end
 
--- after a change of the key of this slot (nil: every slot): the word's
--- new value (true for every slot); nil, err when the counter key of an
--- ngx.shared dict could not be incremented (the change is not announced)
-local function gen_bump(self, slot)
+-- adds delta (CHANGED after a change, INVALIDATE before a set, delete or
+-- purge) to the word of this slot (nil: every slot): the word's new value
+-- (true for every slot); nil, err when the counter key of an ngx.shared
+-- dict could not be incremented (the change is not announced)
+local function gen_bump(self, slot, delta)
     local zone = self.zone
     if not zone then
-        local n, err = self.dict:incr(self.gen_key, 1, 0)
+        local n, err = self.dict:incr(self.gen_key, delta, 0)
         if not n then
             return nil, "could not announce the change: " .. tostring(err)
         end
         return n
     elseif slot then
-        return tonumber(C.shmlock_zone_gen_add(zone, slot, 1))
+        return tonumber(C.shmlock_zone_gen_add(zone, slot, delta))
     end
     for i = 0, GEN_MASK do
-        C.shmlock_zone_gen_add(zone, i, 1)
+        C.shmlock_zone_gen_add(zone, i, delta)
+    end
+    return true
+end
+
+-- the zone write of a load (the word's value `gen` read before its loader
+-- ran): true; false when a set, delete or purge began since (nothing
+-- written); nil, err.  An ngx.shared dict has no conditional store: its
+-- counter is read just before the store, so a change in the window of that
+-- one call may still be overwritten.
+local function guarded_set(self, vkey, slot, gen, s, exptime)
+    local dict = self.dict
+    local ok, err
+    if self.zone then
+        ok, err = dict:_set_guarded(vkey, s, exptime, nil, slot,
+                                    INVALIDATIONS, gen)
+        if err == "changed" then
+            return false
+        end
+    else
+        local now = dict:get(self.gen_key) or 0
+        if (now - now % INVALIDATE) ~= (gen - gen % INVALIDATE) then
+            return false
+        end
+        ok, err = dict:set(vkey, s, exptime)
+    end
+    if not ok then
+        return nil, err
     end
     return true
 end
@@ -630,8 +674,11 @@ end
 
 -- Stores value in L2 (with logical ttl `ttl`, kept `extra` seconds
 -- longer), bumps the key's generation word, and puts the value in L1.
--- true, or nil and err ("cannot cache a ..." errors: see entry).
-local function store(self, key, vkey, value, ttl, extra)
+-- true, or nil and err ("cannot cache a ..." errors: see entry).  A
+-- load's store gives `loaded`, the word read before its loader ran: when
+-- a set, delete or purge began since, it stores nothing, here or in L1,
+-- and returns false.
+local function store(self, key, vkey, value, ttl, extra, loaded)
     local stamp = new_stamp()
     local s, err = entry(value, ttl, stamp)
     if not s then
@@ -640,7 +687,15 @@ local function store(self, key, vkey, value, ttl, extra)
     local slot = slot_of(vkey)
     local gen = gen_read(self, slot)
     local ok
-    ok, err = self.dict:set(vkey, s, zone_exptime(ttl, extra))
+    if loaded then
+        ok, err = guarded_set(self, vkey, slot, loaded, s,
+                              zone_exptime(ttl, extra))
+        if ok == false then
+            return false
+        end
+    else
+        ok, err = self.dict:set(vkey, s, zone_exptime(ttl, extra))
+    end
     if not ok then
         return nil, "could not store the value: " .. tostring(err)
     end
@@ -648,11 +703,11 @@ local function store(self, key, vkey, value, ttl, extra)
     -- it since our read; else the word before our write (another process
     -- may have written after us, and bumped first): our next hit then
     -- revalidates.
-    local bumped, berr = gen_bump(self, slot)
+    local bumped, berr = gen_bump(self, slot, CHANGED)
     if not bumped then
         return nil, berr
     end
-    if bumped == (gen + 1) % 4294967296 then
+    if bumped == (gen + CHANGED) % 4294967296 then
         gen = bumped
     end
     set_l1(self, key, value, ttl > 0 and ttl or nil, slot, gen, stamp)
@@ -728,8 +783,9 @@ end
 
 -- The loader failed: with resurrect_ttl, serve the stale value (if the
 -- zone still has one) and keep it for resurrect_ttl more seconds.  Only a
--- holder of the key's lock writes it back.
-local function resurrect(self, key, vkey, resurrect_ttl, stale_ttl, holding)
+-- holder of the key's lock writes it back, as a load's store (`loaded`:
+-- the word read before the loader ran): not over a change made since.
+local function resurrect(self, key, vkey, resurrect_ttl, stale_ttl, loaded)
     if not resurrect_ttl then
         return false
     end
@@ -737,9 +793,9 @@ local function resurrect(self, key, vkey, resurrect_ttl, stale_ttl, holding)
     if not found then
         return false
     end
-    if holding then
+    if loaded then
         store(self, key, vkey, value, resurrect_ttl,
-              extra_ttl(stale_ttl, resurrect_ttl))
+              extra_ttl(stale_ttl, resurrect_ttl), loaded)
     end
     return true, value
 end
@@ -842,13 +898,17 @@ end
 local function run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
                           stale_ttl, keep_stale, loader, ...)
     count(self, "loads")
+    -- what a set, delete or purge from now on must find changed
+    local gen = gen_read(self, slot_of(vkey))
     local ok, lvalue, lerr, lttl = pcall(loader, ...)
     local value, err, vttl = loaded(ok, lvalue, lerr, ttl, neg_ttl, lttl)
     if err == nil then
         local bad
         ok, err, bad = store(self, key, vkey, value, vttl,
-                             extra_ttl(stale_ttl, resurrect_ttl))
-        if ok then
+                             extra_ttl(stale_ttl, resurrect_ttl), gen)
+        -- false: a change began while the loader ran; its value is the
+        -- caller's, not the cache's
+        if ok or ok == false then
             lock:unlock()
             return value, nil, 3
         end
@@ -861,7 +921,7 @@ local function run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
     local found
     if not keep_stale then
         found, value = resurrect(self, key, vkey, resurrect_ttl, stale_ttl,
-                                 true)
+                                 gen)
     end
     lock:unlock()
     if found then
@@ -906,7 +966,7 @@ local function load_miss(self, key, vkey, ttl, neg_ttl, resurrect_ttl,
 
     if not elapsed then
         found, value = resurrect(self, key, vkey, resurrect_ttl, stale_ttl,
-                                 false)
+                                 nil)
         if found then
             count(self, "stale")
             return value, nil, 4
@@ -1150,7 +1210,13 @@ function _M.set(self, key, value, ttl)
     else
         check_ttl(ttl, "ttl", 2)
     end
-    local ok, err, bad = store(self, key, self.prefix .. key, value, ttl,
+    local vkey = self.prefix .. key
+    -- the loads running now must not store over this value
+    local bumped, berr = gen_bump(self, slot_of(vkey), INVALIDATE)
+    if not bumped then
+        return nil, berr
+    end
+    local ok, err, bad = store(self, key, vkey, value, ttl,
                                extra_ttl(self.stale_ttl, self.resurrect_ttl))
     if bad then
         error("bad value: " .. err, 2)
@@ -1169,6 +1235,12 @@ function _M.delete(self, key)
     check_self(self, 2)
     check_key(key, 2)
     local vkey = self.prefix .. key
+    local slot = slot_of(vkey)
+    -- the loads running now must not store over the deletion
+    local bumped, berr = gen_bump(self, slot, INVALIDATE)
+    if not bumped then
+        return nil, berr
+    end
     local ok, err = self.dict:delete(vkey)
     if not ok then
         return nil, err
@@ -1176,7 +1248,7 @@ function _M.delete(self, key)
     if self.lru then
         self.lru:delete(key)
     end
-    local bumped, berr = gen_bump(self, slot_of(vkey))
+    bumped, berr = gen_bump(self, slot, CHANGED)
     if not bumped then
         return nil, berr
     end
@@ -1204,29 +1276,56 @@ function _M.stats(self)
 end
 
 
+-- the keys of this cache among keys, deleted; the zone's error, if one
+-- stopped it
+local function delete_own(self, keys)
+    local dict, prefix = self.dict, self.prefix
+    local n = #prefix
+    for i = 1, #keys do
+        local k = keys[i]
+        if str_sub(k, 1, n) == prefix then
+            local ok, err = dict:delete(k)
+            if not ok then
+                return err
+            end
+        end
+    end
+end
+
+-- buckets a step of purge's walk of a zone visits (dict:scan's count)
+local PURGE_STEP = 4096
+
 -- syntax: ok, err = c:purge()
 -- Removes every key of this cache from L2 and from every process's L1
 -- (each revalidates against the zone at its next hit).
 function _M.purge(self)
     check_self(self, 2)
     local dict = self.dict
-    local keys, err = dict:get_keys(0)
-    if keys then
-        local prefix = self.prefix
-        local n = #prefix
-        for i = 1, #keys do
-            local k = keys[i]
-            if str_sub(k, 1, n) == prefix then
-                local ok, derr = dict:delete(k)
-                if not ok then
-                    err = derr
-                    break
-                end
+    -- the loads running now must not store what they read before
+    local ok, err = gen_bump(self, nil, INVALIDATE)
+    if not ok then
+        return nil, err
+    end
+    if dict.scan then
+        local cursor = 0
+        repeat
+            local keys
+            cursor, keys = dict:scan(cursor, PURGE_STEP)
+            if not cursor then
+                err = keys
+                break
             end
+            err = delete_own(self, keys)
+        until err or cursor == 0
+    else
+        local keys
+        keys, err = dict:get_keys(0)
+        if keys then
+            err = delete_own(self, keys)
         end
     end
     -- the keys removed so far are gone for every process, error or not
-    local _, berr = gen_bump(self, nil)
+    local _, berr = gen_bump(self, nil, CHANGED)
     if self.lru then
         self.lru:flush_all()
     end
@@ -1236,6 +1335,5 @@ function _M.purge(self)
     end
     return true
 end
-
 
 return _M

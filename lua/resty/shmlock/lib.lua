@@ -114,6 +114,15 @@ int shmlock_errno(void);
 int shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
     size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
     int *forcible);
+typedef struct {
+    uint32_t  word;
+    uint32_t  mask;
+    uint32_t  value;
+} shmlock_gen_guard_t;
+
+int shmlock_dict_store_guarded(shmlock_zone_t *zone, int op,
+    const char *key, size_t key_len, const shmlock_value_t *val,
+    int64_t exptime_ms, const shmlock_gen_guard_t *guard, int *forcible);
 int shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size);
 int shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
@@ -133,6 +142,8 @@ int shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count,
     int *freed);
 int shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
     size_t buf_size, int *count, size_t *used);
+int shmlock_dict_scan(shmlock_zone_t *zone, uint64_t cursor, int count,
+    char *buf, size_t buf_size, uint64_t *next, int *keys, size_t *used);
 size_t shmlock_dict_capacity(shmlock_zone_t *zone);
 size_t shmlock_dict_free_space(shmlock_zone_t *zone);
 enum {

@@ -85,8 +85,15 @@ local zone_out = ffi_new("shmlock_zone_t *[1]")
 local open_opts = ffi_new("shmlock_open_t")
 local msg_buf = ffi_new("char[256]")
 local stats_buf = ffi_new("shmlock_stats_t")
+local next_buf = ffi_new("uint64_t[1]")
+local guard = ffi_new("shmlock_gen_guard_t")
 local str_size = 4096
 local str_buf = ffi_new("char[?]", str_size)
+
+-- scan's default count and its largest; get_keys's step (buckets)
+local SCAN_COUNT = 100
+local SCAN_COUNT_MAX = 2 ^ 31 - 1
+local KEYS_STEP = 4096
 
 -- dir .. "\0" .. name -> the dict this process opened there, while it is
 -- in use: the table does not keep it alive, so a zone nobody references is
@@ -167,7 +174,8 @@ local function check_exptime(exptime, level)
 end
 
 -- the public store methods tail-call this, so level 2 here is their caller
-local function store(self, op, key, value, exptime, flags)
+-- guarded: the set_guarded's condition (see there), else nil
+local function store(self, op, key, value, exptime, flags, guarded)
     local zone = zone_of(self)
     exptime = check_exptime(exptime, 2)
     if flags ~= nil and type(flags) ~= "number" then
@@ -187,8 +195,14 @@ local function store(self, op, key, value, exptime, flags)
     end
 
     forcible[0] = 0
-    local rc = C.shmlock_dict_store(zone, op, key, #key, val, exptime,
-                                    forcible)
+    local rc
+    if guarded then
+        rc = C.shmlock_dict_store_guarded(zone, op, key, #key, val, exptime,
+                                          guard, forcible)
+    else
+        rc = C.shmlock_dict_store(zone, op, key, #key, val, exptime,
+                                  forcible)
+    end
     recoveries(self.name)
     if rc == OK then
         return true, nil, forcible[0] == 1
@@ -290,6 +304,20 @@ end
 
 function methods.delete(self, key)
     return store(self, OP_SET, key, nil)
+end
+
+-- syntax: ok, err, forcible = dict:_set_guarded(key, value, exptime, flags,
+--                                               word, mask, expect)
+-- (internal: resty.shmlock.cache's loads) set, only if the bits `mask` of
+-- the zone's generation word `word` are those of `expect`, checked in the
+-- store's critical section (shmlock_dict_store_guarded); else false,
+-- "changed" and nothing written.
+function methods._set_guarded(self, key, value, exptime, flags, word, mask,
+                              expect)
+    guard.word = word
+    guard.mask = mask
+    guard.value = expect
+    return store(self, OP_SET, key, value, exptime, flags, true)
 end
 
 -- lists, as ngx.shared.DICT's: elements are numbers or strings; a push
@@ -521,7 +549,39 @@ function methods.flush_expired(self, max_count)
     return tonumber(count_buf[0])
 end
 
+-- One step of a walk (shmlock_dict_scan): its keys appended to keys
+-- after keys[n], up to keys[max] (max 0: all); the next cursor and the
+-- new n, or nil, err.  A bucket whose keys exceed the buffer doubles it
+-- at least: a bucket holds fewer bytes of keys than its shard, so that
+-- ends, however the bucket grows meanwhile.
+local function scan_step(zone, cursor, count, keys, n, max)
+    local rc = C.shmlock_dict_scan(zone, cursor, count, str_buf, str_size,
+                                   next_buf, count_buf, used_buf)
+    while rc == AGAIN do
+        grow(math.max(tonumber(used_buf[0]), 2 * str_size))
+        rc = C.shmlock_dict_scan(zone, cursor, count, str_buf, str_size,
+                                 next_buf, count_buf, used_buf)
+    end
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    local pos = 0
+    for _ = 1, count_buf[0] do
+        if max > 0 and n >= max then
+            break
+        end
+        local len = ffi.cast("uint32_t *", str_buf + pos)[0]
+        n = n + 1
+        keys[n] = ffi_str(str_buf + pos + 4, len)
+        pos = pos + 4 + len
+    end
+    return tonumber(next_buf[0]), n
+end
+
 -- syntax: keys, err = dict:get_keys(max_count?)   (default 1024, 0 = all)
+-- A walk (see scan) in steps of KEYS_STEP buckets: it ends however much
+-- other processes write meanwhile, and never holds a shard's mutex for a
+-- whole shard.
 function methods.get_keys(self, max_count)
     local zone = zone_of(self)
     if max_count == nil then
@@ -530,25 +590,39 @@ function methods.get_keys(self, max_count)
         error('bad "max_count" argument', 2)
     end
 
-    local rc = C.shmlock_dict_get_keys(zone, max_count, str_buf, str_size,
-                                       count_buf, used_buf)
-    while rc == AGAIN do
-        grow(used_buf[0])
-        rc = C.shmlock_dict_get_keys(zone, max_count, str_buf, str_size,
-                                     count_buf, used_buf)
-    end
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-
-    local keys = {}
-    local pos = 0
-    for i = 1, count_buf[0] do
-        local len = ffi.cast("uint32_t *", str_buf + pos)[0]
-        keys[i] = ffi_str(str_buf + pos + 4, len)
-        pos = pos + 4 + len
-    end
+    local keys, n, cursor = {}, 0, 0
+    repeat
+        cursor, n = scan_step(zone, cursor, KEYS_STEP, keys, n, max_count)
+        if not cursor then
+            return nil, n
+        end
+    until cursor == 0 or (max_count > 0 and n >= max_count)
     return keys
+end
+
+-- syntax: next_cursor, keys = dict:scan(cursor, count?)  (beyond
+-- ngx.shared.DICT): one step of a walk over the live keys; cursor 0
+-- starts, next_cursor 0 means done.  nil, err on a zone error.
+function methods.scan(self, cursor, count)
+    local zone = zone_of(self)
+    if type(cursor) ~= "number" or not (cursor >= 0) -- luacheck: ignore 581
+       or cursor % 1 ~= 0 or cursor >= 2 ^ 53
+    then
+        error('bad "cursor" argument', 2)
+    end
+    if count == nil then
+        count = SCAN_COUNT
+    elseif type(count) ~= "number" or not (count >= 1) -- luacheck: ignore 581
+           or count % 1 ~= 0 or count > SCAN_COUNT_MAX
+    then
+        error('bad "count" argument', 2)
+    end
+    local keys = {}
+    local next_cursor, err = scan_step(zone, cursor, count, keys, 0, 0)
+    if not next_cursor then
+        return nil, err
+    end
+    return next_cursor, keys
 end
 
 function methods.capacity(self)
@@ -888,6 +962,18 @@ local function size_note(dict, asked)
     return "size mismatch: the zone has " .. has .. " bytes, not " .. want
 end
 
+-- opts.dir, checked: nil or a string; a NUL byte would cut the path the
+-- system sees, and open or destroy would act in another directory.  The
+-- caller's caller is blamed.
+local function dir_of(opts)
+    local dir = opts and opts.dir
+    if dir ~= nil and (type(dir) ~= "string" or dir:find("\0", 1, true))
+    then
+        error('bad "opts.dir" argument', 3)
+    end
+    return dir
+end
+
 -- syntax: dict, err, note = shdict.open(name, opts?)
 --   opts.size:   bytes, or "64k" / "10m" / "1g" (default "1m")
 --   opts.dir:    directory of the zone files (default $SHMLOCK_DIR or /dev/shm)
@@ -905,10 +991,7 @@ function _M.open(name, opts)
     if opts ~= nil and type(opts) ~= "table" then
         error('bad "opts" argument', 2)
     end
-    local dir = opts and opts.dir
-    if dir ~= nil and type(dir) ~= "string" then
-        error('bad "opts.dir" argument', 2)
-    end
+    local dir = dir_of(opts)
     local mode = opts and opts.mode or 0
     if type(mode) == "string" and mode:find("^0?[0-7][0-7][0-7]$") then
         mode = tonumber(mode, 8)        -- "0660"
@@ -1011,11 +1094,15 @@ function _M.destroy(name, opts)
     if not check_name(name) then
         return nil, "bad zone name"
     end
-    local dir = opts and opts.dir
+    if opts ~= nil and type(opts) ~= "table" then
+        error('bad "opts" argument', 2)
+    end
+    local dir = dir_of(opts)
     local rc = C.shmlock_zone_destroy(dir, name, #name)
-    zones[(dir or "") .. "\0" .. name] = nil
-    pinned[(dir or "") .. "\0" .. name] = nil
     if rc == OK then
+        -- only now: a zone still there (the directory stayed locked, say)
+        -- keeps the record that lets a lock reach it by name (opened)
+        zones[(dir or "") .. "\0" .. name] = nil
         return true
     end
     if rc == NOT_FOUND then

@@ -6,6 +6,8 @@
 -- command takes a fixed number of operands and the options listed for it
 -- in COMMANDS.
 
+local unprintable = require("resty.shmlock.cli.output").unprintable
+
 local tonumber = tonumber
 local sub = string.sub
 local find = string.find
@@ -35,12 +37,14 @@ local VALUED = { dir = true, match = true, limit = true, group = true,
 
 -- options for every command
 local GLOBAL = { dir = true, group = true }
-local FLAGS = { json = true, help = true }
+local FLAGS = { json = true, help = true, escaped = true }
 
 -- syntax: cmd, err = args.parse(argv)
 -- argv: the arguments (argv[1] ...).  cmd: { name, operands = { ... },
--- dir, json, help, match, limit, group, wait, exptime, command = { ... }
--- (run's COMMAND and ARGs) }; name is nil with help and no command.
+-- dir, json, help, match, limit, group, wait, exptime, escaped, command =
+-- { ... } (run's COMMAND and ARGs) }; name is nil with help and no
+-- command.  With --escaped, a KEY operand is read as keys prints it:
+-- \xHH a byte, \\ a backslash (output.unprintable).
 -- nil and a message for a usage error.
 function _M.parse(argv)
     local cmd = { operands = {} }
@@ -61,6 +65,8 @@ function _M.parse(argv)
             options_end = true
         elseif a == "-h" then
             cmd.help = true
+        elseif a == "-e" then
+            cmd.escaped = true
         elseif sub(a, 1, 2) == "--" then
             local name, value = a:match("^%-%-([%w-]+)=(.*)$")
             name = name or sub(a, 3)
@@ -113,6 +119,23 @@ function _M.parse(argv)
     for name in pairs(VALUED) do
         if cmd[name] ~= nil and not GLOBAL[name] and not spec[name] then
             return nil, "option --" .. name .. " is not for " .. cmd.name
+        end
+    end
+    if cmd.escaped then
+        -- KEY as keys prints it (output.printable)
+        local ok = false
+        for j, name in ipairs(spec.operands) do
+            if name == "KEY" then
+                local key, err = unprintable(cmd.operands[j])
+                if not key then
+                    return nil, "KEY: " .. err
+                end
+                cmd.operands[j] = key
+                ok = true
+            end
+        end
+        if not ok then
+            return nil, "option --escaped is not for " .. cmd.name
         end
     end
     if cmd.dir == "" then

@@ -226,6 +226,9 @@ function _M.stat(ctx, cmd)
 end
 
 
+-- buckets a step of keys's walk visits (dict:scan's count)
+local SCAN_STEP = 4096
+
 -- syntax: shmlock keys ZONE [--match GLOB] [--limit N]
 function _M.keys(ctx, cmd)
     local pattern
@@ -240,21 +243,32 @@ function _M.keys(ctx, cmd)
     if not dict then
         return status
     end
-    local all, err = dict:get_keys(0)
-    if not all then
-        return fail(ctx, status_of(err), format('zone "%s": %s',
-                                               cmd.operands[1], err))
-    end
+    -- a walk in steps (dict:scan): it ends whatever the zone's other
+    -- users write meanwhile, and holds only the keys that match
+    local found, all, cursor = {}, {}, 0
+    repeat
+        local keys
+        cursor, keys = dict:scan(cursor, SCAN_STEP)
+        if not cursor then
+            return fail(ctx, status_of(keys), format('zone "%s": %s',
+                                                    cmd.operands[1], keys))
+        end
+        for _, key in ipairs(keys) do
+            if not found[key] and (not pattern or glob.match(pattern, key))
+            then
+                found[key] = true
+                all[#all + 1] = key
+            end
+        end
+    until cursor == 0
     sort(all)
     local keys, lines = json.array({}), {}
     for _, key in ipairs(all) do
         if cmd.limit and #keys >= cmd.limit then
             break
         end
-        if not pattern or glob.match(pattern, key) then
-            keys[#keys + 1] = key
-            lines[#lines + 1] = output.printable(key) .. "\n"
-        end
+        keys[#keys + 1] = key
+        lines[#lines + 1] = output.printable(key) .. "\n"
     end
     return emit(ctx, cmd, keys, concat(lines))
 end
@@ -291,7 +305,7 @@ function _M.get(ctx, cmd)
     local ttl = dict:ttl(key)
     local text
     if type(value) == "number" then
-        text = json.encode(value) .. "\n"
+        text = output.number(value) .. "\n"
     else
         text = tostring(value) .. "\n"
     end

@@ -9,7 +9,8 @@
 -- keys and values are bytes) is written as \u00XX, its Latin-1 code point,
 -- so that the output is always valid JSON.  Numbers: integers as such,
 -- others with the fewest significant digits (15 to 17) that read back
--- as the same number; NaN and infinities as null.
+-- as the same number; NaN and the infinities, which JSON lacks, as the
+-- strings "nan", "inf" and "-inf" (what the plain output prints).
 
 local type = type
 local pairs = pairs
@@ -98,8 +99,13 @@ local function encode_string(s)
 end
 
 local function encode_number(n)
-    if n ~= n or n == huge or n == -huge then
-        return "null"
+    -- JSON has no NaN nor infinity: the strings the plain output prints
+    if n ~= n then
+        return '"nan"'
+    elseif n == huge then
+        return '"inf"'
+    elseif n == -huge then
+        return '"-inf"'
     end
     if n == floor(n) and n >= -2 ^ 53 and n <= 2 ^ 53 then
         return format("%d", n)

@@ -26,7 +26,8 @@ commands:
   stat ZONE              one zone's figures
   keys ZONE [--match GLOB] [--limit N]
                          its live keys, sorted (GLOB: *, ?, [a-z], \x)
-  get ZONE KEY           the value under KEY
+  get ZONE KEY           the value under KEY (numbers: nan, inf, -inf
+                         too, strings in JSON)
   locks ZONE             the held locks: key, holder pid, alive, ttl,
                          waiters, marked waiter
   verify ZONE            checks every structure (exit 0 ok, 1 corrupt)
@@ -43,6 +44,8 @@ options:
   --json                 JSON output, for scripts
   --group G              trust a zone shared with group G (name or gid),
                          as opts.group; run creates a zone for G (0660)
+  -e, --escaped          KEY is written as keys prints it: \xHH for a
+                         byte, \\ for a backslash
   -h, --help             this text
 
 exit status: 0 ok, 1 corrupt zone, 2 usage error, 3 no such zone,

@@ -8,14 +8,22 @@ local concat = table.concat
 local format = string.format
 local gsub = string.gsub
 local byte = string.byte
+local char = string.char
+local match = string.match
+local sub = string.sub
+local tonumber = tonumber
+local huge = math.huge
 local rep = string.rep
 local floor = math.floor
 local max = math.max
 
 local _M = {}
 
+local json = require "resty.shmlock.cli.json"
+
 -- json.null, shown as "-" too
-local NULL = require("resty.shmlock.cli.json").null
+local NULL = json.null
+local encode_json = json.encode
 
 -- syntax: s = output.printable(s)
 -- Control bytes as \xHH, a backslash doubled: one line, unambiguous.
@@ -26,6 +34,45 @@ function _M.printable(s)
         end
         return format("\\x%02x", byte(c))
     end))
+end
+
+-- syntax: s, err = output.unprintable(text)
+-- printable's inverse: \xHH is the byte HH, \\ a backslash, every other
+-- byte itself; nil and a message for any other backslash.
+function _M.unprintable(text)
+    local out, i, n = {}, 1, #text
+    while i <= n do
+        local c = sub(text, i, i)
+        if c ~= "\\" then
+            out[#out + 1] = c
+            i = i + 1
+        elseif sub(text, i + 1, i + 1) == "\\" then
+            out[#out + 1] = "\\"
+            i = i + 2
+        else
+            local hex = match(text, "^x(%x%x)", i + 1)
+            if not hex then
+                return nil, format("bad escape at byte %d (\\xHH for a "
+                                   .. "byte, \\\\ for a backslash)", i)
+            end
+            out[#out + 1] = char(tonumber(hex, 16))
+            i = i + 4
+        end
+    end
+    return concat(out)
+end
+
+-- syntax: s = output.number(n): the shortest text that reads back as n;
+-- "nan", "inf" and "-inf" for those
+function _M.number(n)
+    if n ~= n then
+        return "nan"
+    elseif n == huge then
+        return "inf"
+    elseif n == -huge then
+        return "-inf"
+    end
+    return encode_json(n)
 end
 
 local UNITS = { "K", "M", "G", "T" }
