@@ -30,6 +30,7 @@ local format = string.format
 local tonumber = tonumber
 local type = type
 local min = math.min
+local max = math.max
 local floor = math.floor
 
 local EXIT = commands.EXIT
@@ -64,7 +65,8 @@ local function child(cmd, dict, key, wfd, old_mask)
         -- may be cut to exptime, as resty.lock's timeout is)
         local deadline = now() + (cmd.wait or 1e12)
         repeat
-            elapsed, err = lock:lock(key, deadline - now())
+            -- (the clock may already be past a --wait 0 deadline)
+            elapsed, err = lock:lock(key, max(0, deadline - now()))
         until elapsed or err ~= "timeout" or now() >= deadline
     end
     if not elapsed then
