@@ -354,7 +354,12 @@ local function classify(p, res)
                 S.waiting[kind] = (S.waiting[kind] or 0) + 1
             end
         else
-            violation(p.who .. ": killed by a SIGKILL nobody sent")
+            -- not the soak's: the kernel's (OOM), or a process outside
+            -- that signalled a pid it no longer owned (the specs' Redis
+            -- helper did, before it signalled through pidfds)
+            violation(fmt("%s (pid %d, %.1f s old): killed by a SIGKILL the "
+                          .. "soak did not send", p.who, p.pid,
+                          (now_us() - (p.started or now_us())) / 1e6))
         end
     elseif res.how == "signal" then
         violation(fmt("%s: died of signal %d%s", p.who, res.sig,
