@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1678,6 +1679,36 @@ test_processes(shmlock_zone_t *z)
     }
     CHECK(reap(pid) == 0);
     CHECK(shmlock_proc_alive(pid, 0) == 0);
+
+    /*
+     * A raw clone system call (or _Fork) runs no pthread_atfork handler:
+     * the child must still see its own pid and draw its own token serials,
+     * not go on with its parent's.
+     */
+    {
+        char  mine[13], theirs[13];
+        int   fds[2];
+
+        CHECK(pipe(fds) == 0);
+        shmlock_token_block(mine);
+        pid = (pid_t) syscall(SYS_clone, (long) SIGCHLD, 0L, 0L, 0L, 0L);
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            int  own = shmlock_self_pid() == getpid()
+                       && shmlock_token_block(theirs) == getpid();
+
+            own = own && write(fds[1], theirs, sizeof(theirs))
+                         == (ssize_t) sizeof(theirs);
+            _exit(own ? 0 : 1);
+        }
+        CHECK(reap(pid) == 0);
+        memset(theirs, 0, sizeof(theirs));
+        CHECK(read(fds[0], theirs, sizeof(theirs)) == (ssize_t) sizeof(theirs));
+        shmlock_token_block(mine);
+        CHECK(memcmp(mine, theirs, sizeof(mine)) != 0);
+        close(fds[0]);
+        close(fds[1]);
+    }
 
     /* wait words: a current sequence waits, a stale one returns at once */
     {

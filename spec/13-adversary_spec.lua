@@ -8,6 +8,7 @@
 local ffi = require "ffi"
 local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
+local children = require "helpers.children"
 local vm = require "helpers.vm"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
@@ -241,26 +242,6 @@ describe("resty.shmlock at the edges", function()
              function()
         local NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 
-        -- a sleeping child that got exactly `pid` (nil if others kept
-        -- taking it first)
-        local function spawn_with_pid(pid)
-            for _ = 1, 50 do
-                local f = io.open(NS_LAST_PID, "w")
-                if not f then
-                    return nil
-                end
-                f:write(tostring(pid - 1))
-                f:close()
-                local child = proc.spawn(function() proc.sleep(20) end)
-                if child == pid then
-                    return child
-                end
-                proc.kill(child, proc.SIGKILL)
-                proc.wait(child, 5)
-            end
-            return nil
-        end
-
         it("takes the mutex over although a live process has the pid",
            function()
             if not is_root() then
@@ -285,7 +266,7 @@ describe("resty.shmlock at the edges", function()
             proc.kill(victim, proc.SIGKILL)
             proc.wait(victim, 5)
 
-            local impostor = spawn_with_pid(victim)
+            local impostor = children.sleeper_with_pid(victim)
             assert.is_not_nil(impostor, "could not reuse pid " .. victim)
 
             -- before: every call on the shard blocked while it lived

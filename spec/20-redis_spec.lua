@@ -833,3 +833,39 @@ describe("resty.shmlock.redis", function()
         end)
     end)
 end)
+
+
+-- The server is not a child of the spec (timeout(1) runs it, and neither
+-- is ours): once it has exited, its pid is free, and a signal by pid would
+-- reach whoever took the pid next.  A soak run beside this spec once lost
+-- a worker to "a SIGKILL nobody sent" that way.
+describe("the specs' redis-server helper", function()
+    local proc = require "harness.proc"
+    local children = require "helpers.children"
+    local ffi = require "ffi"
+
+    it("never signals a process that took the pid of its dead server",
+       function()
+        if checkout.sh("id -u") ~= "0\n" then
+            pending("needs root to write /proc/sys/kernel/ns_last_pid")
+            return
+        end
+        local s = server_helper.start()
+        local pid = s.pid
+        ffi.C.kill(pid, 9)
+        assert.is_true(eventually(function()
+            return ffi.C.kill(pid, 0) ~= 0
+        end, 5), "the server outlived SIGKILL")
+        local taker = children.sleeper_with_pid(pid)
+        if not taker then
+            s:destroy()
+            pending("could not have pid " .. pid .. " again")
+            return
+        end
+        s:destroy()
+        assert.is_nil(proc.try_wait(taker), "the helper signalled pid "
+                      .. pid .. ", which another process had taken")
+        proc.kill(taker)
+        proc.wait(taker, 5)
+    end)
+end)

@@ -276,6 +276,23 @@ shm_zone_hand_over(const shmlock_open_t *o, int fd, struct stat *st)
 }
 
 /*
+ * Expiry times in a zone are CLOCK_MONOTONIC readings, which a process in
+ * another time namespace (unshare --time, a CRIU restore, some container
+ * runtimes) reads with another offset: it would take live locks for
+ * expired and keep dead ones.  So a zone is used in the time namespace
+ * that made it only, as in its pid namespace only.  A zone that does not
+ * know its creator's (0: no /proc there, a kernel without time namespaces,
+ * a zone of an older version) is taken as ours.
+ */
+static int
+shm_zone_same_time(const char *base)
+{
+    uint32_t  ns = ((const zone_hdr_t *) base)->timens;
+
+    return ns == 0 || ns == (uint32_t) sys_timens();
+}
+
+/*
  * Attach to the zone published under `path`.  SHM_ZONE_GONE: no such file
  * (it may be created); SHM_ZONE_DEAD: a dead zone is still there (*dead
  * gets its identity).
@@ -341,6 +358,8 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
         rc = SHM_ZONE_DEAD;
     } else if (((zone_hdr_t *) base)->pidns != sys_pidns()) {
         rc = SHMLOCK_FOREIGN_NS;
+    } else if (!shm_zone_same_time(base)) {
+        rc = SHMLOCK_FOREIGN_TIME;
     }
     if (rc != SHMLOCK_OK) {
         munmap(base, (size_t) st.st_size);

@@ -46,6 +46,8 @@ shmlock_strerror(int rc)
                                          "process";
     case SHMLOCK_BAD_MODE:        return "bad mode";
     case SHMLOCK_NOT_A_LIST:      return "value not a list";
+    case SHMLOCK_FOREIGN_TIME:    return "zone made in another time "
+                                         "namespace";
     default:                      return "unknown error";
     }
 }
@@ -188,6 +190,12 @@ int
 shmlock_self_pid(void)
 {
     return (int) sys_pid();
+}
+
+const volatile int32_t *
+shmlock_self_pid_word(void)
+{
+    return &sys_proc->pid;
 }
 
 uint64_t

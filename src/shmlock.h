@@ -46,7 +46,9 @@ enum {
                                another process: destroy could not finish */
     SHMLOCK_BAD_MODE,       /* shmlock_open_t.mode: not owner read-write,
                                bits beyond 0666, or writable by others */
-    SHMLOCK_NOT_A_LIST      /* "value not a list" (push, pop, llen) */
+    SHMLOCK_NOT_A_LIST,     /* "value not a list" (push, pop, llen) */
+    SHMLOCK_FOREIGN_TIME    /* the zone was made in another time namespace:
+                               its expiry times are another clock's */
 };
 
 /* Value types, numbered as Lua's (and ngx.shared.DICT's) type tags. */
@@ -424,6 +426,14 @@ SHMLOCK_API uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,
 /* ---- processes ---- */
 
 SHMLOCK_API int shmlock_self_pid(void);
+/*
+ * Where this process's pid is kept once the library has computed it, for
+ * a caller that asks at every call (one load): 0 in a child, however it
+ * was made (fork, a raw fork or clone system call, _Fork), until it calls
+ * shmlock_self_pid() or takes a token.  A value kept with the pid it was
+ * made in is the child's only if the word holds that pid.
+ */
+SHMLOCK_API const volatile int32_t *shmlock_self_pid_word(void);
 /* Start time of a process in clock ticks since boot (0 if unknown). */
 SHMLOCK_API uint64_t shmlock_proc_start(int pid);
 /*

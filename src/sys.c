@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -17,74 +18,103 @@
 
 /*
  * getpid() is a real system call in current glibc, and the start time a
- * read of /proc; the mutex needs both on every lock, so they are cached
- * here and forgotten in the child after a fork (nginx forks its workers
- * after init_by_lua has opened zones): the child computes its own on first
- * use.
+ * read of /proc; the mutex needs both on every lock, so they are cached in
+ * sys_proc, which every child finds zeroed (sys.h).  A child that went on
+ * with its parent's identity would own the parent's shard mutexes and mint
+ * the parent's lock tokens: nginx forks its workers after init_by_lua has
+ * opened zones, a prefork server after its parent locked, and a raw fork
+ * runs no handler at all.
  */
-uint64_t                sys_cached_self;
-static uint64_t         self_start;
-static uint64_t         self_pidns;
-static pthread_once_t   self_once = PTHREAD_ONCE_INIT;
+static sys_proc_t   proc_static;
+sys_proc_t         *sys_proc = &proc_static;
 
+/* the fallback where the kernel cannot wipe the page: fork() only */
 static void
-self_forget(void)
+proc_forget(void)
 {
-    __atomic_store_n(&sys_cached_self, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&self_pidns, 0, __ATOMIC_RELAXED);
+    memset(sys_proc, 0, sizeof(*sys_proc));
 }
 
-static void
-self_init(void)
+__attribute__((constructor)) static void
+proc_map(void)
 {
-    pthread_atfork(NULL, NULL, self_forget);
+    long    page = sysconf(_SC_PAGESIZE);
+    size_t  size = page > (long) sizeof(sys_proc_t)
+                   ? (size_t) page : sizeof(sys_proc_t);
+    void   *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (p != MAP_FAILED) {
+        if (madvise(p, size, MADV_WIPEONFORK) == 0) {
+            sys_proc = p;
+            return;
+        }
+        munmap(p, size);
+    }
+    pthread_atfork(NULL, NULL, proc_forget);
 }
 
 uint64_t
 sys_self_slow(void)
 {
-    uint32_t  pid;
-    uint64_t  start, self;
+    uint32_t  pid = (uint32_t) getpid();
+    uint64_t  start = sys_proc_start(pid);
+    uint64_t  self = (uint64_t) pid | (start << 32);
 
-    pthread_once(&self_once, self_init);
-    pid = (uint32_t) getpid();
-    start = sys_proc_start(pid);
-    self = (uint64_t) pid | (start << 32);
-    /* threads racing here compute the same value */
-    __atomic_store_n(&self_start, start, __ATOMIC_RELAXED);
-    __atomic_store_n(&sys_cached_self, self, __ATOMIC_RELAXED);
+    /* threads racing here compute the same values; self goes last, so
+     * that who sees it sees the others */
+    __atomic_store_n(&sys_proc->start, start, __ATOMIC_RELAXED);
+    __atomic_store_n(&sys_proc->pid, (int32_t) pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&sys_proc->self, self, __ATOMIC_RELEASE);
     return self;
 }
 
 uint64_t
 sys_self_start(void)
 {
-    sys_self();
-    return __atomic_load_n(&self_start, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&sys_proc->self, __ATOMIC_ACQUIRE) == 0) {
+        sys_self_slow();
+    }
+    return __atomic_load_n(&sys_proc->start, __ATOMIC_RELAXED);
+}
+
+/* The inode of /proc/self/ns/<what> ("<what>:[<inode>]"), cached in *slot
+ * (which a child finds zeroed); 0 if /proc cannot tell. */
+static uint64_t
+ns_inode(const char *what, uint64_t *slot)
+{
+    char                path[32], buf[64], fmt[32];
+    ssize_t             n;
+    unsigned long long  ino;
+    uint64_t            ns = __atomic_load_n(slot, __ATOMIC_RELAXED);
+
+    if (ns != 0) {
+        return ns;
+    }
+    snprintf(path, sizeof(path), "/proc/self/ns/%s", what);
+    n = readlink(path, buf, sizeof(buf) - 1);
+    if (n <= 0) {
+        return 0;
+    }
+    buf[n] = '\0';
+    snprintf(fmt, sizeof(fmt), "%s:[%%llu]", what);
+    if (sscanf(buf, fmt, &ino) != 1) {
+        return 0;
+    }
+    __atomic_store_n(slot, (uint64_t) ino, __ATOMIC_RELAXED);
+    return ino;
 }
 
 uint64_t
 sys_pidns(void)
 {
-    char                buf[64];
-    ssize_t             n;
-    unsigned long long  ino;
-    uint64_t            ns = __atomic_load_n(&self_pidns, __ATOMIC_RELAXED);
+    return ns_inode("pid", &sys_proc->pidns);
+}
 
-    if (ns != 0) {
-        return ns;
-    }
-    sys_self();     /* registers the fork handler that forgets it */
-    n = readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
-    if (n <= 0) {
-        return 0;
-    }
-    buf[n] = '\0';
-    if (sscanf(buf, "pid:[%llu]", &ino) != 1) {
-        return 0;
-    }
-    __atomic_store_n(&self_pidns, (uint64_t) ino, __ATOMIC_RELAXED);
-    return ino;
+uint64_t
+sys_timens(void)
+{
+    return ns_inode("time", &sys_proc->timens);
 }
 
 int

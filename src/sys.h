@@ -1,7 +1,8 @@
 /*
  * sys: the few OS services the core needs, wrapped once: who this process
- * is (pid and start time, cached, refreshed after fork), the monotonic
- * clock, futexes on shared memory, process liveness and the pid namespace.
+ * is (pid and start time, cached, forgotten in every child), the monotonic
+ * clock, futexes on shared memory, process liveness, the pid and time
+ * namespaces.
  */
 
 #ifndef SYS_H
@@ -11,19 +12,36 @@
 #include <stdint.h>
 
 /*
- * This process as the shard mutexes and lock tokens name it: the pid in
- * the low 32 bits, the low 32 bits of its start time (clock ticks since
+ * What the library knows of this process, in a page the kernel zeroes in
+ * every child (MADV_WIPEONFORK, Linux 4.14): a child made by fork(), by a
+ * raw fork or clone system call, or by glibc's _Fork() (none of which but
+ * fork() runs pthread_atfork handlers) finds every field 0 and computes
+ * its own on first use.  Where the kernel cannot wipe the page, a
+ * pthread_atfork handler zeroes it (children of fork() only).
+ *
+ * self: this process as the shard mutexes and lock tokens name it: the pid
+ * in the low 32 bits, the low 32 bits of its start time (clock ticks since
  * boot) in the high ones.  A pid is reused by another process; a pid with
  * the start time is not (but for a pid reused within one clock tick, which
- * takes a privileged writer of ns_last_pid).  Never 0.
+ * takes a privileged writer of ns_last_pid).  Never 0 once known.
  */
-extern uint64_t  sys_cached_self __attribute__((visibility("hidden")));
+typedef struct {
+    uint64_t  self;
+    uint64_t  start;        /* the start time, whole */
+    uint64_t  pidns;        /* inode of the pid namespace (0: not read) */
+    uint64_t  timens;       /* inode of the time namespace (0: not read) */
+    uint64_t  tokens;       /* token.c's next block (0: not seeded) */
+    int32_t   pid;          /* self's pid, for readers of one int (Lua) */
+} sys_proc_t;
+
+/* never NULL: a static copy until the page is mapped (at load) */
+extern sys_proc_t  *sys_proc __attribute__((visibility("hidden")));
 uint64_t sys_self_slow(void);
 
 static inline uint64_t
 sys_self(void)
 {
-    uint64_t  self = sys_cached_self;
+    uint64_t  self = __atomic_load_n(&sys_proc->self, __ATOMIC_RELAXED);
 
     return __builtin_expect(self != 0, 1) ? self : sys_self_slow();
 }
@@ -58,6 +76,13 @@ uint64_t sys_proc_start(uint32_t pid);
 
 /* The inode of this process's pid namespace (0 if /proc cannot tell). */
 uint64_t sys_pidns(void);
+
+/*
+ * The inode of this process's time namespace (0 if /proc cannot tell, or
+ * the kernel has none: before Linux 5.6).  The monotonic clock of a
+ * process reads with its time namespace's offset.
+ */
+uint64_t sys_timens(void);
 
 /* n random bytes from the kernel; 0 on success. */
 int sys_random(void *buf, size_t n);

@@ -3,8 +3,6 @@
 
 #include <string.h>
 
-static uint64_t  token_counter;     /* the next block; 0: not seeded yet */
-
 /* "00".."ff": two digits per byte of the serial */
 static const char  hex_pairs[513] =
     "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
@@ -17,7 +15,9 @@ static const char  hex_pairs[513] =
     "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
 
 /* The first block: a random one (never block 0, which means "not
- * seeded"); threads racing here agree on one seed. */
+ * seeded"); threads racing here agree on one seed.  The counter lives in
+ * sys_proc, which every child finds zeroed: a child, however it was
+ * made, draws its own seed rather than count on from its parent's. */
 static uint64_t
 token_seed(void)
 {
@@ -28,15 +28,16 @@ token_seed(void)
     }
     r >>= TOKEN_BLOCK_BITS;
     r |= 1;
-    __atomic_compare_exchange_n(&token_counter, &zero, r, 0,
+    __atomic_compare_exchange_n(&sys_proc->tokens, &zero, r, 0,
                                 __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-    return __atomic_fetch_add(&token_counter, 1, __ATOMIC_RELAXED);
+    return __atomic_fetch_add(&sys_proc->tokens, 1, __ATOMIC_RELAXED);
 }
 
 uint32_t
 token_block(char *dst)
 {
-    uint64_t  block = __atomic_fetch_add(&token_counter, 1, __ATOMIC_RELAXED);
+    uint64_t  block = __atomic_fetch_add(&sys_proc->tokens, 1,
+                                         __ATOMIC_RELAXED);
     int       i;
 
     if (__builtin_expect(block == 0, 0)) {

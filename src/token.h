@@ -8,7 +8,9 @@
  * however many VMs a process runs (nginx with lua_code_cache off, http and
  * stream Lua in one worker, an embedding host).  The counter starts at a
  * random value, so that two copies of the library loaded in one process
- * (from two paths) do not count the same serials.
+ * (from two paths) do not count the same serials; it lives in sys.h's
+ * sys_proc, so that every child starts a counter of its own (and its
+ * tokens carry its own pid), however it was made.
  *
  * A VM takes serials in blocks of TOKEN_BLOCK: here it gets a block's 13
  * high digits, and it counts the 3 low ones itself, so that a token costs

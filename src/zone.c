@@ -117,6 +117,7 @@ zone_format(char *base, uint64_t size, uint32_t nshards)
     h->refs_off = g.refs_off;
     h->chunks_off = g.chunks_off;
     h->pidns = sys_pidns();
+    h->timens = (uint32_t) sys_timens();
 
     zone_attach(&zone, base, size);
     memset(zone.wait_seq, 0,

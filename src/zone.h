@@ -108,7 +108,9 @@ typedef struct {
                                     the zone mean processes of that one */
     uint32_t      dead;          /* set by destroy before it unlinks the
                                     file: every later call refuses */
-    uint32_t      pad;
+    uint32_t      timens;        /* the creator's time namespace (its
+                                    inode; 0: not known): expiry times
+                                    in the zone are that one's clock */
 } zone_hdr_t;
 
 /* A zone as this process sees it: the handle of the ABI. */

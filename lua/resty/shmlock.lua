@@ -46,7 +46,10 @@
 --
 -- While the object holds a lock, a handle (resty.shmlock.lock.handle)
 -- keeps copies of the key and token, so that the lock is released when the
--- object is collected.
+-- object is collected.  The handle also says which process took the lock:
+-- a copy of the object in a child (fork, a raw fork or clone, _Fork; an
+-- nginx worker forked after init_by_lua locked) holds nothing, whichever
+-- method is called (held()).
 
 local ffi = require "ffi"
 local shdict = require "resty.shmlock.shdict"
@@ -73,6 +76,7 @@ local next_token = token.next
 local take = handle.take
 local put = handle.put
 local retoken = handle.retoken
+local ours = handle.ours
 local seconds_ok = options.seconds_ok
 local check_timeout = options.timeout
 local ACQUIRED = zone_backend.ACQUIRED
@@ -285,11 +289,34 @@ local function wait(self, backend, key, klen, tok, may_wait, timeout, done)
 end
 
 
+-- the object holds no lock any more
+local function forget(self, cd)
+    put(cd)
+    self.cd = false
+    self.key = false
+end
+
+
+-- The handle of the lock this object holds, or false.  An object copied
+-- into a child holds nothing there: the lock is the parent's, and the
+-- child may neither release it, extend it nor take it as its own (its
+-- token is the parent's too).  The copy forgets it, and may lock anew.
+-- One load and a compare: this is on every lock and unlock.
+local function held(self)
+    local cd = self.cd
+    if cd and not ours(cd) then
+        forget(self, cd)
+        return false
+    end
+    return cd
+end
+
+
 local function acquire(self, key, may_wait, timeout, done)
     if not key then
         return nil, "nil key"
     end
-    if self.cd then
+    if held(self) then
         return nil, "locked"
     end
     local err
@@ -326,14 +353,6 @@ local function acquire(self, key, may_wait, timeout, done)
         return elapsed
     end
     return nil, err
-end
-
-
--- the object holds no lock any more
-local function forget(self, cd)
-    put(cd)
-    self.cd = false
-    self.key = false
 end
 
 
@@ -378,7 +397,7 @@ end
 -- the key is still ours: the object keeps holding it (unlock again, or
 -- the lock goes when the object is collected or at its exptime).
 function _M.unlock(self)
-    local cd = self.cd
+    local cd = held(self)
     if not cd then
         return nil, "unlocked"
     end
@@ -405,7 +424,8 @@ end
 -- meanwhile: the object no longer holds it); nil and the store's error
 -- (the object still holds the lock, with its old expiry).
 function _M.expire(self, time)
-    if not self.cd then
+    local cd = held(self)
+    if not cd then
         return nil, "unlocked"
     end
     if time == nil then
@@ -414,7 +434,6 @@ function _M.expire(self, time)
         error('bad "exptime" argument', 2)
     end
 
-    local cd = self.cd
     local tok = ffi_str(cd.tok, cd.tok_len)
     local new_tok = ffi_str(next_token())
     local ok, err = self.backend.renew(self.target, self.key, cd.key_len, tok,
@@ -433,7 +452,7 @@ end
 -- syntax: held = lock:owned()
 -- true while this object's lock is held by it in the store.
 function _M.owned(self)
-    local cd = self.cd
+    local cd = held(self)
     if not cd then
         return false
     end

@@ -4,6 +4,7 @@
 --     children.expect_clean_exits(pids, 60)   -- each exited 0, or the
 --                                             -- test fails naming it
 --     local pid = children.mutex_holder(dict, go)
+--     local pid = children.sleeper_with_pid(pid)  -- root: a pid reused
 
 local proc = require "harness.proc"
 local lib = require "helpers.test_hooks"
@@ -46,6 +47,30 @@ function _M.mutex_holder(dict, go)
     luassert.is_true(held:await(5), "the holder never took the mutex")
     held:close()
     return pid
+end
+
+local NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+-- syntax: child = children.sleeper_with_pid(pid)
+-- A child that sleeps 20 s and got exactly `pid` (through ns_last_pid:
+-- root only), for a test of pid reuse; nil when ns_last_pid cannot be
+-- written or other processes kept taking the pid first.
+function _M.sleeper_with_pid(pid)
+    for _ = 1, 50 do
+        local f = io.open(NS_LAST_PID, "w")
+        if not f then
+            return nil
+        end
+        f:write(tostring(pid - 1))
+        f:close()
+        local child = proc.spawn(function() proc.sleep(20) end)
+        if child == pid then
+            return child
+        end
+        proc.kill(child, proc.SIGKILL)
+        proc.wait(child, 5)
+    end
+    return nil
 end
 
 return _M

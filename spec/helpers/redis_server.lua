@@ -6,6 +6,13 @@
 -- timeout(1), so a server whose spec run died without its teardown still
 -- goes away on its own.  stop() is safe to call twice and on a paused
 -- server; restart() brings a new server up on the same port.
+--
+-- Neither the server nor its timeout(1) is our child: the moment one
+-- exits, its pid is free, and a signal sent to that pid reaches whatever
+-- process took it next (with 32768 pids and the soak and spec/13 making
+-- the kernel hand out recent pids again, within seconds).  So each is
+-- signalled through a pidfd (pidfd_open, Linux 5.3), which names that one
+-- process; by pid only where the kernel has none.
 
 local ffi = require "ffi"
 local socket = require "socket"
@@ -14,7 +21,11 @@ local checkout = require "helpers.checkout"
 local ok_redis, redis = pcall(require, "redis")
 
 pcall(ffi.cdef, "int kill(int pid, int sig);")
+pcall(ffi.cdef, "long syscall(long number, ...);")
+pcall(ffi.cdef, "int close(int fd);")
 local C = ffi.C
+local long = ffi.typeof("long")
+local SYS_PIDFD_OPEN, SYS_PIDFD_SEND_SIGNAL = 434, 424    -- every arch
 
 local SIGKILL, SIGTERM, SIGCONT, SIGSTOP = 9, 15, 18, 19
 local MAX_LIFETIME = 300     -- seconds, the safety net of timeout(1)
@@ -30,8 +41,36 @@ local function shell_line(cmd)
     return line
 end
 
-local function alive(pid)
-    return pid ~= nil and C.kill(pid, 0) == 0
+-- a process to signal: { pid = n, fd = its pidfd or nil }
+local function process(pid)
+    if not pid then
+        return nil
+    end
+    local fd = tonumber(C.syscall(SYS_PIDFD_OPEN, long(pid), long(0)))
+    return { pid = pid, fd = fd >= 0 and fd or nil }
+end
+
+-- true when the signal was delivered (sig 0: the process still exists)
+local function signal(p, sig)
+    if not p then
+        return false
+    end
+    if p.fd then
+        return tonumber(C.syscall(SYS_PIDFD_SEND_SIGNAL, long(p.fd),
+                                  long(sig), long(0), long(0))) == 0
+    end
+    return C.kill(p.pid, sig) == 0
+end
+
+local function forget(p)
+    if p and p.fd then
+        C.close(p.fd)
+        p.fd = nil
+    end
+end
+
+local function alive(p)
+    return signal(p, 0)
 end
 
 local read_file = checkout.read_file
@@ -83,7 +122,7 @@ function _M.spawn(self)
         .. " </dev/null >/dev/null 2>&1 & echo $!",
         MAX_LIFETIME, REDIS_SERVER, self.port, dir, dir, dir)
     os.remove(dir .. "/redis.pid")
-    self.wrapper = tonumber(shell_line(cmd))
+    self.wrapper = process(tonumber(shell_line(cmd)))
 
     local deadline = socket.gettime() + 5
     while socket.gettime() < deadline do
@@ -91,6 +130,7 @@ function _M.spawn(self)
             local pid = tonumber(read_file(dir .. "/redis.pid") or "")
             if pid then
                 self.pid = pid
+                self.process = process(pid)
                 return true
             end
         end
@@ -123,22 +163,20 @@ function _M.start(port)
 end
 
 function _M.stop(self)
-    local pid, wrapper = self.pid, self.wrapper
-    if pid then
-        C.kill(pid, SIGCONT)          -- a paused server cannot handle TERM
-        C.kill(pid, SIGTERM)
-    end
-    if wrapper then
-        C.kill(wrapper, SIGTERM)
-    end
+    local server, wrapper = self.process, self.wrapper
+    signal(server, SIGCONT)           -- a paused server cannot handle TERM
+    signal(server, SIGTERM)
+    signal(wrapper, SIGTERM)
     local deadline = socket.gettime() + 5
-    while (alive(pid) or answers(self.port)) and socket.gettime() < deadline do
+    while (alive(server) or answers(self.port))
+          and socket.gettime() < deadline
+    do
         socket.sleep(0.01)
     end
-    if alive(pid) then
-        C.kill(pid, SIGKILL)
-    end
-    self.pid, self.wrapper = nil, nil
+    signal(server, SIGKILL)
+    forget(server)
+    forget(wrapper)
+    self.pid, self.process, self.wrapper = nil, nil, nil
 end
 
 -- a new server on the same port (its data gone: no persistence)
@@ -151,11 +189,11 @@ function _M.restart(self)
 end
 
 function _M.pause(self)
-    C.kill(self.pid, SIGSTOP)
+    signal(self.process, SIGSTOP)
 end
 
 function _M.resume(self)
-    C.kill(self.pid, SIGCONT)
+    signal(self.process, SIGCONT)
 end
 
 function _M.destroy(self)

@@ -44,6 +44,9 @@ _M.FIELDS = {
     "cpu_us",       -- full zone: most CPU a timed-out waiter used
     "fills",        -- full zone: entries pinned to fill it
     "children",     -- processes a conductor forked
+    "forks",        -- forkers: children made by fork() while holding
+    "forks_raw",    -- ... by a raw clone system call or _Fork()
+    "timens",       -- processes in another time namespace refused
 }
 -- lane.state
 _M.IDLE, _M.WAITING, _M.HOLDING = 0, 1, 2

@@ -18,7 +18,7 @@ typedef struct {
     uint32_t  nchunks, nbuckets;
     uint64_t  buckets_off, refs_off, chunks_off;
     uint64_t  pidns;
-    uint32_t  dead, hdr_pad;
+    uint32_t  dead, timens;
 } shmlock_spec_zone_hdr_t;
 
 typedef struct {

@@ -303,19 +303,26 @@ sub start {
 }
 
 # QUIT, wait, KILL after a timeout; then scan the tail of error.log.
+# The master is our child: until we reap it, its pid is not reused; once
+# reaped, it may be anyone's (never signal it then).
 sub stop {
     my ($self, %opts) = @_;
     my $pid = delete $self->{pid} or return;
     kill 'QUIT', $pid;
     my $deadline = time + $STOP_TIMEOUT;
+    my $reaped = 0;
     while (time < $deadline) {
-        last if waitpid($pid, WNOHANG) == $pid;
+        if (waitpid($pid, WNOHANG) == $pid) {
+            $reaped = 1;
+            last;
+        }
         sleep 0.05;
     }
-    if (kill 0, $pid) {
+    if (!$reaped) {
         diag("nginx $pid did not quit in ${STOP_TIMEOUT}s, killing it");
-        kill 'KILL', $pid;
-        kill 'KILL', $_ for $self->worker_pids_of($pid);
+        # the workers first: once the master is gone, they are not its
+        my @workers = $self->worker_pids_of($pid);
+        kill 'KILL', $pid, @workers;
         waitpid($pid, 0);
     }
     @instances = grep { $_ != $self } @instances;

@@ -42,7 +42,8 @@ enum {
     SHMLOCK_FOREIGN_NS,
     SHMLOCK_DIR_BUSY,
     SHMLOCK_BAD_MODE,
-    SHMLOCK_NOT_A_LIST
+    SHMLOCK_NOT_A_LIST,
+    SHMLOCK_FOREIGN_TIME
 };
 
 enum {
@@ -195,6 +196,7 @@ uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,
     uint32_t delta);
 
 int shmlock_self_pid(void);
+const volatile int32_t *shmlock_self_pid_word(void);
 uint64_t shmlock_proc_start(int pid);
 int shmlock_proc_alive(int pid, uint64_t start);
 int shmlock_token_block(char *dst);

@@ -56,6 +56,7 @@ local EPERM, EACCES = 1, 13
 local REFUSED = {
     [INCOMPATIBLE] = true, [NOT_OWNER] = true,
     [UNSAFE_MODE] = true, [C.SHMLOCK_FOREIGN_NS] = true, [SYSTEM] = true,
+    [C.SHMLOCK_FOREIGN_TIME] = true,
 }
 
 local T_NIL, T_BOOLEAN, T_NUMBER, T_STRING = codes.TNIL, codes.TBOOLEAN,

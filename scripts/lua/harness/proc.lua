@@ -46,6 +46,8 @@ for _, decl in ipairs {
     "int prctl(int option, unsigned long a2, unsigned long a3,"
         .. " unsigned long a4, unsigned long a5);",
     "int getppid(void);",
+    "long syscall(long number, ...);",
+    "int _Fork(void);",
 } do
     pcall(ffi.cdef, decl)
 end
@@ -214,6 +216,36 @@ end
 
 
 local ul = ffi.typeof("unsigned long")
+local long = ffi.typeof("long")
+
+-- clone(2) as a raw system call: SIGCHLD at exit, no stack of its own
+-- (the child runs on its copy of ours), nothing shared
+local SYS_CLONE = ({ x64 = 56, arm64 = 220 })[ffi.arch]
+local SIGCHLD = 17
+
+local function raw_clone()
+    return tonumber(C.syscall(SYS_CLONE, long(SIGCHLD), long(0), long(0),
+                              long(0), long(0)))
+end
+
+-- syntax: kinds = proc.fork_kinds()
+-- The ways of making a child this machine has, each { name = ..., fork =
+-- fn } (fn() returns as fork() does), for spawn_with's opts.fork:
+-- fork() (glibc's, which runs the pthread_atfork handlers), a raw clone
+-- system call (x86_64 and arm64) and glibc's _Fork() (2.34 and later),
+-- which run none: a library that learns of a fork from its handler alone
+-- goes on in such a child with its parent's state.
+function _M.fork_kinds()
+    local kinds = { { name = "fork()", fork = C.fork } }
+    if SYS_CLONE then
+        kinds[#kinds + 1] = { name = "a raw clone system call",
+                              fork = raw_clone }
+    end
+    if pcall(function() return C._Fork end) then
+        kinds[#kinds + 1] = { name = "_Fork()", fork = C._Fork }
+    end
+    return kinds
+end
 
 -- syntax: pid = proc.spawn_with(opts, fn, ...)
 -- Forks a child that runs fn(...).  The child exits 0 when fn returns
@@ -222,6 +254,8 @@ local ul = ffi.typeof("unsigned long")
 -- opts.alarm: seconds the child may live (default CHILD_ALARM);
 -- opts.die_with_parent: the child is SIGKILLed when the parent dies
 -- (PR_SET_PDEATHSIG; a benchmark stopped half way leaves nothing behind).
+-- opts.fork: how to make the child (one of fork_kinds(); fork() by
+-- default).
 function _M.spawn_with(opts, fn, ...)
     local parent = opts.die_with_parent and C.getpid()
     local fds = ffi.new("int[2]")
@@ -229,7 +263,7 @@ function _M.spawn_with(opts, fn, ...)
         error("pipe: " .. errno_str())
     end
 
-    local pid = C.fork()
+    local pid = (opts.fork or C.fork)()
     if pid < 0 then
         C.close(fds[0])
         C.close(fds[1])

@@ -27,8 +27,8 @@ local EXIT = {
     USAGE = 2,
     NO_ZONE = 3,    -- no zone of that name in the directory
     REFUSED = 4,    -- the file is there but is not ours to use: another
-                    -- user's, writable by others, another pid namespace,
-                    -- not a zone of this layout
+                    -- user's, writable by others, another pid or time
+                    -- namespace, not a zone of this layout
     NO_KEY = 5,     -- get: the key is absent or expired
     FAILED = 6,     -- anything else: a system error, a zone destroyed
                     -- meanwhile, an unreadable directory

@@ -20,10 +20,14 @@
 -- process to all of them.
 --
 -- The current host token lives in a buffer: the prefix is written once per
--- process (again after a fork), the block's digits once per block, and the
+-- process (again in a child), the block's digits once per block, and the
 -- low digits in place, so taking a token allocates nothing and calls C
--- once (for the pid: a forked child must not hand out its parent's
--- tokens) but once per block.
+-- but once per block.  A child must not hand out its parent's tokens: the
+-- library keeps this process's pid in a word that every child finds
+-- zeroed, however it was made (fork, a raw fork or clone system call,
+-- _Fork: shmlock_self_pid_word), so one load per token tells.  The same
+-- word tells whether a value captured with token.pid() was captured in
+-- this process (token.ours).
 --
 -- Network tokens (Redis locks, seen by many hosts):
 --
@@ -67,6 +71,9 @@ local pid = -1                  -- the pid the prefix was written for
 local start = 0
 local low = LOW_MAX             -- the last serial of the block: take a block
 
+-- this process's pid, or 0 in a child that has not asked for it yet
+local pid_word = C.shmlock_self_pid_word()
+
 
 local function refresh(p)
     pid = p
@@ -82,8 +89,11 @@ end
 -- A fresh host token of this process, in a buffer that the next call
 -- overwrites: copy it (ffi.string, ffi.copy) to keep it.
 function _M.next()
-    if C.shmlock_self_pid() ~= pid then
-        refresh(C.shmlock_self_pid())
+    if pid_word[0] ~= pid then
+        local p = C.shmlock_self_pid()
+        if p ~= pid then
+            refresh(p)
+        end
     end
     if low == LOW_MAX then
         C.shmlock_token_block(buf + len - SERIAL_LEN)
@@ -100,6 +110,15 @@ end
 -- the pid host tokens are being made for (-1 before the first token)
 function _M.pid()
     return pid
+end
+
+
+-- syntax: ok = token.ours(p)
+-- Whether p, a value of token.pid() kept since, names this process: false
+-- in a child (of fork or of anything else) for its parent's pid.  One
+-- load: cheap enough for every call of a lock method.
+function _M.ours(p)
+    return p == pid_word[0]
 end
 
 

@@ -30,6 +30,7 @@ local ffi_new = ffi.new
 local ffi_gc = ffi.gc
 local ffi_copy = ffi.copy
 local token_pid = token.pid
+local ours = token.ours
 
 ffi.cdef([[
 typedef struct {
@@ -65,7 +66,7 @@ local function finalize(cd)
     cd.tok_len = 0
     cd.zone = nil
     -- a forked child's copy releases nothing: the lock is the parent's
-    if tlen ~= 0 and cd.pid == C.shmlock_self_pid() then
+    if tlen ~= 0 and ours(cd.pid) then
         if zone ~= nil then
             zone_backend.release(zone, cd.key, cd.key_len, cd.tok, tlen)
         else
@@ -132,6 +133,14 @@ function _M.take(store, number, key, klen, tok, tlen)
     ffi_copy(cd.tok, tok, tlen)
     cd.tok_len = tlen
     return cd
+end
+
+
+-- syntax: mine = handle.ours(cd)
+-- Whether the lock of cd was taken by this process: false for a handle a
+-- child (of fork, a raw fork, clone, _Fork) inherited from its parent.
+function _M.ours(cd)
+    return ours(cd.pid)
 end
 
 
