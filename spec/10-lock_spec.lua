@@ -348,7 +348,7 @@ describe("resty.shmlock", function()
             assert.same({ nil, "unlocked" }, { lock:unlock() })
         end)
 
-        it("returns nil, 'expired' and leaves the key alone when our lock "
+        it("returns 1, 'expired' and leaves the key alone when our lock "
            .. "expired and someone else took it", function()
             local l1 = resty_lock:new(dict, { exptime = 0.02 })
             local l2 = resty_lock:new(dict)
@@ -357,10 +357,46 @@ describe("resty.shmlock", function()
             assert.equal(0, l2:lock("k"))
             local tok = dict:get("k")
 
-            assert.same({ nil, "expired" }, { l1:unlock() })
+            assert.same({ 1, "expired" }, { l1:unlock() })
             assert.equal(tok, dict:get("k"))
             assert.is_true(l2:owned())
             assert.same({ nil, "unlocked" }, { l1:unlock() })
+            assert.equal(1, l2:unlock())
+        end)
+
+        it("returns 1, 'expired' when our lock expired and the key was "
+           .. "taken and released since (gone)", function()
+            local l1 = resty_lock:new(dict, { exptime = 0.02 })
+            local l2 = resty_lock:new(dict)
+            assert.equal(0, l1:lock("k"))
+            env.sleep(0.03)
+            assert.equal(0, l2:lock("k"))
+            assert.same({ 1 }, { l2:unlock() })
+            assert.is_nil(dict:get("k"))
+
+            assert.same({ 1, "expired" }, { l1:unlock() })
+            assert.same({ nil, "unlocked" }, { l1:unlock() })
+            assert.equal(0, l1:lock("k"))
+            assert.same({ 1 }, { l1:unlock() })
+        end)
+
+        it("returns 1, 'expired' and leaves a marked lock of another holder "
+           .. "alone", function()
+            local l1 = resty_lock:new(dict, { exptime = 0.02 })
+            local l2 = resty_lock:new(dict)
+            assert.equal(0, l1:lock("k"))
+            env.sleep(0.03)
+            assert.equal(0, l2:lock("k"))
+            -- a starving waiter's mark on l2's lock (the zone's format)
+            local tok = dict:get("k")
+            local marked = tok .. "|1:1:00000000000000ff|30000|1|"
+                           .. string.format("%.0f", 2^50)
+            assert.is_true(dict:cas("k", tok, marked))
+
+            assert.same({ 1, "expired" }, { l1:unlock() })
+            assert.equal(marked, dict:get("k"))
+            assert.is_true(l2:owned())
+            assert.is_true(dict:cas("k", marked, tok))
             assert.equal(1, l2:unlock())
         end)
 
@@ -1214,11 +1250,23 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
                 local l2 = nginx_lock:new("fallback")
                 assert.equal(0, l2:lock(method))
                 local tok = shared:get(method)
-                assert.same({ nil, "expired" }, { l1[method](l1) })
+                -- unlock: 1, as resty.lock's (the lock is gone either way)
+                assert.same({ method == "unlock" and 1 or nil, "expired" },
+                            { l1[method](l1) })
                 assert.equal(tok, shared:get(method))
                 assert.is_true(l2:owned())
                 assert.same({ nil, "unlocked" }, { l1:unlock() })
             end
+        end)
+
+        it("unlock answers 1, 'expired' when our lock expired and the key "
+           .. "is free", function()
+            local l1 = nginx_lock:new("fallback", { exptime = 0.01 })
+            assert.equal(0, l1:lock("gone"))
+            fake.clock = fake.clock + 0.02
+            assert.is_nil(shared:get("gone"))
+            assert.same({ 1, "expired" }, { l1:unlock() })
+            assert.same({ nil, "unlocked" }, { l1:unlock() })
         end)
 
         it("gives an exptime below 1 ms as 1 ms, not 0 (never expires)",

@@ -58,13 +58,10 @@ function _M.release(dict, key, klen, tok, tlen)
         tok = ffi_str(tok, tlen)
     end
     local v = dict:get(key)
-    if v == nil then
-        -- our lock expired and nobody took the key: it is free either way
-        -- (1, as resty.lock and as the zone locks answer)
-        return 1
-    end
     if v ~= tok then
-        return nil, "expired"
+        -- our lock expired: the key is free, or someone else's (left
+        -- untouched); 1, "expired" as the zone locks answer
+        return 1, "expired"
     end
     local ok, err = dict:delete(key)
     if not ok then
