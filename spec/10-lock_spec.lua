@@ -1293,3 +1293,48 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         end)
     end)
 end)
+
+describe("resty.shmlock.lock.ngx_shared: the value of a lock", function()
+    local ngx_shared = require "resty.shmlock.lock.ngx_shared"
+    local stored = ngx_shared.stored
+    local tok = "12345:6789:00000000800000ff"      -- 27 bytes
+
+    -- nginx's node: 68 bytes, the key, the value; slab classes are powers
+    -- of two up to half a page (2048), then whole pages
+    local function class(n)
+        if n > 2048 then
+            return math.ceil(n / 4096) * 4096
+        end
+        local c = 8
+        while c < n do
+            c = c * 2
+        end
+        return c
+    end
+
+    it("is the token where it fits in the size class of resty.lock's "
+       .. "entry (true), else a compact token of that class", function()
+        for klen = 1, 5000 do
+            local v, flags = stored(tok, klen)
+            assert.equal(class(68 + klen + 1), class(68 + klen + #v),
+                         "key of " .. klen .. " bytes")
+            if v ~= tok then
+                -- the pid's bytes, cut to the room; 31 bits of the serial
+                assert.equal(("\57\48\0"):sub(1, #v), v)
+                assert.equal(0xff, flags)
+            else
+                assert.equal(0, flags)
+            end
+        end
+        -- the boundaries: the room left by 1 byte of value
+        assert.same({ tok, 0 }, { stored(tok, 32) })
+        assert.same({ "\57\48\0", 0xff }, { stored(tok, 57) })
+        assert.same({ "\57\48", 0xff }, { stored(tok, 58) })
+        assert.same({ "\57", 0xff }, { stored(tok, 59) })
+        assert.same({ tok, 0 }, { stored(tok, 60) })
+        assert.same({ "\57", 0xff }, { stored(tok, 1979) })  -- 2048
+        assert.same({ tok, 0 }, { stored(tok, 1980) })       -- a page
+        assert.equal(12345, ngx_shared.compact_pid("\57\48\0"))
+        assert.is_nil(ngx_shared.compact_pid("\57\48"))
+    end)
+end)
