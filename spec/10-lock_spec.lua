@@ -358,7 +358,7 @@ describe("resty.shmlock", function()
             assert.same({ nil, "unlocked" }, { lock:unlock() })
         end)
 
-        it("returns nil, 'expired' and leaves the key alone when our lock "
+        it("returns 1, 'expired' and leaves the key alone when our lock "
            .. "expired and someone else took it", function()
             local l1 = resty_lock:new(dict, { exptime = 0.02 })
             local l2 = resty_lock:new(dict)
@@ -367,10 +367,46 @@ describe("resty.shmlock", function()
             assert.equal(0, l2:lock("k"))
             local tok = dict:get("k")
 
-            assert.same({ nil, "expired" }, { l1:unlock() })
+            assert.same({ 1, "expired" }, { l1:unlock() })
             assert.equal(tok, dict:get("k"))
             assert.is_true(l2:owned())
             assert.same({ nil, "unlocked" }, { l1:unlock() })
+            assert.equal(1, l2:unlock())
+        end)
+
+        it("returns 1, 'expired' when our lock expired and the key was "
+           .. "taken and released since (gone)", function()
+            local l1 = resty_lock:new(dict, { exptime = 0.02 })
+            local l2 = resty_lock:new(dict)
+            assert.equal(0, l1:lock("k"))
+            env.sleep(0.03)
+            assert.equal(0, l2:lock("k"))
+            assert.same({ 1 }, { l2:unlock() })
+            assert.is_nil(dict:get("k"))
+
+            assert.same({ 1, "expired" }, { l1:unlock() })
+            assert.same({ nil, "unlocked" }, { l1:unlock() })
+            assert.equal(0, l1:lock("k"))
+            assert.same({ 1 }, { l1:unlock() })
+        end)
+
+        it("returns 1, 'expired' and leaves a marked lock of another holder "
+           .. "alone", function()
+            local l1 = resty_lock:new(dict, { exptime = 0.02 })
+            local l2 = resty_lock:new(dict)
+            assert.equal(0, l1:lock("k"))
+            env.sleep(0.03)
+            assert.equal(0, l2:lock("k"))
+            -- a starving waiter's mark on l2's lock (the zone's format)
+            local tok = dict:get("k")
+            local marked = tok .. "|1:1:00000000000000ff|30000|1|"
+                           .. string.format("%.0f", 2^50)
+            assert.is_true(dict:cas("k", tok, marked))
+
+            assert.same({ 1, "expired" }, { l1:unlock() })
+            assert.equal(marked, dict:get("k"))
+            assert.is_true(l2:owned())
+            assert.is_true(dict:cas("k", marked, tok))
             assert.equal(1, l2:unlock())
         end)
 
@@ -1255,11 +1291,23 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
                 local l2 = nginx_lock:new("fallback")
                 assert.equal(0, l2:lock(method))
                 local tok = shared:get(method)
-                assert.same({ nil, "expired" }, { l1[method](l1) })
+                -- unlock: 1, as resty.lock's (the lock is gone either way)
+                assert.same({ method == "unlock" and 1 or nil, "expired" },
+                            { l1[method](l1) })
                 assert.equal(tok, shared:get(method))
                 assert.is_true(l2:owned())
                 assert.same({ nil, "unlocked" }, { l1:unlock() })
             end
+        end)
+
+        it("unlock answers 1, 'expired' when our lock expired and the key "
+           .. "is free", function()
+            local l1 = nginx_lock:new("fallback", { exptime = 0.01 })
+            assert.equal(0, l1:lock("gone"))
+            fake.clock = fake.clock + 0.02
+            assert.is_nil(shared:get("gone"))
+            assert.same({ 1, "expired" }, { l1:unlock() })
+            assert.same({ nil, "unlocked" }, { l1:unlock() })
         end)
 
         it("gives an exptime below 1 ms as 1 ms, not 0 (never expires)",
@@ -1284,5 +1332,50 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
             gc()
             assert.is_nil(shared:get("gc"))
         end)
+    end)
+end)
+
+describe("resty.shmlock.lock.ngx_shared: the value of a lock", function()
+    local ngx_shared = require "resty.shmlock.lock.ngx_shared"
+    local stored = ngx_shared.stored
+    local tok = "12345:6789:00000000800000ff"      -- 27 bytes
+
+    -- nginx's node: 68 bytes, the key, the value; slab classes are powers
+    -- of two up to half a page (2048), then whole pages
+    local function class(n)
+        if n > 2048 then
+            return math.ceil(n / 4096) * 4096
+        end
+        local c = 8
+        while c < n do
+            c = c * 2
+        end
+        return c
+    end
+
+    it("is the token where it fits in the size class of resty.lock's "
+       .. "entry (true), else a compact token of that class", function()
+        for klen = 1, 5000 do
+            local v, flags = stored(tok, klen)
+            assert.equal(class(68 + klen + 1), class(68 + klen + #v),
+                         "key of " .. klen .. " bytes")
+            if v ~= tok then
+                -- the pid's bytes, cut to the room; 31 bits of the serial
+                assert.equal(("\57\48\0"):sub(1, #v), v)
+                assert.equal(0xff, flags)
+            else
+                assert.equal(0, flags)
+            end
+        end
+        -- the boundaries: the room left by 1 byte of value
+        assert.same({ tok, 0 }, { stored(tok, 32) })
+        assert.same({ "\57\48\0", 0xff }, { stored(tok, 57) })
+        assert.same({ "\57\48", 0xff }, { stored(tok, 58) })
+        assert.same({ "\57", 0xff }, { stored(tok, 59) })
+        assert.same({ tok, 0 }, { stored(tok, 60) })
+        assert.same({ "\57", 0xff }, { stored(tok, 1979) })  -- 2048
+        assert.same({ tok, 0 }, { stored(tok, 1980) })       -- a page
+        assert.equal(12345, ngx_shared.compact_pid("\57\48\0"))
+        assert.is_nil(ngx_shared.compact_pid("\57\48"))
     end)
 end)

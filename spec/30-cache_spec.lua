@@ -103,6 +103,47 @@ describe("resty.shmlock.cache", function()
                         pack(b:get("k", nil, error)))
         end)
 
+        it("raises on an unknown option, naming ours for mlcache's",
+           function()
+            local cases = {
+                lru_size = "use opts.l1_size",
+                lru = "use opts.l1_size",
+                resty_lock_opts = "use opts.lock_opts",
+                shm_locks = "use opts.lock_dict",
+                shm_miss = "no equivalent",
+                ipc_shm = "no equivalent needed",
+                ipc = "no equivalent needed",
+                l1_serializer = "no equivalent",
+                shm_set_tries = "no equivalent",
+                debug = "no equivalent",
+            }
+            for name, hint in pairs(cases) do
+                local err = raised(function()
+                    cache.new("spec-opts", { dict = zone, [name] = 1 })
+                end)
+                assert.equal("opts." .. name .. " is an option of "
+                             .. "lua-resty-mlcache, not of "
+                             .. "resty.shmlock.cache: ",
+                             err:sub(1, #name + 69))
+                assert.truthy(err:find(hint, 1, true), err)
+            end
+            assert.equal("unknown option opts.tll", raised(function()
+                cache.new("spec-opts", { dict = zone, tll = 1 })
+            end))
+            assert.equal("unknown option opts.1", raised(function()
+                cache.new("spec-opts", { dict = zone, "x" })
+            end))
+            -- every option of ours is accepted
+            assert(cache.new("spec-opts", {
+                dict = zone, lock_dict = zone, lock_opts = { timeout = 1 },
+                ttl = 1, neg_ttl = 1, resurrect_ttl = 1, stale_ttl = 1,
+                l1_size = 10,
+            }))
+            assert(cache.new("spec-opts", { dict = zone, lock = function()
+                return resty_lock:new(zone)
+            end }))
+        end)
+
         it("defaults to ttl 30, neg_ttl 5, no resurrect_ttl, an L1",
            function()
             local c = new_cache()

@@ -8,7 +8,8 @@
 --
 -- Same constructor, options (and clamping), methods, returns and error
 -- strings as resty.lock.  Beyond it: owner tokens (a late unlock or expire
--- never touches somebody else's lock: nil, "expired"), waiters woken by the
+-- never touches somebody else's lock: 1, "expired" and nil, "expired"),
+-- waiters woken by the
 -- release (outside nginx), locks of dead processes taken at once, bounded
 -- waits under contention (starvation mode, see resty.shmlock.lock.zone),
 -- trylock() and owned().
@@ -35,7 +36,8 @@
 --         after a failed add: BUSY, ACQUIRED (a dead holder's lock, or a
 --         key freed meanwhile), FAILED with the store's error
 --     ok, err = backend.release(store, key, klen, tok, tlen)   (pointers ok)
---         1; nil, "expired"; nil, err (the lock may still be ours)
+--         1; 1, "expired" (not ours any more: left untouched); nil, err
+--         (the lock may still be ours)
 --     ok, err = backend.renew(store, key, klen, tok, new_tok, seconds)
 --     held = backend.holds(store, key, klen, tok)
 --     elapsed, err = backend.block(store, key, klen, tok, expiry, timeout,
@@ -391,11 +393,13 @@ end
 
 
 -- syntax: ok, err = lock:unlock()
--- 1; nil, "unlocked" if this object holds no lock; nil, "expired" if our
--- lock expired (someone else may hold the key now: left untouched); nil
--- and the store's error ("no memory", ...) if the release failed while
--- the key is still ours: the object keeps holding it (unlock again, or
--- the lock goes when the object is collected or at its exptime).
+-- 1; 1, "expired" if our lock expired before (the object no longer holds
+-- it; someone else may hold the key now: left untouched; 1 as resty.lock
+-- answers, so that callers such as lua-resty-mlcache keep their result);
+-- nil, "unlocked" if this object holds no lock; nil and the store's error
+-- ("no memory", ...) if the release failed while the key is still ours:
+-- the object keeps holding it (unlock again, or the lock goes when the
+-- object is collected or at its exptime).
 function _M.unlock(self)
     local cd = held(self)
     if not cd then
@@ -408,10 +412,10 @@ function _M.unlock(self)
             released(self.key)  -- wakes this worker's queued waiters
         end
         forget(self, cd)
-        return ok
-    end
-    if err == "expired" then
-        forget(self, cd)
+        if err then
+            return ok, err      -- 1, "expired"
+        end
+        return ok               -- one value, as resty.lock's
     end
     return nil, err
 end

@@ -62,6 +62,7 @@ local tostring = tostring
 local tonumber = tonumber
 local error = error
 local pcall = pcall
+local pairs = pairs
 local setmetatable = setmetatable
 local getmetatable = getmetatable
 local str_byte = string.byte
@@ -323,6 +324,48 @@ local function resolve_dict(dict, what)
 end
 
 
+-- new()'s options; any other raises (a misspelt option would otherwise
+-- be ignored silently)
+local OPTIONS = {
+    dict = true, lock_dict = true, lock_opts = true, lock = true, ttl = true,
+    neg_ttl = true, resurrect_ttl = true, stale_ttl = true, l1_size = true,
+}
+
+-- lua-resty-mlcache's options of new() that are not ours: what to use
+-- instead (docs/migration.md)
+local MLCACHE_OPTIONS = {
+    lru_size = "use opts.l1_size",
+    lru = "use opts.l1_size (the L1 is made here)",
+    resty_lock_opts = "use opts.lock_opts",
+    shm_locks = "use opts.lock_dict",
+    shm_miss = "no equivalent: misses are cached in the values' zone, for "
+               .. "opts.neg_ttl",
+    ipc_shm = "no equivalent needed: set, delete and purge are seen by "
+              .. "every process without IPC",
+    ipc = "no equivalent needed: set, delete and purge are seen by every "
+          .. "process without IPC",
+    l1_serializer = "no equivalent: transform the value in the loader",
+    shm_set_tries = "no equivalent: the zone evicts what set may evict "
+                    .. "(a value that does not fit is an error of get)",
+    debug = "no equivalent",
+}
+
+
+-- level 3: new's caller
+local function check_option_names(opts)
+    for k in pairs(opts) do
+        if not OPTIONS[k] then
+            local hint = MLCACHE_OPTIONS[k]
+            if hint then
+                error("opts." .. k .. " is an option of lua-resty-mlcache, "
+                      .. "not of resty.shmlock.cache: " .. hint, 3)
+            end
+            error("unknown option opts." .. tostring(k), 3)
+        end
+    end
+end
+
+
 -- the numeric options of new(); level 3: new's caller
 local function ttl_option(opts, field, default, positive)
     local v = opts[field]
@@ -512,6 +555,7 @@ function _M.new(a, b, c)
     elseif type(opts) ~= "table" then
         error("opts must be a table", 2)
     end
+    check_option_names(opts)
 
     local ttl = ttl_option(opts, "ttl", DEFAULT_TTL)
     local neg_ttl = ttl_option(opts, "neg_ttl", DEFAULT_NEG_TTL)

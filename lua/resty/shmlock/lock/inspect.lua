@@ -10,6 +10,7 @@
 
 local C = require "resty.shmlock.lib"
 local token = require "resty.shmlock.internal.token"
+local compact_pid = require("resty.shmlock.lock.ngx_shared").compact_pid
 local clock = require "resty.shmlock.internal.clock"
 
 local type = type
@@ -81,13 +82,22 @@ function _M.key(dict, key, zone)
 
     local holder, starver, _, since, till = split(v)
     local pid = parse(holder)
+    local live
+    if pid then
+        live = alive(holder)
+    elseif not zone then
+        -- an ngx.shared dict's compact token (resty.shmlock.lock.
+        -- ngx_shared, "Room"): the pid only, its start time is not kept
+        pid = compact_pid(v)
+        live = pid and C.shmlock_proc_alive(pid, 0) == 1
+    end
     if not pid then
         return nil, "not a lock"
     end
 
     local info = {
         pid = pid,
-        alive = alive(holder),
+        alive = live,
         ttl = ttl,
         marked = starver and marked(starver, since, till) or nil,
         waiters = zone and tonumber(C.shmlock_wait_count(zone,

@@ -227,7 +227,8 @@ end
 
 
 -- A marked lock being released: hand it to the marked waiter if it may
--- still be waiting, else free the key.
+-- still be waiting, else free the key.  A key no longer ours is left as
+-- it is: 1, "expired" (see release).
 local function hand_off(zone, key, klen, tok)
     for _ = 1, RETRIES do
         local v, err = read(zone, key, klen)
@@ -235,11 +236,11 @@ local function hand_off(zone, key, klen, tok)
             return nil, err
         end
         if type(v) ~= "string" then
-            return nil, "expired"
+            return 1, "expired"
         end
         local holder, starver, s_exp, _, till = split(v)
         if holder ~= tok then
-            return nil, "expired"
+            return 1, "expired"
         end
         local rc
         if starver and waiting(till) and not _M.gone(starver)
@@ -257,7 +258,7 @@ local function hand_off(zone, key, klen, tok)
             return 1
         end
         if rc == NOT_FOUND then
-            return nil, "expired"
+            return 1, "expired"
         end
         if rc ~= CHANGED then
             return nil, errors[rc]
@@ -269,9 +270,12 @@ end
 
 
 -- syntax: ok, err = zone.release(zone, key, klen, tok, tlen)
--- 1; nil, "expired" when the key no longer holds our token; nil, err when
--- the zone failed (the key may still be ours).  key and tok: Lua strings
--- or char pointers (the handle's copies).
+-- 1 when we released our lock; 1, "expired" when the key no longer holds
+-- our token (our lock expired: the key is free, or someone else holds it
+-- and it is left untouched; 1, as resty.lock's unlock answers, so that a
+-- caller such as lua-resty-mlcache keeps the value it computed); nil, err
+-- when the zone failed (the key may still be ours).  key and tok: Lua
+-- strings or char pointers (the handle's copies).
 function _M.release(zone, key, klen, tok, tlen)
     local rc = C.shmlock_lock_release(zone, key, klen, tok, tlen)
     if rc == OK then
@@ -281,7 +285,7 @@ function _M.release(zone, key, klen, tok, tlen)
         return hand_off(zone, key, klen, ffi_str(tok, tlen))
     end
     if rc == NOT_FOUND then
-        return nil, "expired"
+        return 1, "expired"
     end
     return nil, errors[rc]
 end
