@@ -11,7 +11,7 @@
 #include "optimistic.h"
 #include "shard_lock.h"
 #include "shdict.h"
-#include "shm_zone.h"
+#include "shm_watch.h"
 #include "verify.h"
 #include "wait.h"
 #include "zone.h"
@@ -19,11 +19,15 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A destroyed zone is refused before anything is read or written in it. */
+/* A destroyed zone, or one whose file was removed (shm_watch.h), is
+ * refused before anything is read or written in it. */
 #define CHECK_LIVE(zone)                                                     \
-    if (__builtin_expect(shm_zone_dead(zone), 0)) {                          \
-        return SHMLOCK_DESTROYED;                                            \
-    }
+    do {                                                                     \
+        int  live_rc_ = shm_watch(zone);                                     \
+        if (__builtin_expect(live_rc_ != SHMLOCK_OK, 0)) {                   \
+            return live_rc_;                                                 \
+        }                                                                    \
+    } while (0)
 
 /* The Lua layer checks keys and values before calling; C callers get a
  * status instead of a corrupted zone. */
