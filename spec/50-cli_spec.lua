@@ -587,6 +587,15 @@ describe("bin/shmlock", function()
 end)
 
 describe("resty.shmlock.cli pieces", function()
+    it("a zone destroyed or whose file was removed meanwhile exits 6",
+       function()
+        local commands = require "resty.shmlock.cli.commands"
+        local errors = require "resty.shmlock.errors"
+        local lib = require "resty.shmlock.lib"
+        assert.equal(6, commands.status_of(errors[lib.SHMLOCK_DESTROYED]))
+        assert.equal(6, commands.status_of(errors[lib.SHMLOCK_REMOVED]))
+    end)
+
     it("json.encode: sorted objects, arrays, escapes, numbers", function()
         assert.equal('{"a":[1,2.5,null,true],"b":{},"c":[],"d":null}',
                      json.encode { a = { 1, 2.5, 0 / 0, true }, b = {},

@@ -32,7 +32,8 @@ local EXIT = {
                     -- not a zone of this layout
     NO_KEY = 5,     -- get: the key is absent or expired
     FAILED = 6,     -- anything else: a system error, a zone destroyed
-                    -- meanwhile, an unreadable directory
+                    -- (or its file removed) meanwhile, an unreadable
+                    -- directory
 }
 _M.EXIT = EXIT
 
@@ -61,7 +62,7 @@ local function status_of(err)
         -- "failed to open zone ...: permission denied opening zone file
         -- ... (owner, group, mode)": not ours to use
         return EXIT.REFUSED
-    elseif err == "zone destroyed"
+    elseif err == "zone destroyed" or sub(err, 1, 17) == "zone file removed"
            or err == "zone directory locked by another process"
            or sub(err, 1, 19) == "failed to open zone"
            or sub(err, 1, 22) == "failed to destroy zone"
