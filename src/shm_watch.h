@@ -39,20 +39,28 @@ int shm_watch_dead_status(shmlock_zone_t *z);
 int shm_watch_check(shmlock_zone_t *z);
 
 /*
- * SHMLOCK_OK while the zone lives: one load of the dead word and, but
- * once per SHMLOCK_WATCH_MS, one read of the coarse clock and a compare.
+ * SHMLOCK_OK while the zone lives, given a reading of the monotonic clock
+ * in ms (the coarse one, or a finer one the caller reads anyway: the
+ * check then runs up to a tick early, never late): one load of the dead
+ * word and a compare, but once per SHMLOCK_WATCH_MS.
  */
 static inline int
-shm_watch(shmlock_zone_t *z)
+shm_watch_at(shmlock_zone_t *z, int64_t now_ms)
 {
     if (__builtin_expect(
             __atomic_load_n(&z->hdr->dead, __ATOMIC_ACQUIRE) == 0
-            && sys_coarse_ms()
-               < __atomic_load_n(&z->watch_at, __ATOMIC_RELAXED), 1))
+            && now_ms < __atomic_load_n(&z->watch_at, __ATOMIC_RELAXED), 1))
     {
         return SHMLOCK_OK;
     }
     return shm_watch_check(z);
+}
+
+/* shm_watch_at with the coarse clock (a vDSO read, no system call). */
+static inline int
+shm_watch(shmlock_zone_t *z)
+{
+    return shm_watch_at(z, sys_coarse_ms());
 }
 
 #endif /* SHM_WATCH_H */
