@@ -479,6 +479,117 @@ describe("bin/shmlock", function()
         end)
     end)
 
+    describe("caches (resty.shmlock.cache) in the zone", function()
+        local cache = require "resty.shmlock.cache"
+
+        local function users()
+            return cache.new("users", { dict = dict, ttl = 300,
+                                        stale_ttl = 60 })
+        end
+
+        it("get decodes a cache's entry: value, ttl, stale, hit level",
+           function()
+            local c = users()
+            assert(c:get("42", nil, function()
+                return { name = "alice", roles = { "admin" } }
+            end))
+            local status, out, err = run("get", "cache", "users:42")
+            assert.same({ 0, "" }, { status, err })
+            local pid = proc.getpid()
+            local want = {
+                "cache       users", "key         42", "type        table",
+                'value       {"name":"alice","roles":%["admin"%]}',
+                "ttl         %S+s", "stale       no",
+                "hit level   2 %(fresh: a get answers it from L2, or 1 from"
+                .. " a process's L1%)",
+                "zone ttl    %S+s", "written by  pid " .. pid,
+            }
+            assert.truthy(out:match("^" .. table.concat(want, "\n") .. "\n$"),
+                          out)
+            local v = jd.decode(select(2, run("get", "cache", "users:42",
+                                              "--json")))
+            assert.is_true(v.ttl > 0 and v.ttl <= 300)
+            assert.is_true(v.zone_ttl > v.ttl and v.zone_ttl <= 360)
+            v.ttl, v.zone_ttl = nil, nil
+            assert.same({ key = "users:42", cache = "users", cache_key = "42",
+                          type = "table",
+                          value = { name = "alice", roles = { "admin" } },
+                          stale = false, hit_level = 2, writer_pid = pid }, v)
+        end)
+
+        it("get shows a cached miss and a stale entry as such", function()
+            local c = users()
+            assert.is_nil(c:get("nobody", nil, function() return nil end))
+            local v = jd.decode(select(2, run("get", "cache", "users:nobody",
+                                              "--json")))
+            assert.same({ "nil", json.null, false, 2 },
+                        { v.type, v.value, v.stale, v.hit_level })
+            assert.truthy(select(2, run("get", "cache", "users:nobody"))
+                          :match("\nvalue       nil %(a cached miss%)\n"))
+            -- past its ttl (waited for: peek answers nil from then on),
+            -- kept stale_ttl more by the zone
+            assert(c:set("n", 3.5, 0.001))
+            assert.is_true(env.wait_for(function()
+                return c:peek("n") == nil
+            end, 10))
+            local status, out = run("get", "cache", "users:n")
+            assert.equal(0, status)
+            assert.truthy(out:match("\nvalue       3%.5\nttl         %-[%d.]+s "
+                                    .. "%(stale for [%d.]+s%)\nstale       yes"
+                                    .. "\nhit level   4 %(stale: "), out)
+            v = jd.decode(select(2, run("get", "cache", "users:n", "--json")))
+            assert.same({ 3.5, true, 4 }, { v.value, v.stale, v.hit_level })
+            assert.is_true(v.ttl <= 0 and v.zone_ttl > 0)
+        end)
+
+        it("get leaves other keys as they are, colon or not", function()
+            assert(dict:set("a:b", "$short"))
+            assert(dict:set("users#stats:loads", 2))
+            assert.same({ 0, "$short\n", "" }, { run("get", "cache", "a:b") })
+            assert.same({ 0, "2\n", "" },
+                        { run("get", "cache", "users#stats:loads") })
+        end)
+
+        it("stat shows each cache's counters by name", function()
+            local c = users()
+            assert(c:get("1", nil, function() return "one" end))
+            assert(c:get("1", nil, error))                  -- an L1 hit
+            assert(c:get("2", nil, function() return "two" end))
+            local other = cache.new("sessions", { dict = dict })
+            assert(other:get("s", nil, function() return true end))
+            local want = assert(c:stats())                  -- flushes
+            assert(other:stats())
+            local status, out, err = run("stat", "cache")
+            assert.same({ 0, "" }, { status, err })
+            assert.truthy(out:find("\n\ncache sessions\n  hits_l1        0\n",
+                                   1, true), out)
+            assert.truthy(out:find("\n\ncache users\n  hits_l1        1\n"
+                                   .. "  hits_l2        0\n  misses         2\n"
+                                   .. "  loads          2\n", 1, true), out)
+            local v = jd.decode(select(2, run("stat", "cache", "--json")))
+            assert.same(want, v.caches.users)
+            assert.same({ "hits_l1", "hits_l2", "loader_errors", "loads",
+                          "lock_waits", "misses", "refreshes", "stale" },
+                        (function()
+                            local names = {}
+                            for k in pairs(v.caches.sessions) do
+                                names[#names + 1] = k
+                            end
+                            table.sort(names)
+                            return names
+                        end)())
+        end)
+
+        it("stat of a zone without caches: no section, caches {}", function()
+            assert(dict:set("k", 1))
+            local status, out = run("stat", "cache")
+            assert.equal(0, status)
+            assert.falsy(out:find("\ncache ", 1, true))
+            assert.truthy(select(2, run("stat", "cache", "--json"))
+                          :find('"caches":{}', 1, true))
+        end)
+    end)
+
     describe("the command line", function()
         it("exits 2 with a message on stderr for a usage error", function()
             local cases = {
@@ -523,6 +634,15 @@ describe("bin/shmlock", function()
 end)
 
 describe("resty.shmlock.cli pieces", function()
+    it("a zone destroyed or whose file was removed meanwhile exits 6",
+       function()
+        local commands = require "resty.shmlock.cli.commands"
+        local errors = require "resty.shmlock.errors"
+        local lib = require "resty.shmlock.lib"
+        assert.equal(6, commands.status_of(errors[lib.SHMLOCK_DESTROYED]))
+        assert.equal(6, commands.status_of(errors[lib.SHMLOCK_REMOVED]))
+    end)
+
     it("json.encode: sorted objects, arrays, escapes, numbers", function()
         assert.equal('{"a":[1,2.5,"nan",true],"b":{},"c":[],"d":null}',
                      json.encode { a = { 1, 2.5, 0 / 0, true }, b = {},

@@ -120,14 +120,22 @@ shm_zone_reg_find(const struct stat *st)
     return z;
 }
 
+/*
+ * A new mapping, with the file's fd (kept open, closed by the last close)
+ * and its path: what shm_watch.h watches.  On failure fd is closed too.
+ */
 static int
-shm_zone_reg_add(char *base, uint64_t size, const struct stat *st,
-    shmlock_zone_t **out)
+shm_zone_reg_add(char *base, uint64_t size, const struct stat *st, int fd,
+    const char *path, shmlock_zone_t **out)
 {
     shmlock_zone_t  *z = malloc(sizeof(*z));
+    char            *p = strdup(path);
 
-    if (z == NULL) {
+    if (z == NULL || p == NULL) {
+        free(z);
+        free(p);
         munmap(base, size);
+        close(fd);
         errno = ENOMEM;
         return SHMLOCK_SYSTEM;
     }
@@ -135,6 +143,10 @@ shm_zone_reg_add(char *base, uint64_t size, const struct stat *st,
     z->dev = (uint64_t) st->st_dev;
     z->ino = (uint64_t) st->st_ino;
     z->handles = 1;
+    z->fd = fd;
+    z->lost = 0;
+    z->watch_at = 0;
+    z->path = p;
     shm_zone_reg_lock();
     z->next = shm_zone_reg_head;
     shm_zone_reg_head = z;
@@ -149,6 +161,24 @@ shm_zone_retain(shmlock_zone_t *z)
     shm_zone_reg_lock();
     z->handles++;
     shm_zone_reg_unlock();
+}
+
+/*
+ * Closes the mapping's fd, if it is still ours: a program that closed it
+ * (closefrom after a fork) may have reused the number for a file of its
+ * own, which we must not close.
+ */
+static void
+shm_zone_close_fd(shmlock_zone_t *z)
+{
+    struct stat  st;
+
+    if (z->fd >= 0 && fstat(z->fd, &st) == 0
+        && (uint64_t) st.st_dev == z->dev && (uint64_t) st.st_ino == z->ino)
+    {
+        close(z->fd);
+    }
+    z->fd = -1;
 }
 
 void
@@ -172,7 +202,9 @@ shm_zone_close(shmlock_zone_t *z)
     }
     shm_zone_reg_unlock();
     if (last) {
+        shm_zone_close_fd(z);
         munmap(z->base, z->size);
+        free(z->path);
         free(z);
     }
 }
@@ -345,7 +377,6 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
         close(fd);
         return SHMLOCK_SYSTEM;
     }
-    close(fd);
 
     rc = SHMLOCK_OK;
     if (zone_check(base, (uint64_t) st.st_size) != 0) {
@@ -363,9 +394,10 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
     }
     if (rc != SHMLOCK_OK) {
         munmap(base, (size_t) st.st_size);
+        close(fd);
         return rc;
     }
-    rc = shm_zone_reg_add(base, (uint64_t) st.st_size, &st, out);
+    rc = shm_zone_reg_add(base, (uint64_t) st.st_size, &st, fd, path, out);
     if (rc != SHMLOCK_OK) {
         *err = errno;
     }
@@ -485,9 +517,8 @@ shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
     if (tmp[0] != '\0') {
         unlink(tmp);
     }
-    close(fd);
 
-    rc = shm_zone_reg_add(base, size, &st, out);
+    rc = shm_zone_reg_add(base, size, &st, fd, path, out);
     if (rc != SHMLOCK_OK) {
         *err = errno;
         return rc;

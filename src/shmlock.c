@@ -8,6 +8,7 @@
 #include "hash.h"
 #include "recover.h"
 #include "shm_zone.h"
+#include "shm_watch.h"
 #include "sys.h"
 #include "token.h"
 #include "wait.h"
@@ -48,6 +49,9 @@ shmlock_strerror(int rc)
     case SHMLOCK_NOT_A_LIST:      return "value not a list";
     case SHMLOCK_FOREIGN_TIME:    return "zone made in another time "
                                          "namespace";
+    case SHMLOCK_REMOVED:         return "zone file removed: deleted while "
+                                         "in use (rm, or systemd's "
+                                         "RemoveIPC=yes at logout)";
     default:                      return "unknown error";
     }
 }
@@ -100,7 +104,11 @@ shmlock_zone_retain(shmlock_zone_t *zone)
 int
 shmlock_zone_dead(shmlock_zone_t *zone)
 {
-    return shm_zone_dead(zone);
+    switch (shm_watch(zone)) {
+    case SHMLOCK_OK:         return 0;
+    case SHMLOCK_REMOVED:    return 2;
+    default:                 return 1;
+    }
 }
 
 void

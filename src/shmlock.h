@@ -47,8 +47,11 @@ enum {
     SHMLOCK_BAD_MODE,       /* shmlock_open_t.mode: not owner read-write,
                                bits beyond 0666, or writable by others */
     SHMLOCK_NOT_A_LIST,     /* "value not a list" (push, pop, llen) */
-    SHMLOCK_FOREIGN_TIME    /* the zone was made in another time namespace:
+    SHMLOCK_FOREIGN_TIME,   /* the zone was made in another time namespace:
                                its expiry times are another clock's */
+    SHMLOCK_REMOVED         /* the zone's file was deleted behind our back
+                               (rm, systemd's RemoveIPC): the zone is dead
+                               as if destroyed; open the name again */
 };
 
 /* Value types, numbered as Lua's (and ngx.shared.DICT's) type tags. */
@@ -75,8 +78,11 @@ enum {
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
     SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
     SHMLOCK_GEN_WORDS = 1024,     /* generation words of a zone */
-    SHMLOCK_LAYOUT = 6            /* the zone layout this build reads and
+    SHMLOCK_LAYOUT = 6,           /* the zone layout this build reads and
                                      makes (zone.h) */
+    SHMLOCK_WATCH_MS = 100        /* a process looks whether a zone's file
+                                     was removed at most this often, at its
+                                     next call on the zone (shm_watch.h) */
 };
 
 typedef struct shmlock_zone_s  shmlock_zone_t;
@@ -177,9 +183,11 @@ SHMLOCK_API unsigned shmlock_zone_shards(shmlock_zone_t *zone);
 SHMLOCK_API void shmlock_zone_retain(shmlock_zone_t *zone);
 SHMLOCK_API void shmlock_zone_close(shmlock_zone_t *zone);
 /*
- * 1 once the zone was destroyed (by any process): every call on it then
- * answers SHMLOCK_DESTROYED; open the name again for the zone that has it
- * now.
+ * 0 while the zone lives; 1 once it was destroyed (by any process): every
+ * call on it then answers SHMLOCK_DESTROYED; 2 once its file was found
+ * removed behind our back (SHMLOCK_REMOVED; looked at as every call does,
+ * at most every SHMLOCK_WATCH_MS).  Open the name again for the zone that
+ * has it now.
  */
 SHMLOCK_API int shmlock_zone_dead(shmlock_zone_t *zone);
 SHMLOCK_API int shmlock_zone_destroy(const char *dir, const char *name,
@@ -461,6 +469,10 @@ SHMLOCK_API void shmlock_test_crash_at(int n);
 /* Take / release every shard's mutex of the zone directly. */
 SHMLOCK_API void shmlock_test_mutex_lock(shmlock_zone_t *zone);
 SHMLOCK_API void shmlock_test_mutex_unlock(shmlock_zone_t *zone);
+/* The coarse clock the removal check is gated by, and the reading from
+ * which the zone's next call looks at its file (shm_watch.h). */
+SHMLOCK_API int64_t shmlock_test_coarse_ms(void);
+SHMLOCK_API int64_t shmlock_test_watch_at(shmlock_zone_t *zone);
 #endif
 
 #endif /* SHMLOCK_H */

@@ -11,7 +11,8 @@
 #include "optimistic.h"
 #include "shard_lock.h"
 #include "shdict.h"
-#include "shm_zone.h"
+#include "shm_watch.h"
+#include "sys.h"
 #include "verify.h"
 #include "wait.h"
 #include "zone.h"
@@ -19,11 +20,15 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A destroyed zone is refused before anything is read or written in it. */
+/* A destroyed zone, or one whose file was removed (shm_watch.h), is
+ * refused before anything is read or written in it. */
 #define CHECK_LIVE(zone)                                                     \
-    if (__builtin_expect(shm_zone_dead(zone), 0)) {                          \
-        return SHMLOCK_DESTROYED;                                            \
-    }
+    do {                                                                     \
+        int  live_rc_ = shm_watch(zone);                                     \
+        if (__builtin_expect(live_rc_ != SHMLOCK_OK, 0)) {                   \
+            return live_rc_;                                                 \
+        }                                                                    \
+    } while (0)
 
 /* The Lua layer checks keys and values before calling; C callers get a
  * status instead of a corrupted zone. */
@@ -498,12 +503,20 @@ shmlock_lock_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
 {
     shmlock_value_t  v = { .type = SHMLOCK_TSTRING, .str = tok,
                            .len = tok_len };
-    int              forcible;
+    int              forcible, rc;
 
     if (tok == NULL) {
         return SHMLOCK_BAD_VALUE;
     }
-    CHECK_LIVE(zone);
+    /* the clock the entry's expiry needs, read once: it gates the watch
+     * (shm_watch.h) too, so that the lock pays no second clock read */
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_at(zone, now_ms);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
     CHECK_KEY(key_len);
     return shmlock_dict_put(zone, SHMLOCK_OP_ADD, key, key_len,
                             hash_bytes(key, key_len), &v, exptime_ms, now_ms,

@@ -10,6 +10,7 @@
 #include "shmlock.h"
 #include "crash.h"
 #include "shard_lock.h"
+#include "sys.h"
 #include "zone.h"
 
 void
@@ -36,4 +37,16 @@ shmlock_test_mutex_unlock(shmlock_zone_t *zone)
     for (i = 0; i < zone->nshards; i++) {
         shard_unlock(&zone->shard[i], SHMLOCK_OK);
     }
+}
+
+int64_t
+shmlock_test_coarse_ms(void)
+{
+    return sys_coarse_ms();
+}
+
+int64_t
+shmlock_test_watch_at(shmlock_zone_t *zone)
+{
+    return __atomic_load_n(&zone->watch_at, __ATOMIC_RELAXED);
 }

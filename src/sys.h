@@ -57,6 +57,8 @@ uint64_t sys_self_start(void);
 
 int64_t sys_now_ms(void);
 int64_t sys_now_us(void);
+/* CLOCK_MONOTONIC_COARSE in ms: the same clock, up to one tick behind. */
+int64_t sys_coarse_ms(void);
 int sys_ncpu(void);
 
 /* Shared (not process-private) futex on a word in a MAP_SHARED mapping. */

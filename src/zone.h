@@ -86,6 +86,10 @@
 #define ZONE_SHARD_AUTO_MIN   ((uint64_t) 1 << 20)
 #define ZONE_SHARD_MIN        ((uint64_t) 64 << 10)
 
+/* zone_hdr_t.dead */
+#define ZONE_DESTROYED        1
+#define ZONE_REMOVED          2
+
 typedef struct {
     char          magic[8];
     uint32_t      layout;
@@ -107,7 +111,10 @@ typedef struct {
     uint64_t      pidns;         /* the creator's pid namespace: pids in
                                     the zone mean processes of that one */
     uint32_t      dead;          /* set by destroy before it unlinks the
-                                    file: every later call refuses */
+                                    file (ZONE_DESTROYED), or by a process
+                                    that found the file removed behind our
+                                    back (ZONE_REMOVED, shm_watch.h): every
+                                    later call refuses */
     uint32_t      timens;        /* the creator's time namespace (its
                                     inode; 0: not known): expiry times
                                     in the zone are that one's clock */
@@ -129,6 +136,12 @@ struct shmlock_zone_s {
                                      unmapped when it drops to 0 */
     uint32_t       nshards;
     uint32_t       shard_shift;   /* the shard is the hash's top bits */
+    /* the file behind the mapping, watched for its removal (shm_watch.h) */
+    int            fd;            /* open on the file; -1 if none */
+    int            lost;          /* this process can no longer tell that
+                                     its name reaches the file: refused */
+    int64_t        watch_at;      /* coarse ms of the next check */
+    char          *path;          /* the name it was opened by */
     shard_t        shard[ZONE_SHARDS_MAX];
 };
 

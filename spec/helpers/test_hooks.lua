@@ -11,6 +11,8 @@ for _, decl in ipairs {
     "void shmlock_test_crash_at(int n);",
     "void shmlock_test_mutex_lock(shmlock_zone_t *zone);",
     "void shmlock_test_mutex_unlock(shmlock_zone_t *zone);",
+    "int64_t shmlock_test_coarse_ms(void);",
+    "int64_t shmlock_test_watch_at(shmlock_zone_t *zone);",
 } do
     pcall(ffi.cdef, decl)
 end

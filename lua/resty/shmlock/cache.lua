@@ -272,6 +272,20 @@ local function decode(s)
     return nil, "not a cache entry"
 end
 
+-- syntax: entry = cache.decode_entry(s)
+-- For tools that read a zone (shmlock get): what an L2 string holds,
+-- { value = v, expiry = ms (zone clock; 0: never), stamp = n,
+--   writer_pid = pid }, or nil if s is not a cache entry of this version.
+function _M.decode_entry(s)
+    local ok, value, expiry = decode(s)
+    if not ok then
+        return nil
+    end
+    local _, stamp = header(s)
+    return { value = value, expiry = expiry, stamp = stamp,
+             writer_pid = math.floor(stamp / 2147483648) }
+end
+
 
 -- Option checks: programmer misuse raises, naming the option, at the level
 -- of the caller of the public function.  A ttl is at most MAX_SECONDS
@@ -444,6 +458,7 @@ end
 -- stats().
 local COUNTERS = { "hits_l1", "hits_l2", "misses", "loads", "loader_errors",
                    "lock_waits", "stale", "refreshes" }
+_M.COUNTERS = COUNTERS     -- (shmlock stat shows them in this order)
 local STATS_FLUSH = 1000   -- ms
 
 local function new_counts()

@@ -43,7 +43,8 @@ enum {
     SHMLOCK_DIR_BUSY,
     SHMLOCK_BAD_MODE,
     SHMLOCK_NOT_A_LIST,
-    SHMLOCK_FOREIGN_TIME
+    SHMLOCK_FOREIGN_TIME,
+    SHMLOCK_REMOVED
 };
 
 enum {
@@ -67,7 +68,8 @@ enum {
     SHMLOCK_KEY_MAX = 65535,
     SHMLOCK_MIN_SIZE = 32768,
     SHMLOCK_GEN_WORDS = 1024,
-    SHMLOCK_LAYOUT = 6
+    SHMLOCK_LAYOUT = 6,
+    SHMLOCK_WATCH_MS = 100
 };
 
 typedef struct shmlock_zone_s shmlock_zone_t;

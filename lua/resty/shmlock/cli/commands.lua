@@ -10,6 +10,7 @@ local fs = require "resty.shmlock.cli.fs"
 local glob = require "resty.shmlock.cli.glob"
 local json = require "resty.shmlock.cli.json"
 local output = require "resty.shmlock.cli.output"
+local caches = require "resty.shmlock.cli.caches"
 
 local type = type
 local tostring = tostring
@@ -31,7 +32,8 @@ local EXIT = {
                     -- namespace, not a zone of this layout
     NO_KEY = 5,     -- get: the key is absent or expired
     FAILED = 6,     -- anything else: a system error, a zone destroyed
-                    -- meanwhile, an unreadable directory
+                    -- (or its file removed) meanwhile, an unreadable
+                    -- directory
 }
 _M.EXIT = EXIT
 
@@ -60,7 +62,7 @@ local function status_of(err)
         -- "failed to open zone ...: permission denied opening zone file
         -- ... (owner, group, mode)": not ours to use
         return EXIT.REFUSED
-    elseif err == "zone destroyed"
+    elseif err == "zone destroyed" or sub(err, 1, 17) == "zone file removed"
            or err == "zone directory locked by another process"
            or sub(err, 1, 19) == "failed to open zone"
            or sub(err, 1, 22) == "failed to destroy zone"
@@ -222,6 +224,16 @@ function _M.stat(ctx, cmd)
         end
         text = text .. "\n" .. output.table(columns, rows)
     end
+    -- the counters of the caches that keep their L2 here
+    local keys, kerr = dict:get_keys(0)
+    if not keys then
+        return fail(ctx, status_of(kerr), format('zone "%s": %s', name, kerr))
+    end
+    local cache_text
+    info.caches, cache_text = caches.stats(dict, keys)
+    if cache_text ~= "" then
+        text = text .. "\n" .. cache_text
+    end
     return emit(ctx, cmd, info, text)
 end
 
@@ -303,6 +315,11 @@ function _M.get(ctx, cmd)
                                             output.printable(key), name))
     end
     local ttl = dict:ttl(key)
+    -- a cache's entry (resty.shmlock.cache): decoded
+    local entry, entry_text = caches.entry(key, value, ttl)
+    if entry then
+        return emit(ctx, cmd, entry, entry_text)
+    end
     local text
     if type(value) == "number" then
         text = output.number(value) .. "\n"

@@ -1,0 +1,224 @@
+-- A zone file removed behind our back (rm, systemd's RemoveIPC=yes) must
+-- not split the processes that still map it from those that open the name
+-- again: within SHMLOCK_WATCH_MS of the removal every call of a process
+-- mapping the old file refuses with "zone file removed: ...", as for a
+-- destroyed zone, so a lock held there cannot answer 1 at its unlock while
+-- a fresh process holds the same key in the new zone.  Real processes;
+-- "after the bound" is waited for on the very clock the check is gated by
+-- (the test hooks tell its reading and the zone's next check), never by a
+-- sleep of a guessed length.
+
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
+local checkout = require "helpers.checkout"
+local env = require "helpers.lock_env"
+local lib = require "helpers.test_hooks"
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+
+local REMOVED = "zone file removed: deleted while in use (rm, or systemd's "
+                .. "RemoveIPC=yes at logout)"
+
+-- Waits until this process's next call on the zone looks at its file:
+-- the coarse clock has reached the zone's next check (10 s at most).
+local function until_check_due(dict)
+    assert(env.wait_for(function()
+        return lib.shmlock_test_coarse_ms()
+               >= lib.shmlock_test_watch_at(dict._zone)
+    end, 10), "the zone's check never came due")
+end
+
+describe("a zone file removed behind our back", function()
+    local fx = fixture.new { dir = "test", children = "assert" }
+    local dir
+
+    before_each(function()
+        dir = fx.dir
+    end)
+
+    local function path(name)
+        return dir .. "/shmlock." .. name
+    end
+
+    -- A fresh process (never mapped the old file) opens `name`, creating
+    -- the zone anew, and takes lock `key` without waiting: what it printed.
+    local function fresh_locker(name, key)
+        local file = dir .. "/fresh.lua"
+        checkout.write_file(file, ([[
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+local d = assert(shdict.open(%q, { dir = %q, size = "64k" }))
+local lock = assert(resty_lock:new(d, { exptime = 60 }))
+local elapsed, err = lock:trylock(%q)
+io.write(elapsed and "locked" or ("failed: " .. tostring(err)))
+]]):format(name, dir, key))
+        return checkout.sh("LUA_PATH='" .. checkout.LUA_PATH .. "' luajit "
+                           .. file .. " 2>&1")
+    end
+
+    -- Process A holds lock `key` in zone `name`; `remove(name)` takes the
+    -- file away; a fresh process B then locks the key in the zone the name
+    -- reaches now; once A's check is due, A's calls are answered.  Returns
+    -- B's output and A's answers (unlock, get, set, a new lock by name).
+    local function split(name, key, remove)
+        local dict = fx:zone(name, { size = "64k" })
+        local held, go, report = proc.pipe(), proc.pipe(), proc.pipe()
+        local pid = proc.spawn(function()
+            held:close_read()
+            report:close_read()
+            env.setenv("SHMLOCK_DIR", dir)      -- locks by name find it
+            local lock = assert(resty_lock:new(name, { exptime = 60 }))
+            assert(lock:lock(key))
+            held:notify()
+            assert(go:wait_release(20), "no go")
+            until_check_due(dict)
+            local ok, err = lock:unlock()
+            local v, gerr = dict:get("x")
+            local sok, serr = dict:set("x", 1)
+            local l2 = assert(resty_lock:new(name, { exptime = 60 }))
+            local t, lerr = l2:trylock("other")
+            local lines = {
+                "unlock=" .. tostring(ok) .. "|" .. tostring(err),
+                "get=" .. tostring(v) .. "|" .. tostring(gerr),
+                "set=" .. tostring(sok) .. "|" .. tostring(serr),
+                "relock=" .. tostring(t) .. "|" .. tostring(lerr),
+            }
+            checkout.write_file(dir .. "/a.out", table.concat(lines, "\n"))
+            report:notify()
+        end)
+        held:close_write()
+        report:close_write()
+        assert.is_true(held:await(20))
+        remove(name)
+        local b = fresh_locker(name, key)
+        go:release()
+        assert.is_true(report:await(30))
+        local res = proc.wait(pid, 30)
+        assert.same({ how = "exit", code = 0 }, { how = res.how,
+                                                  code = res.code })
+        local a = {}
+        for k, v in checkout.read_file(dir .. "/a.out"):gmatch("(%w+)=([^\n]*)")
+        do
+            a[k] = v
+        end
+        return b, a
+    end
+
+    it("rm: the holder's unlock refuses once B holds the key anew", function()
+        local b, a = split("rmz", "k", function(name)
+            assert(os.remove(path(name)))
+        end)
+        -- the split is real: B made a new zone and holds the key there
+        assert.equal("locked", b)
+        -- and A learns it: its unlock does not answer 1
+        assert.equal("nil|" .. REMOVED, a.unlock)
+        assert.equal("nil|" .. REMOVED, a.get)
+        assert.equal("false|" .. REMOVED, a.set)
+        -- a new lock by name reaches the zone the name reaches now
+        assert.equal("0|nil", a.relock)
+    end)
+
+    it("shmlock destroy: the holder's unlock answers \"zone destroyed\"",
+       function()
+        local b, a = split("dz", "k", function(name)
+            local out = checkout.sh("cd / && env -u LUA_PATH '"
+                                    .. checkout.ROOT .. "/bin/shmlock' --dir '"
+                                    .. dir .. "' destroy " .. name
+                                    .. " 2>&1; echo $?")
+            assert.equal("destroyed " .. name .. "\n0\n", out)
+        end)
+        assert.equal("locked", b)
+        assert.equal("nil|zone destroyed", a.unlock)
+        assert.equal("nil|zone destroyed", a.get)
+        assert.equal("0|nil", a.relock)
+    end)
+
+    it("marks the old zone dead for every process mapping it", function()
+        local dict = fx:zone("shared", { size = "64k" })
+        assert(dict:set("x", 1))
+        local checked, report = proc.pipe(), proc.pipe()
+        -- C maps the zone (inherited) and does not call until A checked
+        local pid = proc.spawn(function()
+            checked:close_write()
+            report:close_read()
+            assert(checked:wait_release(20))
+            -- C's own check is not due (it read nothing since), yet the
+            -- zone is dead: the mark is in the zone, not in A
+            local v, err = dict:get("x")
+            checkout.write_file(dir .. "/c.out", tostring(v) .. "|"
+                                .. tostring(err))
+            report:notify()
+        end)
+        report:close_write()
+        assert(os.remove(path("shared")))
+        until_check_due(dict)
+        assert.same({ nil, REMOVED }, { dict:get("x") })
+        assert.equal(2, lib.shmlock_zone_dead(dict._zone))
+        checked:release()
+        assert.is_true(report:await(20))
+        assert.equal(0, proc.wait(pid, 20).code)
+        assert.equal("nil|" .. REMOVED, checkout.read_file(dir .. "/c.out"))
+    end)
+
+    it("does not look at the file more than once per SHMLOCK_WATCH_MS",
+       function()
+        local dict = fx:zone("gated", { size = "64k" })
+        assert(dict:set("x", 1))
+        until_check_due(dict)
+        assert(dict:get("x"))           -- checks: the next one is due later
+        local at = lib.shmlock_test_watch_at(dict._zone)
+        assert.is_true(at >= lib.shmlock_test_coarse_ms()
+                             + lib.SHMLOCK_WATCH_MS - 1)
+        assert(os.remove(path("gated")))
+        -- not due yet (unless the clock passed it meanwhile): still served
+        if lib.shmlock_test_coarse_ms() < at then
+            local v, err = dict:get("x")
+            if lib.shmlock_test_coarse_ms() < at then
+                assert.same({ 1, nil }, { v, err })
+            end
+        end
+        until_check_due(dict)
+        assert.same({ nil, REMOVED }, { dict:get("x") })
+    end)
+
+    it("a zone destroyed and made again is not taken for removed", function()
+        local dict = fx:zone("again", { size = "64k" })
+        assert(shdict.destroy("again", { dir = dir }))
+        until_check_due(dict)
+        assert.same({ nil, "zone destroyed" }, { dict:get("x") })
+        assert.equal(1, lib.shmlock_zone_dead(dict._zone))
+        local fresh = fx:zone("again", { size = "64k" })
+        until_check_due(fresh)
+        assert(fresh:set("x", 2))
+        assert.equal(2, fresh:get("x"))
+    end)
+
+    it("a process whose fd was closed finds its file again by name",
+       function()
+        local dict = fx:zone("fdless", { size = "64k" })
+        assert(dict:set("x", 1))
+        local done = proc.pipe()
+        local pid = proc.spawn(function()
+            done:close_read()
+            -- closes every fd as a daemon may (the harness's pipes but ours)
+            local process = require "resty.shmlock.cli.process"
+            for fd = 3, 1023 do
+                if fd ~= done.w then
+                    process.close(fd)
+                end
+            end
+            until_check_due(dict)
+            local v1 = dict:get("x")            -- finds its file by name
+            os.remove(path("fdless"))
+            until_check_due(dict)
+            local v2, err = dict:get("x")
+            checkout.write_file(dir .. "/f.out", tostring(v1) .. "|"
+                                .. tostring(v2) .. "|" .. tostring(err))
+            done:notify()
+        end)
+        done:close_write()
+        assert.is_true(done:await(20))
+        assert.equal(0, proc.wait(pid, 20).code)
+        assert.equal("1|nil|" .. REMOVED, checkout.read_file(dir .. "/f.out"))
+    end)
+end)
