@@ -3,7 +3,8 @@
 # ngx.sleep (0.001, 0.002, ..., with custom step, ratio and max_step the
 # matching ones) and reports elapsed = the sum of the steps it slept
 # (0.127 after 7 steps with the defaults), and "timeout" once the steps
-# add up to the timeout.
+# add up to the timeout -- or once the wait's deadline on the monotonic
+# clock passes, if the timers ran late (the last step is then shorter).
 #
 # The holder lets go as the waiter starts its n-th sleep (a hook around
 # ngx.sleep, set before the modules load), not after a timer of its own:
@@ -107,8 +108,6 @@ my @cases = (
     # 0.127 s of steps before the 8th: no queue yet
     [ "release=8", "0.255",
       "0.001 0.002 0.004 0.008 0.016 0.032 0.064 0.128" ],
-    # never released: the last step is what the timeout leaves
-    [ "timeout=0.01", "nil timeout", "0.001 0.002 0.004 0.003" ],
 );
 
 # the sums of the default schedule's first steps, up to the queue's start
@@ -127,6 +126,30 @@ for my $store ("elapsed", "fallback") {
             request => "GET /wait?store=$store&$q",
             body    => "$elapsed\n$steps\n");
     }
+    # never released: resty.lock's steps, the last one what the timeout
+    # leaves (0.003) -- or less: the wait also ends at its deadline on the
+    # monotonic clock (nginx_wait.lua, "The deadline rule"), and late
+    # timers leave less than the steps' sum
+    subtest "$store: timeout=0.01" => sub {
+        my $r = $t->get("/wait?store=$store&timeout=0.01");
+        is($r->{status}, 200, "status");
+        my ($err, $line) = $r->{body} =~ /^(.*)\n(.*)\n\z/;
+        is($err, "nil timeout", "timeout") or diag("got: $r->{body}");
+        my @got = split / /, $line // "";
+        my @want = qw(0.001 0.002 0.004 0.003);
+        ok(@got >= 1 && @got <= @want, "at most resty.lock's 4 steps")
+            or diag("got: $line");
+        for my $i (0 .. $#got) {
+            if ($i < $#got) {
+                is($got[$i], $want[$i], "step " . ($i + 1));
+            } else {
+                ok($got[$i] >= 0.001 && $got[$i] <= $want[$i],
+                   "last step within resty.lock's, cut to the deadline")
+                    or diag("got: $line");
+            }
+        }
+        $t->check_log("timeout", nested => 1);
+    };
     subtest "$store: a holder released by its own timer" => sub {
         my $r = $t->get("/wait?store=$store&hold=0.05");
         is($r->{status}, 200, "status");
