@@ -17,8 +17,9 @@
 -- still expires keys (hold them with a long exptime), Redis still runs.
 --
 -- fake_clock.new { real = true } keeps the real clock and waits, and
--- records each futex wait in fc.waits: { from = us, to = us }, read on the
--- clock just before and after it (so each lies inside the lock call that
+-- records each futex wait in fc.waits: { from = us, to = us, woken =
+-- whether a release ended it (not its timeout) }, read on the clock just
+-- before and after it (so each lies inside the lock call that
 -- made it, and they add up to less than its elapsed).
 --
 -- The modules are loaded with the stand-ins in package.loaded, then
@@ -54,6 +55,7 @@ local _M = {}
 function _M.new(opts)
     local fc = setmetatable({ us = tonumber(real.shmlock_now_us()),
                               sleeps = {}, waits = {} }, fc_mt)
+    local TIMEOUT = real.SHMLOCK_TIMEOUT
     if opts and opts.real then
         fc.clock = require "resty.shmlock.internal.clock"
         fc.lib = setmetatable({
@@ -64,7 +66,8 @@ function _M.new(opts)
                     return rc
                 end
                 fc.waits[#fc.waits + 1] = {
-                    from = from, to = tonumber(real.shmlock_now_us()) }
+                    from = from, to = tonumber(real.shmlock_now_us()),
+                    woken = rc ~= TIMEOUT }
                 return rc
             end,
         }, { __index = real })
@@ -81,7 +84,6 @@ function _M.new(opts)
         cached_ms = function() return 0 end,
         sleep = advance,
     }
-    local TIMEOUT = real.SHMLOCK_TIMEOUT
     fc.lib = setmetatable({
         shmlock_wait_end = function(zone, hash, seq, us)
             -- uncounts the waiter (shmlock_wait_begin counted it)
