@@ -17,7 +17,8 @@
 -- still expires keys (hold them with a long exptime), Redis still runs.
 --
 -- fake_clock.new { real = true } keeps the real clock and waits, and
--- records each futex wait in fc.waits: { from = us, to = us, woken =
+-- records each futex wait (and each clock.sleep, a Redis lock's wait) in
+-- fc.waits: { from = us, to = us, woken =
 -- whether a release ended it (not its timeout) }, read on the clock just
 -- before and after it (so each lies inside the lock call that
 -- made it, and they add up to less than its elapsed).
@@ -57,7 +58,15 @@ function _M.new(opts)
                               sleeps = {}, waits = {} }, fc_mt)
     local TIMEOUT = real.SHMLOCK_TIMEOUT
     if opts and opts.real then
-        fc.clock = require "resty.shmlock.internal.clock"
+        local clock = require "resty.shmlock.internal.clock"
+        fc.clock = setmetatable({
+            sleep = function(seconds)
+                local from = clock.now_us()
+                clock.sleep(seconds)
+                fc.waits[#fc.waits + 1] = { from = from, to = clock.now_us(),
+                                            woken = false }
+            end,
+        }, { __index = clock })
         fc.lib = setmetatable({
             shmlock_wait_end = function(zone, hash, seq, us)
                 local from = tonumber(real.shmlock_now_us())
