@@ -16,7 +16,8 @@
 -- its length.  Everything else is the real library: the zone's own clock
 -- still expires keys (hold them with a long exptime), Redis still runs.
 --
--- fake_clock.new { real = true } keeps the real clock and waits, and
+-- fake_clock.new { lib = stand_in } forwards the other C calls to
+-- stand_in instead of the library.  fake_clock.new { real = true } keeps the real clock and waits, and
 -- records each futex wait (and each clock.sleep, a Redis lock's wait) in
 -- fc.waits: { from = us, to = us, woken =
 -- whether a release ended it (not its timeout) }, read on the clock just
@@ -54,6 +55,9 @@ local _M = {}
 -- syntax: fc = fake_clock.new(opts?)
 -- fc.us: the time (starts at the real clock's); fc.sleeps: every sleep
 function _M.new(opts)
+    -- opts.lib: the library to call instead of the real one (a stand-in
+    -- that injects errors, say); waits still go as said above
+    local real = opts and opts.lib or real
     local fc = setmetatable({ us = tonumber(real.shmlock_now_us()),
                               sleeps = {}, waits = {} }, fc_mt)
     local TIMEOUT = real.SHMLOCK_TIMEOUT
