@@ -11,18 +11,19 @@
 -- The stand-ins: resty.shmlock.internal.clock (now_us, now_ms, now and
 -- sleep read and move fc.us; cached_ms answers 0, "read the clock
 -- yourself", as outside nginx), and the C library's shmlock_wait_end (a
--- futex wait of a waiter outside nginx): it ends a wait of us > 0 at once, as a
--- wait no release cut short (SHMLOCK_TIMEOUT), and moves the clock by
--- its length.  Everything else is the real library: the zone's own clock
--- still expires keys (hold them with a long exptime), Redis still runs.
+-- futex wait of a waiter outside nginx): it ends a wait of us > 0 at
+-- once, as a wait no release cut short (SHMLOCK_TIMEOUT), and moves the
+-- clock by its length.  Everything else is the real library: the zone's
+-- own clock still expires keys (hold them with a long exptime), Redis
+-- still runs.  fake_clock.new { lib = stand_in } forwards the other C
+-- calls to stand_in (one that injects errors, say) instead.
 --
--- fake_clock.new { lib = stand_in } forwards the other C calls to
--- stand_in instead of the library.  fake_clock.new { real = true } keeps the real clock and waits, and
--- records each futex wait (and each clock.sleep, a Redis lock's wait) in
--- fc.waits: { from = us, to = us, woken =
--- whether a release ended it (not its timeout) }, read on the clock just
--- before and after it (so each lies inside the lock call that
--- made it, and they add up to less than its elapsed).
+-- fake_clock.new { real = true } keeps the real clock and waits, and
+-- records each futex wait (and each clock.sleep: a Redis lock's wait) in
+-- fc.waits: { from = us, to = us, woken = whether a release ended it, not
+-- its timeout }, read on the clock just before and after it: so each lies
+-- inside the lock call that made it, whose elapsed is at least the span
+-- from the first one's start to the last one's end.
 --
 -- The modules are loaded with the stand-ins in package.loaded, then
 -- package.loaded is put back as it was: the rest of the spec file keeps
@@ -30,7 +31,7 @@
 -- loaded only once per process; they are shared, not reloaded (none of
 -- them reads the clock).
 
-local real = require "resty.shmlock.lib"
+local lib = require "resty.shmlock.lib"
 
 local floor = math.floor
 
@@ -55,9 +56,7 @@ local _M = {}
 -- syntax: fc = fake_clock.new(opts?)
 -- fc.us: the time (starts at the real clock's); fc.sleeps: every sleep
 function _M.new(opts)
-    -- opts.lib: the library to call instead of the real one (a stand-in
-    -- that injects errors, say); waits still go as said above
-    local real = opts and opts.lib or real
+    local real = opts and opts.lib or lib
     local fc = setmetatable({ us = tonumber(real.shmlock_now_us()),
                               sleeps = {}, waits = {} }, fc_mt)
     local TIMEOUT = real.SHMLOCK_TIMEOUT
@@ -124,7 +123,7 @@ function fc_mt:require(name)
             loaded[k] = nil
         end
     end
-    saved["resty.shmlock.lib"] = real
+    saved["resty.shmlock.lib"] = lib
     loaded["resty.shmlock.lib"] = self.lib
     loaded["resty.shmlock.internal.clock"] = self.clock
     local ok, mod = pcall(require, name)
@@ -136,6 +135,7 @@ function fc_mt:require(name)
     for k, v in pairs(saved) do
         loaded[k] = v
     end
+    assert(loaded["resty.shmlock.lib"] == lib, "package.loaded not restored")
     assert(ok, mod)
     return mod
 end
