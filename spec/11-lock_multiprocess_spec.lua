@@ -165,7 +165,7 @@ describe("resty.shmlock across processes", function()
         -- their timeout (the waiter counts the waits a release ended)
         local proc = env.worker("pingpong", { zone = dict.name, dir = dir,
                                               rounds = rounds, step = 0.2,
-                                              max_step = 0.5 })
+                                              max_step = 0.5, record = 1 })
         assert(dict:set("go", true))
         local lock = resty_lock:new(dict)
         local lat = {}
