@@ -1,14 +1,17 @@
 -- resty.shmlock between real processes (spec/helpers/lock_worker.lua):
 -- mutual exclusion, dead holders, wake-up on release, fairness.
 --
--- The figures measured are printed (handoff latency, worst waits); the
--- assertions are loose on purpose: they must hold on a loaded CI machine.
+-- The figures measured are printed (handoff latency, worst waits); what
+-- is asserted is what lateness cannot change: which waits a release ended
+-- and how many, the order of events (helpers.fake_clock records the
+-- waits), counts.
 
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
 local env = require "helpers.lock_env"
 local fixture = require "helpers.fixture"
+local fake_clock = require "helpers.fake_clock"
 
 local function report(fmt, ...)
     io.stderr:write("\n    ", fmt:format(...), "\n")
@@ -99,42 +102,70 @@ describe("resty.shmlock across processes", function()
             assert.equal(0, env.kill(pid, 9))
             env.sleep(0.05)     -- dead, not reaped yet: a zombie
 
-            local lock = resty_lock:new(dict, { exptime = 30 })
+            -- at the first look: not one sleep, so 0 s on a clock that
+            -- only the sleeps move
+            local fc = fake_clock.new()
+            local lock = fc:require("resty.shmlock"):new(dict,
+                                                        { exptime = 30 })
             local t0 = env.now()
             local elapsed, err = lock:lock("lock")
             local dt = env.now() - t0
             assert.is_nil(err)
-            assert.is_true(dt < 0.1, "took " .. dt)
-            assert.is_true(elapsed < 0.1)
+            assert.equal(0, elapsed)
+            assert.same({}, fc.sleeps)
             assert.equal(1, lock:unlock())
             proc:close()
             report("dead holder's lock taken in %.2f ms", dt * 1000)
         end)
 
-        it("gives its key to a waiter well under a second", function()
+        -- a waiter looks at the holder's process after every wait that
+        -- no release ended (each at most 0.1 s): so it takes the key after
+        -- at most one wait begun once the holder is dead
+        it("gives its key to a waiter after the wait under way", function()
             local proc, pid = start_holder()
             local waiter = env.worker("wait", { zone = dict.name, dir = dir,
-                                                timeout = 5 })
-            env.sleep(0.3)      -- the waiter sleeps in its backoff by now
+                                                timeout = 20 })
+            -- the waiter has slept and looked again: it marked the key
+            assert.truthy(env.wait_for(function()
+                return dict:get("lock"):find("|", 1, true)
+            end, 10), "the waiter never marked the key")
             local killed = env.now_us()
             assert.equal(0, env.kill(pid, 9))
+            -- dead (a zombie) from here on
+            local dead = env.wait_for(function()
+                local f = io.open("/proc/" .. pid .. "/stat")
+                local stat = f and f:read("*a") or ""
+                if f then
+                    f:close()
+                end
+                return stat:match("^%d+ %b() Z") and env.now_us()
+            end, 10)
+            assert.is_number(dead)
 
             local r = assert(env.parse(waiter:read("*l")))
             waiter:close()
             proc:close()
+            local after = 0
+            for from in tostring(r.froms):gmatch("%d+") do
+                if tonumber(from) > dead then
+                    after = after + 1
+                end
+            end
+            assert.is_true(after <= 1, after .. " waits begun after the "
+                                       .. "holder's death")
             local dt = (r.got_us - killed) / 1e6
-            assert.is_true(dt < 0.5, "took " .. dt)
             report("dead holder noticed by a waiter in %.1f ms", dt * 1000)
         end)
     end)
 
-    it("wakes a waiter on release: handoff within a few ms", function()
+    it("wakes a waiter on release", function()
         local rounds = 200
-        -- the waiter's backoff step is 0.2 s: only a wake-up on release
-        -- can make the handoff fast
+        -- the waiter's waits are long (a step of 0.2 s, cut to the 0.1 s
+        -- between looks at the holder): the release must end them, not
+        -- their timeout (the waiter counts the waits a release ended)
         local proc = env.worker("pingpong", { zone = dict.name, dir = dir,
                                               rounds = rounds, step = 0.2,
-                                              max_step = 0.5 })
+                                              max_step = 0.5, record = 1 })
         assert(dict:set("go", true))
         local lock = resty_lock:new(dict)
         local lat = {}
@@ -143,7 +174,10 @@ describe("resty.shmlock across processes", function()
             -- its unlock: a short wait here is fine
             assert.is_number((lock:lock("lock")))
             assert(dict:set("round", i))
-            env.sleep(0.002)    -- the waiter is asleep on the lock now
+            -- the waiter is counted on the key's wait word: in its wait
+            assert.truthy(env.wait_for(function()
+                return resty_lock.inspect(dict, "lock").waiters > 0
+            end, 10), "round " .. i .. ": the waiter never waited")
             local released = env.now_us()
             assert.equal(1, lock:unlock())
             local got = env.wait_for(function()
@@ -159,10 +193,14 @@ describe("resty.shmlock across processes", function()
         table.sort(lat)
         local p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
         report("handoff latency (release -> waiter holds it): "
-               .. "median %.3f ms, p99 %.3f ms, max %.3f ms",
-               p50, p99, lat[rounds])
-        assert.is_true(p50 < 5, "median " .. p50 .. " ms")
-        assert.is_true(p99 < 50, "p99 " .. p99 .. " ms")
+               .. "median %.3f ms, p99 %.3f ms, max %.3f ms; "
+               .. "%d of %d waits ended by a release",
+               p50, p99, lat[rounds], r.woken, r.waits)
+        -- no wake-up on release: none would be (nothing else moves the
+        -- key's wait word); a round may miss only if its wait ran out
+        -- (0.1 s) between our look at the count and the release
+        assert.is_true(r.woken >= rounds / 2, r.woken .. " of " .. rounds
+                                              .. " rounds woken")
     end)
 
     it("reports the measured wait as elapsed outside nginx", function()
@@ -170,14 +208,21 @@ describe("resty.shmlock across processes", function()
                                           secs = 0.1 })
         assert(dict:set("go", true))
         assert(env.wait_for(function() return dict:get("pid") end))
-        local lock = resty_lock:new(dict)
-        local t0 = env.now()
+        -- elapsed is the time measured inside lock(): at least its waits'
+        -- span (first start to last end), at most the call seen from here
+        local fc = fake_clock.new { real = true }
+        local lock = fc:require("resty.shmlock"):new(dict)
+        local t0 = env.now_us()
         local elapsed = lock:lock("lock")
-        local dt = env.now() - t0
+        local t1 = env.now_us()
+        local r = assert(env.parse(proc:read("*l")))
         proc:close()
-        assert.is_true(elapsed > 0.05 and elapsed < 0.115,
+        assert.is_true(t1 >= r.released_us)
+        local waits = fc.waits
+        assert.is_true(#waits > 0, "no wait")
+        assert.is_true(elapsed * 1e6 >= waits[#waits].to - waits[1].from,
                        "elapsed " .. elapsed)
-        assert.is_true(math.abs(elapsed - dt) < 0.002)
+        assert.is_true(elapsed * 1e6 <= t1 - t0, "elapsed " .. elapsed)
         assert.equal(1, lock:unlock())
     end)
 

@@ -7,6 +7,7 @@ local env = require "helpers.lock_env"
 local fixture = require "helpers.fixture"
 local children = require "helpers.children"
 local forks = require "harness.proc"
+local fake_clock = require "helpers.fake_clock"
 
 -- the error f() raised; it must point at this file (the caller's line)
 local function raised(f)
@@ -37,22 +38,30 @@ describe("lock:lock(key, timeout)", function()
         return proc
     end
 
+    -- a lock on a clock that only its sleeps move (helpers.fake_clock):
+    -- how long it waits is then exact whatever the load
+    local function faked(opts)
+        local fc = fake_clock.new()
+        return assert(fc:require("resty.shmlock"):new(dict, opts)), fc
+    end
+
     it("overrides the object's timeout for one call, against a holder in "
        .. "another process", function()
         local proc = holder(1.5)
         local lock = assert(resty_lock:new(dict, { timeout = 5 }))
 
         -- 0: no wait at all
-        local t0 = env.now()
-        assert.same({ nil, "timeout" }, { lock:lock("lock", 0) })
-        local dt = env.now() - t0
-        assert.is_true(dt < 0.04, "timeout 0 waited " .. dt)
+        local flock, fc = faked { timeout = 5 }
+        assert.same({ nil, "timeout" }, { flock:lock("lock", 0) })
+        assert.same({}, fc.sleeps)
 
-        -- 0.05: times out near 0.05, not near the object's 5
-        t0 = env.now()
+        -- 0.05: times out after 0.05 s of steps, not the object's 5
+        local t0 = env.now()
         assert.same({ nil, "timeout" }, { lock:lock("lock", 0.05) })
-        dt = env.now() - t0
-        assert.is_true(dt >= 0.05 and dt < 1, "timeout 0.05 waited " .. dt)
+        local dt = env.now() - t0
+        assert.is_true(dt >= 0.05, "timeout 0.05 waited " .. dt)
+        assert.same({ nil, "timeout" }, { flock:lock("lock", 0.05) })
+        assert.same({ 0.001, 0.002, 0.004, 0.008, 0.016, 0.019 }, fc.sleeps)
 
         -- a longer one gets the key when the holder lets go
         local elapsed, err = lock:lock("lock", 10)
@@ -74,7 +83,10 @@ describe("lock:lock(key, timeout)", function()
         local t0 = env.now()
         assert.same({ nil, "timeout" }, { lock:lock("k", nil) })
         local dt = env.now() - t0
-        assert.is_true(dt >= 0.05 and dt < 1, "waited " .. dt)
+        assert.is_true(dt >= 0.05, "waited " .. dt)
+        local flock, fc = faked { timeout = 0.05 }
+        assert.same({ nil, "timeout" }, { flock:lock("k", nil) })
+        assert.same({ 0.001, 0.002, 0.004, 0.008, 0.016, 0.019 }, fc.sleeps)
         assert.equal(1, other:unlock())
         assert.equal(0, lock:lock("k", nil))
     end)
@@ -86,7 +98,16 @@ describe("lock:lock(key, timeout)", function()
         local t0 = env.now()
         assert.same({ nil, "timeout" }, { lock:lock("k", 60) })
         local dt = env.now() - t0
-        assert.is_true(dt >= 0.05 and dt < 1, "waited " .. dt)
+        assert.is_true(dt >= 0.05, "waited " .. dt)
+        local flock, fc = faked { exptime = 0.05 }
+        assert.same({ nil, "timeout" }, { flock:lock("k", 60) })
+        assert.same({ 0.001, 0.002, 0.004, 0.008, 0.016, 0.019 }, fc.sleeps)
+
+        -- exptime 0 (never expires) does not cut the timeout: the waiter
+        -- sleeps its steps up to it (resty.lock would give up at once)
+        local never, fc0 = faked { exptime = 0 }
+        assert.same({ nil, "timeout" }, { never:lock("k", 0.05) })
+        assert.same({ 0.001, 0.002, 0.004, 0.008, 0.016, 0.019 }, fc0.sleeps)
         assert.equal(1, other:unlock())
     end)
 

@@ -4,6 +4,7 @@
 local checkout = require "helpers.checkout"
 local server_helper = require "helpers.redis_server"
 local resty_mock = require "helpers.redis_resty_mock"
+local fake_clock = require "helpers.fake_clock"
 local socket = require "socket"
 
 local now, sleep = socket.gettime, socket.sleep
@@ -33,6 +34,13 @@ local function eventually(cond, within)
         sleep(0.01)
     end
     return true
+end
+
+-- the Redis lock module on a clock that only its sleeps move
+-- (helpers.fake_clock): how long it waits is then exact whatever the load
+local function faked(opts)
+    local fc = fake_clock.new(opts)
+    return fc:require("resty.shmlock.redis"), fc
 end
 
 local function commandstats()
@@ -185,15 +193,24 @@ describe("resty.shmlock.redis", function()
         it("waits for the holder and returns the measured elapsed time",
            function()
             local holder = redis_lock.new(raw, { exptime = 0.2 })
+            local t_lock = now()
             assert.equal(0, holder:lock("w"))
-            local waiter = redis_lock.new(client(), { timeout = 2 })
+            -- elapsed is measured: at least its sleeps' span (first start
+            -- to last end), at most the call seen from here
+            local mod, fc = faked { real = true }
+            local waiter = mod.new(client(), { timeout = 2 })
             local t0 = now()
             local elapsed, err, fence = waiter:lock("w")
-            local took = now() - t0
+            local t1 = now()
             assert.is_nil(err)
             assert.equal(2, fence)
-            assert.is_true(elapsed >= 0.15 and elapsed < 0.8, elapsed)
-            assert.is_true(math.abs(took - elapsed) < 0.05)
+            -- not before the holder's lock expired (Redis counts ms)
+            assert.is_true(t1 - t_lock >= 0.199, t1 - t_lock)
+            local waits = fc.waits
+            assert.is_true(#waits > 0)
+            assert.is_true(elapsed * 1e6 >= waits[#waits].to - waits[1].from,
+                           elapsed)
+            assert.is_true(elapsed <= t1 - t0, elapsed)
             assert.equal(1, waiter:unlock())
         end)
 
@@ -208,7 +225,20 @@ describe("resty.shmlock.redis", function()
             local t0 = now()
             assert.same({ nil, "timeout" }, { waiter:lock("t") })
             local took = now() - t0
-            assert.is_true(took >= 0.29 and took < 0.4, took)
+            assert.is_true(took >= 0.29, took)
+            -- the sleeps stop at the deadline: each >= 1 ms, the last one
+            -- at most what was left, so they add up to 0.3 s less at most
+            -- 1 ms (less than that left ends the wait)
+            local mod, fc = faked()
+            waiter = mod.new(client(), { timeout = 0.3, step = 0.25,
+                                         max_step = 10 })
+            assert.same({ nil, "timeout" }, { waiter:lock("t") })
+            assert.is_true(#fc.sleeps >= 2, #fc.sleeps .. " sleeps")
+            for _, s in ipairs(fc.sleeps) do
+                assert.is_true(s >= 0.001, s)
+            end
+            assert.is_true(fc:slept() <= 0.3 + 1e-9
+                           and fc:slept() > 0.299 - 1e-9, fc:slept())
             assert.equal(1, holder:unlock())
         end)
 
@@ -224,11 +254,19 @@ describe("resty.shmlock.redis", function()
                 local t0 = now()
                 assert.same({ nil, "timeout" }, { waiter:lock("spin") })
                 local took = now() - t0
-                assert.is_true(took >= 0.29 and took < 0.4, took)
+                assert.is_true(took >= 0.29, took)
                 -- a first attempt and one per sleep of >= 1 ms
                 local tries = commandstats().cmdstat_evalsha
                 assert.is_true(tries <= 302, tries .. " tries in " .. took
                                              .. " s")
+                -- each sleep >= 1 ms, on a clock only they move
+                local mod, fc = faked()
+                assert.same({ nil, "timeout" },
+                            { mod.new(client(), opts):lock("spin") })
+                assert.is_true(#fc.sleeps <= 300, #fc.sleeps .. " sleeps")
+                for _, s in ipairs(fc.sleeps) do
+                    assert.is_true(s >= 0.001, s)
+                end
             end
             assert.equal(1, holder:unlock())
         end)
@@ -236,10 +274,12 @@ describe("resty.shmlock.redis", function()
         it("with timeout 0 tries once", function()
             local holder = redis_lock.new(raw)
             assert.equal(0, holder:lock("t0"))
-            local waiter = redis_lock.new(client(), { timeout = 0 })
-            local t0 = now()
+            local mod, fc = faked()
+            local waiter = mod.new(client(), { timeout = 0 })
+            raw:config("resetstat")
             assert.same({ nil, "timeout" }, { waiter:lock("t0") })
-            assert.is_true(now() - t0 < 0.05)
+            assert.same({}, fc.sleeps)
+            assert.equal(1, commandstats().cmdstat_evalsha)
             assert.equal(1, holder:unlock())
         end)
 
@@ -248,16 +288,19 @@ describe("resty.shmlock.redis", function()
             local holder = redis_lock.new(raw, { exptime = 0.6 })
             assert.equal(0, holder:lock("pc"))
             local waiter = redis_lock.new(client(), { timeout = 5 })
+            local mod, fc = faked()
+            local fwaiter = mod.new(client(), { timeout = 5 })
             -- 0: one try, no wait
+            assert.same({ nil, "timeout" }, { fwaiter:lock("pc", 0) })
+            assert.same({}, fc.sleeps)
+            -- 0.05: sleeps of 0.049 to 0.05 s, not the object's 5
             local t0 = now()
-            assert.same({ nil, "timeout" }, { waiter:lock("pc", 0) })
-            local took = now() - t0
-            assert.is_true(took < 0.05, took)
-            -- 0.05: near 0.05, not the object's 5
-            t0 = now()
             assert.same({ nil, "timeout" }, { waiter:lock("pc", 0.05) })
-            took = now() - t0
-            assert.is_true(took >= 0.045 and took < 0.5, took)
+            local took = now() - t0
+            assert.is_true(took >= 0.045, took)
+            assert.same({ nil, "timeout" }, { fwaiter:lock("pc", 0.05) })
+            assert.is_true(fc:slept() <= 0.05 + 1e-9
+                           and fc:slept() > 0.049 - 1e-9, fc:slept())
             -- a longer one gets the key when the holder's lock goes
             local elapsed, err, fence = waiter:lock("pc", 3)
             assert.is_nil(err)
@@ -269,11 +312,11 @@ describe("resty.shmlock.redis", function()
             -- lock that never expires): then the waiter waits its timeout
             -- (resty.lock would give up at once)
             assert.equal(0, redis_lock.new(raw):lock("pc2"))
-            local never = redis_lock.new(client(), { exptime = 0 })
-            t0 = now()
-            assert.same({ nil, "timeout" }, { never:lock("pc2", 0.2) })
-            took = now() - t0
-            assert.is_true(took >= 0.19, took)
+            local never = mod.new(client(), { exptime = 0 })
+            fc.sleeps = {}
+            assert.same({ nil, "timeout" }, { never:lock("pc2", 0.05) })
+            assert.is_true(fc:slept() <= 0.05 + 1e-9
+                           and fc:slept() > 0.049 - 1e-9, fc:slept())
         end)
 
         it("lock(key, timeout) raises on a bad timeout, at the caller's line",
@@ -297,12 +340,12 @@ describe("resty.shmlock.redis", function()
         it("returns Redis's WRONGTYPE error at once for a key that is not a"
            .. " lock", function()
             raw:rpush("lock:{list}", "x")
-            local lock = redis_lock.new(raw, { timeout = 2 })
-            local t0 = now()
+            local mod, fc = faked()
+            local lock = mod.new(raw, { timeout = 2 })
             assert.same({ nil, "redis error: WRONGTYPE Operation against a key"
                                .. " holding the wrong kind of value" },
                         { lock:lock("list") })
-            assert.is_true(now() - t0 < 0.1)
+            assert.same({}, fc.sleeps)      -- at once
             assert.same({ nil, "redis error: WRONGTYPE Operation against a key"
                                .. " holding the wrong kind of value" },
                         { lock:trylock("list") })
@@ -339,10 +382,10 @@ describe("resty.shmlock.redis", function()
            .. " timeout", function()
             local holder = redis_lock.new(raw)
             assert.equal(0, holder:lock("try"))
-            local other = redis_lock.new(client(), { timeout = 5 })
-            local t0 = now()
+            local mod, fc = faked()
+            local other = mod.new(client(), { timeout = 5 })
             assert.same({ nil, "timeout" }, { other:trylock("try") })
-            assert.is_true(now() - t0 < 0.05)
+            assert.same({}, fc.sleeps)
             assert.equal(1, holder:unlock())
         end)
 

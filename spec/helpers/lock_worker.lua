@@ -16,10 +16,15 @@
 --             `secs` seconds (the parent may SIGKILL us) and unlock; prints
 --             the monotonic release time in us (released_us).
 --   wait      lock key (it is held), print the monotonic time in us at
---             which we got it (got_us) and the elapsed lock() returned.
+--             which we got it (got_us), the elapsed lock() returned, and
+--             when each of our futex waits began (froms: us, comma
+--             separated; helpers.fake_clock's record).
 --   pingpong  `rounds` times: wait until "round" is i, lock key (the parent
---             holds it and releases it a little later), store the time we
---             got it under "got<i>", unlock.
+--             holds it and releases it once we wait), store the time we
+--             got it under "got<i>", unlock.  Prints done; with record=1
+--             also woken and waits: how many of our futex waits a release
+--             ended (not their timeout), of how many (helpers.fake_clock's
+--             record).
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
@@ -68,6 +73,12 @@ while not dict:get("go") do
         fail("never told to go")
     end
     ffi.C.shmlock_lua_usleep(200)
+end
+
+-- the lock module over helpers.fake_clock's record of the real waits
+local function recorded()
+    package.path = "spec/?.lua;" .. package.path
+    return require("helpers.fake_clock").new { real = true }
 end
 
 local function spin(us)
@@ -144,17 +155,26 @@ elseif mode == "hold" then
     io.write(("released_us=%d\n"):format(t))
 
 elseif mode == "wait" then
-    local lock = resty_lock:new(dict, opts)
+    local fc = recorded()
+    local lock = fc:require("resty.shmlock"):new(dict, opts)
     local elapsed, e = lock:lock(key)
     local t = now_us()
     if not elapsed then
         fail("lock: " .. e)
     end
     lock:unlock()
-    io.write(("got_us=%d elapsed=%.6f\n"):format(t, elapsed))
+    local froms = {}
+    for i, w in ipairs(fc.waits) do
+        froms[i] = ("%d"):format(w.from)
+    end
+    io.write(("got_us=%d elapsed=%.6f froms=%s\n"):format(t, elapsed,
+             table.concat(froms, ",")))
 
 elseif mode == "pingpong" then
-    local lock = resty_lock:new(dict, opts)
+    -- record=1: the waits recorded (the benchmark's figures go without)
+    local fc = o.record and recorded() or { waits = {} }
+    local lock = (o.record and fc:require("resty.shmlock") or resty_lock)
+                 :new(dict, opts)
     for i = 1, o.rounds do
         -- bounded: a parent that failed never moves the round on
         local deadline = now_us() + 30 * 1000000
@@ -172,7 +192,14 @@ elseif mode == "pingpong" then
         dict:set("got" .. i, t)
         lock:unlock()
     end
-    io.write(("done=%d\n"):format(o.rounds))
+    local woken = 0
+    for _, w in ipairs(fc.waits) do
+        if w.woken then
+            woken = woken + 1
+        end
+    end
+    io.write(("done=%d woken=%d waits=%d\n"):format(o.rounds, woken,
+                                                    #fc.waits))
 
 else
     fail("unknown mode " .. tostring(mode))
