@@ -473,6 +473,10 @@ SHMLOCK_API void shmlock_test_mutex_unlock(shmlock_zone_t *zone);
  * which the zone's next call looks at its file (shm_watch.h). */
 SHMLOCK_API int64_t shmlock_test_coarse_ms(void);
 SHMLOCK_API int64_t shmlock_test_watch_at(shmlock_zone_t *zone);
+/* A shard's sequence word (seqlock.h): every call that takes the shard's
+ * mutex to change it moves the word on by 2, whatever it changed. */
+SHMLOCK_API uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone,
+    unsigned shard);
 #endif
 
 #endif /* SHMLOCK_H */

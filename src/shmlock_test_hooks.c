@@ -50,3 +50,11 @@ shmlock_test_watch_at(shmlock_zone_t *zone)
 {
     return __atomic_load_n(&zone->watch_at, __ATOMIC_RELAXED);
 }
+
+uint32_t
+shmlock_test_shard_seq(shmlock_zone_t *zone, unsigned shard)
+{
+    shard_t  *sh = &zone->shard[shard % zone->nshards];
+
+    return __atomic_load_n(&sh->hdr->seq, __ATOMIC_SEQ_CST);
+}

@@ -13,6 +13,7 @@ for _, decl in ipairs {
     "void shmlock_test_mutex_unlock(shmlock_zone_t *zone);",
     "int64_t shmlock_test_coarse_ms(void);",
     "int64_t shmlock_test_watch_at(shmlock_zone_t *zone);",
+    "uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone, unsigned shard);",
 } do
     pcall(ffi.cdef, decl)
 end
