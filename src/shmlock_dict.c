@@ -549,7 +549,7 @@ shmlock_lock_release(shmlock_zone_t *zone, const char *key, size_t key_len,
     hash = hash_bytes(key, key_len);
     rc = shmlock_dict_del(zone, key, key_len, hash, &v);
     if (rc == SHMLOCK_OK) {
-        wait_wake(zone, hash);
+        wait_wake(zone, hash, 0);
     }
     return rc;
 }
