@@ -1718,12 +1718,12 @@ test_processes(shmlock_zone_t *z)
         CHECK(h == shmlock_hash(KEY("w")));
         CHECK_RC(shmlock_wait_end(z, h, seq, 2000), SHMLOCK_TIMEOUT);
         seq = shmlock_wait_begin(z, h);
-        shmlock_wake_waiters(z, h);
+        shmlock_wake_waiters(z, h, 1);
         CHECK(wait_word(z, h) != seq);
         CHECK_RC(shmlock_wait_end(z, h, seq, 1000000), SHMLOCK_OK);
         /* nobody counted: a wake leaves the word alone */
         seq = wait_word(z, h);
-        shmlock_wake_waiters(z, h);
+        shmlock_wake_waiters(z, h, 1);
         CHECK(wait_word(z, h) == seq);
     }
     CHECK(shmlock_now_ms() > 0);

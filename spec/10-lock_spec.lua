@@ -618,6 +618,24 @@ describe("resty.shmlock", function()
             assert.same({}, fc.sleeps)      -- not one sleep
         end)
 
+        it("writes none of the shard's lines when the key is held", function()
+            -- a waiter's tries must not bounce the holder's shard: the
+            -- mutex and the sequence word (lock-free readers retry when
+            -- it moves) stay untouched, each try answered without them
+            local hooks = require "helpers.test_hooks"
+            local l1 = resty_lock:new(dict)
+            local l2 = resty_lock:new(dict)
+            assert.equal(0, l1:lock("k"))
+            local seq = hooks.shmlock_test_shard_seq(dict._zone, 0)
+            for _ = 1, 10 do
+                assert.same({ nil, "timeout" }, { l2:trylock("k") })
+            end
+            assert.equal(seq, hooks.shmlock_test_shard_seq(dict._zone, 0))
+            assert.equal(1, l1:unlock())
+            assert.equal(0, l2:trylock("k"))
+            assert.is_true(hooks.shmlock_test_shard_seq(dict._zone, 0) ~= seq)
+        end)
+
         it("returns 'locked' and 'nil key' as lock()", function()
             local lock = resty_lock:new(dict)
             assert.same({ nil, "nil key" }, { lock:trylock() })

@@ -54,6 +54,28 @@ describe("resty.shmlock across processes", function()
         dict = assert(shdict.open("mp" .. n, { dir = dir }))
     end)
 
+    it("wakes one sleeper per release, and the counter stays exact: "
+       .. "8 processes holding 1 ms", function()
+        -- the herd (every sleeper woken by each release, all but one to
+        -- find the key taken) is what wake-one removes; a lost wake-up
+        -- would show as a worker that never gets the key (its timeout)
+        local results = run(dict, dir, 8, "fair",
+                            { secs = 0.5, hold_us = 1000, timeout = 30,
+                              wakes = 1 })
+        local total, calls, woken = 0, 0, 0
+        for i = 1, 8 do
+            local r = results[i]
+            assert.is_true(r.done > 0)
+            assert.is_true(r.woken_max <= 1, "a release woke " .. r.woken_max)
+            total = total + r.done
+            calls = calls + r.wake_calls
+            woken = woken + r.woken
+        end
+        assert.equal(total, dict:get("counter"))
+        report("8 processes, hold 1 ms: %d acquisitions, %d releases woke "
+               .. "a sleeper, %d sleepers woken", total, calls, woken)
+    end)
+
     it("keeps a non-atomic counter exact: 4 processes x 5000 updates",
        function()
         local results = run(dict, dir, 4, "count", { n = 5000 })

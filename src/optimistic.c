@@ -151,3 +151,26 @@ optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     chunk_mark_read(sh, i);
     return SHMLOCK_OK;
 }
+
+int
+optimistic_live(shard_t *sh, const char *key, size_t klen, uint32_t hash,
+    int64_t now_ms)
+{
+    uint32_t  seq, i;
+    int64_t   expires;
+    int       ok, live = 0;
+
+    seq = seqlock_read_begin(&sh->hdr->seq);
+    if (seq & 1) {
+        return OPTIMISTIC_RETRY;
+    }
+    i = optimistic_lookup(sh, key, klen, hash, &ok);
+    if (!ok) {
+        return OPTIMISTIC_RETRY;
+    }
+    if (i != 0) {
+        expires = (int64_t) entry_at(sh, i)->expires;
+        live = expires == 0 || expires > now_ms;
+    }
+    return optimistic_valid(sh, seq) ? live : OPTIMISTIC_RETRY;
+}

@@ -22,4 +22,14 @@
 int optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size);
 
+/*
+ * Whether key holds a live (unexpired) value at now_ms: 1, 0 (absent or
+ * expired), or OPTIMISTIC_RETRY.  Writes nothing at all, not even the
+ * read mark: the lock's failed acquire asks it before it would take the
+ * mutex, so that a contended key costs its waiters no write to the
+ * shard's lines.
+ */
+int optimistic_live(shard_t *sh, const char *key, size_t klen, uint32_t hash,
+    int64_t now_ms);
+
 #endif /* OPTIMISTIC_H */

@@ -165,9 +165,9 @@ shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
 }
 
 void
-shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash)
+shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash, int all)
 {
-    wait_wake(zone, hash);
+    wait_wake(zone, hash, all);
 }
 
 volatile uint32_t *

@@ -78,7 +78,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
     SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
     SHMLOCK_GEN_WORDS = 1024,     /* generation words of a zone */
-    SHMLOCK_LAYOUT = 6,           /* the zone layout this build reads and
+    SHMLOCK_LAYOUT = 7,           /* the zone layout this build reads and
                                      makes (zone.h) */
     SHMLOCK_WATCH_MS = 100        /* a process looks whether a zone's file
                                      was removed at most this often, at its
@@ -373,11 +373,20 @@ SHMLOCK_API uint32_t shmlock_hash(const char *key, size_t len);
  * waiter is counted, so an uncontended release costs one load.  Either the
  * releaser sees the waiter counted, or the waiter's re-check sees the
  * release.  Spurious wake-ups are possible.
+ *
+ * all = 0 wakes one sleeper (a release: one waiter can take the key, the
+ * others would only wake to find it taken), or every sleeper when
+ * sleepers of another key share the word; all = 1 wakes every sleeper (a
+ * handoff to one given waiter).  A waiter woken (wait_end answered
+ * SHMLOCK_OK) that leaves without the key, its deadline passed, must call
+ * wake_waiters(all = 0) to pass the wake-up on; shmlock_lock_release
+ * wakes one.
  */
 SHMLOCK_API uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
 SHMLOCK_API int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash,
     uint32_t seq, int64_t timeout_us);
-SHMLOCK_API void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
+SHMLOCK_API void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash,
+    int all);
 /*
  * The waiters counted on the key's word at this moment, for inspection
  * only (keys whose hashes share a word count together; a waiter is counted
@@ -473,6 +482,15 @@ SHMLOCK_API void shmlock_test_mutex_unlock(shmlock_zone_t *zone);
  * which the zone's next call looks at its file (shm_watch.h). */
 SHMLOCK_API int64_t shmlock_test_coarse_ms(void);
 SHMLOCK_API int64_t shmlock_test_watch_at(shmlock_zone_t *zone);
+/* A shard's sequence word (seqlock.h): every call that takes the shard's
+ * mutex to change it moves the word on by 2, whatever it changed. */
+SHMLOCK_API uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone,
+    unsigned shard);
+/* The wake-ups of releases (shmlock_wake_waiters with all = 0, and
+ * shmlock_lock_release) this process made: out[0] the calls that woke
+ * someone, out[1] the sleepers woken, out[2] the most one call woke;
+ * reset = 1 zeroes them after reading. */
+SHMLOCK_API void shmlock_test_wakes(uint64_t out[3], int reset);
 #endif
 
 #endif /* SHMLOCK_H */

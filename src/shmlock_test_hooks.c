@@ -11,6 +11,7 @@
 #include "crash.h"
 #include "shard_lock.h"
 #include "sys.h"
+#include "wait.h"
 #include "zone.h"
 
 void
@@ -49,4 +50,39 @@ int64_t
 shmlock_test_watch_at(shmlock_zone_t *zone)
 {
     return __atomic_load_n(&zone->watch_at, __ATOMIC_RELAXED);
+}
+
+uint32_t
+shmlock_test_shard_seq(shmlock_zone_t *zone, unsigned shard)
+{
+    shard_t  *sh = &zone->shard[shard % zone->nshards];
+
+    return __atomic_load_n(&sh->hdr->seq, __ATOMIC_SEQ_CST);
+}
+
+static uint64_t  wakes[3];
+
+void
+wait_test_woken(uint32_t n)
+{
+    if (n > 0) {
+        __atomic_add_fetch(&wakes[0], 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&wakes[1], n, __ATOMIC_RELAXED);
+        if (n > wakes[2]) {
+            wakes[2] = n;
+        }
+    }
+}
+
+void
+shmlock_test_wakes(uint64_t out[3], int reset)
+{
+    int  i;
+
+    for (i = 0; i < 3; i++) {
+        out[i] = __atomic_load_n(&wakes[i], __ATOMIC_RELAXED);
+        if (reset) {
+            wakes[i] = 0;
+        }
+    }
 }

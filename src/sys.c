@@ -187,10 +187,12 @@ sys_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_us)
     return errno;
 }
 
-void
+int
 sys_futex_wake(uint32_t *word, int n)
 {
-    syscall(SYS_futex, word, FUTEX_WAKE, n, NULL, NULL, 0);
+    long  r = syscall(SYS_futex, word, FUTEX_WAKE, n, NULL, NULL, 0);
+
+    return r > 0 ? (int) r : 0;
 }
 
 /* Reads /proc/<pid>/stat: state letter and start time (field 22). */

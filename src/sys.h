@@ -63,7 +63,8 @@ int sys_ncpu(void);
 
 /* Shared (not process-private) futex on a word in a MAP_SHARED mapping. */
 int sys_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_us);
-void sys_futex_wake(uint32_t *word, int n);
+/* Wakes at most n sleepers; returns how many it woke. */
+int sys_futex_wake(uint32_t *word, int n);
 
 /*
  * 1 if process pid runs and, when start != 0, started at `start` (compared

@@ -61,7 +61,8 @@
  *
  *   head (list) --list.first--> element --hnext--> element --hnext--> 0
  *
- * Layout 6: lists.
+ * Layout 6: lists.  Layout 7: a wait word's sleeper count tags its key
+ * (wait.h), so that a release wakes one sleeper.
  *
  * The header starts with a magic string, the layout version and the size,
  * so a foreign, older or truncated file is refused rather than trusted;

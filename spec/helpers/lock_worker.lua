@@ -10,6 +10,8 @@
 --   count     n times: lock key, counter = counter + 1 (get, then set),
 --             unlock.  Prints done, max_wait (s).  With keys=K, iteration
 --             i takes key ":" j and counter "counter:" j, j = i % K.
+--             With wakes=1 (the test build), also the wake-ups of our
+--             releases: wake_calls, woken, woken_max (shmlock_test_wakes).
 --   fair      for `secs` seconds: lock key, hold `hold_us` microseconds
 --             (busy), unlock, rest `rest_us`.  Prints done, max_wait, p99.
 --   hold      lock key (exptime), store our pid under "pid", then hold it
@@ -81,6 +83,19 @@ local function recorded()
     return require("helpers.fake_clock").new { real = true }
 end
 
+-- with wakes=1 (the test build): the wake-ups of our releases, as
+-- " wake_calls=.. woken=.. woken_max=.." (shmlock_test_wakes); else ""
+local function wakes()
+    if not o.wakes then
+        return ""
+    end
+    local w = ffi.new("uint64_t[3]")
+    package.path = "spec/?.lua;" .. package.path    -- from the checkout
+    require("helpers.test_hooks").shmlock_test_wakes(w, 0)
+    return (" wake_calls=%d woken=%d woken_max=%d"):format(
+        tonumber(w[0]), tonumber(w[1]), tonumber(w[2]))
+end
+
 local function spin(us)
     local t = now_us() + us
     while now_us() < t do end
@@ -111,7 +126,8 @@ if mode == "count" then
             fail("unlock: " .. e2)
         end
     end
-    io.write(("done=%d max_wait=%.6f\n"):format(o.n, max_wait / 1e6))
+    io.write(("done=%d max_wait=%.6f%s\n"):format(o.n, max_wait / 1e6,
+                                                   wakes()))
 
 elseif mode == "fair" then
     local waits = {}
@@ -138,9 +154,9 @@ elseif mode == "fair" then
         end
     end
     table.sort(waits)
-    io.write(("done=%d max_wait=%.6f p99=%.6f p50=%.6f\n"):format(done,
+    io.write(("done=%d max_wait=%.6f p99=%.6f p50=%.6f%s\n"):format(done,
              waits[done] / 1e6, waits[math.ceil(done * 0.99)] / 1e6,
-             waits[math.ceil(done * 0.5)] / 1e6))
+             waits[math.ceil(done * 0.5)] / 1e6, wakes()))
 
 elseif mode == "hold" then
     local lock = resty_lock:new(dict, opts)

@@ -13,6 +13,8 @@ for _, decl in ipairs {
     "void shmlock_test_mutex_unlock(shmlock_zone_t *zone);",
     "int64_t shmlock_test_coarse_ms(void);",
     "int64_t shmlock_test_watch_at(shmlock_zone_t *zone);",
+    "uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone, unsigned shard);",
+    "void shmlock_test_wakes(uint64_t out[3], int reset);",
 } do
     pcall(ffi.cdef, decl)
 end

@@ -68,7 +68,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,
     SHMLOCK_MIN_SIZE = 32768,
     SHMLOCK_GEN_WORDS = 1024,
-    SHMLOCK_LAYOUT = 6,
+    SHMLOCK_LAYOUT = 7,
     SHMLOCK_WATCH_MS = 100
 };
 
@@ -184,7 +184,7 @@ uint32_t shmlock_hash(const char *key, size_t len);
 uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
 int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
     int64_t timeout_us);
-void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash);
+void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash, int all);
 uint32_t shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash);
 
 int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,

@@ -61,6 +61,13 @@
 -- looks at the key (shmlock_wait_begin), so a release in between cuts the
 -- sleep short; a release bumps the word only when a waiter is counted
 -- (shmlock_wake_waiters), so an uncontended unlock makes no atomic write.
+-- A release wakes one sleeper, not the herd (only one can take the key:
+-- the others would wake to find it taken, and sleep again); a handoff
+-- wakes them all, so that the starver it is for is among them.  A waiter
+-- woken that leaves without the key (its deadline, stop(), an error)
+-- passes the wake-up on to the next sleeper, so that none is lost while
+-- the key is free; one lost all the same (a woken waiter killed before it
+-- looked) costs the others at most CHECK_EVERY_US.
 --
 -- Dead holders.  A waiter that finds a holder token whose process is gone
 -- takes the key at once (cas from the dead token), or hands it to a live
@@ -186,8 +193,10 @@ local function cas(zone, key, klen, from, to, exp_ms)
 end
 
 
-local function wake(zone, key, klen)
-    C.shmlock_wake_waiters(zone, C.shmlock_hash(key, klen))
+-- all: a handoff, which must reach the one waiter it is for; else one
+-- sleeper is woken (see "Waking")
+local function wake(zone, key, klen, all)
+    C.shmlock_wake_waiters(zone, C.shmlock_hash(key, klen), all and 1 or 0)
 end
 
 
@@ -242,10 +251,11 @@ local function hand_off(zone, key, klen, tok)
         if holder ~= tok then
             return 1, "expired"
         end
-        local rc
+        local rc, to
         if starver and waiting(till) and not _M.gone(starver)
            and token.alive(starver)
         then
+            to = starver
             rc = cas(zone, key, klen, v, starver, s_exp)
         else
             -- the mark was withdrawn, or is stale: a plain release
@@ -254,7 +264,7 @@ local function hand_off(zone, key, klen, tok)
             rc = C.shmlock_dict_cad(zone, key, klen, old)
         end
         if rc == OK then
-            wake(zone, key, klen)
+            wake(zone, key, klen, to)
             return 1
         end
         if rc == NOT_FOUND then
@@ -345,7 +355,7 @@ local function take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
     if cas(zone, key, klen, v, to, exp_ms) ~= OK then
         return BUSY
     end
-    wake(zone, key, klen)
+    wake(zone, key, klen, to ~= tok)
     if type(key) ~= "string" then
         key = ffi_str(key, klen)
     end
@@ -508,6 +518,7 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
     local till = floor(deadline / 1000)
     local marked = false
     local check = true
+    local woken = false
 
     while true do
         -- counted as a waiter before looking: see shmlock_wait_begin
@@ -524,6 +535,9 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         if got == FAILED then
             -- a mark of ours goes stale at our deadline: see "Giving up"
             C.shmlock_wait_end(zone, hash, seq, 0)
+            if woken then
+                C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
+            end
             return nil, err
         end
         if got == MARKED then
@@ -534,6 +548,9 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         local stopped = stop and stop()
         if stopped or now >= deadline then
             C.shmlock_wait_end(zone, hash, seq, 0)
+            if woken then
+                C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
+            end
             if stopped then
                 if marked and withdraw(zone, key, klen, tok) then
                     return (now_us() - start) / 1000000
@@ -550,6 +567,7 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
                             CHECK_EVERY_US))
         check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
+        woken = not check
         step = next_step(step, ratio, max_step)
     end
 end

@@ -1,0 +1,135 @@
+-- (9) Contended: NPROC plain LuaJIT processes (32) on one key for DURATION
+-- seconds (3 s; 1 s with BENCH_QUICK=1).  Each loops: lock, hold HOLD
+-- (busy), unlock, work THINK outside the lock.  Per variant: acquisitions
+-- per second (all processes), CPU time per acquisition (user + system,
+-- getrusage of each process) and voluntary context switches per
+-- acquisition (ru_nvcsw: sleeps), each the median of REPS runs with its
+-- range.  A release that wakes every sleeper shows as context switches
+-- and CPU per acquisition; one that wakes one, as neither.
+--
+--   shmlock   resty.shmlock (a release wakes one sleeper)
+--   flock     flock(2)
+
+local ffi = require "ffi"
+local bench = require "bench"
+local shdict = require "resty.shmlock.shdict"
+local resty_lock = require "resty.shmlock"
+local flock_lock = require "flock_lock"
+
+pcall(ffi.cdef, [[
+struct shmlock_bench_rusage {
+    long  utime_s, utime_us, stime_s, stime_us;
+    long  maxrss, ixrss, idrss, isrss, minflt, majflt, nswap, inblock,
+          oublock, msgsnd, msgrcv, nsignals, nvcsw, nivcsw;
+};
+int getrusage(int who, struct shmlock_bench_rusage *usage);
+]])
+
+local SECTION = "contended"
+local KEY = "bench-contended"
+local NPROC = tonumber(os.getenv("BENCH_CONTENDED_PROCS") or "") or 32
+local DURATION = tonumber(os.getenv("BENCH_CONTENDED_SECONDS") or "")
+                 or (bench.quick and 1 or 3)
+local REPS = bench.quick and 1 or 3
+local HOLD_NS = 20e3
+local THINK_NS = 20e3
+
+local dir = os.getenv("SHMLOCK_DIR") or "/tmp"
+local now_ns = bench.now_ns
+local spin_ns = bench.spin_ns
+
+-- shared words: [0] start time, then per process i: count, cpu ns, nvcsw
+local START = 0
+local w = bench.shared_words(8 + 3 * NPROC)
+
+local function usage()
+    local ru = ffi.new("struct shmlock_bench_rusage")
+    assert(ffi.C.getrusage(0, ru) == 0)
+    return (tonumber(ru.utime_s) + tonumber(ru.stime_s)) * 1e9
+           + (tonumber(ru.utime_us) + tonumber(ru.stime_us)) * 1e3,
+           tonumber(ru.nvcsw)
+end
+
+local function contender(i, make)
+    local lock, unlock = make()
+    local count = 0
+    local deadline = now_ns() + 30e9
+    while w[START] == 0 do
+        if now_ns() > deadline then error("no start signal") end
+    end
+    local start = tonumber(w[START])
+    while now_ns() < start do end
+    local cpu0, cs0 = usage()
+    local stop = start + DURATION * 1e9
+    while now_ns() < stop do
+        local ok, lerr = lock()
+        if not ok then error("lock failed: " .. tostring(lerr)) end
+        count = count + 1
+        spin_ns(HOLD_NS)
+        local uok, uerr = unlock()
+        if not uok then error("unlock failed: " .. tostring(uerr)) end
+        spin_ns(THINK_NS)
+    end
+    local cpu1, cs1 = usage()
+    w[8 + 3 * i] = count
+    w[8 + 3 * i + 1] = cpu1 - cpu0
+    w[8 + 3 * i + 2] = cs1 - cs0
+end
+
+-- one run: acquisitions per second, CPU us and context switches per
+-- acquisition
+local function once(make)
+    w[START] = 0
+    local pids = {}
+    for i = 0, NPROC - 1 do
+        pids[#pids + 1] = bench.spawn(contender, i, make)
+    end
+    w[START] = now_ns() + 0.5e9       -- every child is up by then
+    bench.wait_all(pids)
+    local count, cpu, cs = 0, 0, 0
+    for i = 0, NPROC - 1 do
+        count = count + tonumber(w[8 + 3 * i])
+        cpu = cpu + tonumber(w[8 + 3 * i + 1])
+        cs = cs + tonumber(w[8 + 3 * i + 2])
+    end
+    return count / DURATION, cpu / 1e3 / count, cs / count
+end
+
+local function run(variant, make)
+    local rates, cpus, css = {}, {}, {}
+    for r = 1, REPS do
+        rates[r], cpus[r], css[r] = once(make)
+    end
+    local note = NPROC .. " processes, " .. DURATION .. " s, hold "
+                 .. HOLD_NS / 1e3 .. " us, think " .. THINK_NS / 1e3 .. " us"
+    local med, lo, hi = bench.summary(rates)
+    bench.result(SECTION, variant .. "_rate", "acq/s", med, lo, hi, REPS,
+                 note)
+    med, lo, hi = bench.summary(cpus)
+    bench.result(SECTION, variant .. "_cpu", "us/acq", med, lo, hi, REPS,
+                 note)
+    med, lo, hi = bench.summary(css)
+    bench.result(SECTION, variant .. "_csw", "csw/acq", med, lo, hi, REPS,
+                 note)
+end
+
+bench.log("(9) contended: %d processes on one key, %g s x %d; acquisitions"
+          .. "/s, CPU and voluntary context switches per acquisition",
+          NPROC, DURATION, REPS)
+
+assert(shdict.open("bench_contended", { size = "1m" }))
+
+run("shmlock", function()
+    local l = assert(resty_lock:new("bench_contended", { timeout = 60,
+                                                          exptime = 60 }))
+    return function() return l:lock(KEY) end,
+           function() return l:unlock() end
+end)
+
+run("flock", function()
+    local l = flock_lock.new(dir .. "/bench-contended.lock")
+    return function() return l:lock() end,
+           function() return l:unlock() end
+end)
+
+shdict.destroy("bench_contended")
