@@ -64,7 +64,7 @@ INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
-        test-nginx test-asan test-valgrind test-install test-luarocks check-layers lint
+        test-nginx test-asan test-valgrind test-every-lua test-install test-luarocks check-layers lint
 
 # `make` builds both libraries: the specs run against the test build, and
 # must not find one older than the sources.  `make lib`: the library alone.
@@ -158,11 +158,26 @@ test:
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory test-lua
+	$(MAKE) --no-print-directory test-every-lua
 	$(MAKE) --no-print-directory test-nginx
 	$(MAKE) --no-print-directory test-install
 	$(MAKE) --no-print-directory test-luarocks
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-valgrind
+
+# Every Lua (docs/every-lua.md): spec/60 (run by test-lua too) starts
+# lua5.1 ... lua5.4 and LuaJIT on the modules and on one zone at once; then
+# every dictionary method under each PUC Lua through its C module, under
+# valgrind (the C API binding's memory: any error fails).
+test-every-lua: all
+	scripts/busted.sh spec/60-every_lua_spec.lua
+	@set -e; for v in $(LUA_VERSIONS); do \
+	    dir=$$(mktemp -d /tmp/shmlock-everylua.XXXXXX); \
+	    echo "valgrind lua$$v spec/every_lua/dict.lua"; \
+	    LUA_PATH='$(CURDIR)/lua/?.lua;;' $(VALGRIND) lua$$v \
+	        spec/every_lua/dict.lua "$$dir" || { rm -rf "$$dir"; exit 1; }; \
+	    rm -rf "$$dir"; \
+	done
 
 # luacheck (Debian's lua-check) over the Lua code, as .luacheckrc says
 # (bin/shmlock named itself: luacheck reads only *.lua in a directory).
