@@ -158,11 +158,11 @@ test:
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory test-lua
-	$(MAKE) --no-print-directory test-every-lua
 	$(MAKE) --no-print-directory test-nginx
 	$(MAKE) --no-print-directory test-install
 	$(MAKE) --no-print-directory test-luarocks
 	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory test-every-lua
 	$(MAKE) --no-print-directory test-valgrind
 
 # Every Lua (docs/every-lua.md): spec/60 (run by test-lua too) starts
