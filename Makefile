@@ -21,6 +21,20 @@ OBJS      = $(SRCS:src/%.c=build/%.o)
 TEST_LIB  = libshmlock-test.so
 TEST_OBJS = $(TEST_SRCS:src/%.c=build-test/%.o)
 
+# The C API binding (src/lua/): the core as a Lua C module,
+# resty.shmlock.core, for interpreters without LuaJIT's FFI.  One module per
+# Lua ABI whose headers are installed (liblua5.X-dev), each linking the core's
+# objects in: build/lua5.X/resty/shmlock/core.so, which
+# resty.shmlock.internal.core finds from a checkout by _VERSION.  luarocks
+# builds one, for its Lua: LUA_INCDIR set, build/rock/resty/shmlock/core.so.
+LUA_VERSIONS ?= $(patsubst /usr/include/lua%/lua.h,%,\
+                  $(wildcard /usr/include/lua5.[1234]/lua.h))
+LUA_INCDIR   ?=
+BINDING_SRCS  = $(wildcard src/lua/*.c)
+BINDING_HDRS  = $(wildcard src/lua/*.h)
+LUA_MODS      = $(LUA_VERSIONS:%=build/lua%/resty/shmlock/core.so)
+ROCK_MOD      = $(if $(LUA_INCDIR),build/rock/resty/shmlock/core.so)
+
 # The C test driver (ctest/), linked against the test build.
 CTEST_SRC = ctest/shmlock_test.c
 CTEST     = build/shmlock_test
@@ -50,13 +64,25 @@ INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
-        test-nginx test-asan test-valgrind test-install test-luarocks check-layers lint
+        test-nginx test-asan test-valgrind test-every-lua test-install test-luarocks check-layers lint
 
 # `make` builds both libraries: the specs run against the test build, and
 # must not find one older than the sources.  `make lib`: the library alone.
-all: $(LIB) $(TEST_LIB)
+all: $(LIB) $(TEST_LIB) $(LUA_MODS) $(ROCK_MOD)
 
 lib: $(LIB)
+
+# the C module for Lua 5.X, against /usr/include/lua5.X
+build/lua%/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(PIC) -I/usr/include/lua$* -shared -o $@ \
+	    $(BINDING_SRCS) $(OBJS) $(LDFLAGS) -lm
+
+# the C module for the Lua luarocks builds for (its LUA_INCDIR)
+build/rock/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(PIC) -I'$(LUA_INCDIR)' -shared -o $@ \
+	    $(BINDING_SRCS) $(OBJS) $(LDFLAGS) -lm
 
 build/%.o: src/%.c $(HDRS)
 	@mkdir -p build
@@ -136,7 +162,22 @@ test:
 	$(MAKE) --no-print-directory test-install
 	$(MAKE) --no-print-directory test-luarocks
 	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory test-every-lua
 	$(MAKE) --no-print-directory test-valgrind
+
+# Every Lua (docs/every-lua.md): spec/60 (run by test-lua too) starts
+# lua5.1 ... lua5.4 and LuaJIT on the modules and on one zone at once; then
+# every dictionary method under each PUC Lua through its C module, under
+# valgrind (the C API binding's memory: any error fails).
+test-every-lua: all
+	scripts/busted.sh spec/60-every_lua_spec.lua
+	@set -e; for v in $(LUA_VERSIONS); do \
+	    dir=$$(mktemp -d /tmp/shmlock-everylua.XXXXXX); \
+	    echo "valgrind lua$$v spec/every_lua/dict.lua"; \
+	    LUA_PATH='$(CURDIR)/lua/?.lua;;' $(VALGRIND) lua$$v \
+	        spec/every_lua/dict.lua "$$dir" || { rm -rf "$$dir"; exit 1; }; \
+	    rm -rf "$$dir"; \
+	done
 
 # luacheck (Debian's lua-check) over the Lua code, as .luacheckrc says
 # (bin/shmlock named itself: luacheck reads only *.lua in a directory).
@@ -180,9 +221,13 @@ test-install: $(LIB)
 test-luarocks:
 	scripts/test-luarocks.sh
 
-install: $(LIB)
+install: $(LIB) $(ROCK_MOD)
 	install -d '$(INST_LIBDIR)'
 	install -m 0755 $(LIB) '$(INST_LIBDIR)/$(LIB)'
+	if [ -n '$(ROCK_MOD)' ]; then \
+	    install -d '$(INST_LIBDIR)/resty/shmlock' && \
+	    install -m 0755 '$(ROCK_MOD)' '$(INST_LIBDIR)/resty/shmlock/core.so'; \
+	fi
 	cd lua && find resty -name '*.lua' | while read -r f; do \
 	    install -d "$(INST_LUADIR)/$$(dirname "$$f")" && \
 	    install -m 0644 "$$f" "$(INST_LUADIR)/$$f" || exit 1; \

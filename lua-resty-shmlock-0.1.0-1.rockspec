@@ -8,16 +8,17 @@ source = {
 }
 
 description = {
-   summary = "Named shared-memory dictionaries and locks for LuaJIT and OpenResty",
+   summary = "Named shared-memory dictionaries and locks for LuaJIT, OpenResty and Lua 5.1-5.4",
    detailed = [[
 A shared-memory dictionary with ngx.shared.DICT's methods (plus cas, cad
 and verify) that any process of the same user on the host can open by name:
 nginx workers, plain LuaJIT scripts, test runners.  A C core (updates that
 a crash leaves old or new, lock-free reads, a pid-owned interprocess mutex
-that survives dead holders) behind a LuaJIT FFI binding; on top, a drop-in
+that survives dead holders) behind a LuaJIT FFI binding and a Lua C module
+for PUC Lua 5.1 to 5.4 (docs/every-lua.md); on top, a drop-in
 resty.lock with owner tokens and wake on release, a stampede-proof cache
 (resty.shmlock.cache, which needs lua-resty-lrucache) and the same lock on
-Redis.  LuaJIT 2.1 only: install with `luarocks --lua-version=5.1`.
+Redis.  `luarocks make` builds both for whichever Lua luarocks picks.
 ]],
    homepage = "https://github.com/lua-resty-shmlock/lua-resty-shmlock",
    issues_url = "https://github.com/lua-resty-shmlock/lua-resty-shmlock/issues",
@@ -27,9 +28,9 @@ Redis.  LuaJIT 2.1 only: install with `luarocks --lua-version=5.1`.
 
 supported_platforms = { "linux" }
 
--- LuaJIT is Lua 5.1 to LuaRocks: `luarocks --lua-version=5.1 make` (or
--- `install`).  The binding is FFI: nothing includes or links Lua's headers,
--- but LuaRocks 3.8 (Debian 12) still looks for them before any build.
+-- Two bindings are built: libshmlock.so (LuaJIT's FFI) and the C module
+-- resty.shmlock.core against the headers of luarocks' Lua (LUA_INCDIR), so
+-- `luarocks make` works whatever Lua version luarocks picks.
 --
 -- Not declared, on purpose: lua-resty-lrucache, which only
 -- resty.shmlock.cache needs (the dictionary and the locks do not).  LuaRocks
@@ -40,7 +41,7 @@ supported_platforms = { "linux" }
 -- cache names it in its error when it is missing; the README says how to
 -- install it.
 dependencies = {
-   "lua >= 5.1, < 5.2",
+   "lua >= 5.1, < 5.5",
 }
 
 -- The Makefile builds libshmlock.so and installs it into the rock's lib dir
@@ -54,10 +55,12 @@ build = {
    build_variables = {
       CFLAGS = "$(CFLAGS)",
       WERROR = "",
+      LUA_INCDIR = "$(LUA_INCDIR)",
    },
    install_target = "install",
    install_variables = {
       WERROR = "",
+      LUA_INCDIR = "$(LUA_INCDIR)",
       INST_PREFIX = "$(PREFIX)",
       INST_BINDIR = "$(BINDIR)",
       INST_LIBDIR = "$(LIBDIR)",

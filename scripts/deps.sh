@@ -22,10 +22,20 @@ set -euo pipefail
 # luajit2 is OpenResty's LuaJIT branch (the one nginx's lua module is built
 # against).  Never add Debian's `luajit` or `libluajit-5.1-dev`: they
 # conflict with luajit2 and libluajit2-5.1-dev.
+# lua5.1 … lua5.4 and their headers: the C module (src/lua/) is built for each
+# Lua ABI, and `make test` runs the specs under every one of them.
 PACKAGES=(
     build-essential
     luajit2
     libluajit2-5.1-dev
+    lua5.1
+    lua5.2
+    lua5.3
+    lua5.4
+    liblua5.1-0-dev
+    liblua5.2-dev
+    liblua5.3-dev
+    liblua5.4-dev
     lua-busted
     luarocks
     nginx

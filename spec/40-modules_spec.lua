@@ -97,12 +97,19 @@ describe("the module tree", function()
 
     it("loads each module alone outside nginx, writing no global",
        function()
+        -- (the C module's side loads under PUC Lua only: spec/60)
+        local puc_only = { ["resty.shmlock.internal.core.capi"] = true,
+                           ["resty.shmlock.shdict.capi"] = true }
         for _, name in ipairs(modules()) do
+            if puc_only[name] then
+                goto continue
+            end
             local out = sh("LUA_PATH='" .. LUA_PATH .. "' luajit -e \""
                            .. "setmetatable(_G, { __newindex = function(_, k)"
                            .. " error('global ' .. tostring(k), 2) end });"
                            .. "require '" .. name .. "'; print('ok')\" 2>&1")
             assert.equal("ok", trim(out), name)
+            ::continue::
         end
     end)
 end)

@@ -53,6 +53,11 @@
 -- nginx worker forked after init_by_lua locked) holds nothing, whichever
 -- method is called (held()).
 
+-- Without the FFI (PUC Lua) the lock is not bound yet: resty.shmlock.lock.unbound.
+if not require("resty.shmlock.internal.core").ffi then
+    return require "resty.shmlock.lock.unbound"
+end
+
 local ffi = require "ffi"
 local shdict = require "resty.shmlock.shdict"
 local version = require "resty.shmlock.version"

@@ -43,6 +43,16 @@
 -- and one that begins later overwrites the store.  Another load's store
 -- in the same word moves the low half only, and cancels nothing.
 
+-- Under PUC Lua the cache is not there yet: its codec is string.buffer's,
+-- its L1 lua-resty-lrucache's (FFI) and its loads take the lock, none of
+-- them bound there (docs/every-lua.md, "What differs").
+if not require("resty.shmlock.internal.core").ffi then
+    error("resty.shmlock.cache needs LuaJIT for now: under " .. _VERSION
+          .. " its codec (string.buffer), its L1 (lua-resty-lrucache) and the "
+          .. "lock its loads take are not available; the dictionary "
+          .. "(resty.shmlock.shdict) is: docs/every-lua.md", 2)
+end
+
 local ffi = require "ffi"
 local buffer = require "string.buffer"
 local C = require "resty.shmlock.lib"

@@ -2,10 +2,9 @@
 -- the messages the Lua modules return, read once from shmlock_strerror:
 -- errors[C.SHMLOCK_NOT_FOUND] == "not found".  The codes themselves are
 -- read by name from the library: C.SHMLOCK_OK, C.SHMLOCK_NOT_FOUND, ...
--- (C = require "resty.shmlock.lib").
+-- (resty.shmlock.internal.codes, core.constant).
 
-local ffi = require "ffi"
-local C = require "resty.shmlock.lib"
+local core = require "resty.shmlock.internal.core"
 
 -- every status but SHMLOCK_OK, as src/shmlock.h lists them
 -- (spec/00-abi_spec.lua checks that none is missing)
@@ -19,8 +18,8 @@ local STATUSES = {
 
 local errors = {}
 for _, name in ipairs(STATUSES) do
-    local rc = C["SHMLOCK_" .. name]
-    errors[rc] = ffi.string(C.shmlock_strerror(rc))
+    local rc = core.constant(name)
+    errors[rc] = core.strerror(rc)
 end
 
 return errors

@@ -13,13 +13,10 @@
 -- is missing or does not match our clock (an older nginx kept wall time in
 -- it).
 
-local ffi = require "ffi"
-local C = require "resty.shmlock.lib"
+local core = require "resty.shmlock.internal.core"
 local nginx = require "resty.shmlock.internal.nginx"
 
-local ffi_new = ffi.new
-local ffi_errno = ffi.errno
-local floor = math.floor
+local C = core.C                -- nil without the FFI
 local pcall = pcall
 local tonumber = tonumber
 
@@ -28,16 +25,16 @@ local _M = {}
 
 -- syntax: us = clock.now_us()
 -- monotonic microseconds, comparable between processes
-local function now_us()
+local now_us = core.ffi and function()
     return tonumber(C.shmlock_now_us())
-end
+end or core.now_us
 _M.now_us = now_us
 
 -- syntax: ms = clock.now_ms()
 -- the same clock in milliseconds
-local function now_ms()
+local now_ms = core.ffi and function()
     return tonumber(C.shmlock_now_ms())
-end
+end or core.now_ms
 _M.now_ms = now_ms
 
 -- syntax: s = clock.now()
@@ -52,9 +49,10 @@ local function zero()
 end
 
 local function nginx_msec()
-    if not nginx.api() then
+    if not nginx.api() or not core.ffi then
         return nil
     end
+    local ffi = require "ffi"
     pcall(ffi.cdef, "uintptr_t ngx_current_msec;")
     local ok, v = pcall(function() return ffi.C.ngx_current_msec end)
     if not ok then
@@ -74,33 +72,10 @@ end
 _M.cached_ms = nginx_msec() or zero
 
 
--- each declaration alone: another module may have declared some of them
-for _, decl in ipairs {
-    "struct timespec { long tv_sec; long tv_nsec; };",
-    "int nanosleep(const struct timespec *req, struct timespec *rem);",
-} do
-    pcall(ffi.cdef, decl)
-end
-
-local EINTR = 4
-local req = ffi_new("struct timespec")
-local rem = ffi_new("struct timespec")
-
 -- syntax: clock.sleep(seconds)
 -- Blocks the process (outside nginx only: inside, ngx.sleep), the whole
 -- time even when signals interrupt it.
-function _M.sleep(seconds)
-    local sec = floor(seconds)
-    req.tv_sec = sec
-    req.tv_nsec = floor((seconds - sec) * 1e9)
-    while ffi.C.nanosleep(req, rem) ~= 0 do
-        if ffi_errno() ~= EINTR then
-            return
-        end
-        req.tv_sec = rem.tv_sec    -- interrupted by a signal: sleep the rest
-        req.tv_nsec = rem.tv_nsec
-    end
-end
+_M.sleep = core.sleep
 
 
 return _M

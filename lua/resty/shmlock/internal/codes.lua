@@ -1,17 +1,18 @@
 -- resty.shmlock.internal.codes (internal): the C core's numbers that the
 -- Lua modules use, named as in src/shmlock.h without the SHMLOCK_ prefix
--- and read from the library's own enums (lib.lua's cdef, which
--- spec/00-abi_spec.lua pins against the header), so no number is written
--- twice.  Modules copy them into locals when they load, so the hot paths
+-- and read from the core through the binding (lib.lua's cdef, which
+-- spec/00-abi_spec.lua pins against the header, or the C module's table),
+-- so no number is written twice.  Modules copy them into locals when they load, so the hot paths
 -- compare against constants.  Messages for the status codes come from the
 -- core itself (resty.shmlock.errors).
 
-local C = require "resty.shmlock.lib"
+local core = require "resty.shmlock.internal.core"
 
 local NAMES = {
     -- status codes
     "OK", "NOT_FOUND", "EXISTS", "CHANGED", "SYSTEM", "CORRUPT", "AGAIN",
-    "TIMEOUT",
+    "TIMEOUT", "INCOMPATIBLE", "NOT_OWNER", "UNSAFE_MODE", "FOREIGN_NS",
+    "FOREIGN_TIME",
     -- value types (Lua's type tags, as ngx.shared.DICT's)
     "TNIL", "TBOOLEAN", "TNUMBER", "TSTRING", "TLIST",
     -- store operations (a bit set)
@@ -19,12 +20,12 @@ local NAMES = {
     -- the ends of a list
     "LEFT", "RIGHT",
     -- limits: cas keeps the entry's expiry; bytes of a key
-    "KEEP_TTL", "KEY_MAX",
+    "KEEP_TTL", "KEY_MAX", "MIN_SIZE", "GEN_WORDS", "LAYOUT",
 }
 
 local codes = {}
 for _, name in ipairs(NAMES) do
-    codes[name] = tonumber(C["SHMLOCK_" .. name])
+    codes[name] = core.constant(name)
 end
 
 return codes

@@ -12,7 +12,7 @@
 -- so that a module loaded before a stand-in ngx still reports through it.
 
 local nginx = require "resty.shmlock.internal.nginx"
-local C = require "resty.shmlock.lib"
+local core = require "resty.shmlock.internal.core"
 
 local type = type
 local tostring = tostring
@@ -81,22 +81,37 @@ function _M.event(level, msg)
 end
 
 -- shard recoveries this process ran, as far as reported
-local counter = C.shmlock_recoveries()
-local reported = counter[0]
+-- (under the FFI, the core's counter word itself: one load, no call)
+local counter = core.ffi and core.C.shmlock_recoveries()
+local read = core.recoveries
+local reported = read()
 
 -- syntax: log.recoveries(zone_name)
 -- After a call in that zone: if this process recovered shards since the
 -- last report (it took over the mutex of a holder that died in the middle
 -- of an update, and rolled the update back), a warning.  One load of the
 -- core's counter word (no call): cheap enough for every store and lock.
-function _M.recoveries(name)
-    local n = counter[0]
-    if n ~= reported then
-        local count = n - reported
-        reported = n
-        _M.event("warn", 'zone "' .. tostring(name) .. '": ' .. count
-                 .. " shard(s) recovered after their mutex holder died in"
-                 .. " the middle of an update (rolled back)")
+local function report(name, n)
+    local count = n - reported
+    reported = n
+    _M.event("warn", 'zone "' .. tostring(name) .. '": ' .. count
+             .. " shard(s) recovered after their mutex holder died in"
+             .. " the middle of an update (rolled back)")
+end
+
+if counter then
+    function _M.recoveries(name)
+        local n = counter[0]
+        if n ~= reported then
+            report(name, n)
+        end
+    end
+else
+    function _M.recoveries(name)
+        local n = read()
+        if n ~= reported then
+            report(name, n)
+        end
     end
 end
 

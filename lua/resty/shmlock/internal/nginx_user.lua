@@ -12,12 +12,13 @@
 -- the reason, and nothing is handed over (the workers still reach the
 -- zones opened here through the mappings they inherit).
 
-local ffi = require "ffi"
-
 local type = type
 local tonumber = tonumber
 local tostring = tostring
 local pcall = pcall
+
+-- nginx runs LuaJIT: without the FFI (PUC Lua) this is never inside nginx
+local has_ffi, ffi = pcall(require, "ffi")
 local rawget = rawget
 
 local _M = {}
@@ -27,7 +28,7 @@ local UNSET = 0xffffffff
 -- the first nginx with this layout of ngx_core_conf_t
 local MIN_VERSION = 1011011
 
-local cdef_ok = pcall(ffi.cdef, [[
+local cdef_ok = has_ffi and pcall(ffi.cdef, [[
 typedef struct { size_t len; unsigned char *data; } shmlock_ngx_str_t;
 typedef struct {
     intptr_t            daemon;

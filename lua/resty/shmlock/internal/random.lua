@@ -2,8 +2,8 @@
 -- processes apart, for tokens that must be unique across hosts and for
 -- waiters that must not back off in lockstep.  Not for secrets.
 
-local bit = require "bit"
-local C = require "resty.shmlock.lib"
+local core = require "resty.shmlock.internal.core"
+local bit = core.bit
 
 local bxor, lshift, rshift, tobit = bit.bxor, bit.lshift, bit.rshift, bit.tobit
 local byte = string.byte
@@ -39,7 +39,7 @@ local state_pid = -1
 -- (nginx forks its workers after loading modules), so forked waiters do
 -- not draw the same numbers.
 function _M.number()
-    local pid = C.shmlock_self_pid()
+    local pid = core.self_pid()
     if pid ~= state_pid then
         if not seed then
             local b = bytes(4)

@@ -38,16 +38,11 @@
 -- modules); the random part tells apart processes with the same host name
 -- and pid (containers).
 
-local ffi = require "ffi"
-local bit = require "bit"
-local C = require "resty.shmlock.lib"
+local core = require "resty.shmlock.internal.core"
 local random = require "resty.shmlock.internal.random"
 
-local ffi_new = ffi.new
-local ffi_copy = ffi.copy
-local ffi_str = ffi.string
+local bit = core.bit
 local tonumber = tonumber
-local pcall = pcall
 local str_match = string.match
 local str_find = string.find
 local byte = string.byte
@@ -65,21 +60,27 @@ for d = 0, 15 do
     HEX[d] = ("0123456789abcdef"):byte(d + 1)
 end
 
-local buf = ffi_new("char[?]", _M.MAX_LEN)
+local ffi = core.ffi and require "ffi"
+local C = core.C
+local buf = ffi and ffi.new("char[?]", _M.MAX_LEN)
 local len = 0                   -- bytes of a token
 local pid = -1                  -- the pid the prefix was written for
 local start = 0
 local low = LOW_MAX             -- the last serial of the block: take a block
+local prefix = ""               -- without the FFI: "<pid>:<start>:"
+local block = ""                -- and the block's 13 digits
 
 -- this process's pid, or 0 in a child that has not asked for it yet
-local pid_word = C.shmlock_self_pid_word()
+local pid_word = ffi and C.shmlock_self_pid_word()
 
 
 local function refresh(p)
     pid = p
-    start = tonumber(C.shmlock_proc_start(p))
-    local prefix = p .. ":" .. start .. ":"
-    ffi_copy(buf, prefix)
+    start = core.proc_start(p)
+    prefix = p .. ":" .. start .. ":"
+    if ffi then
+        ffi.copy(buf, prefix)
+    end
     len = #prefix + SERIAL_LEN
     low = LOW_MAX
 end
@@ -87,8 +88,9 @@ end
 
 -- syntax: ptr, len = token.next()
 -- A fresh host token of this process, in a buffer that the next call
--- overwrites: copy it (ffi.string, ffi.copy) to keep it.
-function _M.next()
+-- overwrites: copy it (ffi.string, ffi.copy) to keep it.  Without the FFI
+-- (PUC Lua): the token as a string, and its length.
+local function next_ffi()
     if pid_word[0] ~= pid then
         local p = C.shmlock_self_pid()
         if p ~= pid then
@@ -106,6 +108,22 @@ function _M.next()
     return buf, len
 end
 
+local function next_string()
+    local p = core.self_pid()
+    if p ~= pid then
+        refresh(p)
+    end
+    if low == LOW_MAX then
+        block = core.token_block()
+        low = -1
+    end
+    low = low + 1
+    local tok = prefix .. block .. format("%03x", low)
+    return tok, len
+end
+
+_M.next = ffi and next_ffi or next_string
+
 
 -- the pid host tokens are being made for (-1 before the first token)
 function _M.pid()
@@ -118,7 +136,10 @@ end
 -- in a child (of fork or of anything else) for its parent's pid.  One
 -- load: cheap enough for every call of a lock method.
 function _M.ours(p)
-    return p == pid_word[0]
+    if pid_word then
+        return p == pid_word[0]
+    end
+    return p == core.self_pid()
 end
 
 
@@ -173,7 +194,7 @@ function _M.alive(tok)
     if not p then
         return true
     end
-    local me = C.shmlock_self_pid()
+    local me = core.self_pid()
     if me ~= pid then
         refresh(me)
     end
@@ -181,18 +202,21 @@ function _M.alive(tok)
     if p == pid and s == start then
         return true     -- held by this very process (another lock object)
     end
-    return C.shmlock_proc_alive(p, s) == 1
+    return core.proc_alive(p, s)
 end
 
 
-pcall(ffi.cdef, "int gethostname(char *name, size_t len);")
-
+-- the host's name (the kernel's, as gethostname), or "localhost"
 local function hostname()
-    local name = ffi_new("char[256]")
-    if ffi.C.gethostname(name, 255) ~= 0 then
+    local f = io.open("/proc/sys/kernel/hostname", "rb")
+    local name = f and f:read("*l")
+    if f then
+        f:close()
+    end
+    if not name or name == "" then
         return "localhost"
     end
-    return ffi_str(name)
+    return name
 end
 
 local network_base              -- "<host>/<random>", made at first use
@@ -207,7 +231,7 @@ function _M.network()
                                  byte(random.bytes(6), 1, 6))
     end
     counter = counter + 1
-    return network_base .. "/" .. C.shmlock_self_pid() .. "/" .. counter
+    return network_base .. "/" .. core.self_pid() .. "/" .. counter
 end
 
 

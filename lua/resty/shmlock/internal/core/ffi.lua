@@ -1,0 +1,207 @@
+-- resty.shmlock.internal.core.ffi (internal): the binding's interface over
+-- LuaJIT's FFI (resty.shmlock.lib declares and loads libshmlock.so).  The
+-- list of functions here is the interface: core/capi.lua gives the same
+-- ones over the C module.
+
+local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
+
+local ffi_str = ffi.string
+local ffi_new = ffi.new
+local ffi_gc = ffi.gc
+local tonumber = tonumber
+local pcall = pcall
+local floor = math.floor
+
+local _M = { ffi = true, C = C, name = "ffi", bit = require "bit" }
+
+-- syntax: n = core.constant(name): SHMLOCK_<name> of src/shmlock.h
+function _M.constant(name)
+    return tonumber(C["SHMLOCK_" .. name])
+end
+
+-- syntax: msg = core.strerror(rc): the core's message for a status
+function _M.strerror(rc)
+    return ffi_str(C.shmlock_strerror(rc))
+end
+
+-- syntax: errno = core.errno(); msg = core.sys_strerror(errno)
+function _M.errno()
+    return C.shmlock_errno()
+end
+
+function _M.sys_strerror(errno)
+    return ffi_str(C.strerror(errno))
+end
+
+-- syntax: n = core.recoveries(): shard recoveries this process ran
+local recovered = C.shmlock_recoveries()
+function _M.recoveries()
+    return recovered[0]
+end
+
+function _M.now_ms()
+    return tonumber(C.shmlock_now_ms())
+end
+
+function _M.now_us()
+    return tonumber(C.shmlock_now_us())
+end
+
+function _M.hash(key)
+    return C.shmlock_hash(key, #key)
+end
+
+function _M.self_pid()
+    return C.shmlock_self_pid()
+end
+
+function _M.proc_start(pid)
+    return tonumber(C.shmlock_proc_start(pid))
+end
+
+-- syntax: alive = core.proc_alive(pid, start?)
+function _M.proc_alive(pid, start)
+    return C.shmlock_proc_alive(pid, start or 0) == 1
+end
+
+-- zones
+
+local zone_out = ffi_new("shmlock_zone_t *[1]")
+local open_opts = ffi_new("shmlock_open_t")
+
+-- syntax: zone, created = core.zone_open(opts)
+--         nil, rc, found = core.zone_open(opts)
+-- opts: dir, name, size, shards, mode, group, owner_uid, owner_gid (as
+-- shmlock_open_t); found: what the core found (file_mode, file_uid,
+-- file_gid, file_layout, zone_size, owner_uid, group) and errno.  The zone
+-- is closed when collected.
+function _M.zone_open(opts)
+    local o = open_opts
+    o.dir, o.name, o.name_len = opts.dir, opts.name, #opts.name
+    o.size, o.shards, o.mode = opts.size or 0, opts.shards or 0,
+                               opts.mode or 0
+    o.group = opts.group or -1
+    o.owner_uid, o.owner_gid = opts.owner_uid or 0, opts.owner_gid or -1
+    local rc = C.shmlock_zone_open2(o, zone_out)
+    local errno = C.shmlock_errno()
+    o.dir, o.name = nil, nil
+    if rc == 0 then
+        return ffi_gc(zone_out[0], C.shmlock_zone_close), o.created == 1
+    end
+    return nil, rc, {
+        file_mode = tonumber(o.file_mode), file_uid = tonumber(o.file_uid),
+        file_gid = tonumber(o.file_gid),
+        file_layout = tonumber(o.file_layout),
+        zone_size = tonumber(o.zone_size), owner_uid = tonumber(o.owner_uid),
+        group = tonumber(o.group), errno = errno,
+    }
+end
+
+-- syntax: rc, errno = core.zone_destroy(dir, name)
+function _M.zone_destroy(dir, name)
+    local rc = C.shmlock_zone_destroy(dir, name, #name)
+    return rc, C.shmlock_errno()
+end
+
+function _M.zone_name_ok(name)
+    return C.shmlock_zone_name_ok(name, #name) == 1
+end
+
+function _M.zone_dead(zone)
+    return C.shmlock_zone_dead(zone) ~= 0
+end
+
+function _M.zone_shards(zone)
+    return tonumber(C.shmlock_zone_shards(zone))
+end
+
+-- syntax: value = core.zone_gen_add(zone, i, delta)  (delta 0: a read)
+function _M.zone_gen_add(zone, i, delta)
+    return tonumber(C.shmlock_zone_gen_add(zone, i, delta))
+end
+
+function _M.wait_count(zone, hash)
+    return tonumber(C.shmlock_wait_count(zone, hash))
+end
+
+-- users and groups by id (getgrnam, getgrgid, getpwuid), for messages
+
+local grp_ok = pcall(ffi.cdef, [[
+struct shmlock_group { char *gr_name; char *gr_passwd; unsigned int gr_gid;
+                       char **gr_mem; };
+struct shmlock_group *getgrnam(const char *name);
+struct shmlock_group *getgrgid(unsigned int gid);
+]])
+local pw_ok = pcall(ffi.cdef, [[
+struct shmlock_passwd { char *pw_name; };
+struct shmlock_passwd *shmlock_getpwuid(unsigned int uid) __asm__("getpwuid");
+]])
+
+-- syntax: gid = core.getgrnam(name), or nil
+function _M.getgrnam(name)
+    local gr = grp_ok and ffi.C.getgrnam(name)
+    if not gr or gr == nil then
+        return nil
+    end
+    return tonumber(gr.gr_gid)
+end
+
+-- syntax: name = core.getgrgid(gid), or nil
+function _M.getgrgid(gid)
+    local gr = grp_ok and ffi.C.getgrgid(gid)
+    if not gr or gr == nil then
+        return nil
+    end
+    return ffi_str(gr.gr_name)
+end
+
+-- syntax: name = core.getpwuid(uid), or nil
+function _M.getpwuid(uid)
+    local pw = pw_ok and ffi.C.shmlock_getpwuid(uid)
+    if not pw or pw == nil or pw.pw_name == nil then
+        return nil
+    end
+    return ffi_str(pw.pw_name)
+end
+
+-- syntax: core.sleep(seconds): blocks the process the whole time, even
+-- when signals interrupt it (outside nginx only)
+for _, decl in ipairs {
+    "struct timespec { long tv_sec; long tv_nsec; };",
+    "int nanosleep(const struct timespec *req, struct timespec *rem);",
+} do
+    pcall(ffi.cdef, decl)  -- each alone: another module may have declared it
+end
+
+local EINTR = 4
+local req = ffi_new("struct timespec")
+local rem = ffi_new("struct timespec")
+
+function _M.sleep(seconds)
+    local sec = floor(seconds)
+    req.tv_sec = sec
+    req.tv_nsec = floor((seconds - sec) * 1e9)
+    while ffi.C.nanosleep(req, rem) ~= 0 do
+        if ffi.errno() ~= EINTR then
+            return
+        end
+        req.tv_sec = rem.tv_sec    -- interrupted by a signal: sleep the rest
+        req.tv_nsec = rem.tv_nsec
+    end
+end
+
+-- the cache codec's doubles as 8 bytes (host order)
+local dbl = ffi_new("double[1]")
+
+function _M.pack_double(d)
+    dbl[0] = d
+    return ffi_str(dbl, 8)
+end
+
+function _M.unpack_double(s, pos)
+    ffi.copy(dbl, ffi.cast("const char *", s) + (pos or 1) - 1, 8)
+    return tonumber(dbl[0])
+end
+
+return _M

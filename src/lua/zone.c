@@ -1,0 +1,223 @@
+/*
+ * Zones: open (shmlock_zone_open2, its options and findings as tables),
+ * destroy, the name check, and the calls on an open zone that are not the
+ * dictionary's: liveness, shards, generation words, waits on a key.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "core.h"
+
+typedef struct {
+    shmlock_zone_t *zone;           /* NULL once closed */
+} zone_box_t;
+
+shmlock_zone_t *core_zone(lua_State *L, int i)
+{
+    zone_box_t *box = luaL_checkudata(L, i, CORE_ZONE_MT);
+    if (box->zone == NULL) {
+        luaL_argerror(L, i, "closed zone");
+    }
+    return box->zone;
+}
+
+static int zone_gc(lua_State *L)
+{
+    zone_box_t *box = luaL_checkudata(L, 1, CORE_ZONE_MT);
+    if (box->zone != NULL) {
+        shmlock_zone_close(box->zone);
+        box->zone = NULL;
+    }
+    return 0;
+}
+
+static int zone_tostring(lua_State *L)
+{
+    zone_box_t *box = luaL_checkudata(L, 1, CORE_ZONE_MT);
+    lua_pushfstring(L, "shmlock zone: %p", (void *) box->zone);
+    return 1;
+}
+
+void core_push_zone(lua_State *L, shmlock_zone_t *zone)
+{
+    zone_box_t *box = lua_newuserdata(L, sizeof(*box));
+    box->zone = zone;
+    if (luaL_newmetatable(L, CORE_ZONE_MT)) {
+        lua_pushcfunction(L, zone_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, zone_tostring);
+        lua_setfield(L, -2, "__tostring");
+        lua_pushliteral(L, "shmlock zone");
+        lua_setfield(L, -2, "__metatable");
+    }
+    lua_setmetatable(L, -2);
+}
+
+/* t[field] as a number, or def when absent */
+static double field_num(lua_State *L, int t, const char *field, double def)
+{
+    double d = def;
+    lua_getfield(L, t, field);
+    if (!lua_isnil(L, -1)) {
+        d = (double) luaL_checknumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return d;
+}
+
+/* t[field] as a string, or NULL when absent; stays on the stack */
+static const char *field_str(lua_State *L, int t, const char *field,
+    size_t *len)
+{
+    lua_getfield(L, t, field);
+    if (lua_isnil(L, -1)) {
+        *len = 0;
+        return NULL;
+    }
+    return luaL_checklstring(L, -1, len);
+}
+
+#define SET(t, field, value) \
+    (core_push_number(L, (double) (value)), lua_setfield(L, t, field))
+
+/*
+ * zone, created = core.zone_open{ dir=, name=, size=, shards=, mode=,
+ *     group=, owner_uid=, owner_gid= }
+ * nil, rc, found = ... on failure; found: what open2 found (file_mode,
+ * file_uid, file_gid, file_layout, zone_size, owner_uid, group) and errno.
+ */
+static int zone_open(lua_State *L)
+{
+    shmlock_open_t o;
+    shmlock_zone_t *zone = NULL;
+    size_t len;
+    int rc, err;
+
+    luaL_checktype(L, 1, LUA_TTABLE);
+    memset(&o, 0, sizeof(o));
+    o.dir = field_str(L, 1, "dir", &len);
+    o.name = field_str(L, 1, "name", &o.name_len);
+    if (o.name == NULL) {
+        return luaL_argerror(L, 1, "no name");
+    }
+    o.size = (size_t) field_num(L, 1, "size", 0);
+    o.shards = (unsigned) field_num(L, 1, "shards", 0);
+    o.mode = (unsigned) field_num(L, 1, "mode", 0);
+    o.group = (int64_t) field_num(L, 1, "group", -1);
+    o.owner_uid = (int64_t) field_num(L, 1, "owner_uid", 0);
+    o.owner_gid = (int64_t) field_num(L, 1, "owner_gid", -1);
+
+    errno = 0;
+    rc = shmlock_zone_open2(&o, &zone);
+    err = shmlock_errno();
+    if (rc == SHMLOCK_OK) {
+        core_push_zone(L, zone);
+        lua_pushboolean(L, o.created);
+        return 2;
+    }
+    lua_pushnil(L);
+    core_push_number(L, rc);
+    lua_newtable(L);
+    SET(-2, "file_mode", o.file_mode);
+    SET(-2, "file_uid", o.file_uid);
+    SET(-2, "file_gid", o.file_gid);
+    SET(-2, "file_layout", o.file_layout);
+    SET(-2, "zone_size", o.zone_size);
+    SET(-2, "owner_uid", o.owner_uid);
+    SET(-2, "group", o.group);
+    SET(-2, "errno", err);
+    return 3;
+}
+
+/* rc, errno = core.zone_destroy(dir|nil, name) */
+static int zone_destroy(lua_State *L)
+{
+    size_t len;
+    const char *dir = luaL_optstring(L, 1, NULL);
+    const char *name = luaL_checklstring(L, 2, &len);
+    int rc = shmlock_zone_destroy(dir, name, len);
+    core_push_number(L, rc);
+    core_push_number(L, shmlock_errno());
+    return 2;
+}
+
+/* ok = core.zone_name_ok(name) */
+static int zone_name_ok(lua_State *L)
+{
+    size_t len;
+    const char *name = luaL_checklstring(L, 1, &len);
+    lua_pushboolean(L, shmlock_zone_name_ok(name, len) == 1);
+    return 1;
+}
+
+/* dead = core.zone_dead(zone) */
+static int zone_dead(lua_State *L)
+{
+    lua_pushboolean(L, shmlock_zone_dead(core_zone(L, 1)) != 0);
+    return 1;
+}
+
+static int zone_shards(lua_State *L)
+{
+    core_push_number(L, shmlock_zone_shards(core_zone(L, 1)));
+    return 1;
+}
+
+/* new = core.zone_gen_add(zone, i, delta): generation word i plus delta
+ * (0: a read) */
+static int zone_gen_add(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    uint32_t i = (uint32_t) core_num(L, 2);
+    uint32_t delta = (uint32_t) (int64_t) core_num(L, 3);
+    if (i >= SHMLOCK_GEN_WORDS) {
+        return luaL_argerror(L, 2, "no such generation word");
+    }
+    core_push_number(L, shmlock_zone_gen_add(zone, i, delta));
+    return 1;
+}
+
+/* seq = core.wait_begin(zone, hash) */
+static int wait_begin(lua_State *L)
+{
+    core_push_number(L, shmlock_wait_begin(core_zone(L, 1),
+                                           (uint32_t) core_num(L, 2)));
+    return 1;
+}
+
+/* rc = core.wait_end(zone, hash, seq, timeout_us) */
+static int wait_end(lua_State *L)
+{
+    core_push_number(L, shmlock_wait_end(core_zone(L, 1),
+                                         (uint32_t) core_num(L, 2),
+                                         (uint32_t) core_num(L, 3),
+                                         (int64_t) core_num(L, 4)));
+    return 1;
+}
+
+static int wake_waiters(lua_State *L)
+{
+    shmlock_wake_waiters(core_zone(L, 1), (uint32_t) core_num(L, 2));
+    return 0;
+}
+
+static int wait_count(lua_State *L)
+{
+    core_push_number(L, shmlock_wait_count(core_zone(L, 1),
+                                           (uint32_t) core_num(L, 2)));
+    return 1;
+}
+
+const luaL_Reg core_zone_funcs[] = {
+    { "zone_open", zone_open },
+    { "zone_destroy", zone_destroy },
+    { "zone_name_ok", zone_name_ok },
+    { "zone_dead", zone_dead },
+    { "zone_shards", zone_shards },
+    { "zone_gen_add", zone_gen_add },
+    { "wait_begin", wait_begin },
+    { "wait_end", wait_end },
+    { "wake_waiters", wake_waiters },
+    { "wait_count", wait_count },
+    { NULL, NULL }
+};
