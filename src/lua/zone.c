@@ -195,9 +195,14 @@ static int wait_end(lua_State *L)
     return 1;
 }
 
+/* wake_waiters(zone, hash, all): all (a boolean, or 0/1) wakes every
+ * sleeper of the word, not one of the key's */
 static int wake_waiters(lua_State *L)
 {
-    shmlock_wake_waiters(core_zone(L, 1), (uint32_t) core_num(L, 2));
+    int  all = lua_isnumber(L, 3) ? lua_tonumber(L, 3) != 0
+                                  : lua_toboolean(L, 3);
+
+    shmlock_wake_waiters(core_zone(L, 1), (uint32_t) core_num(L, 2), all);
     return 0;
 }
 
