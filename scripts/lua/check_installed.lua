@@ -28,8 +28,14 @@ for _, name in ipairs(modules) do
 end
 local lib = package.searchpath("libshmlock", package.cpath)
 assert(inside(lib, tree), "libshmlock.so is not in the tree: " .. tostring(lib))
+-- the C module's side (resty.shmlock.*.capi) loads under PUC Lua only, as
+-- the FFI's side under LuaJIT only (spec/40, spec/60)
+local ffi_ok = pcall(require, "ffi")
 for _, name in ipairs(modules) do
-    require(name)
+    local capi = name:find("%.capi$") ~= nil
+    if capi ~= ffi_ok then
+        require(name)
+    end
 end
 
 local shdict = require "resty.shmlock.shdict"
