@@ -98,11 +98,12 @@ optimistic_valid(const shard_t *sh, uint32_t seq)
 
 int
 optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
-    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
+    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size,
+    int64_t *now)
 {
     uint32_t        seq, i, vlen;
     const entry_t  *e;
-    int64_t         now = 0, expires;
+    int64_t         expires;
     int             ok, equal;
 
     seq = seqlock_read_begin(&sh->hdr->seq);
@@ -122,7 +123,7 @@ optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
 
     e = entry_at(sh, i);
     expires = (int64_t) e->expires;
-    if (expires != 0 && expires <= entry_now(&now)) {
+    if (expires != 0 && expires <= entry_now(now)) {
         if (!get_stale) {
             out->type = SHMLOCK_TNIL;
             return optimistic_valid(sh, seq) ? SHMLOCK_OK : OPTIMISTIC_RETRY;

@@ -18,8 +18,11 @@
 
 #define OPTIMISTIC_RETRY  (-1)
 
-/* SHMLOCK_OK / SHMLOCK_AGAIN as shdict_get, or OPTIMISTIC_RETRY. */
+/* SHMLOCK_OK / SHMLOCK_AGAIN as shdict_get, or OPTIMISTIC_RETRY.  *now:
+ * the clock (ms) to compare expiries with; 0: read it when an expiry is
+ * met, and leave the reading there. */
 int optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
-    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size);
+    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size,
+    int64_t *now);
 
 #endif /* OPTIMISTIC_H */
