@@ -538,6 +538,68 @@ describe("shdict", function()
         end)
     end)
 
+    -- the ABI's _at calls take the caller's reading of the zone clock
+    -- (inside nginx, its cached time): expiries are compared with and
+    -- computed from that reading, whatever the clock says
+    describe("the caller's clock (shmlock_dict_get_at, _store_at)", function()
+        local lib = require "resty.shmlock.lib"
+        local out = ffi.new("shmlock_value_t")
+        local buf = ffi.new("char[64]")
+        local forcible = ffi.new("int[1]")
+        local val = ffi.new("shmlock_value_t")
+
+        local function get_at(key, stale, now)
+            local rc = lib.shmlock_dict_get_at(d._zone, key, #key, stale, out,
+                                               buf, 64, now)
+            return { rc = tonumber(rc), type = tonumber(out.type),
+                     num = tonumber(out.num), stale = tonumber(out.stale) }
+        end
+
+        local function set_at(op, key, num, exptime_ms, now)
+            val.type = lib.SHMLOCK_TNUMBER
+            val.num = num
+            val.flags = 0
+            return tonumber(lib.shmlock_dict_store_at(d._zone, op, key, #key,
+                                                      val, exptime_ms, now,
+                                                      forcible))
+        end
+
+        it("get_at: a value is expired once the reading passes its expiry",
+           function()
+            assert.is_true((d:set("k", 1, 100)))
+            local now = tonumber(lib.shmlock_now_ms())
+            assert.same({ rc = 0, type = lib.SHMLOCK_TNUMBER, num = 1,
+                          stale = 0 }, get_at("k", 0, now))
+            assert.same(lib.SHMLOCK_TNIL, get_at("k", 0, now + 200000).type)
+            assert.same({ rc = 0, type = lib.SHMLOCK_TNUMBER, num = 1,
+                          stale = 1 }, get_at("k", 1, now + 200000))
+            -- 0: the core reads the clock
+            assert.same(1, get_at("k", 0, 0).num)
+            -- a key without expiry never expires, whatever the reading
+            assert.is_true((d:set("forever", 2)))
+            assert.same(2, get_at("forever", 0, now + 1e12).num)
+        end)
+
+        it("store_at: the expiry is the reading plus exptime", function()
+            local now = tonumber(lib.shmlock_now_ms())
+            assert.equal(0, set_at(lib.SHMLOCK_OP_SET, "k", 5, 10000,
+                                   now - 5000))
+            local ttl = d:ttl("k")
+            assert.is_true(ttl > 0 and ttl <= 5, "ttl " .. ttl)
+        end)
+
+        it("store_at: add takes a key the reading says has expired",
+           function()
+            assert.is_true((d:set("k", 1, 100)))
+            local now = tonumber(lib.shmlock_now_ms())
+            assert.equal(lib.SHMLOCK_EXISTS,
+                         set_at(lib.SHMLOCK_OP_ADD, "k", 2, 0, now))
+            assert.equal(0, set_at(lib.SHMLOCK_OP_ADD, "k", 3, 0,
+                                   now + 200000))
+            assert.same({ n = 1, 3 }, pack(d:get("k")))
+        end)
+    end)
+
     describe("safe_set()", function()
         it("returns true, nil, false and stores the value", function()
             assert.same({ n = 3, true, nil, false },
