@@ -41,8 +41,11 @@ int shm_watch_check(shmlock_zone_t *z);
 /*
  * SHMLOCK_OK while the zone lives, given a reading of the monotonic clock
  * in ms (the coarse one, or a finer one the caller reads anyway: the
- * check then runs up to a tick early, never late): one load of the dead
- * word and a compare, but once per SHMLOCK_WATCH_MS.
+ * check then runs up to a tick early, never late; or the ABI caller's own
+ * reading, nginx's cached time: the check then runs late by as much as
+ * that reading lags, the time the worker ran since its event loop last
+ * turned): one load of the dead word and a compare, but once per
+ * SHMLOCK_WATCH_MS.
  */
 static inline int
 shm_watch_at(shmlock_zone_t *z, int64_t now_ms)
