@@ -35,8 +35,9 @@
 
 /* The status of a zone marked dead: destroyed or removed. */
 int shm_watch_dead_status(shmlock_zone_t *z);
-/* The check itself, due or not: SHMLOCK_OK or the refusal. */
-int shm_watch_check(shmlock_zone_t *z);
+/* The check itself, if due by the coarse clock or now_ms: SHMLOCK_OK or
+ * the refusal. */
+int shm_watch_check(shmlock_zone_t *z, int64_t now_ms);
 
 /*
  * SHMLOCK_OK while the zone lives, given a reading of the monotonic clock
@@ -56,7 +57,7 @@ shm_watch_at(shmlock_zone_t *z, int64_t now_ms)
     {
         return SHMLOCK_OK;
     }
-    return shm_watch_check(z);
+    return shm_watch_check(z, now_ms);
 }
 
 /* shm_watch_at with the coarse clock (a vDSO read, no system call). */
