@@ -462,6 +462,144 @@ describe("shdict", function()
         end)
     end)
 
+    -- a number (or boolean) over one of the same flags, neither expiring,
+    -- is one store in place (spec/04 counts its writes): every other
+    -- combination must still reset the exptime, replace the flags and
+    -- keep ngx.shared.DICT's eviction classes
+    describe("set() of a number over a number", function()
+        local cases = {
+            -- old value, exptime, flags; new value, exptime, flags
+            { 1, 0, nil, 2, 0, nil },
+            { 1, 0, 5, 2.5, 0, 5 },
+            { 1, 0, 5, -3, 0, nil },
+            { 1, 0, nil, 4, 0, 7 },
+            { 1, 100, nil, 5, 0, nil },
+            { 1, 0, nil, 6, 100, nil },
+            { 1, 100, 3, 7, 100, 3 },
+            { true, 0, 2, false, 0, 2 },
+            { false, 0, nil, true, 0, nil },
+            { 1, 0, nil, true, 0, nil },
+            { true, 0, nil, 8, 0, nil },
+            { 1, 0, nil, "s", 0, nil },
+            { "s", 0, nil, 9, 0, nil },
+        }
+        for _, c in ipairs(cases) do
+            it(("gives what a fresh set gives: %s %s %s -> %s %s %s")
+               :format(tostring(c[1]), c[2], tostring(c[3]), tostring(c[4]),
+                       c[5], tostring(c[6])), function()
+                assert.same({ n = 3, true, nil, false },
+                            pack(d:set("k", c[1], c[2], c[3])))
+                assert.same({ n = 3, true, nil, false },
+                            pack(d:set("k", c[4], c[5], c[6])))
+                assert.same({ n = 3, true, nil, false },
+                            pack(d:set("fresh", c[4], c[5], c[6])))
+                assert.same(pack(d:get("fresh")), pack(d:get("k")))
+                local ttl, fresh_ttl = d:ttl("k"), d:ttl("fresh")
+                if c[5] == 0 then
+                    assert.same({ 0, 0 }, { ttl, fresh_ttl })
+                else
+                    assert.is_true(ttl > 0 and ttl <= c[5])
+                end
+            end)
+        end
+
+        -- the in-place store leaves the entry where it was; an entry that
+        -- changes class must not be left behind
+        local function fill(z)
+            for i = 1, 2000 do
+                z:set("fill" .. i, ("x"):rep(100))
+            end
+        end
+
+        it("over an add()ed number makes it evictable, as set does", function()
+            local small = zone("64k")
+            assert.is_true((small:add("k", 1)))
+            assert.is_true((small:set("k", 2)))
+            fill(small)
+            assert.same({ n = 1, nil }, pack(small:get("k")))
+            assert.same({ n = 1, true }, pack(small:verify()))
+        end)
+
+        it("by replace() keeps an add()ed number pinned", function()
+            local small = zone("64k")
+            assert.is_true((small:add("k", 1)))
+            assert.is_true((small:replace("k", 2)))
+            fill(small)
+            assert.same({ n = 1, 2 }, pack(small:get("k")))
+            assert.same({ n = 1, true }, pack(small:verify()))
+        end)
+
+        it("keeps an evictable number evictable", function()
+            local small = zone("64k")
+            assert.is_true((small:set("k", 1)))
+            assert.is_true((small:set("k", 2)))
+            fill(small)
+            assert.same({ n = 1, nil }, pack(small:get("k")))
+        end)
+    end)
+
+    -- the ABI's _at calls take the caller's reading of the zone clock
+    -- (inside nginx, its cached time): expiries are compared with and
+    -- computed from that reading, whatever the clock says
+    describe("the caller's clock (shmlock_dict_get_at, _store_at)", function()
+        local lib = require "resty.shmlock.lib"
+        local out = ffi.new("shmlock_value_t")
+        local buf = ffi.new("char[64]")
+        local forcible = ffi.new("int[1]")
+        local val = ffi.new("shmlock_value_t")
+
+        local function get_at(key, stale, now)
+            local rc = lib.shmlock_dict_get_at(d._zone, key, #key, stale, out,
+                                               buf, 64, now)
+            return { rc = tonumber(rc), type = tonumber(out.type),
+                     num = tonumber(out.num), stale = tonumber(out.stale) }
+        end
+
+        local function set_at(op, key, num, exptime_ms, now)
+            val.type = lib.SHMLOCK_TNUMBER
+            val.num = num
+            val.flags = 0
+            return tonumber(lib.shmlock_dict_store_at(d._zone, op, key, #key,
+                                                      val, exptime_ms, now,
+                                                      forcible))
+        end
+
+        it("get_at: a value is expired once the reading passes its expiry",
+           function()
+            assert.is_true((d:set("k", 1, 100)))
+            local now = tonumber(lib.shmlock_now_ms())
+            assert.same({ rc = 0, type = lib.SHMLOCK_TNUMBER, num = 1,
+                          stale = 0 }, get_at("k", 0, now))
+            assert.same(lib.SHMLOCK_TNIL, get_at("k", 0, now + 200000).type)
+            assert.same({ rc = 0, type = lib.SHMLOCK_TNUMBER, num = 1,
+                          stale = 1 }, get_at("k", 1, now + 200000))
+            -- 0: the core reads the clock
+            assert.same(1, get_at("k", 0, 0).num)
+            -- a key without expiry never expires, whatever the reading
+            assert.is_true((d:set("forever", 2)))
+            assert.same(2, get_at("forever", 0, now + 1e12).num)
+        end)
+
+        it("store_at: the expiry is the reading plus exptime", function()
+            local now = tonumber(lib.shmlock_now_ms())
+            assert.equal(0, set_at(lib.SHMLOCK_OP_SET, "k", 5, 10000,
+                                   now - 5000))
+            local ttl = d:ttl("k")
+            assert.is_true(ttl > 0 and ttl <= 5, "ttl " .. ttl)
+        end)
+
+        it("store_at: add takes a key the reading says has expired",
+           function()
+            assert.is_true((d:set("k", 1, 100)))
+            local now = tonumber(lib.shmlock_now_ms())
+            assert.equal(lib.SHMLOCK_EXISTS,
+                         set_at(lib.SHMLOCK_OP_ADD, "k", 2, 0, now))
+            assert.equal(0, set_at(lib.SHMLOCK_OP_ADD, "k", 3, 0,
+                                   now + 200000))
+            assert.same({ n = 1, 3 }, pack(d:get("k")))
+        end)
+    end)
+
     describe("safe_set()", function()
         it("returns true, nil, false and stores the value", function()
             assert.same({ n = 3, true, nil, false },

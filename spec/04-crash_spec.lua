@@ -649,6 +649,55 @@ describe("resty.shmlock.shdict when a process dies", function()
                 expect = { true, nil, false },
             },
             {
+                name = "set of a number over a number, same flags and no "
+                       .. "expiry (one store in place)",
+                setup = set_target(41, 0, 2),
+                op = function(d) return d:set(T, 42.5, 0, 2) end,
+                expect = { true, nil, false },
+                writes = 1,
+            },
+            {
+                name = "set of a boolean over a boolean in place",
+                setup = set_target(true, 0, 4),
+                op = function(d) return d:set(T, false, nil, 4) end,
+                expect = { true, nil, false },
+                writes = 1,
+            },
+            {
+                name = "replace of an add()ed number by a number in place "
+                       .. "(it stays pinned)",
+                setup = add_target(7),
+                op = function(d) return d:replace(T, 8) end,
+                expect = { true, nil, false },
+                writes = 1,
+            },
+            {
+                name = "set of a number over a number, with an expiry",
+                setup = set_target(41, 0, 2),
+                op = function(d) return d:set(T, 43, 1000, 2) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "set of a number over a number with an expiry, "
+                       .. "without one",
+                setup = set_target(41, 1000, 2),
+                op = function(d) return d:set(T, 44, 0, 2) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "set of a number over a number, other flags",
+                setup = set_target(41, 0, 2),
+                op = function(d) return d:set(T, 45, 0, 3) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "set of a number over an add()ed number (it leaves "
+                       .. "the pinned class)",
+                setup = add_target(7),
+                op = function(d) return d:set(T, 9) end,
+                expect = { true, nil, false },
+            },
+            {
                 name = "set of an existing number, to a boolean",
                 setup = set_target(12.5),
                 op = function(d) return d:set(T, false, 2000, 8) end,
@@ -1075,6 +1124,10 @@ describe("resty.shmlock.shdict when a process dies", function()
             end
             assert.is_true(crashes > 0, sc.name .. ": no write to crash at")
             assert.is_true(crashes < 400, sc.name .. ": never completed")
+            if sc.writes then
+                -- the update takes the path it is named after
+                assert.equal(sc.writes, crashes, sc.name .. ": writes")
+            end
             return crashes
         end
 

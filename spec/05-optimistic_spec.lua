@@ -101,6 +101,71 @@ describe("optimistic get under concurrent writers", function()
         assert.same({ true }, { dict:verify() })
     end)
 
+    -- set() of a number over a number of the same flags, neither
+    -- expiring, is one store in place: readers racing with it must see
+    -- the old or the new number whole, with its own flags
+    it("never returns a torn number while numbers are set in place",
+       function()
+        local keys, rounds = 8, 20000
+        local start = proc.pipe()
+        for k = 0, keys - 1 do
+            assert(dict:set("m" .. k, k, 0, 100 + k))
+        end
+
+        local writers = {}
+        for w = 1, 2 do
+            writers[w] = proc.spawn(function()
+                local d = assert(shdict.open("optimistic", { dir = dir }))
+                if not start:wait_release(10) then
+                    error("never released")
+                end
+                for n = 1, rounds do
+                    for k = 0, keys - 1 do
+                        -- k modulo keys, and never integral halves apart
+                        local v = k + keys * (n * 2 + w) + 0.5
+                        assert(d:set("m" .. k, v, 0, 100 + k))
+                    end
+                end
+            end)
+        end
+
+        local readers = {}
+        for r = 1, 2 do
+            readers[r] = proc.spawn(function()
+                local d = assert(shdict.open("optimistic", { dir = dir }))
+                if not start:wait_release(10) then
+                    error("never released")
+                end
+                for _ = 1, rounds do
+                    for k = 0, keys - 1 do
+                        local v, flags = d:get("m" .. k)
+                        if type(v) ~= "number" or flags ~= 100 + k
+                           or (v ~= k and (v - 0.5) % keys ~= k)
+                        then
+                            error("inconsistent m" .. k .. ": "
+                                  .. tostring(v) .. " flags "
+                                  .. tostring(flags))
+                        end
+                    end
+                end
+            end)
+        end
+        start:release()
+        start:close()
+
+        for _, res in ipairs(proc.wait_all(writers, 60)) do
+            assert.same({ how = "exit", code = 0, msg = "" }, res)
+        end
+        for _, res in ipairs(proc.wait_all(readers, 60)) do
+            assert.same({ how = "exit", code = 0, msg = "" }, res)
+        end
+        for k = 0, keys - 1 do
+            local v = dict:get("m" .. k)
+            assert.equal(k, (v - 0.5) % keys)
+        end
+        assert.same({ true }, { dict:verify() })
+    end)
+
     it("sees a value stored by another process at once", function()
         local pid = proc.spawn(function()
             local d = assert(shdict.open("optimistic", { dir = dir }))

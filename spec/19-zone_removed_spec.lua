@@ -181,6 +181,26 @@ io.write(elapsed and "locked" or ("failed: " .. tostring(err)))
         assert.same({ nil, REMOVED }, { dict:get("x") })
     end)
 
+    -- inside nginx the calls are gated by nginx's cached time (a lock's
+    -- acquire and a get with a ttl by a fine reading): a check due by that
+    -- reading runs, even while the coarse clock is short of it
+    it("looks at the file once the caller's reading says it is due",
+       function()
+        local ffi = require "ffi"
+        local dict = fx:zone("byreading", { size = "64k" })
+        local out = ffi.new("shmlock_value_t")
+        local buf = ffi.new("char[16]")
+        assert(dict:set("x", 1))
+        until_check_due(dict)
+        assert(dict:get("x"))           -- checks: the next one is due at `at`
+        local at = lib.shmlock_test_watch_at(dict._zone)
+        assert(os.remove(path("byreading")))
+        local rc = lib.shmlock_dict_get_at(dict._zone, "x", 1, 0, out, buf,
+                                           16, at)
+        assert.equal(lib.SHMLOCK_REMOVED, tonumber(rc))
+        assert.same({ nil, REMOVED }, { dict:get("x") })
+    end)
+
     it("a zone destroyed and made again is not taken for removed", function()
         local dict = fx:zone("again", { size = "64k" })
         assert(shdict.destroy("again", { dir = dir }))

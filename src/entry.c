@@ -1,4 +1,5 @@
 #include "entry.h"
+#include "hash.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -21,7 +22,9 @@ entry_lookup(const shard_t *sh, const char *key, size_t klen, uint32_t hash)
         }
         e = entry_at(sh, i);
         if (e->hash == hash && e->key_len == klen
-            && chunk_equal(sh, i, 0, key, klen))
+            && (klen <= CHUNK_HEAD_DATA
+                ? hash_equal(e->data, key, klen)    /* all in the head */
+                : chunk_equal(sh, i, 0, key, klen)))
         {
             return i;
         }

@@ -23,8 +23,10 @@ void shdict_format(shard_t *sh);
 int shdict_store(shard_t *sh, int op, const char *key, size_t klen,
     uint32_t hash, const shmlock_value_t *v, int64_t exptime_ms,
     int64_t now_ms, int *forcible);
+/* now: the clock (ms) to compare expiries with; 0: read it if needed. */
 int shdict_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
-    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size);
+    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size,
+    int64_t now);
 int shdict_incr(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     double *value, int has_init, double init, int64_t init_ttl_ms,
     int *forcible);

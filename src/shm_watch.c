@@ -83,9 +83,9 @@ shm_watch_file(shmlock_zone_t *z)
 }
 
 int
-shm_watch_check(shmlock_zone_t *z)
+shm_watch_check(shmlock_zone_t *z, int64_t now_ms)
 {
-    int64_t  now;
+    int64_t  now, at;
     int      rc = shm_watch_dead_status(z);
 
     if (rc != SHMLOCK_OK) {
@@ -97,8 +97,12 @@ shm_watch_check(shmlock_zone_t *z)
     pthread_once(&shm_watch_once, shm_watch_init);
     pthread_mutex_lock(&shm_watch_mutex);
     now = sys_coarse_ms();
-    /* another thread may have checked meanwhile */
-    if (now >= __atomic_load_n(&z->watch_at, __ATOMIC_RELAXED)) {
+    /* due by the coarse clock or by the caller's reading, which may be a
+     * tick ahead (a fine one); the next is set from the coarse clock, so
+     * that no reading, however wrong, puts it off.  Another thread may
+     * have checked meanwhile. */
+    at = __atomic_load_n(&z->watch_at, __ATOMIC_RELAXED);
+    if (now >= at || now_ms >= at) {
         shm_watch_file(z);
         __atomic_store_n(&z->watch_at, now + SHMLOCK_WATCH_MS,
                          __ATOMIC_RELAXED);

@@ -35,14 +35,18 @@
 
 /* The status of a zone marked dead: destroyed or removed. */
 int shm_watch_dead_status(shmlock_zone_t *z);
-/* The check itself, due or not: SHMLOCK_OK or the refusal. */
-int shm_watch_check(shmlock_zone_t *z);
+/* The check itself, if due by the coarse clock or now_ms: SHMLOCK_OK or
+ * the refusal. */
+int shm_watch_check(shmlock_zone_t *z, int64_t now_ms);
 
 /*
  * SHMLOCK_OK while the zone lives, given a reading of the monotonic clock
  * in ms (the coarse one, or a finer one the caller reads anyway: the
- * check then runs up to a tick early, never late): one load of the dead
- * word and a compare, but once per SHMLOCK_WATCH_MS.
+ * check then runs up to a tick early, never late; or the ABI caller's own
+ * reading, nginx's cached time: the check then runs late by as much as
+ * that reading lags, the time the worker ran since its event loop last
+ * turned): one load of the dead word and a compare, but once per
+ * SHMLOCK_WATCH_MS.
  */
 static inline int
 shm_watch_at(shmlock_zone_t *z, int64_t now_ms)
@@ -53,7 +57,7 @@ shm_watch_at(shmlock_zone_t *z, int64_t now_ms)
     {
         return SHMLOCK_OK;
     }
-    return shm_watch_check(z);
+    return shm_watch_check(z, now_ms);
 }
 
 /* shm_watch_at with the coarse clock (a vDSO read, no system call). */

@@ -220,6 +220,22 @@ SHMLOCK_API int shmlock_dict_store(shmlock_zone_t *zone, int op,
     int64_t exptime_ms, int *forcible);
 
 /*
+ * The zone clock (CLOCK_MONOTONIC, ms) is read where a call needs it: to
+ * compare with an expiry or compute one, and (a coarse reading) to gate
+ * the look at the zone's file (SHMLOCK_WATCH_MS).  The _at variants take
+ * the caller's reading, now_ms (0: read it here, as the plain calls do),
+ * and then read no clock: inside nginx, its cached ngx_current_msec is
+ * that clock, as ngx.shared.DICT compares with nginx's cached time.  A
+ * reading stale by d ms serves a value up to d ms past its expiry, sets
+ * expiries d ms short, and looks at the file up to d ms late; nginx
+ * updates it at every turn of its event loop (every timer_resolution
+ * with that directive), so d is the time the worker has run since.
+ */
+SHMLOCK_API int shmlock_dict_store_at(shmlock_zone_t *zone, int op,
+    const char *key, size_t key_len, const shmlock_value_t *val,
+    int64_t exptime_ms, int64_t now_ms, int *forcible);
+
+/*
  * shmlock_dict_store on a condition: generation word `word` (see below,
  * modulo SHMLOCK_GEN_WORDS) holds `value` in the bits of `mask`.  It is
  * read under the key's shard mutex, in the critical section of the store:
@@ -244,6 +260,10 @@ SHMLOCK_API int shmlock_dict_store_guarded(shmlock_zone_t *zone, int op,
 SHMLOCK_API int shmlock_dict_get(shmlock_zone_t *zone, const char *key,
     size_t key_len, int get_stale, shmlock_value_t *out, char *buf,
     size_t buf_size);
+/* shmlock_dict_get with the caller's clock reading (see _store_at). */
+SHMLOCK_API int shmlock_dict_get_at(shmlock_zone_t *zone, const char *key,
+    size_t key_len, int get_stale, shmlock_value_t *out, char *buf,
+    size_t buf_size, int64_t now_ms);
 
 SHMLOCK_API int shmlock_dict_incr(shmlock_zone_t *zone, const char *key,
     size_t key_len, double *value, int has_init, double init,

@@ -87,11 +87,30 @@ shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
     size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
     int *forcible)
 {
+    return shmlock_dict_store_at(zone, op, key, key_len, val, exptime_ms, 0,
+                                 forcible);
+}
+
+int
+shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
+    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
+    int64_t now_ms, int *forcible)
+{
+    int  rc;
+
     *forcible = 0;
-    CHECK_LIVE(zone);
+    /* an expiry to compute needs the clock anyway: read once, it gates the
+     * watch too (as a lock's acquire does) */
+    if (now_ms <= 0 && exptime_ms > 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = now_ms > 0 ? shm_watch_at(zone, now_ms) : shm_watch(zone);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
     CHECK_KEY(key_len);
     return shmlock_dict_put(zone, op, key, key_len, hash_bytes(key, key_len),
-                            val, exptime_ms, 0, forcible);
+                            val, exptime_ms, now_ms, forcible);
 }
 
 int
@@ -128,24 +147,48 @@ int
 shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size)
 {
+    return shmlock_dict_get_at(zone, key, key_len, get_stale, out, buf,
+                               buf_size, 0);
+}
+
+/*
+ * The lock-free read comes before the watch (shm_watch.h), so that the
+ * watch is gated by the clock reading the read took for an expiry, if it
+ * took one, and a get pays one clock read at most (none when the caller
+ * hands its own).  Reading first is safe: a dead zone stays mapped, and
+ * its answer is not handed out.  The locked path, which may write (a
+ * recovery), looks first.
+ */
+int
+shmlock_dict_get_at(shmlock_zone_t *zone, const char *key, size_t key_len,
+    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size,
+    int64_t now_ms)
+{
     uint32_t  hash;
     shard_t  *sh;
-    int       rc, tries;
+    int64_t   now = now_ms > 0 ? now_ms : 0;
+    int       rc, live, tries;
 
-    CHECK_LIVE(zone);
     CHECK_KEY(key_len);
     hash = hash_bytes(key, key_len);
     sh = zone_shard(zone, hash);
     for (tries = 0; tries < 4; tries++) {
         rc = optimistic_get(sh, key, key_len, hash, get_stale, out, buf,
-                            buf_size);
+                            buf_size, &now);
         if (rc != OPTIMISTIC_RETRY) {
+            live = shm_watch_at(zone, now != 0 ? now : sys_coarse_ms());
+            if (__builtin_expect(live != SHMLOCK_OK, 0)) {
+                out->type = SHMLOCK_TNIL;
+                return live;
+            }
             return rc;
         }
     }
     /* writers keep getting in the way: queue up with them */
+    CHECK_LIVE(zone);
     shard_lock(sh);
-    rc = shdict_get(sh, key, key_len, hash, get_stale, out, buf, buf_size);
+    rc = shdict_get(sh, key, key_len, hash, get_stale, out, buf, buf_size,
+                    now);
     return shard_unlock(sh, rc);
 }
 

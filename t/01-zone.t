@@ -17,6 +17,7 @@ my $t = ShmTest->new(
             "inherited", { size = "1m" }))
 EOF
     http_config => <<'EOF',
+    lua_shared_dict ngx_dict 1m;
     init_worker_by_lua_block {
         local shdict = require "resty.shmlock.shdict"
         -- not opened by the master: each worker creates or attaches it
@@ -53,6 +54,26 @@ EOF
                 local ok, err = T[ngx.var.arg_zone]:set(ngx.var.arg_key,
                                                         ngx.var.arg_value)
                 ngx.say(tostring(ok), " ", tostring(err))
+            }
+        }
+        # expiry against nginx's cached time, as ngx.shared.DICT: a value
+        # stays until the event loop's next turn updates the time, however
+        # long the handler runs (here: past the expiry on the real clock,
+        # without yielding); "<ours> <ngx.shared.DICT's>" before and after
+        # ngx.update_time()
+        location = /cached {
+            content_by_lua_block {
+                local clock = require "resty.shmlock.internal.clock"
+                local z, n = T.attached, ngx.shared.ngx_dict
+                ngx.update_time()
+                assert(clock.cached_ms() > 0, "no cached clock in nginx")
+                assert(z:set("c", 1, 0.05))
+                assert(n:set("c", 1, 0.05))
+                local past = clock.now_ms() + 100
+                while clock.now_ms() < past do end
+                ngx.say(tostring(z:get("c")), " ", tostring(n:get("c")))
+                ngx.update_time()
+                ngx.say(tostring(z:get("c")), " ", tostring(n:get("c")))
             }
         }
         location = /same {
@@ -153,6 +174,11 @@ for my $zone (qw(inherited attached)) {
         $t->check_log("same", nested => 1);
     };
 }
+
+$t->block("get compares expiries with nginx's cached time, as "
+          . "ngx.shared.DICT does",
+    request => "GET /cached",
+    body    => "1 1\nnil nil\n");
 
 $t->block("a key written by nginx can be read back",
     request => "GET /set?zone=attached&key=from-nginx&value=hello",

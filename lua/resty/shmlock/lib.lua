@@ -117,6 +117,9 @@ int shmlock_errno(void);
 int shmlock_dict_store(shmlock_zone_t *zone, int op, const char *key,
     size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
     int *forcible);
+int shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
+    size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
+    int64_t now_ms, int *forcible);
 typedef struct {
     uint32_t  word;
     uint32_t  mask;
@@ -128,6 +131,9 @@ int shmlock_dict_store_guarded(shmlock_zone_t *zone, int op,
     int64_t exptime_ms, const shmlock_gen_guard_t *guard, int *forcible);
 int shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size);
+int shmlock_dict_get_at(shmlock_zone_t *zone, const char *key,
+    size_t key_len, int get_stale, shmlock_value_t *out, char *buf,
+    size_t buf_size, int64_t now_ms);
 int shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
     double *value, int has_init, double init, int64_t init_ttl_ms,
     int *forcible);

@@ -24,6 +24,7 @@ local codes = require "resty.shmlock.internal.codes"
 local args = require "resty.shmlock.shdict.args"
 local check_key = require("resty.shmlock.internal.key").check
 local log = require "resty.shmlock.internal.log"
+local cached_ms = require("resty.shmlock.internal.clock").cached_ms
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
@@ -114,8 +115,9 @@ local function store(self, op, key, value, exptime, flags, guarded)
         rc = C.shmlock_dict_store_guarded(zone, op, key, #key, val, exptime,
                                           guard, forcible)
     else
-        rc = C.shmlock_dict_store(zone, op, key, #key, val, exptime,
-                                  forcible)
+        -- inside nginx its cached clock (0 elsewhere: the core reads it)
+        rc = C.shmlock_dict_store_at(zone, op, key, #key, val, exptime,
+                                     cached_ms(), forcible)
     end
     recoveries(self.name)
     if rc == OK then
@@ -150,8 +152,11 @@ local function get(self, key, stale)
         return nil, err
     end
 
-    local rc = C.shmlock_dict_get(zone, key, #key, stale, val, str_buf,
-                                  str_size)
+    -- inside nginx, expiries are compared with its cached clock, as
+    -- ngx.shared.DICT does (0 elsewhere: the core reads the clock)
+    local now = cached_ms()
+    local rc = C.shmlock_dict_get_at(zone, key, #key, stale, val, str_buf,
+                                     str_size, now)
     -- AGAIN: the buffer is too small for the value; grow it and ask again,
     -- twice at most (the value may grow between the two calls)
     for _ = 1, 2 do
@@ -159,8 +164,8 @@ local function get(self, key, stale)
             break
         end
         grow(val.len)
-        rc = C.shmlock_dict_get(zone, key, #key, stale, val, str_buf,
-                                str_size)
+        rc = C.shmlock_dict_get_at(zone, key, #key, stale, val, str_buf,
+                                   str_size, now)
     end
     if rc ~= OK then
         return nil, errors[rc]
