@@ -12,6 +12,7 @@ local log = require "resty.shmlock.internal.log"
 local nginx_user = require "resty.shmlock.internal.nginx_user"
 
 local type = type
+local getmetatable = getmetatable
 local tostring = tostring
 local error = error
 local setmetatable = setmetatable
@@ -469,6 +470,17 @@ end
 -- key as a string, or nil and "nil key" / "empty key" / "key too long"
 -- (resty.shmlock.internal.key)
 _M.check_key = check_key
+
+-- syntax: zone = shdict._zone_handle(dict)
+-- The core's handle of a zone opened here (for the binding's calls on it:
+-- resty.shmlock.internal.core), nil for anything else (an ngx.shared
+-- dict, say).  Internal: the cache's and the command's.
+function _M._zone_handle(dict)
+    if type(dict) == "table" and mt and getmetatable(dict) == mt then
+        return dict._zone
+    end
+    return nil
+end
 
 -- syntax: shdict = zones.module(methods): the module resty.shmlock.shdict,
 -- its dicts with these methods (called once, by the binding's methods)

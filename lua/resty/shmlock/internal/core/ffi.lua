@@ -121,6 +121,14 @@ function _M.zone_gen_add(zone, i, delta)
     return tonumber(C.shmlock_zone_gen_add(zone, i, delta))
 end
 
+-- syntax: words = core.zone_gens(zone): the zone's generation words, a
+-- pointer into the mapping (words[i], i < GEN_WORDS: the cache's L1 hit
+-- reads one with a load).  FFI only: core/capi.lua has no such function,
+-- and its users read a word by zone_gen_add(zone, i, 0).
+function _M.zone_gens(zone)
+    return C.shmlock_zone_gens(zone)
+end
+
 function _M.wait_count(zone, hash)
     return tonumber(C.shmlock_wait_count(zone, hash))
 end
