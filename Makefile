@@ -64,7 +64,8 @@ INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
-        test-nginx test-asan test-valgrind test-every-lua test-install test-luarocks check-layers lint
+        test-nginx test-asan test-valgrind test-every-lua test-install test-luarocks \
+        test-busted check-layers lint
 
 # `make` builds both libraries: the specs run against the test build, and
 # must not find one older than the sources.  `make lib`: the library alone.
@@ -161,6 +162,7 @@ test:
 	$(MAKE) --no-print-directory test-nginx
 	$(MAKE) --no-print-directory test-install
 	$(MAKE) --no-print-directory test-luarocks
+	$(MAKE) --no-print-directory test-busted
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-every-lua
 	$(MAKE) --no-print-directory test-valgrind
@@ -220,6 +222,11 @@ test-install: $(LIB)
 # them, into a scratch tree (scripts/test-luarocks.sh).
 test-luarocks:
 	scripts/test-luarocks.sh
+
+# A user's spec under busted as installed: from the checkout and after
+# `luarocks make`, each twice (scripts/test-busted.sh, docs/testing.md).
+test-busted: all
+	scripts/test-busted.sh
 
 install: $(LIB) $(ROCK_MOD)
 	install -d '$(INST_LIBDIR)'

@@ -373,7 +373,9 @@ function _M.open(name, opts)
         return nil, "bad shards"
     end
 
-    local id = (dir or "") .. "\0" .. name
+    -- by the directory it resolves to now: $SHMLOCK_DIR may change
+    -- (resty.shmlock.testing), and the same name is then another zone
+    local id = directory(dir) .. "\0" .. name
     local dict = live(zones[id])
     if dict then
         return dict, nil, size_note(dict, asked)
@@ -437,7 +439,7 @@ end
 -- the dict this process opened under `name` and still uses (nil if none,
 -- or if the zone was destroyed since)
 function _M.opened(name, dir)
-    return live(zones[(dir or "") .. "\0" .. tostring(name)])
+    return live(zones[directory(dir) .. "\0" .. tostring(name)])
 end
 
 -- syntax: ok, err = shdict.destroy(name, opts?)
@@ -453,7 +455,7 @@ function _M.destroy(name, opts)
     if rc == OK then
         -- only now: a zone still there (the directory stayed locked, say)
         -- keeps the record that lets a lock reach it by name (opened)
-        zones[(dir or "") .. "\0" .. name] = nil
+        zones[directory(dir) .. "\0" .. name] = nil
         return true
     end
     if rc == NOT_FOUND then

@@ -199,6 +199,28 @@ function _M.sleep(seconds)
     end
 end
 
+-- syntax: ok, errno = core.setenv(name, value): value nil unsets
+-- (the zone directory the core reads, $SHMLOCK_DIR: resty.shmlock.testing)
+for _, decl in ipairs {
+    "int setenv(const char *name, const char *value, int overwrite);",
+    "int unsetenv(const char *name);",
+} do
+    pcall(ffi.cdef, decl)
+end
+
+function _M.setenv(name, value)
+    local rc
+    if value == nil then
+        rc = ffi.C.unsetenv(name)
+    else
+        rc = ffi.C.setenv(name, value, 1)
+    end
+    if rc ~= 0 then
+        return false, ffi.errno()
+    end
+    return true
+end
+
 -- the cache codec's doubles as 8 bytes (host order)
 local dbl = ffi_new("double[1]")
 
