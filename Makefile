@@ -79,6 +79,12 @@ build/lua%/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS
 	$(CC) $(CFLAGS) $(WARN) $(PIC) -I/usr/include/lua$* -shared -o $@ \
 	    $(BINDING_SRCS) $(OBJS) $(LDFLAGS) -lm
 
+# the C module for Lua 5.X under ASan and UBSan (make test-every-lua)
+build-asan/lua%/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(ASAN_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(ASAN_CFLAGS) $(TESTING) $(WARN) $(PIC) -I/usr/include/lua$* -shared \
+	    -o $@ $(BINDING_SRCS) $(ASAN_OBJS) $(LDFLAGS) -lm
+
 # the C module for the Lua luarocks builds for (its LUA_INCDIR)
 build/rock/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS)
 	@mkdir -p $(@D)
@@ -169,16 +175,31 @@ test:
 
 # Every Lua (docs/every-lua.md): spec/60 (run by test-lua too) starts
 # lua5.1 ... lua5.4 and LuaJIT on the modules and on one zone at once; then
-# every dictionary method under each PUC Lua through its C module, under
-# valgrind (the C API binding's memory: any error fails).
-test-every-lua: all
+# every dictionary method and the cache's paths without the lock under
+# each PUC Lua through its C module, under valgrind and with the module
+# built with ASan and UBSan (the C API binding's memory: any report fails).
+ASAN_LUA_MODS = $(LUA_VERSIONS:%=build-asan/lua%/resty/shmlock/core.so)
+EVERY_LUA_SCRIPTS = spec/every_lua/dict.lua spec/every_lua/cache.lua
+# (that the ASan build is the module loaded, not the checkout's)
+ASAN_PROBE = require "resty.shmlock.internal.core"; assert(io.open("/proc/self/maps"):read("*a"):find("build%-asan/lua"), "the ASan module did not load")
+
+test-every-lua: all $(ASAN_LUA_MODS)
 	scripts/busted.sh spec/60-every_lua_spec.lua
 	@set -e; for v in $(LUA_VERSIONS); do \
+	    LUA_PATH='$(CURDIR)/lua/?.lua;;' LD_PRELOAD='$(ASAN_RT)' \
+	        SHMLOCK_CORE='$(CURDIR)/build-asan/lua'$$v/resty/shmlock/core.so \
+	        $(ASAN_ENV) lua$$v -e '$(ASAN_PROBE)'; \
+	    for s in $(EVERY_LUA_SCRIPTS); do \
 	    dir=$$(mktemp -d /tmp/shmlock-everylua.XXXXXX); \
-	    echo "valgrind lua$$v spec/every_lua/dict.lua"; \
+	    echo "valgrind lua$$v $$s"; \
 	    LUA_PATH='$(CURDIR)/lua/?.lua;;' $(VALGRIND) lua$$v \
-	        spec/every_lua/dict.lua "$$dir" || { rm -rf "$$dir"; exit 1; }; \
+	        $$s "$$dir" || { rm -rf "$$dir"; exit 1; }; \
+	    echo "asan lua$$v $$s"; mkdir "$$dir/asan"; \
+	    LUA_PATH='$(CURDIR)/lua/?.lua;;' LD_PRELOAD='$(ASAN_RT)' \
+	        SHMLOCK_CORE='$(CURDIR)/build-asan/lua'$$v/resty/shmlock/core.so \
+	        $(ASAN_ENV) lua$$v $$s "$$dir/asan" || { rm -rf "$$dir"; exit 1; }; \
 	    rm -rf "$$dir"; \
+	    done; \
 	done
 
 # luacheck (Debian's lua-check) over the Lua code, as .luacheckrc says
