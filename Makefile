@@ -26,14 +26,17 @@ TEST_OBJS = $(TEST_SRCS:src/%.c=build-test/%.o)
 # Lua ABI whose headers are installed (liblua5.X-dev), each linking the core's
 # objects in: build/lua5.X/resty/shmlock/core.so, which
 # resty.shmlock.internal.core finds from a checkout by _VERSION.  luarocks
-# builds one, for its Lua: LUA_INCDIR set, build/rock/resty/shmlock/core.so.
+# builds one, for its Lua: LUA_INCDIR set, build/rock<LUA_INCDIR>/resty/shmlock/core.so.
 LUA_VERSIONS ?= $(patsubst /usr/include/lua%/lua.h,%,\
                   $(wildcard /usr/include/lua5.[1234]/lua.h))
 LUA_INCDIR   ?=
 BINDING_SRCS  = $(wildcard src/lua/*.c)
 BINDING_HDRS  = $(wildcard src/lua/*.h)
 LUA_MODS      = $(LUA_VERSIONS:%=build/lua%/resty/shmlock/core.so)
-ROCK_MOD      = $(if $(LUA_INCDIR),build/rock/resty/shmlock/core.so)
+# (one directory per LUA_INCDIR: `luarocks make` for another Lua in the same
+# checkout must not find the last Lua's module up to date)
+ROCK_DIR      = build/rock$(subst /,_,$(subst _,__,$(LUA_INCDIR)))
+ROCK_MOD      = $(if $(LUA_INCDIR),$(ROCK_DIR)/resty/shmlock/core.so)
 
 # The C test driver (ctest/), linked against the test build.
 CTEST_SRC = ctest/shmlock_test.c
@@ -86,7 +89,7 @@ build-asan/lua%/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $
 	    -o $@ $(BINDING_SRCS) $(ASAN_OBJS) $(LDFLAGS) -lm
 
 # the C module for the Lua luarocks builds for (its LUA_INCDIR)
-build/rock/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS)
+$(ROCK_DIR)/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(PIC) -I'$(LUA_INCDIR)' -shared -o $@ \
 	    $(BINDING_SRCS) $(OBJS) $(LDFLAGS) -lm

@@ -28,8 +28,13 @@ for _, name in ipairs(modules) do
 end
 local lib = package.searchpath("libshmlock", package.cpath)
 assert(inside(lib, tree), "libshmlock.so is not in the tree: " .. tostring(lib))
+-- the C module's side loads only under PUC Lua (docs/every-lua.md)
+local PUC_ONLY = { ["resty.shmlock.internal.core.capi"] = true,
+                   ["resty.shmlock.shdict.capi"] = true }
 for _, name in ipairs(modules) do
-    require(name)
+    if not PUC_ONLY[name] then
+        require(name)
+    end
 end
 
 local shdict = require "resty.shmlock.shdict"
