@@ -26,14 +26,17 @@ TEST_OBJS = $(TEST_SRCS:src/%.c=build-test/%.o)
 # Lua ABI whose headers are installed (liblua5.X-dev), each linking the core's
 # objects in: build/lua5.X/resty/shmlock/core.so, which
 # resty.shmlock.internal.core finds from a checkout by _VERSION.  luarocks
-# builds one, for its Lua: LUA_INCDIR set, build/rock/resty/shmlock/core.so.
+# builds one, for its Lua: LUA_INCDIR set, build/rock<LUA_INCDIR>/resty/shmlock/core.so.
 LUA_VERSIONS ?= $(patsubst /usr/include/lua%/lua.h,%,\
                   $(wildcard /usr/include/lua5.[1234]/lua.h))
 LUA_INCDIR   ?=
 BINDING_SRCS  = $(wildcard src/lua/*.c)
 BINDING_HDRS  = $(wildcard src/lua/*.h)
 LUA_MODS      = $(LUA_VERSIONS:%=build/lua%/resty/shmlock/core.so)
-ROCK_MOD      = $(if $(LUA_INCDIR),build/rock/resty/shmlock/core.so)
+# (one directory per LUA_INCDIR: `luarocks make` for another Lua in the same
+# checkout must not find the last Lua's module up to date)
+ROCK_DIR      = build/rock$(subst /,_,$(subst _,__,$(LUA_INCDIR)))
+ROCK_MOD      = $(if $(LUA_INCDIR),$(ROCK_DIR)/resty/shmlock/core.so)
 
 # The C test driver (ctest/), linked against the test build.
 CTEST_SRC = ctest/shmlock_test.c
@@ -64,7 +67,8 @@ INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
-        test-nginx test-asan test-valgrind test-every-lua test-install test-luarocks check-layers lint
+        test-nginx test-asan test-valgrind test-every-lua test-install test-luarocks \
+        test-busted check-layers lint
 
 # `make` builds both libraries: the specs run against the test build, and
 # must not find one older than the sources.  `make lib`: the library alone.
@@ -78,8 +82,14 @@ build/lua%/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS
 	$(CC) $(CFLAGS) $(WARN) $(PIC) -I/usr/include/lua$* -shared -o $@ \
 	    $(BINDING_SRCS) $(OBJS) $(LDFLAGS) -lm
 
+# the C module for Lua 5.X under ASan and UBSan (make test-every-lua)
+build-asan/lua%/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(ASAN_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(ASAN_CFLAGS) $(TESTING) $(WARN) $(PIC) -I/usr/include/lua$* -shared \
+	    -o $@ $(BINDING_SRCS) $(ASAN_OBJS) $(LDFLAGS) -lm
+
 # the C module for the Lua luarocks builds for (its LUA_INCDIR)
-build/rock/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS)
+$(ROCK_DIR)/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(PIC) -I'$(LUA_INCDIR)' -shared -o $@ \
 	    $(BINDING_SRCS) $(OBJS) $(LDFLAGS) -lm
@@ -161,22 +171,38 @@ test:
 	$(MAKE) --no-print-directory test-nginx
 	$(MAKE) --no-print-directory test-install
 	$(MAKE) --no-print-directory test-luarocks
+	$(MAKE) --no-print-directory test-busted
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-every-lua
 	$(MAKE) --no-print-directory test-valgrind
 
 # Every Lua (docs/every-lua.md): spec/60 (run by test-lua too) starts
 # lua5.1 ... lua5.4 and LuaJIT on the modules and on one zone at once; then
-# every dictionary method under each PUC Lua through its C module, under
-# valgrind (the C API binding's memory: any error fails).
-test-every-lua: all
+# every dictionary method and the cache's paths without the lock under
+# each PUC Lua through its C module, under valgrind and with the module
+# built with ASan and UBSan (the C API binding's memory: any report fails).
+ASAN_LUA_MODS = $(LUA_VERSIONS:%=build-asan/lua%/resty/shmlock/core.so)
+EVERY_LUA_SCRIPTS = spec/every_lua/dict.lua spec/every_lua/cache.lua
+# (that the ASan build is the module loaded, not the checkout's)
+ASAN_PROBE = require "resty.shmlock.internal.core"; assert(io.open("/proc/self/maps"):read("*a"):find("build%-asan/lua"), "the ASan module did not load")
+
+test-every-lua: all $(ASAN_LUA_MODS)
 	scripts/busted.sh spec/60-every_lua_spec.lua
 	@set -e; for v in $(LUA_VERSIONS); do \
+	    LUA_PATH='$(CURDIR)/lua/?.lua;;' LD_PRELOAD='$(ASAN_RT)' \
+	        SHMLOCK_CORE='$(CURDIR)/build-asan/lua'$$v/resty/shmlock/core.so \
+	        $(ASAN_ENV) lua$$v -e '$(ASAN_PROBE)'; \
+	    for s in $(EVERY_LUA_SCRIPTS); do \
 	    dir=$$(mktemp -d /tmp/shmlock-everylua.XXXXXX); \
-	    echo "valgrind lua$$v spec/every_lua/dict.lua"; \
+	    echo "valgrind lua$$v $$s"; \
 	    LUA_PATH='$(CURDIR)/lua/?.lua;;' $(VALGRIND) lua$$v \
-	        spec/every_lua/dict.lua "$$dir" || { rm -rf "$$dir"; exit 1; }; \
+	        $$s "$$dir" || { rm -rf "$$dir"; exit 1; }; \
+	    echo "asan lua$$v $$s"; mkdir "$$dir/asan"; \
+	    LUA_PATH='$(CURDIR)/lua/?.lua;;' LD_PRELOAD='$(ASAN_RT)' \
+	        SHMLOCK_CORE='$(CURDIR)/build-asan/lua'$$v/resty/shmlock/core.so \
+	        $(ASAN_ENV) lua$$v $$s "$$dir/asan" || { rm -rf "$$dir"; exit 1; }; \
 	    rm -rf "$$dir"; \
+	    done; \
 	done
 
 # luacheck (Debian's lua-check) over the Lua code, as .luacheckrc says
@@ -220,6 +246,11 @@ test-install: $(LIB)
 # them, into a scratch tree (scripts/test-luarocks.sh).
 test-luarocks:
 	scripts/test-luarocks.sh
+
+# A user's spec under busted as installed: from the checkout and after
+# `luarocks make`, each twice (scripts/test-busted.sh, docs/testing.md).
+test-busted: all
+	scripts/test-busted.sh
 
 install: $(LIB) $(ROCK_MOD)
 	install -d '$(INST_LIBDIR)'

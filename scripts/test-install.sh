@@ -6,6 +6,14 @@
 # those are the test build's, libshmlock-test.so).  Then the installed
 # command, `shmlock`, on PATH through `luarocks path --bin`, and also with
 # no LUA_PATH at all (it finds its tree next to itself).
+#
+# The first install is the README's plain `luarocks make`, for whichever Lua
+# luarocks picks (LuaJIT counts as 5.1); the LuaJIT checks run on a 5.1 tree
+# (made with --lua-version=5.1 when luarocks picks another Lua).  Then, for
+# each Lua 5.x installed here, `luarocks --lua-version=5.X make` into a tree
+# of its own, and under that Lua, with only `luarocks path`: the installed C
+# module is the one loaded, every dictionary method and the cache's paths
+# without the lock work (spec/every_lua/dict.lua, cache.lua).
 
 set -euo pipefail
 
@@ -18,9 +26,47 @@ trap 'rm -rf "$work"' EXIT
 tree=$work/tree
 mkdir -p "$work/elsewhere" "$work/zones"
 
-# LuaJIT is Lua 5.1 to luarocks; Debian's luarocks defaults to 5.2.
-luarocks --lua-version=5.1 make --tree "$tree" "$rockspec" >"$work/log" 2>&1 \
+picked=$(luarocks config lua_version)
+luarocks make --tree "$tree" "$rockspec" >"$work/log" 2>&1 \
     || { cat "$work/log"; echo "test-install: luarocks make failed" >&2; exit 1; }
+echo "test-install: luarocks make (Lua $picked): ok"
+if [ "$picked" != 5.1 ]; then
+    tree=$work/tree-5.1
+    luarocks --lua-version=5.1 make --tree "$tree" "$rockspec" \
+        >"$work/log" 2>&1 \
+        || { cat "$work/log"; echo "test-install: luarocks --lua-version=5.1" \
+             "make failed" >&2; exit 1; }
+fi
+
+# each Lua 5.x: its own tree, its installed C module, the dictionary
+for lua in $(cd /usr/bin && ls lua5.[1-4] 2>/dev/null); do
+    v=${lua#lua}
+    vtree=$work/tree-puc-$v
+    luarocks --lua-version="$v" make --tree "$vtree" "$rockspec" \
+        >"$work/log-$v" 2>&1 \
+        || { cat "$work/log-$v"; echo "test-install: luarocks" \
+             "--lua-version=$v make failed" >&2; exit 1; }
+    mkdir -p "$work/zones-$v"
+    for script in dict.lua cache.lua; do
+        out=$(
+            eval "$(luarocks --lua-version="$v" --tree "$vtree" path)"
+            cd "$work/elsewhere"
+            env -u SHMLOCK_LIB -u SHMLOCK_CORE "$lua" -e "
+                local core = require 'resty.shmlock.internal.core'
+                assert(core.name == 'capi', core.name)
+                local maps = io.open('/proc/self/maps'):read('*a')
+                assert(maps:find('$vtree/lib/lua/$v/resty/shmlock/core.so',
+                                 1, true), 'not the installed core.so')
+                arg = { [0] = '$script', '$work/zones-$v' }
+                dofile('$root/spec/every_lua/$script')" 2>&1
+        ) || true
+        [ "$out" = ok ] \
+            || { echo "$out"; echo "test-install: $lua: the installed" \
+                 "modules fail spec/every_lua/$script" >&2; exit 1; }
+    done
+    echo "test-install: $lua: luarocks --lua-version=$v make; the installed" \
+         "C module runs every dictionary method and the cache"
+done
 
 installed=$(find "$tree" -name libshmlock.so | head -n 1)
 [ -n "$installed" ] \

@@ -241,19 +241,6 @@ describe("resty.shmlock.cache coherence", function()
         assert.same({ n = 2, nil, err }, pack(a:purge()))
     end)
 
-    it("takes an entry of 0.1.0 (no version stamp) for a miss", function()
-        local c = new_cache({ ttl = 0 })
-        -- 0.1.0's string entry: tag "s", expiry (a double, 0), payload
-        assert.is_true(zone:set("coh:old", "s" .. ("\0"):rep(8)
-                                           .. "an old payload"))
-        assert.same({ n = 1, nil }, pack(c:peek("old")))
-        assert.same({ n = 3, "new", nil, 3 },
-                    pack(c:get("old", nil, function() return "new" end)))
-        assert.is_true(zone:set("coh:nil", "-" .. ("\0"):rep(8)))
-        assert.same({ n = 3, "new", nil, 3 },
-                    pack(c:get("nil", nil, function() return "new" end)))
-    end)
-
     it("purge() empties the cache's keys in the zone and leaves other "
        .. "caches' keys", function()
         local c = new_cache({ ttl = 0 })

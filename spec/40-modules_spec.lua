@@ -9,7 +9,7 @@ local ROOT, LUA_PATH = checkout.ROOT, checkout.LUA_PATH
 
 local PUBLIC = {
     "resty.shmlock", "resty.shmlock.shdict", "resty.shmlock.cache",
-    "resty.shmlock.redis",
+    "resty.shmlock.redis", "resty.shmlock.testing",
 }
 
 -- every module of the checkout, by name

@@ -322,3 +322,72 @@ describe("the documentation's Lua blocks", function()
         end)
     end
 end)
+
+
+-- Figures the prose repeats, read from where the code defines them: the
+-- zone layout and the other numbered constants of src/shmlock.h that the
+-- text names (`SHMLOCK_WATCH_MS`), and the test index of CONTRIBUTING.md.
+describe("the documentation's figures", function()
+    local header = assert(read_file(ROOT .. "/src/shmlock.h"))
+    local function constant(name)
+        local v = header:match("SHMLOCK_" .. name .. "%s*=%s*(%d+)")
+        assert(v, "SHMLOCK_" .. name .. " not found in src/shmlock.h")
+        return tonumber(v)
+    end
+    local files = doc_files()
+    files[#files + 1] = "CHANGELOG.md"
+    files[#files + 1] = "src/README.md"
+
+    it("name the zone layout the code is at", function()
+        local layout = constant("LAYOUT")
+        local wrong = {}
+        for _, f in ipairs(files) do
+            local text = assert(read_file(ROOT .. "/" .. f))
+            for pat in ("[Ll]ayout (%d+)|[Ll]ayout is (%d+)|[Ll]ayout (%d+)%)")
+                       :gmatch("[^|]+") do
+                for n in text:gmatch(pat) do
+                    if tonumber(n) ~= layout then
+                        wrong[#wrong + 1] = f .. ": layout " .. n
+                    end
+                end
+            end
+        end
+        assert.same({}, wrong)
+    end)
+
+    it("give the values of the constants they name", function()
+        local wrong = {}
+        for _, f in ipairs(files) do
+            local text = assert(read_file(ROOT .. "/" .. f))
+            -- "100 ms (`SHMLOCK_WATCH_MS`)", "**100 ms** (`SHMLOCK_WATCH_MS`)"
+            for n, name in text:gmatch("(%d+) ms%**%s+%(`SHMLOCK_([%u_]+)`%)")
+            do
+                if tonumber(n) ~= constant(name) then
+                    wrong[#wrong + 1] = f .. ": " .. n .. " ms for SHMLOCK_"
+                                        .. name
+                end
+            end
+        end
+        assert.same({}, wrong)
+    end)
+
+    it("index every spec and nginx test in CONTRIBUTING.md", function()
+        local text = assert(read_file(ROOT .. "/CONTRIBUTING.md"))
+        local missing = {}
+        for f in sh("cd " .. quote(ROOT) .. " && ls spec/*_spec.lua t/*.t")
+                 :gmatch("[^\n]+") do
+            local n = f:match("^spec/(%d+)%-") or f:match("^t/(%d+)%-")
+            if not (text:find("`" .. n .. "`", 1, true)
+                    or text:find("(`" .. n .. "`", 1, true)) then
+                missing[#missing + 1] = f
+            end
+        end
+        for f in sh("cd " .. quote(ROOT) .. " && ls spec/every_lua/*.lua "
+                    .. "spec/user/*.lua"):gmatch("[^\n]+") do
+            if not text:find(f:match("[^/]+$"), 1, true) then
+                missing[#missing + 1] = f
+            end
+        end
+        assert.same({}, missing)
+    end)
+end)

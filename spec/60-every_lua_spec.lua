@@ -16,11 +16,11 @@ local ALL = { "luajit", "lua5.1", "lua5.2", "lua5.3", "lua5.4" }
 
 -- modules only LuaJIT loads: the FFI binding itself, the lock's backends
 -- (bound under PUC Lua in a follow-up: resty.shmlock answers there with
--- resty.shmlock.lock.unbound), the cache and the command (FFI codec and
--- calls); and the C module's side, which only PUC Lua loads
+-- resty.shmlock.lock.unbound) and the command (FFI calls); and the C
+-- module's side, which only PUC Lua loads
 local LUAJIT_ONLY = {
     "^resty%.shmlock%.lib$", "^resty%.shmlock%.internal%.core%.ffi$",
-    "^resty%.shmlock%.lock%.", "^resty%.shmlock%.cache", "^resty%.shmlock%.cli%.",
+    "^resty%.shmlock%.lock%.", "^resty%.shmlock%.cli%.",
 }
 local PUC_ONLY = {
     "^resty%.shmlock%.internal%.core%.capi$", "^resty%.shmlock%.shdict%.capi$",
@@ -91,6 +91,29 @@ describe("every Lua", function()
     it("runs every dictionary method under each interpreter", function()
         for _, lua in ipairs(ALL) do
             assert.equal("ok", run(lua, "dict.lua", dir), lua)
+        end
+    end)
+
+    it("runs the cache's paths that need no lock under each interpreter",
+       function()
+        for _, lua in ipairs(ALL) do
+            -- a zone of its own: the counters are exact per interpreter
+            local own = dir .. "/" .. lua
+            sh("mkdir '" .. own .. "'")
+            assert.equal("ok", run(lua, "cache.lua", own), lua)
+        end
+    end)
+
+    it("reads the cache values every other interpreter wrote, tables "
+       .. "included", function()
+        for _, lua in ipairs(ALL) do
+            assert.equal("ok", run(lua, "cache_share.lua",
+                                   "'" .. dir .. "' write " .. lua), lua)
+        end
+        for _, lua in ipairs(ALL) do
+            assert.equal("ok", run(lua, "cache_share.lua", "'" .. dir
+                                   .. "' read " .. table.concat(ALL, " ")),
+                         lua)
         end
     end)
 

@@ -1,7 +1,8 @@
 /*
  * What the Lua modules need besides zones and dictionaries: messages,
  * the clock and a sleep, this process and others, token blocks, users and
- * groups by id, LuaJIT's `bit` operations (32-bit, signed results) and the
+ * groups by id, the environment (resty.shmlock.testing's zone directory),
+ * LuaJIT's `bit` operations (32-bit, signed results) and the
  * double <-> 8 bytes conversion of the cache's codec.
  */
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <math.h>
 #include <pwd.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -109,6 +111,22 @@ static int core_sleep(lua_State *L)
         req = rem;
     }
     return 0;
+}
+
+/* ok = core.setenv(name, value): value nil unsets; false, errno on failure
+ * (the zone directory the core reads, $SHMLOCK_DIR, for resty.shmlock.testing) */
+static int core_setenv(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    int rc = lua_isnoneornil(L, 2) ? unsetenv(name)
+                                   : setenv(name, luaL_checkstring(L, 2), 1);
+    if (rc != 0) {
+        lua_pushboolean(L, 0);
+        lua_pushnumber(L, (lua_Number) errno);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
 }
 
 /* gid = core.getgrnam(name), or nil */
@@ -250,6 +268,7 @@ const luaL_Reg core_sys_funcs[] = {
     { "proc_alive", proc_alive },
     { "token_block", token_block },
     { "sleep", core_sleep },
+    { "setenv", core_setenv },
     { "getgrnam", core_getgrnam },
     { "getgrgid", core_getgrgid },
     { "getpwuid", core_getpwuid },

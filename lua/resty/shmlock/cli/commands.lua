@@ -348,7 +348,7 @@ function _M.locks(ctx, cmd)
     local locks, rows = json.array({}), {}
     for _, key in ipairs(keys) do
         local info
-        info, err = inspect.key(dict, key, dict._zone)
+        info, err = inspect.key(dict, key, shdict._zone_handle(dict))
         if info then
             info.key = key
             info.marked = info.marked or json.null

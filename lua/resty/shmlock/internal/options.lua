@@ -114,12 +114,13 @@ function _M.timeout(v, exptime, level)
     return clamp(check(v, "timeout", false, level + 1), exptime)
 end
 
--- syntax: v = options.seconds(v, label, level)
+-- syntax: v = options.seconds(v, label, level, positive?)
 -- A time in seconds (not nil) given as `label` (e.g. "opts.fence_ttl"),
--- checked: "<label> must be a number" (NaN included), "... must be >= 0",
--- "... must be <= 1e12"; level as options.lock's.
-function _M.seconds(v, label, level)
-    v = check(v, label, false, level + 1)
+-- checked: "<label> must be a number" (NaN included), "... must be >= 0"
+-- ("... must be > 0" when positive), "... must be <= 1e12"; level as
+-- options.lock's.
+function _M.seconds(v, label, level, positive)
+    v = check(v, label, positive, level + 1)
     return v
 end
 

@@ -12,6 +12,7 @@ local log = require "resty.shmlock.internal.log"
 local nginx_user = require "resty.shmlock.internal.nginx_user"
 
 local type = type
+local getmetatable = getmetatable
 local tostring = tostring
 local error = error
 local setmetatable = setmetatable
@@ -372,7 +373,9 @@ function _M.open(name, opts)
         return nil, "bad shards"
     end
 
-    local id = (dir or "") .. "\0" .. name
+    -- by the directory it resolves to now: $SHMLOCK_DIR may change
+    -- (resty.shmlock.testing), and the same name is then another zone
+    local id = directory(dir) .. "\0" .. name
     local dict = live(zones[id])
     if dict then
         return dict, nil, size_note(dict, asked)
@@ -436,7 +439,7 @@ end
 -- the dict this process opened under `name` and still uses (nil if none,
 -- or if the zone was destroyed since)
 function _M.opened(name, dir)
-    return live(zones[(dir or "") .. "\0" .. tostring(name)])
+    return live(zones[directory(dir) .. "\0" .. tostring(name)])
 end
 
 -- syntax: ok, err = shdict.destroy(name, opts?)
@@ -452,7 +455,7 @@ function _M.destroy(name, opts)
     if rc == OK then
         -- only now: a zone still there (the directory stayed locked, say)
         -- keeps the record that lets a lock reach it by name (opened)
-        zones[(dir or "") .. "\0" .. name] = nil
+        zones[directory(dir) .. "\0" .. name] = nil
         return true
     end
     if rc == NOT_FOUND then
@@ -469,6 +472,17 @@ end
 -- key as a string, or nil and "nil key" / "empty key" / "key too long"
 -- (resty.shmlock.internal.key)
 _M.check_key = check_key
+
+-- syntax: zone = shdict._zone_handle(dict)
+-- The core's handle of a zone opened here (for the binding's calls on it:
+-- resty.shmlock.internal.core), nil for anything else (an ngx.shared
+-- dict, say).  Internal: the cache's and the command's.
+function _M._zone_handle(dict)
+    if type(dict) == "table" and mt and getmetatable(dict) == mt then
+        return dict._zone
+    end
+    return nil
+end
 
 -- syntax: shdict = zones.module(methods): the module resty.shmlock.shdict,
 -- its dicts with these methods (called once, by the binding's methods)

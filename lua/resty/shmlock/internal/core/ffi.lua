@@ -121,6 +121,14 @@ function _M.zone_gen_add(zone, i, delta)
     return tonumber(C.shmlock_zone_gen_add(zone, i, delta))
 end
 
+-- syntax: words = core.zone_gens(zone): the zone's generation words, a
+-- pointer into the mapping (words[i], i < GEN_WORDS: the cache's L1 hit
+-- reads one with a load).  FFI only: core/capi.lua has no such function,
+-- and its users read a word by zone_gen_add(zone, i, 0).
+function _M.zone_gens(zone)
+    return C.shmlock_zone_gens(zone)
+end
+
 function _M.wait_count(zone, hash)
     return tonumber(C.shmlock_wait_count(zone, hash))
 end
@@ -189,6 +197,28 @@ function _M.sleep(seconds)
         req.tv_sec = rem.tv_sec    -- interrupted by a signal: sleep the rest
         req.tv_nsec = rem.tv_nsec
     end
+end
+
+-- syntax: ok, errno = core.setenv(name, value): value nil unsets
+-- (the zone directory the core reads, $SHMLOCK_DIR: resty.shmlock.testing)
+for _, decl in ipairs {
+    "int setenv(const char *name, const char *value, int overwrite);",
+    "int unsetenv(const char *name);",
+} do
+    pcall(ffi.cdef, decl)
+end
+
+function _M.setenv(name, value)
+    local rc
+    if value == nil then
+        rc = ffi.C.unsetenv(name)
+    else
+        rc = ffi.C.setenv(name, value, 1)
+    end
+    if rc ~= 0 then
+        return false, ffi.errno()
+    end
+    return true
 end
 
 -- the cache codec's doubles as 8 bytes (host order)

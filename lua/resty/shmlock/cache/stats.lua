@@ -1,0 +1,154 @@
+-- resty.shmlock.cache.stats (internal): the cache's counters.
+--
+-- Each process counts in its cache object and adds its counts to the
+-- zone (incr of "<name>#stats:<counter>"): at most every STATS_FLUSH ms,
+-- checked on every path but the L1 hit (which only adds 1 to a number
+-- outside any table: a table store would cost the hit more); inside nginx
+-- also from a timer every STATS_FLUSH ms (started by the worker's first
+-- counted event; at the worker's exit it flushes once more); and in
+-- stats().
+
+local core = require "resty.shmlock.internal.core"
+local nginx = require "resty.shmlock.internal.nginx"
+local now_ms = require("resty.shmlock.internal.clock").now_ms
+
+local pairs = pairs
+local setmetatable = setmetatable
+local self_pid = core.self_pid
+
+local _M = {}
+
+local COUNTERS = { "hits_l1", "hits_l2", "misses", "loads", "loader_errors",
+                   "lock_waits", "stale", "refreshes" }
+_M.COUNTERS = COUNTERS     -- (shmlock stat shows them in this order)
+local STATS_FLUSH = 1000   -- ms
+
+local ngx = nginx.api()
+
+-- syntax: counts = stats.new(): every counter at 0
+function _M.new()
+    local t = {}
+    for i = 1, #COUNTERS do
+        t[COUNTERS[i]] = 0
+    end
+    return t
+end
+
+-- syntax: hits = stats.l1_hits(): the L1 hits' own counter, hits[0]
+-- (under LuaJIT a double in C memory, which the hit's one store updates)
+if core.ffi then
+    local ffi_new = require("ffi").new
+    function _M.l1_hits()
+        return ffi_new("double[1]")
+    end
+else
+    function _M.l1_hits()
+        return { [0] = 0 }
+    end
+end
+
+-- A process forked from the one that made the cache (nginx workers from
+-- the master) starts its own counts: those it inherited are its
+-- parent's.  (Its L1 hits before its first other event go with them.)
+local function adopt_counts(self)
+    local pid = self_pid()
+    if self.counts_pid ~= pid then
+        self.counts_pid = pid
+        local counts = self.counts
+        for i = 1, #COUNTERS do
+            counts[COUNTERS[i]] = 0
+        end
+        self.l1_hits[0] = 0
+    end
+end
+
+-- syntax: ok, err = stats.flush(self)
+-- Adds this process's counts to the zone; nil, err if one could not be
+-- (it is kept for the next flush).
+local function flush(self)
+    adopt_counts(self)
+    local counts = self.counts
+    local dict, prefix = self.dict, self.stats_prefix
+    local err
+    -- the L1 hits are counted in their own field (the hit's one store)
+    counts.hits_l1 = counts.hits_l1 + self.l1_hits[0]
+    self.l1_hits[0] = 0
+    for i = 1, #COUNTERS do
+        local name = COUNTERS[i]
+        local n = counts[name]
+        if n ~= 0 then
+            local ok, ierr = dict:incr(prefix .. name, n, 0)
+            if ok then
+                counts[name] = 0
+            else
+                err = ierr
+            end
+        end
+    end
+    self.flushed = now_ms()
+    if err then
+        return nil, err
+    end
+    return true
+end
+_M.flush = flush
+
+-- Inside nginx: the caches that counted something in this worker (weak:
+-- a cache nobody uses any more goes), flushed by one timer per worker.
+local counting = setmetatable({}, { __mode = "k" })
+local timer_pid = false
+
+local function flush_timer()
+    for c in pairs(counting) do
+        flush(c)
+    end
+end
+
+local function start_flush_timer()
+    local pid = self_pid()
+    if timer_pid == pid then
+        return
+    end
+    -- tried once per process: where timers cannot be made (the master's
+    -- init phase) the worker's first event starts it
+    timer_pid = pid
+    local ok, err = ngx.timer.every(STATS_FLUSH / 1000, flush_timer)
+    if not ok and ngx.get_phase() ~= "init" then
+        ngx.log(ngx.WARN, "resty.shmlock.cache: no timer for the counters ",
+                "(they reach the zone with the next miss or stats()): ", err)
+    end
+end
+
+-- syntax: stats.count(self, name): one event of counter `name`
+function _M.count(self, name)
+    adopt_counts(self)
+    local counts = self.counts
+    counts[name] = counts[name] + 1
+    if now_ms() - self.flushed >= STATS_FLUSH then
+        flush(self)
+    end
+    if ngx then
+        counting[self] = true
+        start_flush_timer()
+    end
+end
+
+-- syntax: res, err = stats.read(self)
+-- The counters of every process using this cache (from the zone), this
+-- process's own counts added first.
+function _M.read(self)
+    flush(self)
+    local dict, prefix = self.dict, self.stats_prefix
+    local res = {}
+    for i = 1, #COUNTERS do
+        local name = COUNTERS[i]
+        local n, err = dict:get(prefix .. name)
+        if err then
+            return nil, err
+        end
+        res[name] = n or 0
+    end
+    return res
+end
+
+return _M
