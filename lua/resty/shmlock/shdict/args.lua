@@ -145,6 +145,15 @@ function _M.flags(flags)
     end
 end
 
+-- what the core can store
+local STORABLE = { string = true, number = true, boolean = true,
+                   ["nil"] = true }
+
+-- syntax: ok = args.storable(value): whether the core can store value
+function _M.storable(value)
+    return STORABLE[type(value)] == true
+end
+
 -- the fields of shmlock_stats_t, each a number in dict:stats()
 _M.STATS = { "capacity", "free_space", "entries", "evictions", "expired",
              "spins", "sleeps", "takeovers", "recoveries" }
