@@ -145,14 +145,9 @@ function _M.flags(flags)
     end
 end
 
--- what the core can store
-local STORABLE = { string = true, number = true, boolean = true,
-                   ["nil"] = true }
-
--- syntax: ok = args.storable(value): whether the core can store value
-function _M.storable(value)
-    return STORABLE[type(value)] == true
-end
+-- the types the core can store: STORABLE[type(value)]
+_M.STORABLE = { string = true, number = true, boolean = true,
+                ["nil"] = true }
 
 -- the fields of shmlock_stats_t, each a number in dict:stats()
 _M.STATS = { "capacity", "free_space", "entries", "evictions", "expired",

@@ -20,6 +20,7 @@ local check_key = require("resty.shmlock.internal.key").check
 local log = require "resty.shmlock.internal.log"
 
 local mod = core.mod
+local type = type
 local dict_store = mod.dict_store
 local dict_get = mod.dict_get
 local recoveries = log.recoveries
@@ -27,7 +28,7 @@ local zone_of = args.zone_of
 local keyed = args.keyed
 local check_exptime = args.exptime
 local check_flags = args.flags
-local storable = args.storable
+local STORABLE = args.STORABLE
 
 local OK = codes.OK
 local T_NIL, T_LIST = codes.TNIL, codes.TLIST
@@ -47,7 +48,7 @@ local function store(self, op, key, value, exptime, flags, guard)
     if not key then
         return nil, err
     end
-    if not storable(value) then
+    if not STORABLE[type(value)] then
         return nil, "bad value type"
     end
     if value == nil and op ~= OP_SET and op ~= OP_SET + OP_SAFE then

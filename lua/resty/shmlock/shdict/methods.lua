@@ -40,7 +40,7 @@ local zone_of = args.zone_of
 local keyed = args.keyed
 local check_exptime = args.exptime
 local check_flags = args.flags
-local storable = args.storable
+local STORABLE = args.STORABLE
 local STATS = args.STATS
 local KEYS_STEP = args.KEYS_STEP
 
@@ -85,6 +85,14 @@ local prim
 -- the methods methods.add adds
 local shared = {}
 
+-- a primitive's answer as a method's: value, or nil and the message
+local function answer(rc, value)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return value
+end
+
 -- lists, as ngx.shared.DICT's: elements are numbers or strings; a push
 -- takes free memory and expired entries' room, never a live entry's
 local function push(self, side, key, value)
@@ -99,10 +107,7 @@ local function push(self, side, key, value)
     end
     local rc, len = prim.dict_push(zone, side, key, value)
     recoveries(self.name)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return len
+    return answer(rc, len)
 end
 
 local function pop(self, side, key)
@@ -113,10 +118,7 @@ local function pop(self, side, key)
     end
     local rc, value = prim.dict_pop(zone, side, key)
     recoveries(self.name)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return value
+    return answer(rc, value)
 end
 
 -- syntax: length, err = dict:lpush(key, value)
@@ -148,10 +150,7 @@ function shared.llen(self, key)
     end
     local rc, len = prim.dict_llen(zone, key)
     recoveries(self.name)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return len
+    return answer(rc, len)
 end
 
 -- syntax: ttl, err = dict:ttl(key)
@@ -161,11 +160,8 @@ function shared.ttl(self, key)
     if not zone then
         return nil, err
     end
-    local rc, ttl = prim.dict_ttl(zone, key)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return ttl / 1000
+    local rc, ttl_ms = prim.dict_ttl(zone, key)
+    return answer(rc, ttl_ms / 1000)
 end
 
 -- syntax: ok, err = dict:expire(key, exptime)
@@ -177,11 +173,7 @@ function shared.expire(self, key, exptime)
     if not key then
         return nil, err
     end
-    local rc = prim.dict_expire(zone, key, exptime)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return true
+    return answer(prim.dict_expire(zone, key, exptime), true)
 end
 
 -- syntax: ok, err, forcible = dict:cas(key, old_value, new_value,
@@ -195,7 +187,7 @@ function shared.cas(self, key, old_value, new_value, exptime, flags)
     if not key then
         return nil, err
     end
-    if not storable(old_value) or not storable(new_value) then
+    if not STORABLE[type(old_value)] or not STORABLE[type(new_value)] then
         return nil, "bad value type"
     end
     local rc, forcible = prim.dict_cas(zone, key, old_value, new_value,
@@ -213,14 +205,11 @@ function shared.cad(self, key, old_value)
     if not zone then
         return nil, err
     end
-    if old_value == nil or not storable(old_value) then
+    if old_value == nil or not STORABLE[type(old_value)] then
         return nil, "bad value type"
     end
     local rc = prim.dict_cad(zone, key, old_value)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return true
+    return answer(rc, true)
 end
 
 -- syntax: dict:flush_all()   (nil, err only on a destroyed zone)
@@ -236,10 +225,7 @@ function shared.flush_expired(self, max_count)
     local zone = zone_of(self)
     args.flush_count(max_count)
     local rc, freed = prim.dict_flush_expired(zone, max_count or 0)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return freed
+    return answer(rc, freed)
 end
 
 -- One step of a walk (dict_scan): its keys appended to keys after
