@@ -8,8 +8,8 @@
 -- seconds raises too (resty.shmlock.internal.options), and one below
 -- 1 ms is 1 ms, not 0 ("never expires").
 
--- The methods over LuaJIT's FFI: the hot paths (get, the stores, incr)
--- call the core with nothing in between; the rest are
+-- The methods over LuaJIT's FFI: the hot paths (get, the stores, incr,
+-- cas, cad) call the core with nothing in between; the rest are
 -- resty.shmlock.shdict.methods's, over the primitives below.  Under PUC
 -- Lua, resty.shmlock.shdict.capi's over the C module.  Opening and
 -- destroying zones: resty.shmlock.shdict.zones, under both.
@@ -268,6 +268,46 @@ function methods.incr(self, key, value, init, init_ttl)
     return tonumber(num_buf[0]), nil, forcible[0] == 1
 end
 
+-- syntax: ok, err, forcible = dict:cas(key, old_value, new_value, exptime?,
+--                                      flags?)
+function methods.cas(self, key, old_value, new_value, exptime, flags)
+    local zone = zone_of(self)
+    exptime = check_exptime(exptime, 2)
+    check_flags(flags)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    if not fill(old, old_value, 0) or not fill(val, new_value, flags) then
+        return nil, "bad value type"
+    end
+    forcible[0] = 0
+    local rc = C.shmlock_dict_cas(zone, key, #key, old, val, exptime,
+                                  forcible)
+    if rc ~= OK then
+        return nil, errors[rc], forcible[0] == 1
+    end
+    return true, nil, forcible[0] == 1
+end
+
+-- syntax: ok, err = dict:cad(key, old_value)
+function methods.cad(self, key, old_value)
+    local zone, err
+    zone, key, err = keyed(self, key)
+    if not zone then
+        return nil, err
+    end
+    if old_value == nil or not fill(old, old_value, 0) then
+        return nil, "bad value type"
+    end
+    local rc = C.shmlock_dict_cad(zone, key, #key, old)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return true
+end
+
 -- The primitives of resty.shmlock.shdict.methods (lists, ttl, cas, the
 -- walk, stats ...: the methods off the hot path), over the FFI: each one
 -- call of the core, answering as the C module's function of its name.
@@ -309,20 +349,6 @@ end
 
 function prim.dict_expire(zone, key, exptime_ms)
     return C.shmlock_dict_expire(zone, key, #key, exptime_ms)
-end
-
-function prim.dict_cas(zone, key, old_value, new_value, flags, exptime_ms)
-    fill(old, old_value, 0)
-    fill(val, new_value, flags)
-    forcible[0] = 0
-    local rc = C.shmlock_dict_cas(zone, key, #key, old, val, exptime_ms,
-                                  forcible)
-    return rc, forcible[0] == 1
-end
-
-function prim.dict_cad(zone, key, old_value)
-    fill(old, old_value, 0)
-    return C.shmlock_dict_cad(zone, key, #key, old)
 end
 
 function prim.dict_flush_all(zone)

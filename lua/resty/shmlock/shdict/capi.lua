@@ -3,7 +3,7 @@
 -- the FFI: the same checks (resty.shmlock.shdict.args), returns and
 -- messages.  require "resty.shmlock.shdict" gives this module where there
 -- is no FFI; opening zones is resty.shmlock.shdict.zones's, as there.
--- The hot paths (get, the stores, incr) are here; the rest is
+-- The hot paths (get, the stores, incr, cas, cad) are here; the rest is
 -- resty.shmlock.shdict.methods's, over the C module's functions.
 --
 -- Numbers are kept as doubles, as ngx.shared.DICT does.  Under Lua 5.3 and
@@ -128,6 +128,42 @@ function methods.incr(self, key, value, init, init_ttl)
         return newval
     end
     return newval, nil, forcible
+end
+
+function methods.cas(self, key, old_value, new_value, exptime, flags)
+    local zone = zone_of(self)
+    exptime = check_exptime(exptime, 2)
+    check_flags(flags)
+    local err
+    key, err = check_key(key)
+    if not key then
+        return nil, err
+    end
+    if not STORABLE[type(old_value)] or not STORABLE[type(new_value)] then
+        return nil, "bad value type"
+    end
+    local rc, forcible = mod.dict_cas(zone, key, old_value, new_value,
+                                      flags, exptime)
+    if rc ~= OK then
+        return nil, errors[rc], forcible
+    end
+    return true, nil, forcible
+end
+
+function methods.cad(self, key, old_value)
+    local zone, err
+    zone, key, err = keyed(self, key)
+    if not zone then
+        return nil, err
+    end
+    if old_value == nil or not STORABLE[type(old_value)] then
+        return nil, "bad value type"
+    end
+    local rc = mod.dict_cad(zone, key, old_value)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return true
 end
 
 shared.add(methods, mod)

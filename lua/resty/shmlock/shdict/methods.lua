@@ -3,7 +3,7 @@
 -- store methods' thin wrappers.
 --
 -- methods.add(m, prim) adds to m (the binding's methods) lpush, rpush,
--- lpop, rpop, llen, ttl, expire, cas, cad, flush_all, flush_expired,
+-- lpop, rpop, llen, ttl, expire, flush_all, flush_expired,
 -- get_keys, scan, capacity, free_space, shards, stats and verify.  prim
 -- answers as the C module's functions of the same names (src/lua/dict.c)
 -- do, each one call of the core with its checked arguments:
@@ -13,8 +13,6 @@
 --   dict_llen(zone, key)                       -> rc, length
 --   dict_ttl(zone, key)                        -> rc, ttl_ms
 --   dict_expire(zone, key, exptime_ms)         -> rc
---   dict_cas(zone, key, old, new, flags, exptime_ms) -> rc, forcible
---   dict_cad(zone, key, old)                   -> rc
 --   dict_flush_all(zone)                       -> rc
 --   dict_flush_expired(zone, max_count)        -> rc, freed
 --   dict_scan(zone, cursor, count)             -> rc, next_cursor, keys
@@ -23,8 +21,9 @@
 --   dict_capacity(zone), dict_free_space(zone), zone_shards(zone) -> number
 --
 -- Under PUC Lua prim is the C module itself; under LuaJIT, a table of FFI
--- calls in resty.shmlock.shdict.  The hot paths (get, the stores, incr)
--- stay each binding's own, calling its core with nothing in between.
+-- calls in resty.shmlock.shdict.  The hot paths (get, the stores, incr,
+-- cas, cad: those that fill the FFI's value structs) stay each binding's
+-- own, calling its core with nothing in between.
 
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
@@ -38,9 +37,6 @@ local ipairs = ipairs
 local recoveries = log.recoveries
 local zone_of = args.zone_of
 local keyed = args.keyed
-local check_exptime = args.exptime
-local check_flags = args.flags
-local STORABLE = args.STORABLE
 local STATS = args.STATS
 local KEYS_STEP = args.KEYS_STEP
 
@@ -174,42 +170,6 @@ function shared.expire(self, key, exptime)
         return nil, err
     end
     return answer(prim.dict_expire(zone, key, exptime), true)
-end
-
--- syntax: ok, err, forcible = dict:cas(key, old_value, new_value,
---                                      exptime?, flags?)
-function shared.cas(self, key, old_value, new_value, exptime, flags)
-    local zone = zone_of(self)
-    exptime = check_exptime(exptime, 2)
-    check_flags(flags)
-    local err
-    key, err = check_key(key)
-    if not key then
-        return nil, err
-    end
-    if not STORABLE[type(old_value)] or not STORABLE[type(new_value)] then
-        return nil, "bad value type"
-    end
-    local rc, forcible = prim.dict_cas(zone, key, old_value, new_value,
-                                       flags, exptime)
-    if rc ~= OK then
-        return nil, errors[rc], forcible
-    end
-    return true, nil, forcible
-end
-
--- syntax: ok, err = dict:cad(key, old_value)
-function shared.cad(self, key, old_value)
-    local zone, err
-    zone, key, err = keyed(self, key)
-    if not zone then
-        return nil, err
-    end
-    if old_value == nil or not STORABLE[type(old_value)] then
-        return nil, "bad value type"
-    end
-    local rc = prim.dict_cad(zone, key, old_value)
-    return answer(rc, true)
 end
 
 -- syntax: dict:flush_all()   (nil, err only on a destroyed zone)
