@@ -28,6 +28,15 @@ describe("optimistic get under concurrent writers", function()
         dict = fx:zone("optimistic", { size = "256k" })
     end)
 
+    -- in a child: the zone, opened, once the parent releases start
+    local function opened_at(start)
+        local d = assert(shdict.open("optimistic", { dir = dir }))
+        if not start:wait_release(10) then
+            error("never released")
+        end
+        return d
+    end
+
     it("never returns a torn string, number/flags pair or foreign key", function()
         local duration = 1.5
         local keys = 16
@@ -115,10 +124,7 @@ describe("optimistic get under concurrent writers", function()
         local writers = {}
         for w = 1, 2 do
             writers[w] = proc.spawn(function()
-                local d = assert(shdict.open("optimistic", { dir = dir }))
-                if not start:wait_release(10) then
-                    error("never released")
-                end
+                local d = opened_at(start)
                 for n = 1, rounds do
                     for k = 0, keys - 1 do
                         -- k modulo keys, and never integral halves apart
@@ -132,10 +138,7 @@ describe("optimistic get under concurrent writers", function()
         local readers = {}
         for r = 1, 2 do
             readers[r] = proc.spawn(function()
-                local d = assert(shdict.open("optimistic", { dir = dir }))
-                if not start:wait_release(10) then
-                    error("never released")
-                end
+                local d = opened_at(start)
                 for _ = 1, rounds do
                     for k = 0, keys - 1 do
                         local v, flags = d:get("m" .. k)

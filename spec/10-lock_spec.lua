@@ -26,6 +26,17 @@ local function raised(f)
     return (err:gsub("^.-10%-lock_spec%.lua:%d+: ", ""))
 end
 
+-- l1 locks key for 20 ms, which pass (30 ms slept), then l2 takes it:
+-- l1, l2
+local function expired_then_taken(dict, key)
+    local l1 = resty_lock:new(dict, { exptime = 0.02 })
+    local l2 = resty_lock:new(dict)
+    assert.equal(0, l1:lock(key))
+    env.sleep(0.03)
+    assert.equal(0, l2:lock(key))
+    return l1, l2
+end
+
 describe("resty.shmlock", function()
     local fx = fixture.new { dir = "block", env = true }
     local dir, dict, n
@@ -400,11 +411,7 @@ describe("resty.shmlock", function()
 
         it("returns 1, 'expired' and leaves the key alone when our lock "
            .. "expired and someone else took it", function()
-            local l1 = resty_lock:new(dict, { exptime = 0.02 })
-            local l2 = resty_lock:new(dict)
-            assert.equal(0, l1:lock("k"))
-            env.sleep(0.03)
-            assert.equal(0, l2:lock("k"))
+            local l1, l2 = expired_then_taken(dict, "k")
             local tok = dict:get("k")
 
             assert.same({ 1, "expired" }, { l1:unlock() })
@@ -416,11 +423,7 @@ describe("resty.shmlock", function()
 
         it("returns 1, 'expired' when our lock expired and the key was "
            .. "taken and released since (gone)", function()
-            local l1 = resty_lock:new(dict, { exptime = 0.02 })
-            local l2 = resty_lock:new(dict)
-            assert.equal(0, l1:lock("k"))
-            env.sleep(0.03)
-            assert.equal(0, l2:lock("k"))
+            local l1, l2 = expired_then_taken(dict, "k")
             assert.same({ 1 }, { l2:unlock() })
             assert.is_nil(dict:get("k"))
 
@@ -432,11 +435,7 @@ describe("resty.shmlock", function()
 
         it("returns 1, 'expired' and leaves a marked lock of another holder "
            .. "alone", function()
-            local l1 = resty_lock:new(dict, { exptime = 0.02 })
-            local l2 = resty_lock:new(dict)
-            assert.equal(0, l1:lock("k"))
-            env.sleep(0.03)
-            assert.equal(0, l2:lock("k"))
+            local l1, l2 = expired_then_taken(dict, "k")
             -- a starving waiter's mark on l2's lock (the zone's format)
             local tok = dict:get("k")
             local marked = tok .. "|1:1:00000000000000ff|30000|1|"
@@ -510,11 +509,7 @@ describe("resty.shmlock", function()
 
         it("returns nil, 'expired' and leaves the key alone when our lock "
            .. "expired and someone else took it", function()
-            local l1 = resty_lock:new(dict, { exptime = 0.02 })
-            local l2 = resty_lock:new(dict)
-            assert.equal(0, l1:lock("k"))
-            env.sleep(0.03)
-            assert.equal(0, l2:lock("k"))
+            local l1, l2 = expired_then_taken(dict, "k")
             local tok = dict:get("k")
             local ttl = dict:ttl("k")
 

@@ -8,6 +8,7 @@
 local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local cache = require "resty.shmlock.cache"
+local fake_shared = require "helpers.fake_shared"
 
 local pack = table.pack or function(...) -- luacheck: ignore 143
     return { n = select("#", ...), ... }
@@ -199,22 +200,7 @@ describe("resty.shmlock.cache coherence", function()
 
     it("follows set(), delete() and purge() through a counter key in a "
        .. "dict without generation words (an ngx.shared dict)", function()
-        local store = {}
-        local fake = {
-            get = function(_, k) return store[k] end,
-            get_stale = function(_, k) return store[k] end,
-            set = function(_, k, v) store[k] = v return true end,
-            delete = function(_, k) store[k] = nil return true end,
-            incr = function(_, k, n, init)
-                store[k] = (store[k] or init) + n
-                return store[k]
-            end,
-            get_keys = function()
-                local keys = {}
-                for k in pairs(store) do keys[#keys + 1] = k end
-                return keys
-            end,
-        }
+        local fake, store = fake_shared.new()
         local locks = fx:zone("coh-locks", { size = "64k" })
         local a = assert(cache.new("coh-f", { dict = fake, lock_dict = locks,
                                               ttl = 0 }))

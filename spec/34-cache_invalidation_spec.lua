@@ -8,6 +8,7 @@
 local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local cache = require "resty.shmlock.cache"
+local fake_shared = require "helpers.fake_shared"
 
 local pack = table.pack or function(...) -- luacheck: ignore 143
     return { n = select("#", ...), ... }
@@ -47,6 +48,19 @@ describe("resty.shmlock.cache: a load started before a change", function()
         opts.dict = opts.dict or zone
         opts.ttl = opts.ttl or 60
         return assert(cache.new("inv", opts))
+    end
+
+    -- a cache whose "k" was set to "stale" for 1 ms, which passed (peek
+    -- gives nil)
+    local function with_expired_k(opts)
+        local c = new_cache(opts)
+        assert.is_true(c:set("k", "stale", 0.001))
+        local deadline = proc.now() + 10
+        while c:peek("k") ~= nil do
+            assert.is_true(proc.now() < deadline)
+            proc.sleep(0.001)
+        end
+        return c
     end
 
     -- A child whose get("k") calls a loader that says so (`loading`),
@@ -143,13 +157,7 @@ describe("resty.shmlock.cache: a load started before a change", function()
     it("does not store over a set made meanwhile in a refresh of a stale "
        .. "value (stale_ttl)", function()
         local opts = { stale_ttl = 60 }
-        local c = new_cache(opts)
-        assert.is_true(c:set("k", "stale", 0.001))
-        local deadline = proc.now() + 10
-        while c:peek("k") ~= nil do
-            assert.is_true(proc.now() < deadline)
-            proc.sleep(0.001)
-        end
+        local c = with_expired_k(opts)
         assert.is_true(select(4, c:peek("k", true)))
         local pid, go, w = interleave("set", opts)
         -- the caller that refreshed has the loader's value
@@ -163,13 +171,7 @@ describe("resty.shmlock.cache: a load started before a change", function()
     it("does not resurrect the old value over a set made while the loader "
        .. "failed (resurrect_ttl)", function()
         local opts = { resurrect_ttl = 60 }
-        local c = new_cache(opts)
-        assert.is_true(c:set("k", "stale", 0.001))
-        local deadline = proc.now() + 10
-        while c:peek("k") ~= nil do
-            assert.is_true(proc.now() < deadline)
-            proc.sleep(0.001)
-        end
+        with_expired_k(opts)
         local pid, go, w = interleave("set", opts, true)
         -- the caller is served what the zone keeps (hit_level 4, as
         -- resurrect_ttl says): the set's value by now
@@ -226,22 +228,7 @@ describe("resty.shmlock.cache: a load started before a change", function()
 
     it("does not store over a change made during the load, in a dict "
        .. "without generation words (an ngx.shared dict)", function()
-        local store = {}
-        local fake = {
-            get = function(_, k) return store[k] end,
-            get_stale = function(_, k) return store[k] end,
-            set = function(_, k, v) store[k] = v return true end,
-            delete = function(_, k) store[k] = nil return true end,
-            incr = function(_, k, n, init)
-                store[k] = (store[k] or init) + n
-                return store[k]
-            end,
-            get_keys = function()
-                local keys = {}
-                for k in pairs(store) do keys[#keys + 1] = k end
-                return keys
-            end,
-        }
+        local fake = fake_shared.new()
         local opts = { dict = fake, lock_dict = zone }
         local a, b = new_cache(opts), new_cache(opts)
         for _, change in ipairs({ "set", "delete", "purge" }) do

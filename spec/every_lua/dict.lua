@@ -39,6 +39,8 @@ local big = string.rep("z", 10000)
 eq(true, (d:set("big", big)), "a value beyond the first buffer")
 eq(big, d:get("big"), "read back whole")
 eq(true, (d:delete("big")), "delete")
+eq(1, d:rpush("bigl", big), "a list element beyond the first buffer")
+eq(big, d:lpop("bigl"), "popped whole")
 for i = 1, 20 do
     d:set("k" .. i, i)
 end

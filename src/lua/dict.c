@@ -23,6 +23,62 @@ static char *grow(lua_State *L, size_t size)
     return lua_newuserdata(L, size > 0 ? size : 1);
 }
 
+/* the answer of a call with one number out: rc, n */
+static int push_rc_number(lua_State *L, int rc, double n)
+{
+    core_push_number(L, rc);
+    core_push_number(L, n);
+    return 2;
+}
+
+/* the answer of a store: rc, forcible */
+static int push_rc_forcible(lua_State *L, int rc, int forcible)
+{
+    core_push_number(L, rc);
+    lua_pushboolean(L, forcible == 1);
+    return 2;
+}
+
+/* a read of one value: a get (arg: get_stale) or a pop (arg: the side) */
+typedef struct {
+    shmlock_zone_t  *zone;
+    const char      *key;
+    size_t           klen;
+    int              arg;
+    int              pop;
+} dict_read_t;
+
+static int read_once(const dict_read_t *r, shmlock_value_t *v, char *buf,
+                     size_t size)
+{
+    if (r->pop) {
+        return shmlock_dict_pop(r->zone, r->arg, r->key, r->klen, v, buf,
+                                size);
+    }
+    return shmlock_dict_get(r->zone, r->key, r->klen, r->arg, v, buf, size);
+}
+
+/* r's value into v, its string (v->str) in first (BUF_SIZE bytes) or, when
+ * it does not fit (AGAIN, nothing popped), in a buffer of its size, asked
+ * again twice at most (the value may grow between two calls); the rc */
+static int read_value(lua_State *L, const dict_read_t *r, shmlock_value_t *v,
+                      char *first)
+{
+    char *buf = first;
+    size_t size = BUF_SIZE;
+    int rc, i;
+
+    memset(v, 0, sizeof(*v));
+    rc = read_once(r, v, buf, size);
+    for (i = 0; i < 2 && rc == SHMLOCK_AGAIN; i++) {
+        size = v->len;
+        buf = grow(L, size);
+        rc = read_once(r, v, buf, size);
+    }
+    v->str = buf;
+    return rc;
+}
+
 /* rc, forcible = core.dict_store(zone, op, key, value, flags, exptime_ms
  *                                [, word, mask, expect]) */
 static int dict_store(lua_State *L)
@@ -49,41 +105,28 @@ static int dict_store(lua_State *L)
     } else {
         rc = shmlock_dict_store(zone, op, key, klen, &v, exptime, &forcible);
     }
-    core_push_number(L, rc);
-    lua_pushboolean(L, forcible == 1);
-    return 2;
+    return push_rc_forcible(L, rc, forcible);
 }
 
 /* rc, type, value, flags, stale = core.dict_get(zone, key, get_stale) */
 static int dict_get(lua_State *L)
 {
-    shmlock_zone_t *zone = core_zone(L, 1);
-    size_t klen;
-    const char *key = core_key(L, 2, &klen);
-    int stale = lua_toboolean(L, 3);
+    dict_read_t r;
     char first[BUF_SIZE];
-    char *buf = first;
-    size_t size = sizeof(first);
     shmlock_value_t v;
-    int rc, i;
+    int rc;
 
-    memset(&v, 0, sizeof(v));
-    rc = shmlock_dict_get(zone, key, klen, stale, &v, buf, size);
-    for (i = 0; i < 2 && rc == SHMLOCK_AGAIN; i++) {
-        size = v.len;
-        buf = grow(L, size);
-        rc = shmlock_dict_get(zone, key, klen, stale, &v, buf, size);
-    }
+    r.zone = core_zone(L, 1);
+    r.key = core_key(L, 2, &r.klen);
+    r.arg = lua_toboolean(L, 3);
+    r.pop = 0;
+    rc = read_value(L, &r, &v, first);
     core_push_number(L, rc);
     if (rc != SHMLOCK_OK) {
         return 1;
     }
     core_push_number(L, v.type);
-    if (v.type == SHMLOCK_TSTRING) {
-        lua_pushlstring(L, buf, v.len);
-    } else {
-        core_push_value(L, &v);
-    }
+    core_push_value(L, &v);
     core_push_number(L, v.flags);
     lua_pushboolean(L, v.stale == 1);
     return 5;
@@ -102,8 +145,7 @@ static int dict_incr(lua_State *L)
     int forcible = 0;
     int rc = shmlock_dict_incr(zone, key, klen, &value, has_init, init,
                                ms_arg(L, 6), &forcible);
-    core_push_number(L, rc);
-    core_push_number(L, value);
+    push_rc_number(L, rc, value);
     lua_pushboolean(L, forcible == 1);
     return 3;
 }
@@ -116,9 +158,7 @@ static int dict_ttl(lua_State *L)
     const char *key = core_key(L, 2, &klen);
     int64_t ttl = 0;
     int rc = shmlock_dict_ttl(zone, key, klen, &ttl);
-    core_push_number(L, rc);
-    core_push_number(L, (double) ttl);
-    return 2;
+    return push_rc_number(L, rc, (double) ttl);
 }
 
 /* rc = core.dict_expire(zone, key, exptime_ms) */
@@ -146,9 +186,7 @@ static int dict_cas(lua_State *L)
     v.flags = (uint32_t) core_optnum(L, 5, 0);
     rc = shmlock_dict_cas(zone, key, klen, &old, &v, ms_arg(L, 6),
                           &forcible);
-    core_push_number(L, rc);
-    lua_pushboolean(L, forcible == 1);
-    return 2;
+    return push_rc_forcible(L, rc, forcible);
 }
 
 /* rc = core.dict_cad(zone, key, old) */
@@ -178,9 +216,7 @@ static int dict_flush_expired(lua_State *L)
     int freed = 0;
     int rc = shmlock_dict_flush_expired(core_zone(L, 1),
                                         (int) core_optnum(L, 2, 0), &freed);
-    core_push_number(L, rc);
-    core_push_number(L, freed);
-    return 2;
+    return push_rc_number(L, rc, freed);
 }
 
 /* rc, next_cursor, keys = core.dict_scan(zone, cursor, count): one step
@@ -248,40 +284,27 @@ static int dict_push(lua_State *L)
         return luaL_argerror(L, 4, "bad value type");
     }
     rc = shmlock_dict_push(zone, side, key, klen, &v, &len);
-    core_push_number(L, rc);
-    core_push_number(L, len);
-    return 2;
+    return push_rc_number(L, rc, len);
 }
 
 /* rc, value = core.dict_pop(zone, side, key) */
 static int dict_pop(lua_State *L)
 {
-    shmlock_zone_t *zone = core_zone(L, 1);
-    int side = (int) core_num(L, 2);
-    size_t klen;
-    const char *key = core_key(L, 3, &klen);
+    dict_read_t r;
     char first[BUF_SIZE];
-    char *buf = first;
-    size_t size = sizeof(first);
     shmlock_value_t v;
-    int rc, i;
+    int rc;
 
-    memset(&v, 0, sizeof(v));
-    rc = shmlock_dict_pop(zone, side, key, klen, &v, buf, size);
-    for (i = 0; i < 2 && rc == SHMLOCK_AGAIN; i++) {
-        size = v.len;
-        buf = grow(L, size);
-        rc = shmlock_dict_pop(zone, side, key, klen, &v, buf, size);
-    }
+    r.zone = core_zone(L, 1);
+    r.arg = (int) core_num(L, 2);
+    r.key = core_key(L, 3, &r.klen);
+    r.pop = 1;
+    rc = read_value(L, &r, &v, first);
     core_push_number(L, rc);
     if (rc != SHMLOCK_OK) {
         return 1;
     }
-    if (v.type == SHMLOCK_TSTRING) {
-        lua_pushlstring(L, buf, v.len);
-    } else {
-        core_push_value(L, &v);
-    }
+    core_push_value(L, &v);
     return 2;
 }
 
@@ -293,9 +316,7 @@ static int dict_llen(lua_State *L)
     const char *key = core_key(L, 2, &klen);
     uint32_t len = 0;
     int rc = shmlock_dict_llen(zone, key, klen, &len);
-    core_push_number(L, rc);
-    core_push_number(L, len);
-    return 2;
+    return push_rc_number(L, rc, len);
 }
 
 /* rc, msg = core.dict_verify(zone) */

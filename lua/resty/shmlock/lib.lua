@@ -1,16 +1,14 @@
 -- resty.shmlock.lib: the C core, declared and loaded once per process.
 --
--- The library is looked for, in order: $SHMLOCK_LIB; libshmlock.so at the
--- root of the checkout this file belongs to (after `make`); then
--- package.cpath (after `luarocks make`).  A failure names every place tried.
+-- The library is looked for, in order (resty.shmlock.internal.locate):
+-- $SHMLOCK_LIB; libshmlock.so at the root of the checkout this file belongs
+-- to (after `make`); then package.cpath (after `luarocks make`).  A failure
+-- names every place tried.
 -- The specs set SHMLOCK_LIB to the test build, libshmlock-test.so, which
 -- adds the test hooks (scripts/busted.sh).
 
 local ffi = require "ffi"
-
-local getenv = os.getenv
-local io_open = io.open
-local concat = table.concat
+local locate = require "resty.shmlock.internal.locate"
 
 -- The production ABI of src/shmlock.h, prototype for prototype and enum for
 -- enum (spec/00-abi_spec.lua compares the two).  The status, type, op and
@@ -212,69 +210,19 @@ int shmlock_token_block(char *dst);
 char *strerror(int errnum);
 ]]
 
-local function exists(path)
-    local f = io_open(path, "rb")
-    if f then
-        f:close()
-        return true
+-- the library at path, or nil and why
+local function open(path)
+    local ok, lib = pcall(ffi.load, path)
+    if ok then
+        return lib
     end
-    return false
+    return nil, lib
 end
 
-local function checkout_lib()
-    local src = debug.getinfo(1, "S").source
-    if src:sub(1, 1) ~= "@" then
-        return nil
-    end
-    local root = src:sub(2):match("^(.-)lua/resty/shmlock/lib%.lua$")
-    if not root then
-        return nil
-    end
-    if root == "" then
-        root = "./"
-    end
-    return root .. "libshmlock.so"
-end
-
-local function load()
-    local tried = {}
-
-    -- the library at path, or nil (and why, in `tried`)
-    local function try(path)
-        local ok, lib = pcall(ffi.load, path)
-        if ok then
-            return lib
-        end
-        tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
-    end
-
-    local candidates = { getenv("SHMLOCK_LIB"), checkout_lib() }
-    for i = 1, 2 do
-        local path = candidates[i]
-        if path and path ~= "" then
-            if exists(path) then
-                local lib = try(path)
-                if lib then
-                    return lib
-                end
-            else
-                tried[#tried + 1] = path .. " (absent)"
-            end
-        end
-    end
-
-    local path, err = package.searchpath("libshmlock", package.cpath)
-    if path then
-        local lib = try(path)
-        if lib then
-            return lib
-        end
-    else
-        tried[#tried + 1] = "package.cpath:" .. err
-    end
-
+local lib, tried = locate.load("SHMLOCK_LIB", "libshmlock.so", "libshmlock",
+                               open)
+if not lib then
     error("resty.shmlock: cannot load libshmlock.so (run `make` in the "
-          .. "checkout or `luarocks make`); tried: " .. concat(tried, "; "), 2)
+          .. "checkout or `luarocks make`); tried: " .. tried, 2)
 end
-
-return load()
+return lib

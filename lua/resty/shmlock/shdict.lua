@@ -8,9 +8,11 @@
 -- seconds raises too (resty.shmlock.internal.options), and one below
 -- 1 ms is 1 ms, not 0 ("never expires").
 
--- The methods over LuaJIT's FFI, calling the core with nothing in between;
--- under PUC Lua, resty.shmlock.shdict.capi's over the C module.  Opening
--- and destroying zones: resty.shmlock.shdict.zones, under both.
+-- The methods over LuaJIT's FFI: the hot paths (get, the stores, incr,
+-- cas, cad) call the core with nothing in between; the rest are
+-- resty.shmlock.shdict.methods's, over the primitives below.  Under PUC
+-- Lua, resty.shmlock.shdict.capi's over the C module.  Opening and
+-- destroying zones: resty.shmlock.shdict.zones, under both.
 
 local core = require "resty.shmlock.internal.core"
 if not core.ffi then
@@ -22,6 +24,7 @@ local C = core.C
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
 local args = require "resty.shmlock.shdict.args"
+local shared = require "resty.shmlock.shdict.methods"
 local check_key = require("resty.shmlock.internal.key").check
 local log = require "resty.shmlock.internal.log"
 local cached_ms = require("resty.shmlock.internal.clock").cached_ms
@@ -37,7 +40,6 @@ local keyed = args.keyed
 local check_exptime = args.exptime
 local check_flags = args.flags
 local STATS = args.STATS
-local KEYS_STEP = args.KEYS_STEP
 
 local OK = codes.OK
 local CORRUPT = codes.CORRUPT
@@ -46,7 +48,6 @@ local AGAIN = codes.AGAIN
 local T_NIL, T_BOOLEAN, T_NUMBER, T_STRING = codes.TNIL, codes.TBOOLEAN,
                                              codes.TNUMBER, codes.TSTRING
 local T_LIST = codes.TLIST
-local LEFT, RIGHT = codes.LEFT, codes.RIGHT
 local OP_SET, OP_ADD, OP_REPLACE, OP_SAFE = codes.OP_SET, codes.OP_ADD,
                                             codes.OP_REPLACE, codes.OP_SAFE
 
@@ -200,6 +201,10 @@ function methods.get_stale(self, key)
     return get(self, key, 1)
 end
 
+-- Each store method is its own function, not one closure made per op
+-- (resty.shmlock.shdict.methods.stores, which the C module's side uses):
+-- a loop's trace must not run into a prototype that five methods share.
+
 -- syntax: ok, err, forcible = dict:set(key, value, exptime?, flags?)
 function methods.set(self, key, value, exptime, flags)
     return store(self, OP_SET, key, value, exptime, flags)
@@ -239,87 +244,6 @@ function methods._set_guarded(self, key, value, exptime, flags, word, mask,
     return store(self, OP_SET, key, value, exptime, flags, true)
 end
 
--- lists, as ngx.shared.DICT's: elements are numbers or strings; a push
--- takes free memory and expired entries' room, never a live entry's
-
-local function push(self, side, key, value)
-    local zone, err
-    zone, key, err = keyed(self, key)
-    if not zone then
-        return nil, err
-    end
-    local typ = type(value)
-    if typ ~= "string" and typ ~= "number" then
-        return nil, "bad value type"
-    end
-    fill(val, value)
-    local rc = C.shmlock_dict_push(zone, side, key, #key, val, len_buf)
-    recoveries(self.name)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return tonumber(len_buf[0])
-end
-
-local function pop(self, side, key)
-    local zone, err
-    zone, key, err = keyed(self, key)
-    if not zone then
-        return nil, err
-    end
-    local rc = C.shmlock_dict_pop(zone, side, key, #key, val, str_buf,
-                                  str_size)
-    -- as get: nothing was popped, grow the buffer and ask again
-    for _ = 1, 2 do
-        if rc ~= AGAIN then
-            break
-        end
-        grow(val.len)
-        rc = C.shmlock_dict_pop(zone, side, key, #key, val, str_buf,
-                                str_size)
-    end
-    recoveries(self.name)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return value_of(val)
-end
-
--- syntax: length, err = dict:lpush(key, value)
-function methods.lpush(self, key, value)
-    return push(self, LEFT, key, value)
-end
-
--- syntax: length, err = dict:rpush(key, value)
-function methods.rpush(self, key, value)
-    return push(self, RIGHT, key, value)
-end
-
--- syntax: value, err = dict:lpop(key)
-function methods.lpop(self, key)
-    return pop(self, LEFT, key)
-end
-
--- syntax: value, err = dict:rpop(key)
-function methods.rpop(self, key)
-    return pop(self, RIGHT, key)
-end
-
--- syntax: length, err = dict:llen(key)
-function methods.llen(self, key)
-    local zone, err
-    zone, key, err = keyed(self, key)
-    if not zone then
-        return nil, err
-    end
-    local rc = C.shmlock_dict_llen(zone, key, #key, len_buf)
-    recoveries(self.name)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return tonumber(len_buf[0])
-end
-
 -- syntax: newval, err, forcible = dict:incr(key, value, init?, init_ttl?)
 function methods.incr(self, key, value, init, init_ttl)
     local zone, err
@@ -342,36 +266,6 @@ function methods.incr(self, key, value, init, init_ttl)
         return tonumber(num_buf[0])
     end
     return tonumber(num_buf[0]), nil, forcible[0] == 1
-end
-
--- syntax: ttl, err = dict:ttl(key)
-function methods.ttl(self, key)
-    local zone, err
-    zone, key, err = keyed(self, key)
-    if not zone then
-        return nil, err
-    end
-    local rc = C.shmlock_dict_ttl(zone, key, #key, ttl_buf)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return tonumber(ttl_buf[0]) / 1000
-end
-
--- syntax: ok, err = dict:expire(key, exptime)
-function methods.expire(self, key, exptime)
-    local zone = zone_of(self)
-    exptime = args.expire(exptime)
-    local err
-    key, err = check_key(key)
-    if not key then
-        return nil, err
-    end
-    local rc = C.shmlock_dict_expire(zone, key, #key, exptime)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return true
 end
 
 -- syntax: ok, err, forcible = dict:cas(key, old_value, new_value, exptime?,
@@ -414,31 +308,62 @@ function methods.cad(self, key, old_value)
     return true
 end
 
--- syntax: dict:flush_all()   (nil, err only on a destroyed zone)
-function methods.flush_all(self)
-    local rc = C.shmlock_dict_flush_all(zone_of(self))
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
+-- The primitives of resty.shmlock.shdict.methods (lists, ttl, cas, the
+-- walk, stats ...: the methods off the hot path), over the FFI: each one
+-- call of the core, answering as the C module's function of its name.
+local prim = {}
+
+function prim.dict_push(zone, side, key, value)
+    fill(val, value)
+    local rc = C.shmlock_dict_push(zone, side, key, #key, val, len_buf)
+    return rc, tonumber(len_buf[0])
 end
 
--- syntax: freed = dict:flush_expired(max_count?)
-function methods.flush_expired(self, max_count)
-    local zone = zone_of(self)
-    args.flush_count(max_count)
-    local rc = C.shmlock_dict_flush_expired(zone, max_count or 0, count_buf)
-    if rc ~= OK then
-        return nil, errors[rc]
+function prim.dict_pop(zone, side, key)
+    local rc = C.shmlock_dict_pop(zone, side, key, #key, val, str_buf,
+                                  str_size)
+    -- as get: nothing was popped, grow the buffer and ask again
+    for _ = 1, 2 do
+        if rc ~= AGAIN then
+            break
+        end
+        grow(val.len)
+        rc = C.shmlock_dict_pop(zone, side, key, #key, val, str_buf,
+                                str_size)
     end
-    return tonumber(count_buf[0])
+    if rc ~= OK then
+        return rc
+    end
+    return rc, value_of(val)
 end
 
--- One step of a walk (shmlock_dict_scan): its keys appended to keys
--- after keys[n], up to keys[max] (max 0: all); the next cursor and the
--- new n, or nil, err.  A bucket whose keys exceed the buffer doubles it
--- at least: a bucket holds fewer bytes of keys than its shard, so that
--- ends, however the bucket grows meanwhile.
-local function scan_step(zone, cursor, count, keys, n, max)
+function prim.dict_llen(zone, key)
+    local rc = C.shmlock_dict_llen(zone, key, #key, len_buf)
+    return rc, tonumber(len_buf[0])
+end
+
+function prim.dict_ttl(zone, key)
+    local rc = C.shmlock_dict_ttl(zone, key, #key, ttl_buf)
+    return rc, tonumber(ttl_buf[0])
+end
+
+function prim.dict_expire(zone, key, exptime_ms)
+    return C.shmlock_dict_expire(zone, key, #key, exptime_ms)
+end
+
+function prim.dict_flush_all(zone)
+    return C.shmlock_dict_flush_all(zone)
+end
+
+function prim.dict_flush_expired(zone, max_count)
+    local rc = C.shmlock_dict_flush_expired(zone, max_count, count_buf)
+    return rc, tonumber(count_buf[0])
+end
+
+-- A bucket whose keys exceed the buffer doubles it at least: a bucket
+-- holds fewer bytes of keys than its shard, so that ends, however the
+-- bucket grows meanwhile.
+function prim.dict_scan(zone, cursor, count)
     local rc = C.shmlock_dict_scan(zone, cursor, count, str_buf, str_size,
                                    next_buf, count_buf, used_buf)
     while rc == AGAIN do
@@ -447,107 +372,49 @@ local function scan_step(zone, cursor, count, keys, n, max)
                                  next_buf, count_buf, used_buf)
     end
     if rc ~= OK then
-        return nil, errors[rc]
+        return rc
     end
-    local pos = 0
-    for _ = 1, count_buf[0] do
-        if max > 0 and n >= max then
-            break
-        end
+    local keys, pos = {}, 0
+    for i = 1, count_buf[0] do
         local len = ffi.cast("uint32_t *", str_buf + pos)[0]
-        n = n + 1
-        keys[n] = ffi_str(str_buf + pos + 4, len)
+        keys[i] = ffi_str(str_buf + pos + 4, len)
         pos = pos + 4 + len
     end
-    return tonumber(next_buf[0]), n
+    return rc, tonumber(next_buf[0]), keys
 end
 
--- syntax: keys, err = dict:get_keys(max_count?)   (default 1024, 0 = all)
--- A walk (see scan) in steps of KEYS_STEP buckets: it ends however much
--- other processes write meanwhile, and never holds a shard's mutex for a
--- whole shard.
-function methods.get_keys(self, max_count)
-    local zone = zone_of(self)
-    max_count = args.max_count(max_count)
-
-    local keys, n, cursor = {}, 0, 0
-    repeat
-        cursor, n = scan_step(zone, cursor, KEYS_STEP, keys, n, max_count)
-        if not cursor then
-            return nil, n
-        end
-    until cursor == 0 or (max_count > 0 and n >= max_count)
-    return keys
+function prim.dict_capacity(zone)
+    return tonumber(C.shmlock_dict_capacity(zone))
 end
 
--- syntax: next_cursor, keys = dict:scan(cursor, count?)  (beyond
--- ngx.shared.DICT): one step of a walk over the live keys; cursor 0
--- starts, next_cursor 0 means done.  nil, err on a zone error.
-function methods.scan(self, cursor, count)
-    local zone = zone_of(self)
-    count = args.scan(cursor, count)
-    local keys = {}
-    local next_cursor, err = scan_step(zone, cursor, count, keys, 0, 0)
-    if not next_cursor then
-        return nil, err
+function prim.dict_free_space(zone)
+    return tonumber(C.shmlock_dict_free_space(zone))
+end
+
+function prim.zone_shards(zone)
+    return tonumber(C.shmlock_zone_shards(zone))
+end
+
+function prim.dict_stats(zone, shard)
+    local rc = C.shmlock_dict_stats(zone, shard, stats_buf)
+    if rc ~= OK then
+        return rc
     end
-    return next_cursor, keys
-end
-
-function methods.capacity(self)
-    return tonumber(C.shmlock_dict_capacity(zone_of(self)))
-end
-
-function methods.free_space(self)
-    return tonumber(C.shmlock_dict_free_space(zone_of(self)))
-end
-
--- syntax: n = dict:shards()  (beyond ngx.shared.DICT)
-function methods.shards(self)
-    return tonumber(C.shmlock_zone_shards(zone_of(self)))
-end
-
--- syntax: stats, err = dict:stats()   (beyond ngx.shared.DICT)
--- The zone's figures and counters, and stats.shard[i] those of shard
--- i - 1; the zone's are the sums of its shards' (but capacity, the whole
--- file's), each shard read under its mutex in turn.
-function methods.stats(self)
-    local zone = zone_of(self)
-    local n = tonumber(C.shmlock_zone_shards(zone))
-    local total = {}
+    local one = {}
     for _, f in ipairs(STATS) do
-        total[f] = 0
+        one[f] = tonumber(stats_buf[f])
     end
-    local shard = {}
-    for i = 1, n do
-        local rc = C.shmlock_dict_stats(zone, i - 1, stats_buf)
-        if rc ~= OK then
-            return nil, errors[rc]
-        end
-        local one = {}
-        for _, f in ipairs(STATS) do
-            local v = tonumber(stats_buf[f])
-            one[f] = v
-            total[f] = total[f] + v
-        end
-        shard[i] = one
-    end
-    total.capacity = tonumber(C.shmlock_dict_capacity(zone))
-    total.shards = n
-    total.shard = shard
-    return total
+    return rc, one
 end
 
--- syntax: ok, err = dict:verify()
-function methods.verify(self)
-    local rc = C.shmlock_dict_verify(zone_of(self), msg_buf, 256)
-    if rc == OK then
-        return true
+function prim.dict_verify(zone)
+    local rc = C.shmlock_dict_verify(zone, msg_buf, 256)
+    if rc ~= CORRUPT then
+        return rc
     end
-    if rc == CORRUPT then
-        return nil, ffi_str(msg_buf)
-    end
-    return nil, errors[rc]
+    return rc, ffi_str(msg_buf)
 end
+
+shared.add(methods, prim)
 
 return require("resty.shmlock.shdict.zones").module(methods)

@@ -145,6 +145,10 @@ function _M.flags(flags)
     end
 end
 
+-- the types the core can store: STORABLE[type(value)]
+_M.STORABLE = { string = true, number = true, boolean = true,
+                ["nil"] = true }
+
 -- the fields of shmlock_stats_t, each a number in dict:stats()
 _M.STATS = { "capacity", "free_space", "entries", "evictions", "expired",
              "spins", "sleeps", "takeovers", "recoveries" }

@@ -2,95 +2,34 @@
 -- (see core/ffi.lua, function for function) over the C module
 -- resty.shmlock.core (src/lua/), for PUC Lua 5.1 to 5.4.
 --
--- The module is looked for, in order: $SHMLOCK_CORE (a path to core.so);
--- the checkout this file belongs to, build/lua5.X/resty/shmlock/core.so for
--- this Lua (after `make`); then package.cpath as `resty.shmlock.core`
--- (after `luarocks make`).  A failure names what is missing and how to get
+-- The module is looked for (resty.shmlock.internal.locate), in order:
+-- $SHMLOCK_CORE (a path to core.so); the checkout this file belongs to,
+-- build/lua5.X/resty/shmlock/core.so for this Lua (after `make`); then
+-- package.cpath as `resty.shmlock.core` (after `luarocks make`).  A failure names what is missing and how to get
 -- it.  The module's own functions (dict_*, the zone's) are those of
 -- src/lua/*.c; resty.shmlock.shdict.capi calls them.
 
-local getenv = os.getenv
-local io_open = io.open
-local concat = table.concat
+local locate = require "resty.shmlock.internal.locate"
 
 local VERSION = _VERSION:match("%d+%.%d+") or "5.1"
 local SYMBOL = "luaopen_resty_shmlock_core"
 
-local function exists(path)
-    local f = io_open(path, "rb")
-    if f then
-        f:close()
-        return true
+-- the C module at path, opened, or nil and why
+local function open(path)
+    local open_mod, err = package.loadlib(path, SYMBOL)
+    if open_mod then
+        return open_mod()
     end
-    return false
-end
-
--- package.searchpath, which Lua 5.1 lacks
-local function searchpath(name, path)
-    local file = name:gsub("%.", "/")
-    local tried = {}
-    for template in path:gmatch("[^;]+") do
-        local candidate = template:gsub("%?", file)
-        if exists(candidate) then
-            return candidate
-        end
-        tried[#tried + 1] = "\n\tno file '" .. candidate .. "'"
-    end
-    return nil, concat(tried)
-end
-
-local function checkout_module()
-    local src = debug.getinfo(1, "S").source
-    if src:sub(1, 1) ~= "@" then
-        return nil
-    end
-    local root = src:sub(2):match(
-        "^(.-)lua/resty/shmlock/internal/core/capi%.lua$")
-    if not root then
-        return nil
-    end
-    if root == "" then
-        root = "./"
-    end
-    return root .. "build/lua" .. VERSION .. "/resty/shmlock/core.so"
+    return nil, err
 end
 
 local function load()
-    local tried = {}
-
-    local function try(path)
-        local open, err = package.loadlib(path, SYMBOL)
-        if open then
-            return open()
-        end
-        tried[#tried + 1] = path .. " (" .. tostring(err) .. ")"
+    local mod, tried = locate.load(
+        "SHMLOCK_CORE", "build/lua" .. VERSION .. "/resty/shmlock/core.so",
+        "resty.shmlock.core", open)
+    if mod then
+        return mod
     end
-
-    local candidates = { getenv("SHMLOCK_CORE"), checkout_module() }
-    for i = 1, 2 do
-        local path = candidates[i]
-        if path and path ~= "" then
-            if exists(path) then
-                local mod = try(path)
-                if mod then
-                    return mod
-                end
-            else
-                tried[#tried + 1] = path .. " (absent)"
-            end
-        end
-    end
-
-    local path, err = searchpath("resty.shmlock.core", package.cpath)
-    if path then
-        local mod = try(path)
-        if mod then
-            return mod
-        end
-    else
-        tried[#tried + 1] = "package.cpath:" .. err
-    end
-
     error("resty.shmlock: no binding for " .. _VERSION .. ": the FFI binding "
           .. "needs LuaJIT, and the C module resty.shmlock.core for Lua "
           .. VERSION .. " was not found.  In a checkout: `make` (it needs "
@@ -99,7 +38,7 @@ local function load()
           .. "LUA_PATH='<checkout>/lua/?.lua;;'; or install the rock for "
           .. "this Lua: `luarocks --lua-version=" .. VERSION .. " make` (in "
           .. "the checkout) or `luarocks --lua-version=" .. VERSION
-          .. " install lua-resty-shmlock`; tried: " .. concat(tried, "; "), 0)
+          .. " install lua-resty-shmlock`; tried: " .. tried, 0)
 end
 
 local mod = load()
