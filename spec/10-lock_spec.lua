@@ -1350,6 +1350,14 @@ describe("resty.shmlock.lock.ngx_shared: the value of a lock", function()
     -- pid 12345, serial 0x00000001800000ff
     local tok = "12345:6789:00000001800000ff"      -- 27 bytes
 
+    -- 4 characters as a little-endian 32-bit number (the bytes in memory)
+    local function raw4(s)
+        local a, b, c, d = s:byte(1, 4)
+        return a + b * 256 + c * 65536 + d * 16777216
+    end
+    local number = 12345 * 2 ^ 31 + raw4("00ff")
+    local flags = raw4("8000")
+
     -- nginx's node: 68 bytes, the key, the value; slab classes are powers
     -- of two up to half a page (2048), then whole pages
     local function class(n)
@@ -1363,34 +1371,33 @@ describe("resty.shmlock.lock.ngx_shared: the value of a lock", function()
         return c
     end
 
-    it("is pid * 2^31 + 31 serial bits (flags: the next 31) where 8 bytes "
-       .. "fit in the size class of resty.lock's entry (true), else a "
-       .. "compact token of that class", function()
-        local number = 12345 * 2 ^ 31 + 0xff   -- serial bit 31 is in the flags
+    it("is pid * 2^31 + the last 4 characters (flags: the 4 before) where "
+       .. "8 bytes fit in the size class of resty.lock's entry (true), else "
+       .. "a compact token of that class", function()
         for klen = 1, 5000 do
-            local v, flags = stored(tok, klen)
+            local v, f = stored(tok, klen)
             local len = type(v) == "number" and 8 or #v
             assert.equal(class(68 + klen + 1), class(68 + klen + len),
                          "key of " .. klen .. " bytes")
             if type(v) == "number" then
                 assert.equal(number, v)
-                assert.equal(3, flags)
+                assert.equal(flags, f)
                 assert.equal(12345, ngx_shared.holder_pid(v))
             else
                 -- the pid's bytes, cut to the room; 31 bits of the serial
                 assert.equal(("\57\48\0"):sub(1, #v), v)
-                assert.equal(0xff, flags)
+                assert.equal(0xff, f)
             end
         end
         -- the boundaries: the room left by 1 byte of value
-        assert.same({ number, 3 }, { stored(tok, 52) })
+        assert.same({ number, flags }, { stored(tok, 52) })
         assert.same({ "\57\48\0", 0xff }, { stored(tok, 53) })
         assert.same({ "\57\48\0", 0xff }, { stored(tok, 57) })
         assert.same({ "\57\48", 0xff }, { stored(tok, 58) })
         assert.same({ "\57", 0xff }, { stored(tok, 59) })
-        assert.same({ number, 3 }, { stored(tok, 60) })
+        assert.same({ number, flags }, { stored(tok, 60) })
         assert.same({ "\57", 0xff }, { stored(tok, 1979) })  -- 2048
-        assert.same({ number, 3 }, { stored(tok, 1980) })    -- a page
+        assert.same({ number, flags }, { stored(tok, 1980) })  -- a page
         assert.equal(12345, ngx_shared.compact_pid("\57\48\0"))
         assert.equal(12345, ngx_shared.holder_pid("\57\48\0"))
         assert.is_nil(ngx_shared.compact_pid("\57\48"))
@@ -1399,19 +1406,22 @@ describe("resty.shmlock.lock.ngx_shared: the value of a lock", function()
     end)
 
     it("tells apart the tokens of two processes and two serials", function()
-        -- the largest pid (2^22 - 1) and serial bits: still exact
+        -- the largest pid (2^22 - 1) and hex digits: exact, flags an int
         local big = "4194303:1:ffffffffffffffff"
-        assert.same({ 4194303 * 2 ^ 31 + 0x7fffffff, 0x7fffffff },
-                    { stored(big, 10) })
-        assert.is_true(4194303 * 2 ^ 31 + 0x7fffffff < 2 ^ 53)
+        local v, f = stored(big, 10)
+        assert.same({ 4194303 * 2 ^ 31 + raw4("ffff"), raw4("ffff") },
+                    { v, f })
+        assert.is_true(v < 2 ^ 53 and f < 2 ^ 31)
+        assert.equal(4194303, ngx_shared.holder_pid(v))
         local seen = {}
         for _, t in ipairs({ "12345:6789:00000001800000ff",
                              "12346:6789:00000001800000ff",  -- pid
-                             "12345:6789:0000000180000100",  -- low bits
-                             "12345:6789:00000002800000ff",  -- high bits
-                             "12345:6789:00000001000000ff",  -- bit 31
+                             "1234:6789:00000001800000ff",   -- pid
+                             "12345:6789:0000000180000100",  -- last 4
+                             "12345:6789:00000001900000ff",  -- the 4 before
+                             "12345:6789:00000001000000ff",
                            }) do
-            local v, f = stored(t, 10)
+            v, f = stored(t, 10)
             local id = string.format("%.0f/%d", v, f)
             assert.is_nil(seen[id], t .. " as " .. tostring(seen[id]))
             seen[id] = t
@@ -1429,6 +1439,6 @@ describe("resty.shmlock.lock.ngx_shared: the value of a lock", function()
             return true
         end
         assert.is_true(ngx_shared.add(dict, "key", 3, buf, #tok, 30))
-        assert.same({ "key", 12345 * 2 ^ 31 + 0xff, 30, 3 }, dict.got)
+        assert.same({ "key", number, 30, flags }, dict.got)
     end)
 end)

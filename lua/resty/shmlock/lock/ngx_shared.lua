@@ -13,17 +13,19 @@
 --
 -- The value.  A lock's value names its holder: the number
 --
---     pid * 2^31 + the low 31 bits of the token's serial
+--     pid * 2^31 + the token's last 4 characters
 --
--- (below 2^53: exact in a double; pids are below 2^22) with the next 31
--- bits of the serial (31 to 61) as the entry's user flags.  A live process's pid is
--- its own, and its serials repeat only after 2^62 locks (2^31 for the
--- compact token below).  A number, not the token's text, because get
+-- with the 4 characters before them as the entry's user flags: the last 8
+-- hex digits of the token's serial, each group of 4 read as it lies in
+-- memory, a 32-bit little-endian number (ASCII bytes: below 2^31, and the
+-- sum below 2^53 since pids are below 2^22).  Read, not decoded: two
+-- loads, where decoding hex digits cost more than the compare it serves.
+-- A live process's pid is its own, and 8 hex digits of its serials repeat
+-- only after 2^32 locks.  A number, not the token's text, because get
 -- returns a number without making a string, and 8 bytes fit in the size
 -- class of resty.lock's entry for most keys (below).  Each token is
--- compared with both the value and the flags.  A token is decoded from
--- its text (resty.shmlock.internal.token) where it is: the token buffer,
--- a handle's copy, a Lua string.
+-- compared with both the value and the flags.  A token is read where it
+-- is: the token buffer, a handle's copy, a Lua string.
 --
 -- Room.  A full dict must take our lock wherever it takes resty.lock's
 -- (lua-resty-mlcache keeps its locks in the cache's own dict).  nginx's
@@ -66,8 +68,6 @@ local char = string.char
 local str_sub = string.sub
 local band = bit.band
 local rshift = bit.rshift
-local lshift = bit.lshift
-local bor = bit.bor
 local at_least_ms = options.at_least_ms
 
 local _M = {}
@@ -79,6 +79,7 @@ local PAGE = 4096
 local SERIAL_MASK = 0x7fffffff  -- user flags are an int: 31 bits
 local PID_SCALE = 2 ^ 31
 local NUMBER_LEN = 8            -- a number's bytes in the dict
+local U32P = ffi.typeof("const uint32_t *")
 
 -- per key length: the bytes a value may take and stay in the size class
 -- of resty.lock's node (value true: 1 byte)
@@ -161,14 +162,12 @@ local function encode(tok, tlen, klen)
         p = ffi_cast("const uint8_t *", tok)
     end
     local pid = pid_of(p)
-    local low32 = hex8(p, tlen - 8)
-    local lo = band(low32, SERIAL_MASK)
     local r = room(klen)
     if r >= NUMBER_LEN then
-        -- the serial's bits 31 to 61
-        local hi = bor(lshift(hex8(p, tlen - 16), 1), rshift(low32, 31))
-        return pid * PID_SCALE + lo, band(hi, SERIAL_MASK)
+        return pid * PID_SCALE + ffi_cast(U32P, p + (tlen - 4))[0],
+               ffi_cast(U32P, p + (tlen - 8))[0]
     end
+    local lo = band(hex8(p, tlen - 8), SERIAL_MASK)     -- decoded: 31 bits
     local v = char(band(pid, 255), band(rshift(pid, 8), 255),
                    band(rshift(pid, 16), 255))
     return str_sub(v, 1, r), lo
