@@ -6,7 +6,9 @@
 --
 -- The value is parsed here and in resty.shmlock.internal.token only: a
 -- holder token "<pid>:<start>:<serial>", possibly followed by a starving
--- waiter's mark (resty.shmlock.lock.zone, "Starvation mode").
+-- waiter's mark (resty.shmlock.lock.zone, "Starvation mode"); on an
+-- ngx.shared dict, an owner number or a compact token, whose pid
+-- resty.shmlock.lock.ngx_shared reads (holder_pid).
 
 local C = require "resty.shmlock.lib"
 local token = require "resty.shmlock.internal.token"
