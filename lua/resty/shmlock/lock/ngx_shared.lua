@@ -79,6 +79,7 @@ local PAGE = 4096
 local SERIAL_MASK = 0x7fffffff  -- user flags are an int: 31 bits
 local PID_SCALE = 2 ^ 31
 local NUMBER_LEN = 8            -- a number's bytes in the dict
+local U8P = ffi.typeof("const uint8_t *")
 local U32P = ffi.typeof("const uint32_t *")
 
 -- per key length: the bytes a value may take and stay in the size class
@@ -159,7 +160,7 @@ end
 local function encode(tok, tlen, klen)
     local p = tok
     if type(tok) == "string" then
-        p = ffi_cast("const uint8_t *", tok)
+        p = ffi_cast(U8P, tok)
     end
     local pid = pid_of(p)
     local r = room(klen)
