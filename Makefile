@@ -129,9 +129,9 @@ $(ASAN_CTEST): $(CTEST_SRC) $(HDRS) $(ASAN_LIB)
 deps:
 	scripts/deps.sh </dev/null
 
-# Benchmarks against resty.lock/ngx.shared.DICT, flock, Redis and C floors
-# (bench/run.sh writes bench/RESULTS.md and the plots); BENCH_QUICK=1 for a
-# short run.
+# Benchmarks against resty.lock/ngx.shared.DICT, flock, Redis and C floors,
+# and instructions per operation counted by callgrind (bench/run.sh writes
+# bench/RESULTS.md and the plots); BENCH_QUICK=1 for a short run.
 bench:
 	scripts/deps.sh </dev/null
 	$(MAKE) --no-print-directory all

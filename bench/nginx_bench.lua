@@ -3,7 +3,8 @@
 --
 -- (5) GET /run?bench=...&n=...: each worker times n iterations of a loop
 --     (all workers at once); one repetition's figure is the mean ns per op
---     over the workers.
+--     over the workers.  The lock loops' repetitions take turns (ours on
+--     a zone, resty.lock's algorithm, ours on its lua_shared_dict).
 -- (6) wrk, 100 connections, on /stampede/ours, /stampede/stale (the
 --     cache with stale_ttl, when resty.shmlock.cache has it) and
 --     /stampede/peer.
@@ -54,22 +55,30 @@ local function job(name, n)
     return res
 end
 
-local function loop_bench(section, name)
-    -- warm-up (the JIT compiles the loop), then calibration
-    job(name, 2000)
-    local n = 20000
-    local res = job(name, n)
-    local worst = 0
-    for _, ns in pairs(res) do
-        if ns > worst then worst = ns end
+-- names: loops measured together, their repetitions taking turns (one of
+-- each, then again), so that a noisy moment of the machine hits them all:
+-- their ratios compare figures of the same moments
+local function loop_bench(section, names)
+    if type(names) == "string" then
+        names = { names }
     end
-    n = math.max(1000, math.floor(bench.rep_seconds * 1e9 / worst))
+    -- warm-up (the JIT compiles the loop), then calibration
+    local worst = 0
+    for _, name in ipairs(names) do
+        job(name, 2000)
+        for _, ns in pairs(job(name, 20000)) do
+            if ns > worst then worst = ns end
+        end
+    end
+    local n = math.max(1000, math.floor(bench.rep_seconds * 1e9 / worst))
 
     local samples = {}
     for _ = 1, bench.reps do
-        for m, ns in pairs(job(name, n)) do
-            samples[m] = samples[m] or {}
-            table.insert(samples[m], ns)
+        for _, name in ipairs(names) do
+            for m, ns in pairs(job(name, n)) do
+                samples[m] = samples[m] or {}
+                table.insert(samples[m], ns)
+            end
         end
     end
     local metrics = {}
@@ -86,8 +95,11 @@ end
 local section = "nginx_w" .. workers
 if wants(5) then
     bench.log("(5) inside nginx, %d worker(s): ns per op", workers)
+    -- ours on a zone, the peer, ours on the peer's lua_shared_dict
+    loop_bench(section, { "lock_new_ours", "lock_new_peer", "lock_new_drop" })
+    loop_bench(section, { "lock_reused_ours", "lock_reused_peer",
+                          "lock_reused_drop" })
     for _, name in ipairs{
-        "lock_new_ours", "lock_new_peer", "lock_reused_ours", "lock_reused_peer",
         "get_ours", "get_ngx", "set_ours", "set_ngx",
         "add_delete_ours", "add_delete_ngx", "queue_ours", "queue_ngx",
     } do

@@ -8,7 +8,7 @@
 # Environment:
 #   BENCH_QUICK=1        quick mode
 #   BENCH_RESULTS_DIR    where RESULTS.md and the PNGs go (default bench/)
-#   BENCH_ONLY="1 3"     run only these sections (1..9; 5, 6 and 7 share nginx)
+#   BENCH_ONLY="1 3"     run only these sections (1..10; 5, 6 and 7 share nginx)
 #   BENCH_KEEP=1         keep the work directory (raw data, nginx logs)
 #   BENCH_COMMIT=...     what to call the code measured (default: git HEAD)
 #
@@ -22,7 +22,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$ROOT/bench
 RESULTS_DIR=${BENCH_RESULTS_DIR:-$BENCH}
 case $RESULTS_DIR in /*) ;; *) RESULTS_DIR=$PWD/$RESULTS_DIR ;; esac
-ONLY=${BENCH_ONLY:-1 2 3 4 5 6 7 8 9}
+ONLY=${BENCH_ONLY:-1 2 3 4 5 6 7 8 9 10}
 export BENCH_SECTIONS=$ONLY
 export BENCH_QUICK=${BENCH_QUICK:-0}
 
@@ -138,7 +138,7 @@ need() {
     fi
 }
 
-need luajit nginx wrk redis-server redis-cli gnuplot perl cc setsid
+need luajit nginx wrk redis-server redis-cli gnuplot perl cc setsid valgrind
 [ -f "$ROOT/libshmlock.so" ] || { log "libshmlock.so not built: run make"; exit 1; }
 
 # ---- the machine ----
@@ -174,6 +174,10 @@ describe_machine
 log "building the C floors"
 cc -O2 -Wall -Wextra -o "$WORK/floor_cas" "$BENCH/floor_cas.c"
 cc -O2 -Wall -Wextra -o "$WORK/floor_futex" "$BENCH/floor_futex.c"
+# LuaJIT's fixed random seed for the instruction counts (section 9)
+cc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$WORK/fixed_random.so" \
+    "$BENCH/fixed_random.c" -ldl
+export INSTR_PRELOAD=$WORK/fixed_random.so
 
 REPS=7; SECS=0.25
 [ "$BENCH_QUICK" = 1 ] && { REPS=3; SECS=0.05; }
@@ -218,6 +222,7 @@ wants 3 && section "3 handoff" step luajit handoff.lua "$WORK/floor_futex"
 wants 4 && section "4 fairness" step luajit fairness.lua
 wants 8 && section "8 cache L1 hit" step luajit cache_l1.lua
 wants 9 && section "9 contended" step luajit contended.lua
+wants 10 && section "10 instructions" step luajit instructions.lua
 
 # ---- (5) and (6) inside nginx ----
 

@@ -943,40 +943,47 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
 
     -- ngx.shared dicts: add/get/delete/replace with expiry on a fake clock
     local function shared_dict()
-        local data, deadline = {}, {}
+        local data, deadline, flags = {}, {}, {}
         local d = {}
         local function live(k)
             if data[k] ~= nil and deadline[k] and deadline[k] <= fake.clock
             then
-                data[k], deadline[k] = nil, nil
+                data[k], deadline[k], flags[k] = nil, nil, nil
             end
             return data[k]
         end
-        function d.get(_, k) return live(k) end
+        -- as lua-resty-core: the flags after the value when not 0
+        function d.get(_, k)
+            local v = live(k)
+            if v ~= nil and (flags[k] or 0) ~= 0 then
+                return v, flags[k]
+            end
+            return v
+        end
         -- as lua-resty-core: exptime * 1000 reaches nginx as a long of
         -- milliseconds, 0 = never
         local function expiry(exp)
             local ms = math.floor((exp or 0) * 1000)
             return ms > 0 and fake.clock + ms / 1000 or nil
         end
-        function d.add(_, k, v, exp)
+        function d.add(_, k, v, exp, f)
             if live(k) ~= nil then
                 return false, "exists"
             end
-            data[k] = v
+            data[k], flags[k] = v, f
             deadline[k] = expiry(exp)
             return true
         end
-        function d.replace(_, k, v, exp)
+        function d.replace(_, k, v, exp, f)
             if live(k) == nil then
                 return false, "not found"
             end
-            data[k] = v
+            data[k], flags[k] = v, f
             deadline[k] = expiry(exp)
             return true
         end
         function d.delete(_, k)
-            data[k], deadline[k] = nil, nil
+            data[k], deadline[k], flags[k] = nil, nil, nil
             return true
         end
         return d
@@ -1234,7 +1241,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         assert.equal("ngx.shared", lock.store)
         assert.equal(0, lock:lock("k"))
         assert.is_nil(dict:get("k"))
-        assert.is_string(fake.shared[name]:get("k"))
+        assert.is_number(fake.shared[name]:get("k"))
         assert.equal(1, lock:unlock())
         -- the zone is reached through its object
         local zl = nginx_lock:new(dict)
@@ -1281,11 +1288,13 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
             shared = fake.shared.fallback
         end)
 
-        it("works like resty.lock, with our token as the value", function()
+        it("works like resty.lock, with our owner as the value", function()
             local lock = assert(nginx_lock:new("fallback"))
             assert.is_false(env.exists(dir .. "/shmlock.fallback"))
             assert.same({ 0 }, { lock:lock("k") })
-            assert.matches("^%d+:%d+:%x+$", shared:get("k"))
+            -- pid * 2^31 + serial bits (resty.shmlock.lock.ngx_shared)
+            assert.equal(env.pid(),
+                         math.floor(shared:get("k") / 2 ^ 31))
             assert.is_true(lock:owned())
             assert.same({ nil, "locked" }, { lock:lock("k") })
             assert.same({ true }, { lock:expire(1) })
@@ -1345,11 +1354,11 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
                 fake.clock = fake.clock + 0.02
                 local l2 = nginx_lock:new("fallback")
                 assert.equal(0, l2:lock(method))
-                local tok = shared:get(method)
+                local tok = { shared:get(method) }
                 -- unlock: 1, as resty.lock's (the lock is gone either way)
                 assert.same({ method == "unlock" and 1 or nil, "expired" },
                             { l1[method](l1) })
-                assert.equal(tok, shared:get(method))
+                assert.same(tok, { shared:get(method) })
                 assert.is_true(l2:owned())
                 assert.same({ nil, "unlocked" }, { l1:unlock() })
             end
@@ -1383,7 +1392,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
             (function()
                 assert.equal(0, nginx_lock:new("fallback"):lock("gc"))
             end)()
-            assert.is_string(shared:get("gc"))
+            assert.is_number(shared:get("gc"))
             gc()
             assert.is_nil(shared:get("gc"))
         end)
@@ -1393,7 +1402,16 @@ end)
 describe("resty.shmlock.lock.ngx_shared: the value of a lock", function()
     local ngx_shared = require "resty.shmlock.lock.ngx_shared"
     local stored = ngx_shared.stored
-    local tok = "12345:6789:00000000800000ff"      -- 27 bytes
+    -- pid 12345, serial 0x00000001800000ff
+    local tok = "12345:6789:00000001800000ff"      -- 27 bytes
+
+    -- 4 characters as a little-endian 32-bit number (the bytes in memory)
+    local function raw4(s)
+        local a, b, c, d = s:byte(1, 4)
+        return a + b * 256 + c * 65536 + d * 16777216
+    end
+    local number = 12345 * 2 ^ 31 + raw4("00ff")
+    local flags = raw4("8000")
 
     -- nginx's node: 68 bytes, the key, the value; slab classes are powers
     -- of two up to half a page (2048), then whole pages
@@ -1408,29 +1426,74 @@ describe("resty.shmlock.lock.ngx_shared: the value of a lock", function()
         return c
     end
 
-    it("is the token where it fits in the size class of resty.lock's "
-       .. "entry (true), else a compact token of that class", function()
+    it("is pid * 2^31 + the last 4 characters (flags: the 4 before) where "
+       .. "8 bytes fit in the size class of resty.lock's entry (true), else "
+       .. "a compact token of that class", function()
         for klen = 1, 5000 do
-            local v, flags = stored(tok, klen)
-            assert.equal(class(68 + klen + 1), class(68 + klen + #v),
+            local v, f = stored(tok, klen)
+            local len = type(v) == "number" and 8 or #v
+            assert.equal(class(68 + klen + 1), class(68 + klen + len),
                          "key of " .. klen .. " bytes")
-            if v ~= tok then
+            if type(v) == "number" then
+                assert.equal(number, v)
+                assert.equal(flags, f)
+                assert.equal(12345, ngx_shared.holder_pid(v))
+            else
                 -- the pid's bytes, cut to the room; 31 bits of the serial
                 assert.equal(("\57\48\0"):sub(1, #v), v)
-                assert.equal(0xff, flags)
-            else
-                assert.equal(0, flags)
+                assert.equal(0xff, f)
             end
         end
         -- the boundaries: the room left by 1 byte of value
-        assert.same({ tok, 0 }, { stored(tok, 32) })
+        assert.same({ number, flags }, { stored(tok, 52) })
+        assert.same({ "\57\48\0", 0xff }, { stored(tok, 53) })
         assert.same({ "\57\48\0", 0xff }, { stored(tok, 57) })
         assert.same({ "\57\48", 0xff }, { stored(tok, 58) })
         assert.same({ "\57", 0xff }, { stored(tok, 59) })
-        assert.same({ tok, 0 }, { stored(tok, 60) })
+        assert.same({ number, flags }, { stored(tok, 60) })
         assert.same({ "\57", 0xff }, { stored(tok, 1979) })  -- 2048
-        assert.same({ tok, 0 }, { stored(tok, 1980) })       -- a page
+        assert.same({ number, flags }, { stored(tok, 1980) })  -- a page
         assert.equal(12345, ngx_shared.compact_pid("\57\48\0"))
+        assert.equal(12345, ngx_shared.holder_pid("\57\48\0"))
         assert.is_nil(ngx_shared.compact_pid("\57\48"))
+        assert.is_nil(ngx_shared.holder_pid(true))
+        assert.is_nil(ngx_shared.holder_pid(0.5))
+    end)
+
+    it("tells apart the tokens of two processes and two serials", function()
+        -- the largest pid (2^22 - 1) and hex digits: exact, flags an int
+        local big = "4194303:1:ffffffffffffffff"
+        local v, f = stored(big, 10)
+        assert.same({ 4194303 * 2 ^ 31 + raw4("ffff"), raw4("ffff") },
+                    { v, f })
+        assert.is_true(v < 2 ^ 53 and f < 2 ^ 31)
+        assert.equal(4194303, ngx_shared.holder_pid(v))
+        local seen = {}
+        for _, t in ipairs({ "12345:6789:00000001800000ff",
+                             "12346:6789:00000001800000ff",  -- pid
+                             "1234:6789:00000001800000ff",   -- pid
+                             "12345:6789:0000000180000100",  -- last 4
+                             "12345:6789:00000001900000ff",  -- the 4 before
+                             "12345:6789:00000001000000ff",
+                           }) do
+            v, f = stored(t, 10)
+            local id = string.format("%.0f/%d", v, f)
+            assert.is_nil(seen[id], t .. " as " .. tostring(seen[id]))
+            seen[id] = t
+        end
+    end)
+
+    it("a token in a buffer (a pointer) is stored as the same string",
+       function()
+        local ffi = require "ffi"
+        local buf = ffi.new("char[64]")
+        ffi.copy(buf, tok)
+        local dict = {}
+        function dict.add(_, k, v, exp, f)
+            dict.got = { k, v, exp, f }
+            return true
+        end
+        assert.is_true(ngx_shared.add(dict, "key", 3, buf, #tok, 30))
+        assert.same({ "key", number, 30, flags }, dict.got)
     end)
 end)

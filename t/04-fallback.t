@@ -120,6 +120,42 @@ EOF
                 ngx.say(T.fmt(resty_lock:new("nowhere")))
             }
         }
+        # a stale object (its lock expired, the key taken by another
+        # object) neither releases nor extends the new holder's lock, by
+        # unlock, expire or the GC; through nginx's functions (direct)
+        location = /stale {
+            content_by_lua_block {
+                local fmt = T.fmt
+                local d = ngx.shared.x
+                ngx.say("direct: ", require("resty.shmlock.lock.ngx_shared")
+                                        .direct())
+                local holder = assert(resty_lock:new("x"))
+                for _, key in ipairs({ "s", string.rep("k", 100) }) do
+                    for _, how in ipairs({ "unlock", "expire", "gc" }) do
+                        local stale = assert(resty_lock:new("x",
+                                                     { exptime = 0.001 }))
+                        assert(stale:lock(key) == 0)
+                        ngx.sleep(0.01)
+                        ngx.update_time()
+                        assert(holder:lock(key) == 0)
+                        local v, f = d:get(key)
+                        if how == "gc" then
+                            stale = nil -- luacheck: ignore 311
+                            collectgarbage()
+                            collectgarbage()
+                            ngx.say("gc")
+                        else
+                            ngx.say(how, ": ", fmt(stale[how](stale)))
+                        end
+                        local v2, f2 = d:get(key)
+                        ngx.say("untouched: ", v2 == v and f2 == f,
+                                " owned: ", holder:owned())
+                        ngx.say(fmt(holder:unlock()), " free: ",
+                                d:get(key) == nil)
+                    end
+                end
+            }
+        }
         location = /inspect {
             content_by_lua_block {
                 local fmt = T.fmt
@@ -206,6 +242,22 @@ ok(!-e $t->zone_dir . "/shmlock.x",
    "the fallback did not create a zone file named x");
 ok(!-e $t->zone_dir . "/shmlock.nowhere",
    "an unknown name did not create a zone file");
+
+my $stale = <<'EOF';
+unlock: 1 expired
+untouched: true owned: true
+1 free: true
+expire: nil expired
+untouched: true owned: true
+1 free: true
+gc
+untouched: true owned: true
+1 free: true
+EOF
+$t->block("a stale object leaves the new holder's lock alone (unlock, "
+          . "expire, the GC), on nginx's functions",
+    request => "GET /stale",
+    body    => "direct: true\n" . $stale . $stale);
 
 $t->block("inspect() by name on an ngx.shared dict: holder, ttl, no waiter count",
     request => "GET /inspect",

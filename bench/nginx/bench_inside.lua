@@ -1,6 +1,8 @@
 -- bench_inside: the nginx side of `make bench`, sections (5) and (6).
 --
--- (5) Tight loops, timed inside nginx.  So that with 2 workers both
+-- (5) Tight loops, timed inside nginx.  The lock loops run three locks:
+-- ours on a zone (*_ours), resty.lock's algorithm on a lua_shared_dict
+-- (*_peer) and ours on that same lua_shared_dict (*_drop, the drop-in).  So that with 2 workers both
 -- workers run the same loop at the same time, loops do not run in the
 -- request handler: GET /run posts a job in the bench_ctl dict; a timer in
 -- every worker picks it up, meets the others at a barrier, runs the loop
@@ -138,6 +140,33 @@ B.lock_reused_peer = function(n)
         lock:unlock()
     end
     return { lock_reused_peer = now() - t0 }
+end
+
+-- the drop-in: ours with the peer's name, a lua_shared_dict (what a user
+-- who only swaps require "resty.lock" for ours runs on)
+B.lock_new_drop = function(n)
+    local j = 0
+    local t0 = now()
+    for _ = 1, n do
+        j = j < LOCK_KEYS and j + 1 or 1
+        local lock = resty_lock:new("bench_ngx_locks")
+        lock:lock(lock_keys[j])
+        lock:unlock()
+    end
+    return { lock_new_drop = now() - t0 }
+end
+
+B.lock_reused_drop = function(n)
+    local lock = assert(resty_lock:new("bench_ngx_locks"))
+    assert(lock.store == "ngx.shared")
+    local j = 0
+    local t0 = now()
+    for _ = 1, n do
+        j = j < LOCK_KEYS and j + 1 or 1
+        lock:lock(lock_keys[j])
+        lock:unlock()
+    end
+    return { lock_reused_drop = now() - t0 }
 end
 
 local function fill(dict)

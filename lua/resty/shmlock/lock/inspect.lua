@@ -6,11 +6,13 @@
 --
 -- The value is parsed here and in resty.shmlock.internal.token only: a
 -- holder token "<pid>:<start>:<serial>", possibly followed by a starving
--- waiter's mark (resty.shmlock.lock.zone, "Starvation mode").
+-- waiter's mark (resty.shmlock.lock.zone, "Starvation mode"); on an
+-- ngx.shared dict, an owner number or a compact token, whose pid
+-- resty.shmlock.lock.ngx_shared reads (holder_pid).
 
 local C = require "resty.shmlock.lib"
 local token = require "resty.shmlock.internal.token"
-local compact_pid = require("resty.shmlock.lock.ngx_shared").compact_pid
+local holder_pid = require("resty.shmlock.lock.ngx_shared").holder_pid
 local clock = require "resty.shmlock.internal.clock"
 
 local type = type
@@ -63,7 +65,9 @@ function _M.key(dict, key, zone)
             end
             return nil, err or "not locked"
         end
-        if type(v) ~= "string" then
+        -- (a number: an ngx.shared dict's lock, resty.shmlock.lock.
+        -- ngx_shared, "The value")
+        if type(v) ~= "string" and (zone or type(v) ~= "number") then
             return nil, "not a lock"
         end
         ttl, err = dict:ttl(key)
@@ -80,15 +84,18 @@ function _M.key(dict, key, zone)
         return nil, "not locked"
     end
 
-    local holder, starver, _, since, till = split(v)
-    local pid = parse(holder)
-    local live
+    local holder, starver, since, till, pid, live, _
+    if type(v) == "string" then
+        holder, starver, _, since, till = split(v)
+        pid = parse(holder)
+    end
     if pid then
         live = alive(holder)
     elseif not zone then
-        -- an ngx.shared dict's compact token (resty.shmlock.lock.
-        -- ngx_shared, "Room"): the pid only, its start time is not kept
-        pid = compact_pid(v)
+        -- an ngx.shared dict's number or compact token (resty.shmlock.
+        -- lock.ngx_shared, "The value"): the pid only, its start time is
+        -- not kept
+        pid = holder_pid(v)
         live = pid and C.shmlock_proc_alive(pid, 0) == 1
     end
     if not pid then

@@ -11,36 +11,61 @@
 -- mode: those need the zone's compare-and-swap.  Expiries below 1 ms are
 -- given as 1 ms (ngx.shared.DICT would truncate them to 0: never).
 --
+-- The value.  A lock's value names its holder: the number
+--
+--     pid * 2^31 + the token's last 4 characters
+--
+-- with the 4 characters before them as the entry's user flags: the last 8
+-- hex digits of the token's serial, each group of 4 read as it lies in
+-- memory, a 32-bit little-endian number (ASCII bytes: below 2^31, and the
+-- sum below 2^53 since pids are below 2^22).  Read, not decoded: two
+-- loads, where decoding hex digits cost more than the compare it serves.
+-- A live process's pid is its own, and 8 hex digits of its serials repeat
+-- only after 2^32 locks.  A number, not the token's text, because get
+-- returns a number without making a string, and 8 bytes fit in the size
+-- class of resty.lock's entry for most keys (below).  Each token is
+-- compared with both the value and the flags.  A token is read where it
+-- is: the token buffer, a handle's copy, a Lua string.
+--
 -- Room.  A full dict must take our lock wherever it takes resty.lock's
 -- (lua-resty-mlcache keeps its locks in the cache's own dict).  nginx's
 -- slab allocator serves an entry from a size class: the node (NODE_HEADER
 -- bytes, the key, the value) rounded up to a power of two, or to whole
 -- pages above half a page.  A full dict may have a free chunk of one class
 -- (made by add's eviction of least recently used entries) and none of the
--- next: resty.lock's value, true, is 1 byte; a token string of ~28 bytes
--- can need the next class (keys of 33 to 59 bytes in a dict filled by
--- small values: "no memory" where resty.lock's add succeeds).  So the
--- value is our token when it fits in resty.lock's class for that key, and
--- else a compact token of the same class: the holder's pid (3 bytes, fewer
--- when the class has less room; pids are below 2^22) as the value and the
--- low 31 bits of the token's serial as the entry's user flags.  A live
--- process's pid is its own, and its serials repeat only after 2^31 locks;
--- across processes (a reused pid, or a pid cut to 1 or 2 bytes) the
--- serials start at random.  Each token is compared with both the value
--- and the flags.  t/19-mlcache.t.
+-- next: resty.lock's value, true, is 1 byte; our number is 8, and for keys
+-- whose class leaves less room (keys of 53 to 59 bytes, 181 to 187, ...)
+-- the value is a compact token of resty.lock's class: the holder's pid (3
+-- bytes, fewer when the class has less room; pids are below 2^22) as a
+-- string and the low 31 bits of the token's serial as the flags.  A pid
+-- cut to 1 or 2 bytes is no longer unique: across processes the serials
+-- start at random.  t/19-mlcache.t.
+--
+-- The calls.  Inside nginx's http subsystem with lua-resty-core of
+-- lua-nginx-module 0.10.15 or later (the functions' current signatures),
+-- the lock calls the functions behind ngx.shared.DICT directly (those
+-- resty.core's methods call, with the types resty.core declares): the
+-- same calls, the same locking of the dict, without the methods' checks
+-- of arguments that are checked here already.  Elsewhere (a stand-in dict,
+-- the stream subsystem, other versions) it calls the dict's methods.
 
 local ffi = require "ffi"
 local bit = require "bit"
 local options = require "resty.shmlock.internal.options"
+local nginx = require "resty.shmlock.internal.nginx"
+local C_lib = require "resty.shmlock.lib"
 local BUSY = require("resty.shmlock.lock.zone").BUSY
 
 local ffi_str = ffi.string
+local ffi_cast = ffi.cast
 local type = type
 local tonumber = tonumber
+local pcall = pcall
+local setmetatable = setmetatable
 local ceil = math.ceil
+local floor = math.floor
 local char = string.char
 local str_sub = string.sub
-local str_match = string.match
 local band = bit.band
 local rshift = bit.rshift
 local at_least_ms = options.at_least_ms
@@ -52,6 +77,10 @@ local _M = {}
 local NODE_HEADER = 68
 local PAGE = 4096
 local SERIAL_MASK = 0x7fffffff  -- user flags are an int: 31 bits
+local PID_SCALE = 2 ^ 31
+local NUMBER_LEN = 8            -- a number's bytes in the dict
+local U8P = ffi.typeof("const uint8_t *")
+local U32P = ffi.typeof("const uint32_t *")
 
 -- per key length: the bytes a value may take and stay in the size class
 -- of resty.lock's node (value true: 1 byte)
@@ -79,39 +108,240 @@ local function room(klen)
 end
 
 
--- syntax: value, flags = ngx_shared.stored(tok, klen)
--- What the dict holds for the token tok on a key of klen bytes: tok and
--- 0, or the compact token (see "Room" above).
-local function stored(tok, klen)
-    local r = room(klen)
-    if #tok <= r then
-        return tok, 0
+-- the value of a hex digit's byte (other bytes: 0; a token is checked
+-- where it is made)
+local HEX = {}
+for b = 0, 255 do
+    HEX[b] = 0
+end
+for d = 0, 15 do
+    HEX[("0123456789abcdef"):byte(d + 1)] = d
+end
+
+
+-- the number of the hex digits p[i] .. p[i + 7] (32 bits).  Written out,
+-- as is pid_of() below: a loop here would be a trace of its own, and the
+-- lock's path would run as side traces around it.
+local function hex8(p, i)
+    return ((((((HEX[p[i]] * 16 + HEX[p[i + 1]]) * 16 + HEX[p[i + 2]]) * 16
+              + HEX[p[i + 3]]) * 16 + HEX[p[i + 4]]) * 16
+             + HEX[p[i + 5]]) * 16 + HEX[p[i + 6]]) * 16 + HEX[p[i + 7]]
+end
+
+
+-- the decimal pid before the first ':' (pids have at most 7 digits)
+local function pid_of(p)
+    local n = p[0] - 48
+    local b = p[1]
+    if b == 58 then return n end
+    n = n * 10 + b - 48
+    b = p[2]
+    if b == 58 then return n end
+    n = n * 10 + b - 48
+    b = p[3]
+    if b == 58 then return n end
+    n = n * 10 + b - 48
+    b = p[4]
+    if b == 58 then return n end
+    n = n * 10 + b - 48
+    b = p[5]
+    if b == 58 then return n end
+    n = n * 10 + b - 48
+    b = p[6]
+    if b == 58 then return n end
+    return n * 10 + b - 48
+end
+
+
+-- syntax: value, flags = encode(tok, tlen, klen)
+-- What the dict holds for the token tok (a string or a pointer to tlen
+-- bytes: "<pid>:<start>:<16 hex digits>") on a key of klen bytes: the
+-- number and the flags, or the compact token (see "The value", "Room").
+local function encode(tok, tlen, klen)
+    local p = tok
+    if type(tok) == "string" then
+        p = ffi_cast(U8P, tok)
     end
-    local pid, serial = str_match(tok, "^(%d+):%d+:%x*(%x%x%x%x%x%x%x%x)$")
-    pid = tonumber(pid) or 0
+    local pid = pid_of(p)
+    local r = room(klen)
+    if r >= NUMBER_LEN then
+        return pid * PID_SCALE + ffi_cast(U32P, p + (tlen - 4))[0],
+               ffi_cast(U32P, p + (tlen - 8))[0]
+    end
+    local lo = band(hex8(p, tlen - 8), SERIAL_MASK)     -- decoded: 31 bits
     local v = char(band(pid, 255), band(rshift(pid, 8), 255),
                    band(rshift(pid, 16), 255))
-    return str_sub(v, 1, r), band(tonumber(serial or "0", 16), SERIAL_MASK)
+    return str_sub(v, 1, r), lo
 end
-_M.stored = stored
+
+
+-- syntax: value, flags = ngx_shared.stored(tok, klen)
+-- What the dict holds for the token tok (a string) on a key of klen bytes.
+function _M.stored(tok, klen)
+    return encode(tok, #tok, klen)
+end
 
 
 -- syntax: pid = ngx_shared.compact_pid(value)
 -- The holder's pid in a compact token's value (nil if cut short).
-function _M.compact_pid(v)
+local function compact_pid(v)
     if type(v) ~= "string" or #v ~= 3 then
         return nil
     end
     local a, b, c = v:byte(1, 3)
     return a + b * 256 + c * 65536
 end
+_M.compact_pid = compact_pid
 
 
--- whether key holds the lock of token tok
-local function holds(dict, key, tok)
-    local want, want_flags = stored(tok, #key)
-    local v, flags = dict:get(key)
-    return v == want and (flags or 0) == want_flags
+-- syntax: pid = ngx_shared.holder_pid(value)
+-- The pid of the holder of a lock whose value is value (a number or a
+-- compact token), or nil.
+local function holder_pid(v)
+    if type(v) == "number" then
+        if v >= 0 and v < 2 ^ 53 and v == floor(v) then
+            return floor(v / PID_SCALE)
+        end
+        return nil
+    end
+    return compact_pid(v)
+end
+_M.holder_pid = holder_pid
+
+
+-- ---------------------------------------------------------------------
+-- The direct calls (see "The calls").
+
+local C = ffi.C
+local direct = false            -- whether the direct calls are used
+local zones = setmetatable({}, { __mode = "k" })    -- dict -> zone
+
+local OP_SET, OP_ADD, OP_REPLACE = 0, 1, 2
+local T_NIL, T_NUMBER, T_STRING = 0, 3, 4
+local BUF_LEN = 64
+
+local value_type, user_flags, num_value, is_stale, forcible, errmsg
+local str_buf, str_ptr, str_len
+
+do
+    local ngx = nginx.api()
+    local config = ngx and ngx.config
+    if config and config.subsystem == "http" and ffi.os ~= "OSX"
+       and (tonumber(config.ngx_lua_version) or 0) >= 10015
+       and pcall(require, "resty.core.shdict") then
+        direct = pcall(function()
+            return C.ngx_http_lua_ffi_shdict_get,
+                   C.ngx_http_lua_ffi_shdict_store,
+                   C.ngx_http_lua_ffi_shdict_udata_to_zone
+        end)
+        if not pcall(function() return C.free end) then
+            pcall(ffi.cdef, "void free(void *ptr);")
+        end
+    end
+    if direct then
+        value_type = ffi.new("int[1]")
+        user_flags = ffi.new("int[1]")
+        num_value = ffi.new("double[1]")
+        is_stale = ffi.new("int[1]")
+        forcible = ffi.new("int[1]")
+        errmsg = ffi.new("char *[1]")
+        str_buf = ffi.new("unsigned char[?]", BUF_LEN)
+        str_ptr = ffi.new("unsigned char *[1]")
+        str_len = ffi.new("size_t[1]")
+    end
+end
+
+
+-- the zone behind an ngx.shared dict, or nil (a stand-in dict, or no
+-- direct calls)
+local function zone_of(dict)
+    if not direct then
+        return nil
+    end
+    local z = zones[dict]
+    if z == nil then
+        z = false
+        local udata = type(dict) == "table" and dict[1]
+        if type(udata) == "userdata" then
+            local p = C.ngx_http_lua_ffi_shdict_udata_to_zone(udata)
+            if p ~= nil then
+                z = p
+            end
+        end
+        zones[dict] = z
+    end
+    return z
+end
+
+
+-- add, set (v nil: delete) or replace; true, or false and the error
+local function store(z, op, key, klen, v, flags, exptime)
+    local typ, num, str, slen = T_NIL, 0, nil, 0
+    if type(v) == "number" then
+        typ, num = T_NUMBER, v
+    elseif type(v) == "string" then
+        typ, str, slen = T_STRING, v, #v
+    end
+    local rc = C.ngx_http_lua_ffi_shdict_store(z, op, key, klen, typ, str,
+                                               slen, num, exptime * 1000,
+                                               flags, errmsg, forcible)
+    if rc == 0 then
+        return true
+    end
+    return false, ffi_str(errmsg[0])
+end
+
+
+-- whether key holds value v with flags f; nil and the error if the read
+-- failed
+local function direct_holds(z, key, klen, v, f)
+    str_ptr[0] = str_buf
+    str_len[0] = BUF_LEN
+    local rc = C.ngx_http_lua_ffi_shdict_get(z, key, klen, value_type,
+                                             str_ptr, str_len, num_value,
+                                             user_flags, 0, is_stale, errmsg)
+    if rc ~= 0 then
+        return nil, errmsg[0] ~= nil and ffi_str(errmsg[0])
+                    or "failed to get the key"
+    end
+    local typ = value_type[0]
+    local same
+    if typ == T_NUMBER then
+        same = num_value[0] == v
+    elseif typ == T_STRING then
+        local p = str_ptr[0]
+        same = type(v) == "string" and str_len[0] == #v
+               and ffi_str(p, str_len[0]) == v
+        if p ~= str_buf then
+            C.free(p)           -- nginx's copy of a longer value
+        end
+    else
+        return false            -- nil (a free key), true (resty.lock's)
+    end
+    return same and user_flags[0] == f
+end
+
+
+-- ---------------------------------------------------------------------
+-- The backend.
+
+-- whether key holds the lock of value v and flags f (the dict's methods)
+local function method_holds(dict, key, v, f)
+    local got, flags = dict:get(key)
+    return got == v and (flags or 0) == f
+end
+
+
+local function holds(dict, key, klen, tok, tlen)
+    local v, f = encode(tok, tlen, klen)
+    local z = zone_of(dict)
+    if z then
+        return direct_holds(z, key, klen, v, f)
+    end
+    if type(key) ~= "string" then
+        key = ffi_str(key, klen)
+    end
+    return method_holds(dict, key, v, f)
 end
 
 
@@ -127,11 +357,17 @@ _M.expiry = at_least_ms
 -- tries without evicting first, so safe_add before it would add nothing.
 -- t/12-shared-full.t.
 function _M.add(dict, key, klen, tok, tlen, expiry)
-    if type(tok) ~= "string" then
-        tok = ffi_str(tok, tlen)
+    local v, f = encode(tok, tlen, klen)
+    local z = zone_of(dict)
+    local ok, err
+    if z then
+        ok, err = store(z, OP_ADD, key, klen, v, f, expiry)
+    else
+        if type(key) ~= "string" then
+            key = ffi_str(key, klen)
+        end
+        ok, err = dict:add(key, v, expiry, f)
     end
-    local v, flags = stored(tok, klen)
-    local ok, err = dict:add(key, v, expiry, flags)
     if ok then
         return true
     end
@@ -145,18 +381,31 @@ end
 -- syntax: ok, err = ngx_shared.release(dict, key, klen, tok, tlen)
 -- key and tok: strings or pointers (the handle's copies)
 function _M.release(dict, key, klen, tok, tlen)
-    if type(key) ~= "string" then
-        key = ffi_str(key, klen)
+    local v, f = encode(tok, tlen, klen)
+    local z = zone_of(dict)
+    local mine, ok, err
+    if z then
+        mine, err = direct_holds(z, key, klen, v, f)
+        if mine then
+            ok, err = store(z, OP_SET, key, klen, nil, 0, 0)
+        end
+    else
+        if type(key) ~= "string" then
+            key = ffi_str(key, klen)
+        end
+        mine = method_holds(dict, key, v, f)
+        if mine then
+            ok, err = dict:delete(key)
+        end
     end
-    if type(tok) ~= "string" then
-        tok = ffi_str(tok, tlen)
+    if mine == nil then
+        return nil, err         -- the read failed: maybe ours still
     end
-    if not holds(dict, key, tok) then
+    if not mine then
         -- our lock expired: the key is free, or someone else's (left
         -- untouched); 1, "expired" as the zone locks answer
         return 1, "expired"
     end
-    local ok, err = dict:delete(key)
     if not ok then
         return nil, err
     end
@@ -165,13 +414,24 @@ end
 
 
 -- syntax: ok, err = ngx_shared.renew(dict, key, klen, tok, new_tok, seconds)
+-- tok and new_tok: strings
 function _M.renew(dict, key, klen, tok, new_tok, seconds)
-    if not holds(dict, key, tok) then
+    local mine, err = holds(dict, key, klen, tok, #tok)
+    if mine == nil then
+        return nil, err
+    end
+    if not mine then
         return nil, "expired"
     end
     -- (the same length as the value replaced: rewritten in place)
-    local v, flags = stored(new_tok, klen)
-    local ok, err = dict:replace(key, v, at_least_ms(seconds), flags)
+    local v, f = encode(new_tok, #new_tok, klen)
+    local z = zone_of(dict)
+    local ok
+    if z then
+        ok, err = store(z, OP_REPLACE, key, klen, v, f, at_least_ms(seconds))
+    else
+        ok, err = dict:replace(key, v, at_least_ms(seconds), f)
+    end
     if not ok then
         return nil, err == "not found" and "expired" or err
     end
@@ -180,19 +440,25 @@ end
 
 
 -- syntax: held = ngx_shared.holds(dict, key, klen, tok)
-function _M.holds(dict, key, _klen, tok)
-    return holds(dict, key, tok)
+-- tok: a string
+function _M.holds(dict, key, klen, tok)
+    return holds(dict, key, klen, tok, #tok) == true
 end
 
 
 -- syntax: holder = ngx_shared.holder(dict, key, klen)
--- The token holding key (a string value), or nil.
+-- The process holding key as "<pid>:<start>:" (what a host token of that
+-- process begins with), or nil.
 function _M.holder(dict, key)
     local v = dict:get(key)
-    if type(v) ~= "string" then
+    if type(v) == "string" and #v > 3 then
+        return v                -- an older version's token
+    end
+    local pid = holder_pid(v)
+    if not pid then
         return nil
     end
-    return v
+    return pid .. ":" .. tonumber(C_lib.shmlock_proc_start(pid)) .. ":"
 end
 
 
@@ -200,6 +466,13 @@ end
 -- Always BUSY: a holder's liveness is not known here.
 function _M.look()
     return BUSY
+end
+
+
+-- syntax: on = ngx_shared.direct()
+-- Whether the lock calls nginx's functions directly (see "The calls").
+function _M.direct()
+    return direct
 end
 
 

@@ -1,0 +1,175 @@
+-- (9) Instructions per operation, counted by callgrind: a figure that does
+-- not depend on the machine's mood, for the operations of issue 22's
+-- table, through the public Lua API, outside nginx, LuaJIT with its
+-- traces warm.
+--
+-- For each operation, LuaJIT runs this script under
+-- `valgrind --tool=callgrind` twice: a loop of N operations and a loop of
+-- 0, each after the same warm-up loop (WARM operations: the loop's traces
+-- are compiled before the counted loop starts).  The figure is
+-- (Ir(N) - Ir(0)) / N: what one more operation costs, everything else
+-- (start, library load, zone creation, warm-up, exit) counted in both and
+-- gone in the difference.  Same binary and inputs, same figures.
+--
+-- usage: luajit instructions.lua                 all operations, a table
+--        luajit instructions.lua NAME...         only these
+--        luajit instructions.lua --child OP N    (one counted run)
+--
+-- Deterministic: LuaJIT seeds its PRNG (string hashes, where machine code
+-- goes, so which traces it records) from getrandom(2); INSTR_PRELOAD, the
+-- shim bench/fixed_random.c built by run.sh, gives it a fixed seed.
+-- Without it two runs differ by up to 7%; with it, by less than one
+-- instruction per operation.
+--
+-- Environment: SHMLOCK_DIR (where the zones go), BENCH_OUT (results for
+-- report.lua, section "instr"), INSTR_PRELOAD (the shim), VALGRIND
+-- (default valgrind), INSTR_N (default 100000).
+
+local N = tonumber(os.getenv("INSTR_N") or "") or 100000
+local WARM = 5000
+
+-- { id, what, target, at most } (bench/lib/instr_ops.lua)
+local OPS = require("instr_ops").OPS
+
+
+-- ---- the counted run (under callgrind) ----
+
+local function child(op, n)
+    local shdict = require "resty.shmlock.shdict"
+    local resty_lock = require "resty.shmlock"
+    local name = "instr_" .. op
+    local zone = assert(shdict.open(name, { size = "1m" }))
+    local body, holder
+
+    if op == "lock_reused" then
+        local lock = assert(resty_lock:new(name))
+        body = function(k)
+            for _ = 1, k do
+                lock:lock("k")
+                lock:unlock()
+            end
+        end
+    elseif op == "lock_new" then
+        body = function(k)
+            for _ = 1, k do
+                local lock = resty_lock:new(name)
+                lock:lock("k")
+                lock:unlock()
+            end
+        end
+    elseif op == "trylock_held" then
+        -- (referenced to the end: collected, it would release the key)
+        holder = assert(resty_lock:new(name))
+        assert(holder:lock("k") == 0)
+        local lock = assert(resty_lock:new(name))
+        body = function(k)
+            for _ = 1, k do
+                lock:trylock("k")
+            end
+        end
+    elseif op == "set_number" then
+        assert(zone:set("k", 1))
+        body = function(k)
+            for i = 1, k do
+                zone:set("k", i)
+            end
+        end
+    elseif op == "get_number" or op == "get_number_ttl" then
+        assert(zone:set("k", 12345, op == "get_number_ttl" and 3600 or 0))
+        body = function(k)
+            for _ = 1, k do
+                zone:get("k")
+            end
+        end
+    else
+        error("unknown operation " .. tostring(op))
+    end
+
+    body(WARM)
+    local t0 = os.clock()
+    body(n)
+    if os.getenv("INSTR_DEBUG") then
+        io.stderr:write(op, " ", n, ": ", os.clock() - t0, " s\n")
+    end
+    -- the loop did what it says
+    if op == "trylock_held" then
+        assert(holder:owned())
+        assert(select(2, resty_lock:new(name):trylock("k")) == "timeout")
+    elseif op:find("^get") then
+        assert(zone:get("k") == 12345)
+    elseif op:find("^lock") then
+        assert(zone:get("k") == nil, "the loop left the key locked")
+    end
+    assert(shdict.destroy(name))
+end
+
+if arg[1] == "--child" then
+    child(arg[2], assert(tonumber(arg[3]), "N"))
+    return
+end
+
+
+-- ---- the driver ----
+
+local bench = require "bench"
+
+local valgrind = os.getenv("VALGRIND") or "valgrind"
+local script = arg[0]
+local tmp = os.getenv("BENCH_DATA") or os.getenv("TMPDIR") or "/tmp"
+local preload = os.getenv("INSTR_PRELOAD")
+if not preload or preload == "" then
+    bench.log("  INSTR_PRELOAD not set: LuaJIT's random seed makes the "
+              .. "counts vary from run to run")
+    preload = nil
+end
+if not os.getenv("SHMLOCK_DIR") then
+    error("SHMLOCK_DIR: set it to a directory for the benchmark's zones")
+end
+
+-- the instructions (Ir) one run executes, from callgrind's summary
+local function count(op, n)
+    local out = string.format("%s/callgrind.%s.%d", tmp, op, n)
+    local cmd = string.format(
+        "%s%s --tool=callgrind --callgrind-out-file=%s luajit %s --child %s"
+        .. " %d 2>%s.log", preload and ("LD_PRELOAD=" .. preload .. " ") or "",
+        valgrind, out, script, op, n, out)
+    local ok = os.execute(cmd)
+    if ok ~= true and ok ~= 0 then
+        local log = io.open(out .. ".log")
+        error("callgrind run failed: " .. cmd .. "\n"
+              .. (log and log:read("*a") or ""))
+    end
+    local f = assert(io.open(out))
+    local ir
+    for line in f:lines() do
+        ir = tonumber(line:match("^summary:%s*(%d+)")
+                      or line:match("^totals:%s*(%d+)")) or ir
+    end
+    f:close()
+    os.remove(out)
+    os.remove(out .. ".log")
+    return assert(ir, "no summary line in " .. out)
+end
+
+local wanted = {}
+for i = 1, #arg do
+    wanted[arg[i]] = true
+end
+
+bench.log("(9) instructions per operation (callgrind, (Ir(%d) - Ir(0)) / %d,"
+          .. " after %d operations of warm-up)", N, N, WARM)
+bench.log("  %-40s %12s %8s %8s", "operation", "instructions", "target",
+          "at most")
+for _, o in ipairs(OPS) do
+    local op, what, want, most = o[1], o[2], o[3], o[4]
+    if next(wanted) == nil or wanted[op] then
+        local per = (count(op, N) - count(op, 0)) / N
+        local mark = most and (per <= most and "ok" or "ABOVE") or ""
+        bench.log("  %-40s %12.0f %8s %8s  %s", what, per,
+                  want and tostring(want) or "-",
+                  most and tostring(most) or "-", mark)
+        bench.result("instr", op, "Ir", per, per, per, 1,
+                     what .. (want and ("; target " .. want .. ", at most "
+                                        .. most) or ""))
+    end
+end
