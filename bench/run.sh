@@ -174,7 +174,7 @@ describe_machine
 log "building the C floors"
 cc -O2 -Wall -Wextra -o "$WORK/floor_cas" "$BENCH/floor_cas.c"
 cc -O2 -Wall -Wextra -o "$WORK/floor_futex" "$BENCH/floor_futex.c"
-# LuaJIT's fixed random seed for the instruction counts (section 9)
+# LuaJIT's fixed random seed for the instruction counts (section 10)
 cc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$WORK/fixed_random.so" \
     "$BENCH/fixed_random.c" -ldl
 export INSTR_PRELOAD=$WORK/fixed_random.so

@@ -1,5 +1,5 @@
 -- instr_ops: the operations whose instructions bench/instructions.lua
--- counts (section 9), with issue 22's targets, and the counts before that
+-- counts (section 10), with issue 22's targets, and the counts before that
 -- issue's work, for bench/report.lua.
 
 local _M = {}
