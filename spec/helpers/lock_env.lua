@@ -8,9 +8,6 @@ local clock = require "resty.shmlock.internal.clock"
 local checkout = require "helpers.checkout"
 
 ffi.cdef[[
-int shmlock_spec_setenv(const char *name, const char *value, int overwrite)
-    __asm__("setenv");
-int shmlock_spec_unsetenv(const char *name) __asm__("unsetenv");
 int shmlock_spec_kill(int pid, int sig) __asm__("kill");
 int shmlock_spec_usleep(unsigned int usec) __asm__("usleep");
 struct shmlock_spec_rusage {
@@ -51,12 +48,9 @@ function _M.exists(path)
     return false
 end
 
+-- through the library's binding, which then reads $SHMLOCK_DIR again
 function _M.setenv(name, value)
-    if value == nil then
-        ffi.C.shmlock_spec_unsetenv(name)
-    else
-        ffi.C.shmlock_spec_setenv(name, value, 1)
-    end
+    assert(require("resty.shmlock.internal.core").setenv(name, value))
 end
 
 function _M.kill(pid, sig)

@@ -281,15 +281,24 @@ local function refusal(rc, o, name, path)
     return errors[rc]
 end
 
+local env = core.env
+local default_dir, default_serial = nil, -1
+
 -- syntax: dir = shdict.directory(dir?)
 -- The directory of the zone files for opts.dir (nil: $SHMLOCK_DIR, else
 -- /dev/shm), for messages.
 local function directory(dir)
     if dir == nil or dir == "" then
-        dir = getenv("SHMLOCK_DIR")
-        if dir == nil or dir == "" then
-            dir = "/dev/shm"
+        -- read again after a change through core.setenv (resty.shmlock.
+        -- testing's): a change made behind the library's back is not seen
+        if default_serial ~= env.serial then
+            dir = getenv("SHMLOCK_DIR")
+            if dir == nil or dir == "" then
+                dir = "/dev/shm"
+            end
+            default_dir, default_serial = dir, env.serial
         end
+        return default_dir
     end
     return dir
 end

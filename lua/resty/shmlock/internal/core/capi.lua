@@ -71,4 +71,15 @@ for _, name in ipairs {
     _M[name] = mod[name]
 end
 
+-- core.env.serial: as core/ffi.lua's, the changes made through setenv
+_M.env = { serial = 0 }
+local c_setenv = mod.setenv
+function _M.setenv(name, value)
+    local ok, errno = c_setenv(name, value)
+    if ok then
+        _M.env.serial = _M.env.serial + 1
+    end
+    return ok, errno
+end
+
 return _M

@@ -208,6 +208,12 @@ for _, decl in ipairs {
     pcall(ffi.cdef, decl)
 end
 
+-- core.env.serial counts the changes made here: the zone directory a name
+-- resolves to is read from $SHMLOCK_DIR again only after one (getenv walks
+-- the whole environment: on every resty_lock:new(name) it was a third of
+-- new+lock+unlock)
+_M.env = { serial = 0 }
+
 function _M.setenv(name, value)
     local rc
     if value == nil then
@@ -218,6 +224,7 @@ function _M.setenv(name, value)
     if rc ~= 0 then
         return false, ffi.errno()
     end
+    _M.env.serial = _M.env.serial + 1
     return true
 end
 
