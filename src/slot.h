@@ -1,0 +1,204 @@
+/*
+ * slot: lock slots (issue 22).  A table of 64-byte slots, one per lock
+ * key, that stays allocated after a release, so that a lock pair costs one
+ * 16-byte compare-and-swap each way instead of a dictionary entry created
+ * and destroyed under the shard mutex.  Slots hold nothing but locks: a
+ * CAS on an ordinary chunk would be unsafe (a freed chunk can become
+ * another entry's data), a slot is only ever a slot.
+ *
+ * STATUS: the table and its operations, tested on their own
+ * (ctest/slot_test.c: semantics, 4 processes x 200k locked increments,
+ * a crash before every write, the mutex fallback).  Not yet placed in the
+ * zone file nor used by the Lua lock: see "Next" at the end.
+ *
+ *   slot_t (64 bytes, 64-aligned)
+ *   +-----------------------+------+---------+--------------------------+
+ *   | state: owner | stamp  | hash | key_len | key: 40 bytes inline, or |
+ *   | (16 bytes, one CAS)   |      |         | 32 bytes + fingerprint   |
+ *   +-----------------------+------+---------+--------------------------+
+ *
+ * The state is two 64-bit words changed together by one 16-byte CAS
+ * (cmpxchg16b):
+ *
+ *   owner   0: free; else the holder, a caller's word (pid:32 | id:32)
+ *   stamp   expiry (ms, 40 bits) << 24 | flags (LIVE, DEAD, MARKED) << 20
+ *           | serial (20 bits)
+ *
+ * Every change of the state bumps the serial, so a state read once names
+ * one moment of the slot: a CAS from it fails if anything happened since.
+ * The kinds of slot, by the stamp's flags:
+ *
+ *   EMPTY   no flag (a zeroed table is all EMPTY): ends every probe
+ *   DEAD    a tombstone: probes pass it; the mutex holder may reuse it
+ *   LIVE    the slot of the key in hash/key_len/key; owner 0 (free) or
+ *           the holder; MARKED: a waiter is queued for it (the mark's
+ *           fields are the caller's; every fast path leaves a marked
+ *           slot to the slow path)
+ *
+ * Lookups are linear probing from the hash's home slot, without the
+ * mutex: read the state (acquire), then the key, then the state again; a
+ * key compared while it was being rewritten is caught by the second read,
+ * since a slot's key changes only after its state left LIVE (reclaim) and
+ * before it becomes LIVE again.  Creating a key's slot, reclaiming free
+ * slots (LIVE -> DEAD: the state moves first, with a CAS, so a lock-free
+ * acquirer either took the slot first or fails its CAS) and turning a run
+ * of tombstones that ends at an EMPTY slot back to EMPTY happen under the
+ * caller's mutex.  A held slot is never reclaimed: its index stays valid
+ * for the holder's ticket.
+ *
+ * Crash safety: each change of a state is one CAS (old or new, nothing
+ * between); a key is written into a slot that is EMPTY or DEAD, and only
+ * the CAS that makes it LIVE publishes it, so a writer killed before that
+ * CAS leaves an EMPTY or DEAD slot with a half key, which no one reads.
+ * The table's counters (live, dead) are derived, rebuilt by
+ * slot_recover_locked.  In the test build every write is a crash point
+ * (wordstore.h).
+ *
+ * Keys longer than SLOT_KEY_INLINE bytes keep their first SLOT_KEY_PREFIX
+ * bytes and a 64-bit fingerprint of the whole key (slot_fingerprint),
+ * besides the 32-bit hash and the length: two keys that agree in all of
+ * them share one slot.  That can only merge two locks (extra exclusion,
+ * never lost exclusion), for a pair of long keys with equal length,
+ * prefix, hash and fingerprint: about 2^-96 per pair.
+ *
+ * Without a 16-byte CAS (slot_cas16(): cpuid at first use; another
+ * architecture), every slot operation runs under the mutex (the *_locked
+ * calls; the lock-free ones answer SLOT_SLOW) and writes the two words of
+ * a state under an undo record in the table's header, which
+ * slot_recover_locked plays back.
+ *
+ * The serial has 20 bits: a lock-free caller holding a state read is
+ * fooled only if that very slot changed 2^20 times, and came back to the
+ * same owner and expiry, between two of its instructions.
+ *
+ * Next (not built): the table per shard in the zone file (layout 8, a
+ * slice of the shard's memory; stats and verify see it), the ABI
+ * (shmlock_slot_acquire / release / extend / look, a ticket = slot index
+ * + state), the Lua lock on it (the token becomes the owner word with the
+ * start time in a side word; marks as fields written under the mutex,
+ * then the MARKED flag set by CAS), inspect and the CLI listing slots.
+ */
+
+#ifndef SLOT_H
+#define SLOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLOT_KEY_INLINE      40
+#define SLOT_KEY_PREFIX      32
+
+#define SLOT_SERIAL_MASK     ((uint64_t) 0xfffff)
+#define SLOT_LIVE            ((uint64_t) 1 << 20)
+#define SLOT_DEAD            ((uint64_t) 1 << 21)
+#define SLOT_MARKED          ((uint64_t) 1 << 22)
+#define SLOT_FLAGS           ((uint64_t) 0xf << 20)
+#define SLOT_EXPIRY_SHIFT    24
+#define SLOT_NEVER           (((uint64_t) 1 << 40) - 1)   /* no expiry */
+
+/* probes longer than this (in slots) give up: the table is too full */
+#define SLOT_PROBE_MAX       256
+
+typedef struct {
+    uint64_t  owner;
+    uint64_t  stamp;
+} __attribute__((aligned(16))) slot_state_t;
+
+typedef struct {
+    slot_state_t  state;
+    uint32_t      hash;
+    uint32_t      key_len;
+    char          key[SLOT_KEY_INLINE];
+} __attribute__((aligned(64))) slot_t;
+
+_Static_assert(sizeof(slot_t) == 64, "a slot is one cache line");
+
+/* The table's header, in shared memory. */
+typedef struct {
+    uint32_t      nslots;       /* a power of two (checked at attach) */
+    uint32_t      live;         /* LIVE slots (derived) */
+    uint32_t      dead;         /* DEAD slots (derived) */
+    uint32_t      undo_active;  /* the fallback's undo record: */
+    uint32_t      undo_index;   /*   the slot being written, */
+    uint32_t      pad;
+    slot_state_t  undo_state;   /*   its state before */
+} __attribute__((aligned(64))) slot_hdr_t;
+
+/* A table as a process sees it. */
+typedef struct {
+    slot_hdr_t  *hdr;
+    slot_t      *slots;
+    uint32_t     mask;          /* nslots - 1, this process's copy */
+    int          cas16;         /* 1: lock-free paths; 0: all locked */
+} slots_t;
+
+/* What an acquire hands out and a release gives back. */
+typedef struct {
+    uint32_t      index;
+    uint32_t      pad;
+    slot_state_t  state;        /* the state the holder set */
+} slot_ticket_t;
+
+/* Answers of the calls below. */
+enum {
+    SLOT_OK = 0,        /* acquired / released / changed as asked */
+    SLOT_HELD,          /* acquire: held (live) by another; the ticket
+                           tells the holder */
+    SLOT_GONE,          /* release, extend: the state is no longer the
+                           ticket's (expired and taken, or reclaimed) */
+    SLOT_ABSENT,        /* look: no slot for the key */
+    SLOT_SLOW,          /* lock-free call: take the mutex and call the
+                           *_locked one (no slot yet, a marked slot, a
+                           busy CAS, no 16-byte CAS) */
+    SLOT_MARKED_STATE,  /* the slot is marked: the caller's slow path */
+    SLOT_FULL           /* no slot can be made: the table is full */
+};
+
+/* 1 if this CPU has a 16-byte CAS the lock-free paths can use. */
+int slot_cas16(void);
+
+/* An empty table of n slots (a power of two) at hdr and slots. */
+void slot_format(slot_hdr_t *hdr, slot_t *slots, uint32_t n);
+/* This process's view of a formatted table; cas16 < 0: ask the CPU. */
+void slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, int cas16);
+
+uint64_t slot_fingerprint(const char *key, size_t len);
+
+/* ---- lock-free (each answers SLOT_SLOW without a 16-byte CAS) ---- */
+
+/* expiry: absolute ms of the zone clock (0: SLOT_NEVER); now: the clock */
+int slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
+    uint64_t owner, int64_t expiry, int64_t now, slot_ticket_t *tk);
+int slot_release(slots_t *t, const slot_ticket_t *tk);
+int slot_extend(slots_t *t, slot_ticket_t *tk, int64_t expiry);
+/* SLOT_OK (tk: the slot's state, owner 0 when free), SLOT_ABSENT */
+int slot_look(slots_t *t, const char *key, size_t klen, uint32_t hash,
+    slot_ticket_t *tk);
+/* From the state `seen` (a look's ticket) to owner/flags/expiry: a dead
+ * holder's takeover, a mark set or cleared.  SLOT_OK (tk: the new state),
+ * SLOT_GONE. */
+int slot_swap(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
+    uint64_t flags, int64_t expiry, slot_ticket_t *tk);
+
+/* ---- the caller's mutex held ---- */
+
+int slot_acquire_locked(slots_t *t, const char *key, size_t klen,
+    uint32_t hash, uint64_t owner, int64_t expiry, int64_t now,
+    slot_ticket_t *tk);
+int slot_release_locked(slots_t *t, const slot_ticket_t *tk);
+int slot_extend_locked(slots_t *t, slot_ticket_t *tk, int64_t expiry);
+int slot_look_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
+    slot_ticket_t *tk);
+int slot_swap_locked(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
+    uint64_t flags, int64_t expiry, slot_ticket_t *tk);
+/* Free slots (no owner, or expired and unmarked) become DEAD, and runs of
+ * DEAD slots that end at an EMPTY one become EMPTY; returns the slots
+ * freed. */
+uint32_t slot_reclaim_locked(slots_t *t, int64_t now);
+/* After the mutex was taken over from a dead holder: the fallback's undo,
+ * then the counters recounted. */
+void slot_recover_locked(slots_t *t);
+/* 0, or -1 with msg saying what is broken. */
+int slot_verify_locked(slots_t *t, char *msg, size_t msg_size);
+
+#endif /* SLOT_H */
