@@ -11,6 +11,7 @@
  *
  * usage: shmlock_test [dir]     (default: a new directory under $TMPDIR)
  * SHMLOCK_CORRUPT_ROUNDS=n: corruption rounds per zone (default 300)
+ * SHMLOCK_SLOT_ROUNDS=n: slot lock rounds per process (default 5000)
  */
 
 #define _GNU_SOURCE
@@ -876,6 +877,227 @@ test_lock_calls(shmlock_zone_t *z)
     verify(z);
 }
 
+/*
+ * The lock slots through the ABI (shmlock_slot_*): a pair, a refused
+ * acquire naming the holder, a stale ticket, expiry and extend, marks and
+ * a handoff by swap, the wake word, long keys, bad arguments, a full
+ * shard, the counts in stats; none of it is a dictionary key.
+ */
+static void
+test_slot_calls(shmlock_zone_t *z)
+{
+    shmlock_ticket_t  t, u, seen, m;
+    shmlock_stats_t   st;
+    uint32_t          hash, seq;
+    char              key[300];
+    int64_t           now;
+    int               i;
+
+    for (i = 0; i < 200; i++) {
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+                 SHMLOCK_OK);
+        CHECK(t.owner == 11 && !(t.stamp & SHMLOCK_SLOT_MARKED));
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &u),
+                 SHMLOCK_EXISTS);
+        CHECK(u.owner == 11 && u.slot == t.slot && u.stamp == t.stamp);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    }
+    /* a slot is no dictionary key */
+    expect_absent(z, "slk");
+    CHECK_RC(shmlock_slot_look(z, KEY("slk"), &u), SHMLOCK_OK);
+    CHECK(u.owner == 0);
+    CHECK_RC(shmlock_slot_look(z, KEY("no such"), &u), SHMLOCK_NOT_FOUND);
+
+    /* expiry (the caller's clock): an expired lock is taken at once, its
+     * old holder's ticket releases and extends nothing */
+    now = shmlock_now_ms();
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 100, now, &t),
+             SHMLOCK_OK);
+    CHECK((int64_t) (t.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT) == now + 100);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 100, now + 99, &u),
+             SHMLOCK_EXISTS);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, now + 100, &u),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_extend(z, &t, 5000, 0), SHMLOCK_NOT_FOUND);
+    /* extend: the ticket follows */
+    CHECK_RC(shmlock_slot_extend(z, &u, 7000, now), SHMLOCK_OK);
+    CHECK((int64_t) (u.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT) == now + 7000);
+    CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+
+    /* a mark: the holder's release answers CHANGED and the holder hands
+     * over by swap; the waiter it names holds the key, the key's
+     * sleepers are woken by the caller */
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &seen),
+             SHMLOCK_EXISTS);
+    CHECK_RC(shmlock_slot_swap(z, &seen, seen.owner, SHMLOCK_SLOT_MARKED,
+                               SHMLOCK_KEEP_TTL, 0, &m), SHMLOCK_OK);
+    CHECK(m.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT
+          == t.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT);
+    CHECK_RC(shmlock_slot_swap(z, &seen, 13, 0, 5000, 0, &u),
+             SHMLOCK_CHANGED);              /* seen is stale */
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 13, 5000, 0, &u),
+             SHMLOCK_EXISTS);
+    CHECK(u.stamp & SHMLOCK_SLOT_MARKED);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_slot_extend(z, &t, 5000, 0), SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_slot_swap(z, &m, 12, 0, 5000, 0, &u), SHMLOCK_OK);
+    CHECK(u.owner == 12 && !(u.stamp & SHMLOCK_SLOT_MARKED));
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    /* a mark withdrawn: the holder's own ticket works again */
+    CHECK_RC(shmlock_slot_swap(z, &u, 12, SHMLOCK_SLOT_MARKED,
+                               SHMLOCK_KEEP_TTL, 0, &m), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_swap(z, &m, 12, 0, SHMLOCK_KEEP_TTL, 0, &seen),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+
+    /* a release wakes the key's word when a waiter is counted; a
+     * refused one does not */
+    hash = shmlock_hash(KEY("slk"));
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+             SHMLOCK_OK);
+    CHECK(t.hash == hash);
+    seq = shmlock_wait_begin(z, hash);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    CHECK(wait_word(z, hash) != seq);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 1000000), SHMLOCK_OK);
+    seq = shmlock_wait_begin(z, hash);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    CHECK(wait_word(z, hash) == seq);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
+
+    /* long keys: one slot each, whatever they share */
+    memset(key, 'L', sizeof(key) - 1);
+    key[sizeof(key) - 1] = '\0';
+    CHECK_RC(shmlock_slot_acquire(z, KEY(key), 11, 5000, 0, &t), SHMLOCK_OK);
+    key[sizeof(key) - 2] = 'M';
+    CHECK_RC(shmlock_slot_acquire(z, KEY(key), 12, 5000, 0, &u), SHMLOCK_OK);
+    CHECK(t.slot != u.slot);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+
+    /* bad arguments, and tickets of no slot */
+    CHECK_RC(shmlock_slot_acquire(z, "", 0, 11, 5000, 0, &t),
+             SHMLOCK_BAD_KEY);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 0, 5000, 0, &t),
+             SHMLOCK_BAD_VALUE);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, -5, 0, &t),
+             SHMLOCK_BAD_VALUE);
+    CHECK_RC(shmlock_slot_look(z, "", 0, &t), SHMLOCK_BAD_KEY);
+    memset(&t, 0, sizeof(t));
+    t.slot = 0xffffffff;
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_extend(z, &t, 10, 0), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_swap(z, &t, 1, 0, 10, 0, &u), SHMLOCK_CHANGED);
+    t.slot = 0;
+    CHECK_RC(shmlock_slot_swap(z, &t, 0, 0, 10, 0, &u), SHMLOCK_BAD_VALUE);
+
+    /* stats count the slots and the keys' ones */
+    CHECK_RC(shmlock_dict_stats(z, -1, &st), SHMLOCK_OK);
+    CHECK(st.slots >= 16 * shmlock_zone_shards(z) && st.slots_used >= 3
+          && st.slots_used < st.slots);
+    verify(z);
+}
+
+/*
+ * A shard whose slots are all held answers NO_MEMORY; a slot released
+ * is reclaimed for another key.  In a zone of one shard.
+ */
+static void
+test_slots_full(void)
+{
+    shmlock_zone_t   *z = open_zone("slots", SHMLOCK_MIN_SIZE);
+    shmlock_ticket_t  t, first;
+    shmlock_stats_t   st;
+    char              key[32];
+    int               i, rc;
+
+    CHECK_RC(shmlock_dict_stats(z, -1, &st), SHMLOCK_OK);
+    for (i = 0; ; i++) {
+        CHECK(i <= (int) st.slots);
+        snprintf(key, sizeof(key), "full%d", i);
+        rc = shmlock_slot_acquire(z, KEY(key), 1, 0, 0, &t);
+        if (rc == SHMLOCK_NO_MEMORY) {
+            break;
+        }
+        CHECK_RC(rc, SHMLOCK_OK);
+        if (i == 0) {
+            first = t;
+        }
+    }
+    /* 7/8 of the slots: probes stay short */
+    CHECK(i == (int) (st.slots - st.slots / 8));
+    verify(z);
+    CHECK_RC(shmlock_slot_release(z, &first), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("one more"), 1, 0, 0, &t),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_look(z, KEY("full0"), &t), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
+             SHMLOCK_NO_MEMORY);
+    verify(z);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("slots")), SHMLOCK_OK);
+}
+
+/*
+ * Slot locks across processes: 4 processes take one key's slot lock in
+ * turn and increment a dictionary number by a get and a set (exact only
+ * under exclusion), churning keys of their own through the table.
+ */
+static void
+test_slot_processes(shmlock_zone_t *z, int rounds)
+{
+    pid_t  pids[4];
+    int    p, i;
+
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "slot counter", num_value(0), 0),
+             SHMLOCK_OK);
+    for (p = 0; p < 4; p++) {
+        pids[p] = fork();
+        CHECK(pids[p] >= 0);
+        if (pids[p] != 0) {
+            continue;
+        }
+        for (i = 0; i < rounds; i++) {
+            shmlock_ticket_t  t, c;
+            uint64_t          owner = (uint64_t) getpid() << 32 | (i + 1);
+            char              key[32];
+            int               rc, n;
+
+            for (n = 0; ; n++) {
+                rc = shmlock_slot_acquire(z, KEY("slot lock"), owner, 60000,
+                                          0, &t);
+                if (rc == SHMLOCK_OK) {
+                    break;
+                }
+                CHECK_RC(rc, SHMLOCK_EXISTS);
+                if (n % 16 == 15) {
+                    sched_yield();
+                }
+            }
+            CHECK_RC(store(z, SHMLOCK_OP_SET, "slot counter",
+                           num_value(read_num(z, "slot counter") + 1), 0),
+                     SHMLOCK_OK);
+            CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+            snprintf(key, sizeof(key), "churn %d %d", p, i % 50);
+            rc = shmlock_slot_acquire(z, KEY(key), owner, 60000, 0, &c);
+            CHECK(rc == SHMLOCK_OK || rc == SHMLOCK_NO_MEMORY);
+            if (rc == SHMLOCK_OK) {
+                CHECK_RC(shmlock_slot_release(z, &c), SHMLOCK_OK);
+            }
+        }
+        _exit(0);
+    }
+    for (p = 0; p < 4; p++) {
+        CHECK(reap(pids[p]) == 0);
+    }
+    CHECK(read_num(z, "slot counter") == 4.0 * rounds);
+    verify(z);
+}
+
 /* flush_expired's count (the call itself must succeed) */
 static int
 flush_expired(shmlock_zone_t *z, int max_count)
@@ -1526,6 +1748,20 @@ corrupt_updates(shmlock_zone_t *z, const char *key, size_t klen, char *val,
          shmlock_lock_acquire(z, key, klen, KEY("tok"), 100000, 0));
     CALL("lock_release", ST_COMPARE,
          shmlock_lock_release(z, key, klen, KEY("tok")));
+    {
+        shmlock_ticket_t  t = { 0, 0, 0, 0 }, u = { 0, 0, 0, 0 };
+
+        CALL("slot_acquire", ST_STORE,
+             shmlock_slot_acquire(z, key, klen, 5, 100000, 0, &t));
+        CALL("slot_look", ST_LOOKUP, shmlock_slot_look(z, key, klen, &u));
+        CALL("slot_swap", ST(OK) | ST(CHANGED) | ST(CORRUPT),
+             shmlock_slot_swap(z, &t, 5, SHMLOCK_SLOT_MARKED,
+                               SHMLOCK_KEEP_TTL, 0, &u));
+        CALL("slot_extend", ST_COMPARE,
+             shmlock_slot_extend(z, &t, 100000, 0));
+        CALL("slot_release", ST_COMPARE, shmlock_slot_release(z, &t));
+        CALL("slot_release marked", ST_COMPARE, shmlock_slot_release(z, &u));
+    }
     if (n % 2 == 0) {
         CALL("delete", ST_STORE, store(z, SHMLOCK_OP_SET, key, nil_value(),
                                        0));
@@ -1735,6 +1971,41 @@ test_processes(shmlock_zone_t *z)
  * zone verifies.  The operations cover allocation, eviction, replacement,
  * removal, incr, cas and flush.
  */
+/*
+ * Slot writes: keys' first slots (more keys than the zone's slots, so
+ * reclaim and tombstones too), marks set and cleared, handoffs, releases;
+ * 1 ms locks, so that a child killed holding one leaves nothing for long.
+ */
+static void
+crash_child_slots(shmlock_zone_t *z)
+{
+    shmlock_ticket_t  t, m, u;
+    char              key[16];
+    int               i;
+
+    for (i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "slot%d", i);
+        if (shmlock_slot_acquire(z, KEY(key), 7, 1, 0, &t) != SHMLOCK_OK) {
+            continue;
+        }
+        if (i % 4 == 0
+            && shmlock_slot_swap(z, &t, 7, SHMLOCK_SLOT_MARKED,
+                                 SHMLOCK_KEEP_TTL, 0, &m) == SHMLOCK_OK)
+        {
+            if (i % 8 == 0) {
+                if (shmlock_slot_swap(z, &m, 8, 0, 1, 0, &u)   /* handoff */
+                    == SHMLOCK_OK)
+                {
+                    t = u;
+                }
+            } else {
+                shmlock_slot_swap(z, &m, 7, 0, SHMLOCK_KEEP_TTL, 0, &u);
+            }
+        }
+        shmlock_slot_release(z, &t);
+    }
+}
+
 static void
 crash_child_ops(shmlock_zone_t *z)
 {
@@ -1754,6 +2025,7 @@ crash_child_ops(shmlock_zone_t *z)
     store(z, SHMLOCK_OP_SET, "victim", nil_value(), 0);
     CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
     flush_expired(z, 0);
+    crash_child_slots(z);
 }
 
 static void
@@ -1929,7 +2201,9 @@ main(int argc, char **argv)
     shmlock_zone_t  *z;
     const char      *tmp = getenv("TMPDIR");
     const char      *env = getenv("SHMLOCK_CORRUPT_ROUNDS");
+    const char      *slot_env = getenv("SHMLOCK_SLOT_ROUNDS");
     int              own_dir = argc < 2, i, rounds;
+    int              slot_rounds = slot_env ? atoi(slot_env) : 5000;
     size_t           sizes[2] = { 1 << 20, 8 << 20 };
 
     if (own_dir) {
@@ -1956,6 +2230,8 @@ main(int argc, char **argv)
         test_expiry(z);
         test_cas_cad(z);
         test_lock_calls(z);
+        test_slot_calls(z);
+        test_slot_processes(z, slot_rounds);
         test_flush_and_keys(z);
         test_scan(z);
         test_guarded_store(z);
@@ -1968,6 +2244,7 @@ main(int argc, char **argv)
     test_shard_counts();
     test_shards();
     test_eviction();
+    test_slots_full();
     test_crash_in_update();
     test_concurrency();
 

@@ -82,7 +82,7 @@ table_new(uint32_t nslots, int cas16)
     memset(shm, 0, sizeof(*shm));
     slots = (slot_t *) (((uintptr_t) (shm + 1) + 63) & ~(uintptr_t) 63);
     slot_format(&shm->hdr, slots, nslots);
-    slot_attach(&tab, &shm->hdr, slots, cas16);
+    slot_attach(&tab, &shm->hdr, slots, nslots, cas16);
 }
 
 /* The caller's mutex: a spin on a shared word (the zone's is shmtx). */

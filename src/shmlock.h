@@ -78,7 +78,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
     SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
     SHMLOCK_GEN_WORDS = 1024,     /* generation words of a zone */
-    SHMLOCK_LAYOUT = 7,           /* the zone layout this build reads and
+    SHMLOCK_LAYOUT = 8,           /* the zone layout this build reads and
                                      makes (zone.h) */
     SHMLOCK_WATCH_MS = 100        /* a process looks whether a zone's file
                                      was removed at most this often, at its
@@ -339,7 +339,9 @@ SHMLOCK_API int shmlock_dict_verify(shmlock_zone_t *zone, char *msg,
  * flush_expired), spins and sleeps (mutex acquisitions that waited
  * without sleeping, and that slept on the futex), takeovers (a dead
  * holder's mutex taken over) and recoveries (the shard repaired after a
- * takeover).  Each shard is read under its own mutex.
+ * takeover).  slots: the lock slots (shmlock_slot_*); slots_used: those
+ * that are a key's (held or free: a free one is reclaimed when room is
+ * needed).  Each shard is read under its own mutex.
  */
 typedef struct {
     uint64_t  capacity;
@@ -351,6 +353,8 @@ typedef struct {
     uint64_t  sleeps;
     uint64_t  takeovers;
     uint64_t  recoveries;
+    uint64_t  slots;        /* lock slots (shmlock_slot_*): how many */
+    uint64_t  slots_used;   /* of them, keys' slots (held or free) */
 } shmlock_stats_t;
 
 SHMLOCK_API int shmlock_dict_stats(shmlock_zone_t *zone, int shard,
@@ -419,6 +423,94 @@ SHMLOCK_API int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
  */
 SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
     size_t key_len, const char *tok, size_t tok_len);
+
+
+/* ---- lock slots (issue 22): a lock pair in one 16-byte CAS each way ---- */
+
+/*
+ * Each shard of a zone (layout 8) ends with a table of 64-byte lock
+ * slots, memory for locks only (src/slot.h draws it): one slot per key,
+ * made at the key's first acquire and kept after its release, so that a
+ * pair is one compare-and-swap each way, without the shard's mutex.
+ * Slots are not dictionary entries: the dictionary calls do not see
+ * them, nor they the dictionary's keys.  (The Lua lock does not use them
+ * yet: its locks are still dictionary entries, shmlock_lock_*.)
+ *
+ * A slot's state is two words, changed together by one 16-byte CAS:
+ * owner (0: free; else the holder, a word of the caller's, never 0, that
+ * the caller makes unique per acquisition or per waiter, e.g. pid << 32
+ * | a counter) and stamp:
+ *
+ *   stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT   the expiry, zone clock ms
+ *                                        (2^40 - 1: never)
+ *   stamp & SHMLOCK_SLOT_MARKED          a waiter is queued: the fast
+ *                                        paths leave the slot to the
+ *                                        caller's slow path
+ *   stamp & 0xfffff                      a serial, moved on by every
+ *                                        change but a mark's
+ *
+ * A ticket names one state of one slot: an acquire hands it out, a
+ * release gives it back.  A ticket releases or extends only while the
+ * slot is still in exactly its state, so a holder whose lock expired and
+ * was taken touches nothing.  Without a 16-byte CAS on this CPU each
+ * call takes the shard's mutex (same answers).  A crash at any
+ * instruction leaves every slot in its old or its new state.
+ *
+ * exptime_ms: the lock's time to live (ms, > 0), or 0 for never; now_ms:
+ * the caller's reading of the zone clock, or 0 to read it here (as for
+ * shmlock_lock_acquire).
+ */
+typedef struct {
+    uint32_t  slot;     /* shard << 24 | index of the slot in its shard */
+    uint32_t  hash;     /* shmlock_hash of the key */
+    uint64_t  owner;
+    uint64_t  stamp;
+} shmlock_ticket_t;
+
+enum {
+    SHMLOCK_SLOT_EXPIRY_SHIFT = 24,
+    SHMLOCK_SLOT_MARKED = 4194304     /* 1 << 22 */
+};
+
+/*
+ * Takes key for owner: SHMLOCK_OK (t: our ticket); SHMLOCK_EXISTS: held
+ * (live) by another, or marked (t: the slot's state, to look at or swap
+ * from); SHMLOCK_NO_MEMORY: no slot left in the key's shard (free slots
+ * are reclaimed first: every one is held); SHMLOCK_BAD_KEY;
+ * SHMLOCK_BAD_VALUE: owner 0.  An expired lock is taken at once.
+ */
+SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint64_t owner, int64_t exptime_ms, int64_t now_ms,
+    shmlock_ticket_t *t);
+/*
+ * Releases the lock of ticket t and wakes one sleeper of its key
+ * (shmlock_wake_waiters): SHMLOCK_OK; SHMLOCK_CHANGED: still t's but
+ * marked (the caller hands it over, or clears the mark, by swap);
+ * SHMLOCK_NOT_FOUND: not t's any more (expired and taken, released).
+ */
+SHMLOCK_API int shmlock_slot_release(shmlock_zone_t *zone,
+    const shmlock_ticket_t *t);
+/* A new expiry for t's lock (t follows): SHMLOCK_OK, SHMLOCK_CHANGED
+ * (marked), SHMLOCK_NOT_FOUND (not t's). */
+SHMLOCK_API int shmlock_slot_extend(shmlock_zone_t *zone,
+    shmlock_ticket_t *t, int64_t exptime_ms, int64_t now_ms);
+/* The state of key's slot: SHMLOCK_OK (t; owner 0: free),
+ * SHMLOCK_NOT_FOUND (no slot: free).  Writes nothing. */
+SHMLOCK_API int shmlock_slot_look(shmlock_zone_t *zone, const char *key,
+    size_t key_len, shmlock_ticket_t *t);
+/*
+ * From the state `seen` (a look's or a refused acquire's ticket) to
+ * owner, marked (SHMLOCK_SLOT_MARKED or 0) and exptime_ms
+ * (SHMLOCK_KEEP_TTL: seen's expiry): a dead holder's takeover, a
+ * handoff, a mark set or cleared (the mark alone changing keeps the
+ * holder's ticket valid).  SHMLOCK_OK (t: the new state);
+ * SHMLOCK_CHANGED: the slot is no longer in state seen; SHMLOCK_BAD_VALUE:
+ * owner 0 (a swap never frees: release does).  Wakes nobody: a handoff
+ * wakes the key's sleepers itself (shmlock_wake_waiters, all = 1).
+ */
+SHMLOCK_API int shmlock_slot_swap(shmlock_zone_t *zone,
+    const shmlock_ticket_t *seen, uint64_t owner, unsigned marked,
+    int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t);
 
 
 /* ---- generation words: change counters for the zone's users ---- */

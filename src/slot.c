@@ -408,11 +408,12 @@ slot_format(slot_hdr_t *hdr, slot_t *slots, uint32_t n)
 }
 
 void
-slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, int cas16)
+slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, uint32_t n,
+    int cas16)
 {
     t->hdr = hdr;
     t->slots = slots;
-    t->mask = hdr->nslots - 1;
+    t->mask = n - 1;
     t->cas16 = cas16 < 0 ? slot_cas16() : cas16;
 }
 

@@ -159,8 +159,11 @@ int slot_cas16(void);
 
 /* An empty table of n slots (a power of two) at hdr and slots. */
 void slot_format(slot_hdr_t *hdr, slot_t *slots, uint32_t n);
-/* This process's view of a formatted table; cas16 < 0: ask the CPU. */
-void slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, int cas16);
+/* This process's view of a table of n slots (a power of two: the
+ * caller's checked geometry, never the shared header's); cas16 < 0: ask
+ * the CPU. */
+void slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, uint32_t n,
+    int cas16);
 
 uint64_t slot_fingerprint(const char *key, size_t len);
 

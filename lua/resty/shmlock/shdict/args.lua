@@ -147,7 +147,8 @@ end
 
 -- the fields of shmlock_stats_t, each a number in dict:stats()
 _M.STATS = { "capacity", "free_space", "entries", "evictions", "expired",
-             "spins", "sleeps", "takeovers", "recoveries" }
+             "spins", "sleeps", "takeovers", "recoveries", "slots",
+             "slots_used" }
 
 -- get_keys's step (buckets)
 _M.KEYS_STEP = 4096
