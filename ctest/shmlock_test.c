@@ -877,6 +877,9 @@ test_lock_calls(shmlock_zone_t *z)
     verify(z);
 }
 
+/* a slot lock's owner word: this process's pid, an id */
+#define OWN(id)  ((uint64_t) getpid() << 32 | (id))
+
 /*
  * The lock slots through the ABI (shmlock_slot_*): a pair, a refused
  * acquire naming the holder, a stale ticket, expiry and extend, marks and
@@ -894,17 +897,51 @@ test_slot_calls(shmlock_zone_t *z)
     int               i;
 
     for (i = 0; i < 200; i++) {
-        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 5000, 0, &t),
                  SHMLOCK_OK);
-        CHECK(t.owner == 11 && !(t.stamp & SHMLOCK_SLOT_MARKED));
-        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &u),
+        CHECK(t.owner == OWN(11) && !(t.stamp & SHMLOCK_SLOT_MARKED));
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, 0, &u),
                  SHMLOCK_EXISTS);
-        CHECK(u.owner == 11 && u.slot == t.slot && u.stamp == t.stamp);
+        CHECK(u.owner == OWN(11) && u.slot == t.slot && u.stamp == t.stamp);
         CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
         CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     }
     /* a slot is no dictionary key */
     expect_absent(z, "slk");
+
+    /* the holder's process: pid and start time; a dead holder is told
+     * from a live one, and its lock taken over by a swap; a swap's owner
+     * must be of the process it names */
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 5000, 0, &t),
+             SHMLOCK_OK);
+    CHECK((uint32_t) t.process == (uint32_t) getpid()
+          && t.process >> 32 == (uint32_t) shmlock_proc_start(getpid()));
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, 0, &u),
+             SHMLOCK_EXISTS);
+    CHECK(u.process == t.process && shmlock_slot_alive(&u) == 1);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    {
+        pid_t  pid = fork();
+
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            _exit(shmlock_slot_acquire(z, KEY("slk"), OWN(1), 5000, 0, &t));
+        }
+        CHECK(reap(pid) == SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, 0,
+                                      &seen), SHMLOCK_EXISTS);
+        CHECK(seen.owner >> 32 == (uint64_t) pid
+              && (uint32_t) seen.process == (uint32_t) pid);
+        CHECK(shmlock_slot_alive(&seen) == 0);
+        CHECK_RC(shmlock_slot_swap(z, &seen, seen.owner, 0, 0, 5000, 0, &u),
+                 SHMLOCK_BAD_VALUE);        /* not of our process */
+        CHECK_RC(shmlock_slot_swap(z, &seen, OWN(12), 0, 0, 5000, 0, &u),
+                 SHMLOCK_OK);
+        CHECK(u.process == t.process);
+        CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+        memset(&u, 0, sizeof(u));
+        CHECK(shmlock_slot_alive(&u) == 0);
+    }
     CHECK_RC(shmlock_slot_look(z, KEY("slk"), &u), SHMLOCK_OK);
     CHECK(u.owner == 0);
     CHECK_RC(shmlock_slot_look(z, KEY("no such"), &u), SHMLOCK_NOT_FOUND);
@@ -912,12 +949,12 @@ test_slot_calls(shmlock_zone_t *z)
     /* expiry (the caller's clock): an expired lock is taken at once, its
      * old holder's ticket releases and extends nothing */
     now = shmlock_now_ms();
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 100, now, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 100, now, &t),
              SHMLOCK_OK);
     CHECK((int64_t) (t.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT) == now + 100);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 100, now + 99, &u),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 100, now + 99, &u),
              SHMLOCK_EXISTS);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, now + 100, &u),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, now + 100, &u),
              SHMLOCK_OK);
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     CHECK_RC(shmlock_slot_extend(z, &t, 5000, 0), SHMLOCK_NOT_FOUND);
@@ -929,35 +966,36 @@ test_slot_calls(shmlock_zone_t *z)
     /* a mark: the holder's release answers CHANGED and the holder hands
      * over by swap; the waiter it names holds the key, the key's
      * sleepers are woken by the caller */
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 5000, 0, &t),
              SHMLOCK_OK);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &seen),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, 0, &seen),
              SHMLOCK_EXISTS);
-    CHECK_RC(shmlock_slot_swap(z, &seen, seen.owner, SHMLOCK_SLOT_MARKED,
+    CHECK_RC(shmlock_slot_swap(z, &seen, seen.owner, 0, SHMLOCK_SLOT_MARKED,
                                SHMLOCK_KEEP_TTL, 0, &m), SHMLOCK_OK);
     CHECK(m.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT
           == t.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT);
-    CHECK_RC(shmlock_slot_swap(z, &seen, 13, 0, 5000, 0, &u),
+    CHECK_RC(shmlock_slot_swap(z, &seen, OWN(13), 0, 0, 5000, 0, &u),
              SHMLOCK_CHANGED);              /* seen is stale */
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 13, 5000, 0, &u),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(13), 5000, 0, &u),
              SHMLOCK_EXISTS);
     CHECK(u.stamp & SHMLOCK_SLOT_MARKED);
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_CHANGED);
     CHECK_RC(shmlock_slot_extend(z, &t, 5000, 0), SHMLOCK_CHANGED);
-    CHECK_RC(shmlock_slot_swap(z, &m, 12, 0, 5000, 0, &u), SHMLOCK_OK);
-    CHECK(u.owner == 12 && !(u.stamp & SHMLOCK_SLOT_MARKED));
+    CHECK_RC(shmlock_slot_swap(z, &m, OWN(12), 0, 0, 5000, 0, &u),
+             SHMLOCK_OK);
+    CHECK(u.owner == OWN(12) && !(u.stamp & SHMLOCK_SLOT_MARKED));
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     /* a mark withdrawn: the holder's own ticket works again */
-    CHECK_RC(shmlock_slot_swap(z, &u, 12, SHMLOCK_SLOT_MARKED,
+    CHECK_RC(shmlock_slot_swap(z, &u, OWN(12), 0, SHMLOCK_SLOT_MARKED,
                                SHMLOCK_KEEP_TTL, 0, &m), SHMLOCK_OK);
-    CHECK_RC(shmlock_slot_swap(z, &m, 12, 0, SHMLOCK_KEEP_TTL, 0, &seen),
-             SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_swap(z, &m, OWN(12), 0, 0, SHMLOCK_KEEP_TTL, 0,
+                               &seen), SHMLOCK_OK);
     CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
 
     /* a release wakes the key's word when a waiter is counted; a
      * refused one does not */
     hash = shmlock_hash(KEY("slk"));
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 5000, 0, &t),
              SHMLOCK_OK);
     CHECK(t.hash == hash);
     seq = shmlock_wait_begin(z, hash);
@@ -972,28 +1010,31 @@ test_slot_calls(shmlock_zone_t *z)
     /* long keys: one slot each, whatever they share */
     memset(key, 'L', sizeof(key) - 1);
     key[sizeof(key) - 1] = '\0';
-    CHECK_RC(shmlock_slot_acquire(z, KEY(key), 11, 5000, 0, &t), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(z, KEY(key), OWN(11), 5000, 0, &t),
+             SHMLOCK_OK);
     key[sizeof(key) - 2] = 'M';
-    CHECK_RC(shmlock_slot_acquire(z, KEY(key), 12, 5000, 0, &u), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(z, KEY(key), OWN(12), 5000, 0, &u),
+             SHMLOCK_OK);
     CHECK(t.slot != u.slot);
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
     CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
 
     /* bad arguments, and tickets of no slot */
-    CHECK_RC(shmlock_slot_acquire(z, "", 0, 11, 5000, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, "", 0, OWN(11), 5000, 0, &t),
              SHMLOCK_BAD_KEY);
     CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 0, 5000, 0, &t),
              SHMLOCK_BAD_VALUE);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, -5, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), -5, 0, &t),
              SHMLOCK_BAD_VALUE);
     CHECK_RC(shmlock_slot_look(z, "", 0, &t), SHMLOCK_BAD_KEY);
     memset(&t, 0, sizeof(t));
     t.slot = 0xffffffff;
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     CHECK_RC(shmlock_slot_extend(z, &t, 10, 0), SHMLOCK_NOT_FOUND);
-    CHECK_RC(shmlock_slot_swap(z, &t, 1, 0, 10, 0, &u), SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_slot_swap(z, &t, OWN(1), 0, 0, 10, 0, &u),
+             SHMLOCK_CHANGED);
     t.slot = 0;
-    CHECK_RC(shmlock_slot_swap(z, &t, 0, 0, 10, 0, &u), SHMLOCK_BAD_VALUE);
+    CHECK_RC(shmlock_slot_swap(z, &t, 0, 0, 0, 10, 0, &u), SHMLOCK_BAD_VALUE);
 
     /* stats count the slots and the keys' ones */
     CHECK_RC(shmlock_dict_stats(z, -1, &st), SHMLOCK_OK);
@@ -1019,7 +1060,7 @@ test_slots_full(void)
     for (i = 0; ; i++) {
         CHECK(i <= (int) st.slots);
         snprintf(key, sizeof(key), "full%d", i);
-        rc = shmlock_slot_acquire(z, KEY(key), 1, 0, 0, &t);
+        rc = shmlock_slot_acquire(z, KEY(key), OWN(1), OWN(0), 0, &t);
         if (rc == SHMLOCK_NO_MEMORY) {
             break;
         }
@@ -1032,10 +1073,10 @@ test_slots_full(void)
     CHECK(i == (int) (st.slots - st.slots / 8));
     verify(z);
     CHECK_RC(shmlock_slot_release(z, &first), SHMLOCK_OK);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("one more"), 1, 0, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("one more"), OWN(1), OWN(0), 0, &t),
              SHMLOCK_OK);
     CHECK_RC(shmlock_slot_look(z, KEY("full0"), &t), SHMLOCK_NOT_FOUND);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), OWN(1), OWN(0), 0, &t),
              SHMLOCK_NO_MEMORY);
     verify(z);
     close_zone(z);
@@ -1083,7 +1124,7 @@ test_slot_processes(shmlock_zone_t *z, int rounds)
                      SHMLOCK_OK);
             CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
             snprintf(key, sizeof(key), "churn %d %d", p, i % 50);
-            rc = shmlock_slot_acquire(z, KEY(key), owner, 60000, 0, &c);
+            rc = shmlock_slot_acquire(z, KEY(key), owner, OWN(60000), 0, &c);
             CHECK(rc == SHMLOCK_OK || rc == SHMLOCK_NO_MEMORY);
             if (rc == SHMLOCK_OK) {
                 CHECK_RC(shmlock_slot_release(z, &c), SHMLOCK_OK);
@@ -1749,13 +1790,13 @@ corrupt_updates(shmlock_zone_t *z, const char *key, size_t klen, char *val,
     CALL("lock_release", ST_COMPARE,
          shmlock_lock_release(z, key, klen, KEY("tok")));
     {
-        shmlock_ticket_t  t = { 0, 0, 0, 0 }, u = { 0, 0, 0, 0 };
+        shmlock_ticket_t  t = { 0, 0, 0, 0, 0 }, u = { 0, 0, 0, 0, 0 };
 
         CALL("slot_acquire", ST_STORE,
-             shmlock_slot_acquire(z, key, klen, 5, 100000, 0, &t));
+             shmlock_slot_acquire(z, key, klen, OWN(5), 100000, 0, &t));
         CALL("slot_look", ST_LOOKUP, shmlock_slot_look(z, key, klen, &u));
         CALL("slot_swap", ST(OK) | ST(CHANGED) | ST(CORRUPT),
-             shmlock_slot_swap(z, &t, 5, SHMLOCK_SLOT_MARKED,
+             shmlock_slot_swap(z, &t, OWN(5), 0, SHMLOCK_SLOT_MARKED,
                                SHMLOCK_KEEP_TTL, 0, &u));
         CALL("slot_extend", ST_COMPARE,
              shmlock_slot_extend(z, &t, 100000, 0));
@@ -1985,21 +2026,21 @@ crash_child_slots(shmlock_zone_t *z)
 
     for (i = 0; i < 40; i++) {
         snprintf(key, sizeof(key), "slot%d", i);
-        if (shmlock_slot_acquire(z, KEY(key), 7, 1, 0, &t) != SHMLOCK_OK) {
+        if (shmlock_slot_acquire(z, KEY(key), OWN(7), 1, 0, &t) != SHMLOCK_OK) {
             continue;
         }
         if (i % 4 == 0
-            && shmlock_slot_swap(z, &t, 7, SHMLOCK_SLOT_MARKED,
+            && shmlock_slot_swap(z, &t, OWN(7), 0, SHMLOCK_SLOT_MARKED,
                                  SHMLOCK_KEEP_TTL, 0, &m) == SHMLOCK_OK)
         {
             if (i % 8 == 0) {
-                if (shmlock_slot_swap(z, &m, 8, 0, 1, 0, &u)   /* handoff */
+                if (shmlock_slot_swap(z, &m, OWN(8), 0, 0, 1, 0, &u)   /* handoff */
                     == SHMLOCK_OK)
                 {
                     t = u;
                 }
             } else {
-                shmlock_slot_swap(z, &m, 7, 0, SHMLOCK_KEEP_TTL, 0, &u);
+                shmlock_slot_swap(z, &m, OWN(7), 0, 0, SHMLOCK_KEEP_TTL, 0, &u);
             }
         }
         shmlock_slot_release(z, &t);

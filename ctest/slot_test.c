@@ -131,12 +131,14 @@ acquire(const char *key, uint64_t owner, int64_t expiry, int64_t now,
     uint32_t  hash = hash_bytes(key, klen);
     int       rc;
 
-    rc = slot_acquire(&tab, key, klen, hash, owner, expiry, now, tk);
+    rc = slot_acquire(&tab, key, klen, hash, owner, owner >> 32 | 0x100,
+                      expiry, now, tk);
     if (rc != SLOT_SLOW) {
         return rc;
     }
     mutex_lock();
-    rc = slot_acquire_locked(&tab, key, klen, hash, owner, expiry, now, tk);
+    rc = slot_acquire_locked(&tab, key, klen, hash, owner,
+                             owner >> 32 | 0x100, expiry, now, tk);
     mutex_unlock();
     return rc;
 }
@@ -186,11 +188,13 @@ static int
 swap(const slot_ticket_t *seen, uint64_t owner, uint64_t flags,
     int64_t expiry, slot_ticket_t *tk)
 {
-    int  rc = slot_swap(&tab, seen, owner, flags, expiry, tk);
+    int  rc = slot_swap(&tab, seen, owner, owner >> 32 | 0x100, flags,
+                        expiry, tk);
 
     if (rc == SLOT_SLOW) {
         mutex_lock();
-        rc = slot_swap_locked(&tab, seen, owner, flags, expiry, tk);
+        rc = slot_swap_locked(&tab, seen, owner, owner >> 32 | 0x100, flags,
+                              expiry, tk);
         mutex_unlock();
     }
     return rc;
@@ -427,7 +431,8 @@ crash_run(int sc, const slot_ticket_t *held)
     mutex_lock();
     switch (sc) {
     case SC_CREATE:
-        slot_acquire_locked(&tab, k, 3, hash_bytes(k, 3), 9, 0, 100, &tk);
+        slot_acquire_locked(&tab, k, 3, hash_bytes(k, 3), 9, 0x100, 0, 100,
+                            &tk);
         break;
     case SC_RECLAIM:
         slot_reclaim_locked(&tab, 100);
@@ -436,7 +441,8 @@ crash_run(int sc, const slot_ticket_t *held)
         slot_release_locked(&tab, held);
         break;
     case SC_MARK:
-        slot_swap_locked(&tab, held, held->state.owner, SLOT_MARKED, 0, &m);
+        slot_swap_locked(&tab, held, held->state.owner, held->process,
+                         SLOT_MARKED, 0, &m);
         break;
     }
     mutex_unlock();
@@ -513,7 +519,7 @@ main(int argc, char **argv)
         table_new(1024, -1);
         for (i = 0; i < n; i++) {
             if (slot_acquire(&tab, "lock:key", 8, hash_bytes("lock:key", 8),
-                             42, 5000, 1000, &tk) == SLOT_SLOW)
+                             42, 0x100, 5000, 1000, &tk) == SLOT_SLOW)
             {
                 CHECK_RC(acquire("lock:key", 42, 5000, 1000, &tk), SLOT_OK);
             }

@@ -437,9 +437,9 @@ SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
  * yet: its locks are still dictionary entries, shmlock_lock_*.)
  *
  * A slot's state is two words, changed together by one 16-byte CAS:
- * owner (0: free; else the holder, a word of the caller's, never 0, that
- * the caller makes unique per acquisition or per waiter, e.g. pid << 32
- * | a counter) and stamp:
+ * owner (0: free; else the holder: its pid << 32 | an id of the caller's
+ * that tells its waiters (lock objects, coroutines) apart, e.g. a
+ * counter) and stamp:
  *
  *   stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT   the expiry, zone clock ms
  *                                        (2^40 - 1: never)
@@ -448,6 +448,12 @@ SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
  *                                        caller's slow path
  *   stamp & 0xfffff                      a serial, moved on by every
  *                                        change but a mark's
+ *
+ * Beside the state, each slot keeps a hint of its holder's process: pid
+ * | (low 32 bits of its start time) << 32, as shmlock_proc_start counts
+ * it, so that a waiter tells a dead holder from its pid reused
+ * (shmlock_slot_alive).  A ticket's process is the hint when it names
+ * the owner's pid, else 0 (unknown: only the pid can be asked).
  *
  * A ticket names one state of one slot: an acquire hands it out, a
  * release gives it back.  A ticket releases or extends only while the
@@ -465,6 +471,7 @@ typedef struct {
     uint32_t  hash;     /* shmlock_hash of the key */
     uint64_t  owner;
     uint64_t  stamp;
+    uint64_t  process;  /* the holder's process, 0: not known */
 } shmlock_ticket_t;
 
 enum {
@@ -477,7 +484,8 @@ enum {
  * (live) by another, or marked (t: the slot's state, to look at or swap
  * from); SHMLOCK_NO_MEMORY: no slot left in the key's shard (free slots
  * are reclaimed first: every one is held); SHMLOCK_BAD_KEY;
- * SHMLOCK_BAD_VALUE: owner 0.  An expired lock is taken at once.
+ * SHMLOCK_BAD_VALUE: owner's pid not the caller's, or exptime_ms < 0.  An
+ * expired lock is taken at once.
  */
 SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
     size_t key_len, uint64_t owner, int64_t exptime_ms, int64_t now_ms,
@@ -500,17 +508,23 @@ SHMLOCK_API int shmlock_slot_look(shmlock_zone_t *zone, const char *key,
     size_t key_len, shmlock_ticket_t *t);
 /*
  * From the state `seen` (a look's or a refused acquire's ticket) to
- * owner, marked (SHMLOCK_SLOT_MARKED or 0) and exptime_ms
- * (SHMLOCK_KEEP_TTL: seen's expiry): a dead holder's takeover, a
- * handoff, a mark set or cleared (the mark alone changing keeps the
- * holder's ticket valid).  SHMLOCK_OK (t: the new state);
- * SHMLOCK_CHANGED: the slot is no longer in state seen; SHMLOCK_BAD_VALUE:
- * owner 0 (a swap never frees: release does).  Wakes nobody: a handoff
- * wakes the key's sleepers itself (shmlock_wake_waiters, all = 1).
+ * owner of process (0: the caller's; a handoff names the waiter's),
+ * marked (SHMLOCK_SLOT_MARKED or 0) and exptime_ms (SHMLOCK_KEEP_TTL:
+ * seen's expiry): a dead holder's takeover, a handoff, a mark set or
+ * cleared (the mark alone changing keeps the holder's ticket valid).
+ * SHMLOCK_OK (t: the new state); SHMLOCK_CHANGED: the slot is no longer
+ * in state seen; SHMLOCK_BAD_VALUE: owner 0 (a swap never frees: release
+ * does) or not of process's pid.  Wakes nobody: a handoff wakes the key's
+ * sleepers itself (shmlock_wake_waiters, all = 1).
  */
 SHMLOCK_API int shmlock_slot_swap(shmlock_zone_t *zone,
-    const shmlock_ticket_t *seen, uint64_t owner, unsigned marked,
-    int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t);
+    const shmlock_ticket_t *seen, uint64_t owner, uint64_t process,
+    unsigned marked, int64_t exptime_ms, int64_t now_ms,
+    shmlock_ticket_t *t);
+/* 1 if t's holder may be alive: its process runs (by pid and start time
+ * when t->process is known, else by pid alone); 0 if it is gone, or t
+ * names no holder.  Reads /proc: for a waiter's occasional check. */
+SHMLOCK_API int shmlock_slot_alive(const shmlock_ticket_t *t);
 
 
 /* ---- generation words: change counters for the zone's users ---- */

@@ -23,6 +23,7 @@ shmlock_slot_out(shmlock_ticket_t *t, uint32_t shard, uint32_t hash,
     t->hash = hash;
     t->owner = tk->state.owner;
     t->stamp = tk->state.stamp;
+    t->process = tk->process;
 }
 
 /* The shard of ticket t and its slot_ticket_t; NULL for a slot no zone
@@ -40,6 +41,7 @@ shmlock_slot_in(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     tk->pad = 0;
     tk->state.owner = t->owner;
     tk->state.stamp = t->stamp;
+    tk->process = t->process;
     return &zone->shard[shard];
 }
 
@@ -60,6 +62,7 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     slot_ticket_t  tk;
     shard_t       *sh;
     uint32_t       hash, shard;
+    uint64_t       self;
     int64_t        expiry;
     int            rc;
 
@@ -75,17 +78,18 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
         return SHMLOCK_BAD_KEY;
     }
     expiry = shmlock_slot_expiry(exptime_ms, now_ms);
-    if (owner == 0 || expiry < 0) {
+    self = sys_self();
+    if ((uint32_t) (owner >> 32) != (uint32_t) self || expiry < 0) {
         return SHMLOCK_BAD_VALUE;
     }
     hash = hash_bytes(key, key_len);
     shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
     sh = &zone->shard[shard];
-    rc = slot_acquire(&sh->slots, key, key_len, hash, owner, expiry, now_ms,
-                      &tk);
+    rc = slot_acquire(&sh->slots, key, key_len, hash, owner, self, expiry,
+                      now_ms, &tk);
     if (__builtin_expect(rc == SLOT_SLOW, 0)) {
         shard_lock(sh);
-        rc = slot_acquire_locked(&sh->slots, key, key_len, hash, owner,
+        rc = slot_acquire_locked(&sh->slots, key, key_len, hash, owner, self,
                                  expiry, now_ms, &tk);
         rc = shard_unlock(sh, rc);
         if (rc == SHMLOCK_CORRUPT) {
@@ -216,8 +220,8 @@ shmlock_slot_look(shmlock_zone_t *zone, const char *key, size_t key_len,
 
 int
 shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
-    uint64_t owner, unsigned marked, int64_t exptime_ms, int64_t now_ms,
-    shmlock_ticket_t *t)
+    uint64_t owner, uint64_t process, unsigned marked, int64_t exptime_ms,
+    int64_t now_ms, shmlock_ticket_t *t)
 {
     slot_ticket_t  from, tk;
     shard_t       *sh;
@@ -238,18 +242,23 @@ shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     } else {
         expiry = shmlock_slot_expiry(exptime_ms, now_ms);
     }
-    if (owner == 0 || expiry < 0) {
+    if (process == 0) {
+        process = sys_self();
+    }
+    if (owner == 0 || (uint32_t) (owner >> 32) != (uint32_t) process
+        || expiry < 0)
+    {
         return SHMLOCK_BAD_VALUE;
     }
     sh = shmlock_slot_in(zone, seen, &from);
     if (sh == NULL) {
         return SHMLOCK_CHANGED;
     }
-    rc = slot_swap(&sh->slots, &from, owner, marked ? SLOT_MARKED : 0,
-                   expiry, &tk);
+    rc = slot_swap(&sh->slots, &from, owner, process,
+                   marked ? SLOT_MARKED : 0, expiry, &tk);
     if (__builtin_expect(rc == SLOT_SLOW, 0)) {
         shard_lock(sh);
-        rc = slot_swap_locked(&sh->slots, &from, owner,
+        rc = slot_swap_locked(&sh->slots, &from, owner, process,
                               marked ? SLOT_MARKED : 0, expiry, &tk);
         rc = shard_unlock(sh, rc);
     }
@@ -259,4 +268,20 @@ shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
         return SHMLOCK_OK;
     }
     return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+}
+
+int
+shmlock_slot_alive(const shmlock_ticket_t *t)
+{
+    uint32_t  pid = (uint32_t) (t->owner >> 32);
+
+    if (t->owner == 0 || pid == 0) {
+        return 0;
+    }
+    /* the process known: pid and start time (low 32 bits), as the shard
+     * mutexes tell theirs; else any process of that pid counts */
+    if (t->process != 0) {
+        return sys_proc_alive(pid, t->process >> 32, 0xffffffffu);
+    }
+    return sys_proc_alive(pid, 0, 0);
 }

@@ -119,6 +119,28 @@ slot_change(slots_t *t, uint32_t i, slot_state_t *seen, slot_state_t want)
 }
 
 
+/* ---- the holder's process: a hint beside the state ---- */
+
+/* The hint as the holder's process, if it names the owner's pid. */
+static inline uint64_t
+slot_process_of(uint64_t owner, uint64_t process)
+{
+    return owner != 0 && (uint32_t) process == (uint32_t) (owner >> 32)
+           ? process : 0;
+}
+
+/* Before a CAS that makes `process` the holder's, and after it (a racer
+ * may have written its own in between); a store only if it differs, so a
+ * slot taken again and again by one process is not written twice. */
+static inline void
+slot_hint(slot_t *s, uint64_t process)
+{
+    if (__atomic_load_n(&s->process, __ATOMIC_RELAXED) != process) {
+        WORDSTORE64(s->process, process);
+    }
+}
+
+
 /* ---- keys ---- */
 
 uint64_t
@@ -183,7 +205,7 @@ enum { FIND_FOUND, FIND_ABSENT, FIND_RETRY };
  */
 static int
 slot_find(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    uint32_t *at, slot_state_t *st, uint32_t *hole)
+    uint32_t *at, slot_state_t *st, uint32_t *hole, uint64_t *process)
 {
     uint32_t       i = hash & t->mask, n;
     uint32_t       limit = t->mask < SLOT_PROBE_MAX ? t->mask + 1
@@ -220,6 +242,7 @@ slot_find(slots_t *t, const char *key, size_t klen, uint32_t hash,
             }
             continue;
         }
+        *process = __atomic_load_n(&s->process, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         b = slot_load(s);
         if (!slot_same(a, b)) {
@@ -227,17 +250,20 @@ slot_find(slots_t *t, const char *key, size_t klen, uint32_t hash,
         }
         *at = i;
         *st = a;
+        *process = slot_process_of(a.owner, *process);
         return FIND_FOUND;
     }
     return FIND_ABSENT;
 }
 
 static inline void
-slot_ticket(slot_ticket_t *tk, uint32_t i, slot_state_t st)
+slot_ticket(slot_ticket_t *tk, uint32_t i, slot_state_t st,
+    uint64_t process)
 {
     tk->index = i;
     tk->pad = 0;
     tk->state = st;
+    tk->process = process;
 }
 
 
@@ -245,16 +271,18 @@ slot_ticket(slot_ticket_t *tk, uint32_t i, slot_state_t st)
 
 int
 slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    uint64_t owner, int64_t expiry, int64_t now, slot_ticket_t *tk)
+    uint64_t owner, uint64_t process, int64_t expiry, int64_t now,
+    slot_ticket_t *tk)
 {
     uint32_t      i, hole, n;
     slot_state_t  st, want;
+    uint64_t      holder;
 
     if (!t->cas16) {
         return SLOT_SLOW;
     }
     for (n = 0; n < SLOT_CAS_TRIES; n++) {
-        switch (slot_find(t, key, klen, hash, &i, &st, &hole)) {
+        switch (slot_find(t, key, klen, hash, &i, &st, &hole, &holder)) {
         case FIND_ABSENT:
             return SLOT_SLOW;             /* its slot is made locked */
         case FIND_RETRY:
@@ -265,19 +293,22 @@ slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
                 break;                    /* reclaimed meanwhile: probe */
             }
             if (st.owner != 0 && !slot_expired(st.stamp, now)) {
-                slot_ticket(tk, i, st);
+                slot_ticket(tk, i, st, holder);
                 return SLOT_HELD;
             }
             if (st.stamp & SLOT_MARKED) {
-                slot_ticket(tk, i, st);
+                slot_ticket(tk, i, st, holder);
                 return SLOT_MARKED_STATE;
             }
             want.owner = owner;
             want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
+            slot_hint(&t->slots[i], process);
             if (slot_cas(&t->slots[i], &st, want)) {
-                slot_ticket(tk, i, want);
+                slot_hint(&t->slots[i], process);
+                slot_ticket(tk, i, want, process);
                 return SLOT_OK;
             }
+            holder = 0;                   /* the state moved on */
         }
     }
     return SLOT_SLOW;
@@ -341,14 +372,15 @@ slot_look(slots_t *t, const char *key, size_t klen, uint32_t hash,
 {
     uint32_t      i, hole, n;
     slot_state_t  st;
+    uint64_t      holder;
 
     if (!t->cas16) {
         return SLOT_SLOW;
     }
     for (n = 0; n < SLOT_CAS_TRIES; n++) {
-        switch (slot_find(t, key, klen, hash, &i, &st, &hole)) {
+        switch (slot_find(t, key, klen, hash, &i, &st, &hole, &holder)) {
         case FIND_FOUND:
-            slot_ticket(tk, i, st);
+            slot_ticket(tk, i, st, holder);
             return SLOT_OK;
         case FIND_ABSENT:
             return SLOT_ABSENT;
@@ -356,6 +388,10 @@ slot_look(slots_t *t, const char *key, size_t klen, uint32_t hash,
     }
     return SLOT_SLOW;
 }
+
+/* (a swap writes the new holder's process after its CAS only: a swap
+ * from a stale state must not overwrite the holder's; meanwhile readers
+ * find the process unknown, which is never taken for dead) */
 
 /* MARKED alone toggling keeps the serial: a holder's ticket then still
  * names its lock (slot_not_ours); any other change bumps it. */
@@ -378,9 +414,10 @@ slot_swapped(const slot_ticket_t *seen, uint64_t owner, uint64_t flags,
 
 int
 slot_swap(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
-    uint64_t flags, int64_t expiry, slot_ticket_t *tk)
+    uint64_t process, uint64_t flags, int64_t expiry, slot_ticket_t *tk)
 {
     slot_state_t  st = seen->state, want;
+    slot_t       *s;
 
     if (!t->cas16) {
         return SLOT_SLOW;
@@ -388,11 +425,17 @@ slot_swap(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
     if (seen->index > t->mask || !(st.stamp & SLOT_LIVE)) {
         return SLOT_GONE;
     }
+    s = &t->slots[seen->index];
     want = slot_swapped(seen, owner, flags, expiry);
-    if (!slot_cas(&t->slots[seen->index], &st, want)) {
+    if (!slot_cas(s, &st, want)) {
         return SLOT_GONE;
     }
-    slot_ticket(tk, seen->index, want);
+    if (owner != seen->state.owner) {
+        slot_hint(s, process);
+    } else {
+        process = seen->process;
+    }
+    slot_ticket(tk, seen->index, want, process);
     return SLOT_OK;
 }
 
@@ -421,12 +464,12 @@ slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, uint32_t n,
  * that moved during the compare only means the holder changed; again. */
 static int
 slot_find_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    uint32_t *at, slot_state_t *st, uint32_t *hole)
+    uint32_t *at, slot_state_t *st, uint32_t *hole, uint64_t *process)
 {
     int  rc, n;
 
     for (n = 0; n < 1000; n++) {
-        rc = slot_find(t, key, klen, hash, at, st, hole);
+        rc = slot_find(t, key, klen, hash, at, st, hole, process);
         if (rc != FIND_RETRY) {
             return rc;
         }
@@ -437,7 +480,8 @@ slot_find_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
 /* Makes key's slot at hole (EMPTY or DEAD), held by owner. */
 static int
 slot_create_locked(slots_t *t, uint32_t hole, const char *key, size_t klen,
-    uint32_t hash, uint64_t owner, int64_t expiry, slot_ticket_t *tk)
+    uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
+    slot_ticket_t *tk)
 {
     slot_t        *s = &t->slots[hole];
     slot_state_t   st = slot_load(s), want;
@@ -446,6 +490,7 @@ slot_create_locked(slots_t *t, uint32_t hole, const char *key, size_t klen,
     /* EMPTY and DEAD slots are changed only under the mutex: this is
      * their state; the key goes in before the CAS that publishes it */
     slot_key_write(s, key, klen, hash);
+    WORDSTORE64(s->process, process);
     want.owner = owner;
     want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
     if (!slot_change(t, hole, &st, want)) {
@@ -455,7 +500,7 @@ slot_create_locked(slots_t *t, uint32_t hole, const char *key, size_t klen,
     if (was_dead) {
         t->hdr->dead--;
     }
-    slot_ticket(tk, hole, want);
+    slot_ticket(tk, hole, want, process);
     return SLOT_OK;
 }
 
@@ -468,26 +513,28 @@ slot_room(const slots_t *t, uint32_t used)
 
 int
 slot_acquire_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    uint64_t owner, int64_t expiry, int64_t now, slot_ticket_t *tk)
+    uint64_t owner, uint64_t process, int64_t expiry, int64_t now,
+    slot_ticket_t *tk)
 {
     uint32_t      i, hole, n;
     slot_state_t  st, want;
+    uint64_t      holder;
     int           reclaimed = 0;
 
     for (n = 0; n < 1000; n++) {
-        if (slot_find_locked(t, key, klen, hash, &i, &st, &hole)
+        if (slot_find_locked(t, key, klen, hash, &i, &st, &hole, &holder)
             == FIND_ABSENT)
         {
             if (hole != UINT32_MAX
                 && slot_room(t, t->hdr->live + t->hdr->dead))
             {
                 return slot_create_locked(t, hole, key, klen, hash, owner,
-                                          expiry, tk);
+                                          process, expiry, tk);
             }
             if (reclaimed || slot_reclaim_locked(t, now) == 0) {
                 if (hole != UINT32_MAX && slot_room(t, t->hdr->live)) {
                     return slot_create_locked(t, hole, key, klen, hash,
-                                              owner, expiry, tk);
+                                              owner, process, expiry, tk);
                 }
                 return SLOT_FULL;
             }
@@ -498,19 +545,22 @@ slot_acquire_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
          * write (lock-free callers may still race our CAS) */
         while (st.stamp & SLOT_LIVE) {
             if (st.owner != 0 && !slot_expired(st.stamp, now)) {
-                slot_ticket(tk, i, st);
+                slot_ticket(tk, i, st, holder);
                 return SLOT_HELD;
             }
             if (st.stamp & SLOT_MARKED) {
-                slot_ticket(tk, i, st);
+                slot_ticket(tk, i, st, holder);
                 return SLOT_MARKED_STATE;
             }
             want.owner = owner;
             want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
+            slot_hint(&t->slots[i], process);
             if (slot_change(t, i, &st, want)) {
-                slot_ticket(tk, i, want);
+                slot_hint(&t->slots[i], process);
+                slot_ticket(tk, i, want, process);
                 return SLOT_OK;
             }
+            holder = 0;
         }
     }
     return SLOT_SLOW;
@@ -555,28 +605,38 @@ slot_look_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
 {
     uint32_t      i, hole;
     slot_state_t  st;
+    uint64_t      holder;
 
-    if (slot_find_locked(t, key, klen, hash, &i, &st, &hole) != FIND_FOUND) {
+    if (slot_find_locked(t, key, klen, hash, &i, &st, &hole, &holder)
+        != FIND_FOUND)
+    {
         return SLOT_ABSENT;
     }
-    slot_ticket(tk, i, st);
+    slot_ticket(tk, i, st, holder);
     return SLOT_OK;
 }
 
 int
 slot_swap_locked(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
-    uint64_t flags, int64_t expiry, slot_ticket_t *tk)
+    uint64_t process, uint64_t flags, int64_t expiry, slot_ticket_t *tk)
 {
     slot_state_t  st = seen->state, want;
+    slot_t       *s;
 
     if (seen->index > t->mask || !(st.stamp & SLOT_LIVE)) {
         return SLOT_GONE;
     }
+    s = &t->slots[seen->index];
     want = slot_swapped(seen, owner, flags, expiry);
     if (!slot_change(t, seen->index, &st, want)) {
         return SLOT_GONE;
     }
-    slot_ticket(tk, seen->index, want);
+    if (owner != seen->state.owner) {
+        slot_hint(s, process);
+    } else {
+        process = seen->process;
+    }
+    slot_ticket(tk, seen->index, want, process);
     return SLOT_OK;
 }
 
@@ -655,7 +715,7 @@ slot_verify_locked(slots_t *t, char *msg, size_t msg_size)
     uint32_t       i, at, hole, live = 0, dead = 0;
     slot_state_t   st, found;
     const slot_t  *s;
-    uint64_t       flags;
+    uint64_t       flags, process;
 
     if (t->hdr->nslots != t->mask + 1) {
         snprintf(msg, msg_size, "slot table: %u slots, %u at attach",
@@ -693,7 +753,7 @@ slot_verify_locked(slots_t *t, char *msg, size_t msg_size)
         /* its own probe reaches it first: no EMPTY slot, no twin before */
         if (s->key_len <= SLOT_KEY_INLINE
             && (slot_find_locked(t, s->key, s->key_len, s->hash, &at, &found,
-                                 &hole) != FIND_FOUND || at != i))
+                                 &hole, &process) != FIND_FOUND || at != i))
         {
             snprintf(msg, msg_size, "slot %u: its key's probe does not "
                      "reach it", i);

@@ -12,17 +12,26 @@
  * zone file nor used by the Lua lock: see "Next" at the end.
  *
  *   slot_t (64 bytes, 64-aligned)
- *   +-----------------------+------+---------+--------------------------+
- *   | state: owner | stamp  | hash | key_len | key: 40 bytes inline, or |
- *   | (16 bytes, one CAS)   |      |         | 32 bytes + fingerprint   |
- *   +-----------------------+------+---------+--------------------------+
+ *   +----------------------+------+---------+---------+-------------------+
+ *   | state: owner | stamp | hash | key_len | process | key: 32 bytes     |
+ *   | (16 bytes, one CAS)  |      |         |         | inline, or 24 +   |
+ *   |                      |      |         |         | fingerprint       |
+ *   +----------------------+------+---------+---------+-------------------+
  *
  * The state is two 64-bit words changed together by one 16-byte CAS
  * (cmpxchg16b):
  *
- *   owner   0: free; else the holder, a caller's word (pid:32 | id:32)
+ *   owner   0: free; else the holder, the caller's word: its pid in the
+ *           high 32 bits, an id of the caller's in the low ones
  *   stamp   expiry (ms, 40 bits) << 24 | flags (LIVE, DEAD, MARKED) << 20
  *           | serial (20 bits)
+ *
+ * process is a hint beside the state: the holder's process as the shard
+ * mutexes name theirs (pid | low 32 bits of its start time << 32), so
+ * that a waiter can tell a dead holder from a pid reused.  An acquirer
+ * writes it just before its CAS (and again after, if a racer overwrote
+ * it), a handoff for the waiter it names; it is the holder's only while
+ * its pid is the owner's (slot_holder_process), else unknown.
  *
  * Every change of the state bumps the serial, so a state read once names
  * one moment of the slot: a CAS from it fails if anything happened since.
@@ -85,8 +94,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SLOT_KEY_INLINE      40
-#define SLOT_KEY_PREFIX      32
+#define SLOT_KEY_INLINE      32
+#define SLOT_KEY_PREFIX      24
 
 #define SLOT_SERIAL_MASK     ((uint64_t) 0xfffff)
 #define SLOT_LIVE            ((uint64_t) 1 << 20)
@@ -108,6 +117,7 @@ typedef struct {
     slot_state_t  state;
     uint32_t      hash;
     uint32_t      key_len;
+    uint64_t      process;      /* the holder's process: a hint */
     char          key[SLOT_KEY_INLINE];
 } __attribute__((aligned(64))) slot_t;
 
@@ -137,6 +147,7 @@ typedef struct {
     uint32_t      index;
     uint32_t      pad;
     slot_state_t  state;        /* the state the holder set */
+    uint64_t      process;      /* the holder's process, 0: not known */
 } slot_ticket_t;
 
 /* Answers of the calls below. */
@@ -171,7 +182,8 @@ uint64_t slot_fingerprint(const char *key, size_t len);
 
 /* expiry: absolute ms of the zone clock (0: SLOT_NEVER); now: the clock */
 int slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    uint64_t owner, int64_t expiry, int64_t now, slot_ticket_t *tk);
+    uint64_t owner, uint64_t process, int64_t expiry, int64_t now,
+    slot_ticket_t *tk);
 int slot_release(slots_t *t, const slot_ticket_t *tk);
 int slot_extend(slots_t *t, slot_ticket_t *tk, int64_t expiry);
 /* SLOT_OK (tk: the slot's state, owner 0 when free), SLOT_ABSENT */
@@ -181,19 +193,19 @@ int slot_look(slots_t *t, const char *key, size_t klen, uint32_t hash,
  * holder's takeover, a mark set or cleared.  SLOT_OK (tk: the new state),
  * SLOT_GONE. */
 int slot_swap(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
-    uint64_t flags, int64_t expiry, slot_ticket_t *tk);
+    uint64_t process, uint64_t flags, int64_t expiry, slot_ticket_t *tk);
 
 /* ---- the caller's mutex held ---- */
 
 int slot_acquire_locked(slots_t *t, const char *key, size_t klen,
-    uint32_t hash, uint64_t owner, int64_t expiry, int64_t now,
-    slot_ticket_t *tk);
+    uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
+    int64_t now, slot_ticket_t *tk);
 int slot_release_locked(slots_t *t, const slot_ticket_t *tk);
 int slot_extend_locked(slots_t *t, slot_ticket_t *tk, int64_t expiry);
 int slot_look_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
     slot_ticket_t *tk);
 int slot_swap_locked(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
-    uint64_t flags, int64_t expiry, slot_ticket_t *tk);
+    uint64_t process, uint64_t flags, int64_t expiry, slot_ticket_t *tk);
 /* Free slots (no owner, or expired and unmarked) become DEAD, and runs of
  * DEAD slots that end at an EMPTY one become EMPTY; returns the slots
  * freed. */

@@ -200,6 +200,7 @@ typedef struct {
     uint32_t  hash;
     uint64_t  owner;
     uint64_t  stamp;
+    uint64_t  process;
 } shmlock_ticket_t;
 enum {
     SHMLOCK_SLOT_EXPIRY_SHIFT = 24,
@@ -214,8 +215,9 @@ int shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
 int shmlock_slot_look(shmlock_zone_t *zone, const char *key,
     size_t key_len, shmlock_ticket_t *t);
 int shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
-    uint64_t owner, unsigned marked, int64_t exptime_ms, int64_t now_ms,
-    shmlock_ticket_t *t);
+    uint64_t owner, uint64_t process, unsigned marked, int64_t exptime_ms,
+    int64_t now_ms, shmlock_ticket_t *t);
+int shmlock_slot_alive(const shmlock_ticket_t *t);
 
 volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
 uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,
