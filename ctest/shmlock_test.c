@@ -897,10 +897,10 @@ test_slot_calls(shmlock_zone_t *z)
     int               i;
 
     for (i = 0; i < 200; i++) {
-        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 5000, 0, &t),
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
                  SHMLOCK_OK);
         CHECK(t.owner == OWN(11) && !(t.stamp & SHMLOCK_SLOT_MARKED));
-        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, 0, &u),
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &u),
                  SHMLOCK_EXISTS);
         CHECK(u.owner == OWN(11) && u.slot == t.slot && u.stamp == t.stamp);
         CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
@@ -912,11 +912,11 @@ test_slot_calls(shmlock_zone_t *z)
     /* the holder's process: pid and start time; a dead holder is told
      * from a live one, and its lock taken over by a swap; a swap's owner
      * must be of the process it names */
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 5000, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
              SHMLOCK_OK);
     CHECK((uint32_t) t.process == (uint32_t) getpid()
           && t.process >> 32 == (uint32_t) shmlock_proc_start(getpid()));
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, 0, &u),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &u),
              SHMLOCK_EXISTS);
     CHECK(u.process == t.process && shmlock_slot_alive(&u) == 1);
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
@@ -925,10 +925,10 @@ test_slot_calls(shmlock_zone_t *z)
 
         CHECK(pid >= 0);
         if (pid == 0) {
-            _exit(shmlock_slot_acquire(z, KEY("slk"), OWN(1), 5000, 0, &t));
+            _exit(shmlock_slot_acquire(z, KEY("slk"), 1, 5000, 0, &t));
         }
         CHECK(reap(pid) == SHMLOCK_OK);
-        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, 0,
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0,
                                       &seen), SHMLOCK_EXISTS);
         CHECK(seen.owner >> 32 == (uint64_t) pid
               && (uint32_t) seen.process == (uint32_t) pid);
@@ -949,12 +949,12 @@ test_slot_calls(shmlock_zone_t *z)
     /* expiry (the caller's clock): an expired lock is taken at once, its
      * old holder's ticket releases and extends nothing */
     now = shmlock_now_ms();
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 100, now, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 100, now, &t),
              SHMLOCK_OK);
     CHECK((int64_t) (t.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT) == now + 100);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 100, now + 99, &u),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 100, now + 99, &u),
              SHMLOCK_EXISTS);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, now + 100, &u),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, now + 100, &u),
              SHMLOCK_OK);
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     CHECK_RC(shmlock_slot_extend(z, &t, 5000, 0), SHMLOCK_NOT_FOUND);
@@ -966,9 +966,9 @@ test_slot_calls(shmlock_zone_t *z)
     /* a mark: the holder's release answers CHANGED and the holder hands
      * over by swap; the waiter it names holds the key, the key's
      * sleepers are woken by the caller */
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 5000, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
              SHMLOCK_OK);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(12), 5000, 0, &seen),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &seen),
              SHMLOCK_EXISTS);
     CHECK_RC(shmlock_slot_swap(z, &seen, seen.owner, 0, SHMLOCK_SLOT_MARKED,
                                SHMLOCK_KEEP_TTL, 0, &m), SHMLOCK_OK);
@@ -976,7 +976,7 @@ test_slot_calls(shmlock_zone_t *z)
           == t.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT);
     CHECK_RC(shmlock_slot_swap(z, &seen, OWN(13), 0, 0, 5000, 0, &u),
              SHMLOCK_CHANGED);              /* seen is stale */
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(13), 5000, 0, &u),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 13, 5000, 0, &u),
              SHMLOCK_EXISTS);
     CHECK(u.stamp & SHMLOCK_SLOT_MARKED);
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_CHANGED);
@@ -995,7 +995,7 @@ test_slot_calls(shmlock_zone_t *z)
     /* a release wakes the key's word when a waiter is counted; a
      * refused one does not */
     hash = shmlock_hash(KEY("slk"));
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), 5000, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
              SHMLOCK_OK);
     CHECK(t.hash == hash);
     seq = shmlock_wait_begin(z, hash);
@@ -1010,21 +1010,19 @@ test_slot_calls(shmlock_zone_t *z)
     /* long keys: one slot each, whatever they share */
     memset(key, 'L', sizeof(key) - 1);
     key[sizeof(key) - 1] = '\0';
-    CHECK_RC(shmlock_slot_acquire(z, KEY(key), OWN(11), 5000, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY(key), 11, 5000, 0, &t),
              SHMLOCK_OK);
     key[sizeof(key) - 2] = 'M';
-    CHECK_RC(shmlock_slot_acquire(z, KEY(key), OWN(12), 5000, 0, &u),
+    CHECK_RC(shmlock_slot_acquire(z, KEY(key), 12, 5000, 0, &u),
              SHMLOCK_OK);
     CHECK(t.slot != u.slot);
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
     CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
 
     /* bad arguments, and tickets of no slot */
-    CHECK_RC(shmlock_slot_acquire(z, "", 0, OWN(11), 5000, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, "", 0, 11, 5000, 0, &t),
              SHMLOCK_BAD_KEY);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 0, 5000, 0, &t),
-             SHMLOCK_BAD_VALUE);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), OWN(11), -5, 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, -5, 0, &t),
              SHMLOCK_BAD_VALUE);
     CHECK_RC(shmlock_slot_look(z, "", 0, &t), SHMLOCK_BAD_KEY);
     memset(&t, 0, sizeof(t));
@@ -1060,7 +1058,7 @@ test_slots_full(void)
     for (i = 0; ; i++) {
         CHECK(i <= (int) st.slots);
         snprintf(key, sizeof(key), "full%d", i);
-        rc = shmlock_slot_acquire(z, KEY(key), OWN(1), OWN(0), 0, &t);
+        rc = shmlock_slot_acquire(z, KEY(key), 1, 0, 0, &t);
         if (rc == SHMLOCK_NO_MEMORY) {
             break;
         }
@@ -1073,10 +1071,10 @@ test_slots_full(void)
     CHECK(i == (int) (st.slots - st.slots / 8));
     verify(z);
     CHECK_RC(shmlock_slot_release(z, &first), SHMLOCK_OK);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("one more"), OWN(1), OWN(0), 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("one more"), 1, 0, 0, &t),
              SHMLOCK_OK);
     CHECK_RC(shmlock_slot_look(z, KEY("full0"), &t), SHMLOCK_NOT_FOUND);
-    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), OWN(1), OWN(0), 0, &t),
+    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
              SHMLOCK_NO_MEMORY);
     verify(z);
     close_zone(z);
@@ -1104,7 +1102,7 @@ test_slot_processes(shmlock_zone_t *z, int rounds)
         }
         for (i = 0; i < rounds; i++) {
             shmlock_ticket_t  t, c;
-            uint64_t          owner = (uint64_t) getpid() << 32 | (i + 1);
+            uint32_t          owner = (uint32_t) i + 1;
             char              key[32];
             int               rc, n;
 
@@ -1124,7 +1122,7 @@ test_slot_processes(shmlock_zone_t *z, int rounds)
                      SHMLOCK_OK);
             CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
             snprintf(key, sizeof(key), "churn %d %d", p, i % 50);
-            rc = shmlock_slot_acquire(z, KEY(key), owner, OWN(60000), 0, &c);
+            rc = shmlock_slot_acquire(z, KEY(key), owner, 60000, 0, &c);
             CHECK(rc == SHMLOCK_OK || rc == SHMLOCK_NO_MEMORY);
             if (rc == SHMLOCK_OK) {
                 CHECK_RC(shmlock_slot_release(z, &c), SHMLOCK_OK);
@@ -1793,7 +1791,7 @@ corrupt_updates(shmlock_zone_t *z, const char *key, size_t klen, char *val,
         shmlock_ticket_t  t = { 0, 0, 0, 0, 0 }, u = { 0, 0, 0, 0, 0 };
 
         CALL("slot_acquire", ST_STORE,
-             shmlock_slot_acquire(z, key, klen, OWN(5), 100000, 0, &t));
+             shmlock_slot_acquire(z, key, klen, 5, 100000, 0, &t));
         CALL("slot_look", ST_LOOKUP, shmlock_slot_look(z, key, klen, &u));
         CALL("slot_swap", ST(OK) | ST(CHANGED) | ST(CORRUPT),
              shmlock_slot_swap(z, &t, OWN(5), 0, SHMLOCK_SLOT_MARKED,
@@ -2026,7 +2024,7 @@ crash_child_slots(shmlock_zone_t *z)
 
     for (i = 0; i < 40; i++) {
         snprintf(key, sizeof(key), "slot%d", i);
-        if (shmlock_slot_acquire(z, KEY(key), OWN(7), 1, 0, &t) != SHMLOCK_OK) {
+        if (shmlock_slot_acquire(z, KEY(key), 7, 1, 0, &t) != SHMLOCK_OK) {
             continue;
         }
         if (i % 4 == 0

@@ -480,21 +480,24 @@ enum {
 };
 
 /*
- * Takes key for owner: SHMLOCK_OK (t: our ticket); SHMLOCK_EXISTS: held
+ * Takes key for the owner (this process's pid << 32 | id; id: the
+ * caller's, a 32-bit number that tells its waiters apart, so that a Lua
+ * number carries it): SHMLOCK_OK (t: our ticket); SHMLOCK_EXISTS: held
  * (live) by another, or marked (t: the slot's state, to look at or swap
  * from); SHMLOCK_NO_MEMORY: no slot left in the key's shard (free slots
  * are reclaimed first: every one is held); SHMLOCK_BAD_KEY;
- * SHMLOCK_BAD_VALUE: owner's pid not the caller's, or exptime_ms < 0.  An
- * expired lock is taken at once.
+ * SHMLOCK_BAD_VALUE: exptime_ms < 0.  An expired lock is taken at once.
  */
 SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
-    size_t key_len, uint64_t owner, int64_t exptime_ms, int64_t now_ms,
+    size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
     shmlock_ticket_t *t);
 /*
  * Releases the lock of ticket t and wakes one sleeper of its key
  * (shmlock_wake_waiters): SHMLOCK_OK; SHMLOCK_CHANGED: still t's but
  * marked (the caller hands it over, or clears the mark, by swap);
  * SHMLOCK_NOT_FOUND: not t's any more (expired and taken, released).
+ * Refused (SHMLOCK_DESTROYED, SHMLOCK_REMOVED) once the zone is known
+ * dead; it does not look at the zone's file itself (acquires do).
  */
 SHMLOCK_API int shmlock_slot_release(shmlock_zone_t *zone,
     const shmlock_ticket_t *t);

@@ -57,12 +57,12 @@ shmlock_slot_expiry(int64_t exptime_ms, int64_t now_ms)
 
 int
 shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
-    uint64_t owner, int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t)
+    uint32_t id, int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
     shard_t       *sh;
     uint32_t       hash, shard;
-    uint64_t       self;
+    uint64_t       self, owner;
     int64_t        expiry;
     int            rc;
 
@@ -78,10 +78,11 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
         return SHMLOCK_BAD_KEY;
     }
     expiry = shmlock_slot_expiry(exptime_ms, now_ms);
-    self = sys_self();
-    if ((uint32_t) (owner >> 32) != (uint32_t) self || expiry < 0) {
+    if (expiry < 0) {
         return SHMLOCK_BAD_VALUE;
     }
+    self = sys_self();
+    owner = (uint64_t) (uint32_t) self << 32 | id;
     hash = hash_bytes(key, key_len);
     shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
     sh = &zone->shard[shard];
@@ -131,9 +132,12 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
     shard_t       *sh;
     int            rc;
 
-    rc = shm_watch(zone);
-    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
-        return rc;
+    /* the dead word only: the file itself is looked at by the acquires
+     * (a release writes nothing but its own slot's state) */
+    if (__builtin_expect(__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE)
+                         != 0, 0))
+    {
+        return shm_watch_dead_status(zone);
     }
     sh = shmlock_slot_in(zone, t, &tk);
     if (sh == NULL) {

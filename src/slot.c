@@ -275,18 +275,38 @@ slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
     slot_ticket_t *tk)
 {
     uint32_t      i, hole, n;
-    slot_state_t  st, want;
+    slot_state_t  st, want, b;
     uint64_t      holder;
+    slot_t       *s;
 
     if (!t->cas16) {
         return SLOT_SLOW;
     }
     for (n = 0; n < SLOT_CAS_TRIES; n++) {
-        switch (slot_find(t, key, klen, hash, &i, &st, &hole, &holder)) {
-        case FIND_ABSENT:
-            return SLOT_SLOW;             /* its slot is made locked */
-        case FIND_RETRY:
-            continue;
+        /* the common case first: the key's slot is its home slot (as
+         * slot_find, without its loop) */
+        i = hash & t->mask;
+        s = &t->slots[i];
+        st = slot_load(s);
+        if ((st.stamp & (SLOT_LIVE | SLOT_DEAD)) == SLOT_LIVE
+            && __atomic_load_n(&s->hash, __ATOMIC_RELAXED) == hash
+            && __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) == klen
+            && slot_key_is(s, key, klen))
+        {
+            holder = __atomic_load_n(&s->process, __ATOMIC_RELAXED);
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            b = slot_load(s);
+            if (!slot_same(st, b)) {
+                continue;
+            }
+            holder = slot_process_of(st.owner, holder);
+        } else {
+            switch (slot_find(t, key, klen, hash, &i, &st, &hole, &holder)) {
+            case FIND_ABSENT:
+                return SLOT_SLOW;         /* its slot is made locked */
+            case FIND_RETRY:
+                continue;
+            }
         }
         for ( ; n < SLOT_CAS_TRIES; n++) {
             if (!(st.stamp & SLOT_LIVE)) {

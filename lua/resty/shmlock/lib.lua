@@ -207,7 +207,7 @@ enum {
     SHMLOCK_SLOT_MARKED = 4194304
 };
 int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
-    size_t key_len, uint64_t owner, int64_t exptime_ms, int64_t now_ms,
+    size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
     shmlock_ticket_t *t);
 int shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t);
 int shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
