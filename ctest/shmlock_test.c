@@ -992,6 +992,48 @@ test_slot_calls(shmlock_zone_t *z)
                                &seen), SHMLOCK_OK);
     CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
 
+    /* marks through their records: a waiter marks the held lock, the
+     * holder's release answers CHANGED, reads the mark and hands over;
+     * a mark of an older waiter replaces it */
+    {
+        shmlock_mark_t  mk = { OWN(20), 0, 3000, 100, 900 }, got;
+
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+                 SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_look(z, KEY("slk"), &seen), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_read_mark(z, &seen, &got), SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_slot_mark(z, &seen, &mk, &m), SHMLOCK_OK);
+        CHECK(m.stamp & SHMLOCK_SLOT_MARKED);
+        CHECK_RC(shmlock_slot_mark(z, &seen, &mk, &u), SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_slot_read_mark(z, &m, &got), SHMLOCK_OK);
+        CHECK(got.owner == OWN(20) && got.exptime_ms == 3000
+              && got.since_ms == 100 && got.until_ms == 900
+              && got.process == t.process);
+        mk.owner = OWN(21);
+        mk.since_ms = 50;
+        CHECK_RC(shmlock_slot_mark(z, &m, &mk, &u), SHMLOCK_OK);
+        CHECK(u.stamp == m.stamp && u.owner == m.owner);
+        CHECK_RC(shmlock_slot_read_mark(z, &u, &got), SHMLOCK_OK);
+        CHECK(got.owner == OWN(21) && got.since_ms == 50);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_slot_look(z, KEY("slk"), &seen), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_read_mark(z, &seen, &got), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_swap(z, &seen, got.owner, got.process, 0,
+                                   got.exptime_ms, 0, &u), SHMLOCK_OK);
+        CHECK(u.owner == OWN(21) && !(u.stamp & SHMLOCK_SLOT_MARKED));
+        CHECK_RC(shmlock_slot_read_mark(z, &seen, &got), SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+        /* a free slot takes no mark; a mark names a waiter of its
+         * process */
+        CHECK_RC(shmlock_slot_look(z, KEY("slk"), &seen), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_mark(z, &seen, &mk, &u), SHMLOCK_BAD_VALUE);
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+                 SHMLOCK_OK);
+        mk.owner = 1;
+        CHECK_RC(shmlock_slot_mark(z, &t, &mk, &u), SHMLOCK_BAD_VALUE);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    }
+
     /* a release wakes the key's word when a waiter is counted; a
      * refused one does not */
     hash = shmlock_hash(KEY("slk"));
@@ -2018,6 +2060,7 @@ test_processes(shmlock_zone_t *z)
 static void
 crash_child_slots(shmlock_zone_t *z)
 {
+    shmlock_mark_t    mk = { OWN(8), 0, 1, 0, 0 };
     shmlock_ticket_t  t, m, u;
     char              key[16];
     int               i;
@@ -2028,8 +2071,7 @@ crash_child_slots(shmlock_zone_t *z)
             continue;
         }
         if (i % 4 == 0
-            && shmlock_slot_swap(z, &t, OWN(7), 0, SHMLOCK_SLOT_MARKED,
-                                 SHMLOCK_KEEP_TTL, 0, &m) == SHMLOCK_OK)
+            && shmlock_slot_mark(z, &t, &mk, &m) == SHMLOCK_OK)
         {
             if (i % 8 == 0) {
                 if (shmlock_slot_swap(z, &m, OWN(8), 0, 0, 1, 0, &u)   /* handoff */

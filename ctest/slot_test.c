@@ -75,7 +75,7 @@ table_new(uint32_t nslots, int cas16)
     if (shm != NULL) {
         munmap(shm, shm_size);
     }
-    shm_size = sizeof(shared_t) + 64 + (size_t) nslots * sizeof(slot_t);
+    shm_size = sizeof(shared_t) + 64 + SLOT_TABLE_BYTES(nslots);
     shm = mmap(NULL, shm_size, PROT_READ | PROT_WRITE,
                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(shm != MAP_FAILED);
@@ -426,6 +426,8 @@ static void
 crash_run(int sc, const slot_ticket_t *held)
 {
     slot_ticket_t  tk, m;
+    slot_mark_t    mark = { 0, 0, 77, 0x100, 1000, 1, 2, 0 };
+    slot_mark_t    mark2 = { 0, 0, 78, 0x100, 1000, 0, 2, 0 };
     const char    *k = "new";
 
     mutex_lock();
@@ -441,8 +443,8 @@ crash_run(int sc, const slot_ticket_t *held)
         slot_release_locked(&tab, held);
         break;
     case SC_MARK:
-        slot_swap_locked(&tab, held, held->state.owner, held->process,
-                         SLOT_MARKED, 0, &m);
+        slot_mark_locked(&tab, held, &mark, &m);
+        slot_mark_locked(&tab, &m, &mark2, &m);
         break;
     }
     mutex_unlock();
@@ -489,6 +491,18 @@ test_crash(int cas16)
             if (sc == SC_RELEASE && !done) {
                 /* killed before or after its one CAS */
                 CHECK(tk.state.owner == 1 || tk.state.owner == 5);
+            }
+            if (sc == SC_MARK) {
+                slot_mark_t  got;
+
+                /* marked: by a whole record (either), else not at all */
+                CHECK_RC(look("held", &tk), SLOT_OK);
+                if (tk.state.stamp & SLOT_MARKED) {
+                    CHECK_RC(slot_mark_read(&tab, &tk, &got), SLOT_OK);
+                    CHECK((got.owner == 77 && got.since == 1)
+                          || (got.owner == 78 && got.since == 0));
+                    CHECK(got.expiry == 1000 && got.until == 2);
+                }
             }
             if (sc == SC_CREATE) {
                 int  made = look("new", &tk) == SLOT_OK

@@ -524,6 +524,34 @@ SHMLOCK_API int shmlock_slot_swap(shmlock_zone_t *zone,
     const shmlock_ticket_t *seen, uint64_t owner, uint64_t process,
     unsigned marked, int64_t exptime_ms, int64_t now_ms,
     shmlock_ticket_t *t);
+/*
+ * Marks: the waiter a marked lock goes to.  A slot has a mark record of
+ * its own, written under the shard's mutex (a crash halfway through drops
+ * the mark: recovery clears the flag), then SHMLOCK_SLOT_MARKED is set in
+ * its state; the holder's release then answers SHMLOCK_CHANGED, and the
+ * holder reads the mark and hands over (swap to the waiter's owner,
+ * process and exptime) or drops it (swap, marked 0).
+ */
+typedef struct {
+    uint64_t  owner;        /* the waiter: pid << 32 | id */
+    uint64_t  process;      /* its process (0 on mark: the caller's) */
+    int64_t   exptime_ms;   /* the time to live it asks for on handoff */
+    int64_t   since_ms;     /* when it began to wait (zone clock) */
+    int64_t   until_ms;     /* its deadline (zone clock) */
+} shmlock_mark_t;
+
+/* Marks the lock in state `seen` (held; marked already: the mark is
+ * replaced) with m: SHMLOCK_OK (t: the marked state); SHMLOCK_CHANGED
+ * (the slot left state seen); SHMLOCK_BAD_VALUE (m->owner not of
+ * m->process's pid, seen not held). */
+SHMLOCK_API int shmlock_slot_mark(shmlock_zone_t *zone,
+    const shmlock_ticket_t *seen, const shmlock_mark_t *m,
+    shmlock_ticket_t *t);
+/* The mark of the marked state t (a look's): SHMLOCK_OK (m);
+ * SHMLOCK_CHANGED: the slot is in another state now, or its mark is
+ * being rewritten (look again).  Writes nothing. */
+SHMLOCK_API int shmlock_slot_read_mark(shmlock_zone_t *zone,
+    const shmlock_ticket_t *t, shmlock_mark_t *m);
 /* 1 if t's holder may be alive: its process runs (by pid and start time
  * when t->process is known, else by pid alone); 0 if it is gone, or t
  * names no holder.  Reads /proc: for a waiter's occasional check. */

@@ -13,6 +13,8 @@
 #include "wait.h"
 #include "zone.h"
 
+#include <string.h>
+
 #define SHMLOCK_SLOT_SHARD_SHIFT  24
 
 static inline void
@@ -288,4 +290,76 @@ shmlock_slot_alive(const shmlock_ticket_t *t)
         return sys_proc_alive(pid, t->process >> 32, 0xffffffffu);
     }
     return sys_proc_alive(pid, 0, 0);
+}
+
+int
+shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
+    const shmlock_mark_t *m, shmlock_ticket_t *t)
+{
+    slot_ticket_t  from, tk;
+    slot_mark_t    r;
+    shard_t       *sh;
+    int            rc;
+
+    rc = shm_watch(zone);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    memset(&r, 0, sizeof(r));
+    r.owner = m->owner;
+    r.process = m->process != 0 ? m->process : sys_self();
+    r.expiry = m->exptime_ms;
+    r.since = m->since_ms;
+    r.until = m->until_ms;
+    if (r.owner == 0 || (uint32_t) (r.owner >> 32) != (uint32_t) r.process
+        || seen->owner == 0 || r.expiry < 0)
+    {
+        return SHMLOCK_BAD_VALUE;
+    }
+    sh = shmlock_slot_in(zone, seen, &from);
+    if (sh == NULL) {
+        return SHMLOCK_CHANGED;
+    }
+    shard_lock(sh);
+    rc = shard_unlock(sh, slot_mark_locked(&sh->slots, &from, &r, &tk));
+    if (rc == SLOT_OK) {
+        shmlock_slot_out(t, seen->slot >> SHMLOCK_SLOT_SHARD_SHIFT,
+                         seen->hash, &tk);
+        return SHMLOCK_OK;
+    }
+    return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+}
+
+int
+shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
+    shmlock_mark_t *m)
+{
+    slot_ticket_t  at;
+    slot_mark_t    r;
+    shard_t       *sh;
+    int            rc;
+
+    rc = shm_watch(zone);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    sh = shmlock_slot_in(zone, t, &at);
+    if (sh == NULL) {
+        return SHMLOCK_CHANGED;
+    }
+    if (!sh->slots.cas16) {
+        shard_lock(sh);
+        rc = shard_unlock(sh, slot_mark_read(&sh->slots, &at, &r));
+    } else {
+        rc = slot_mark_read(&sh->slots, &at, &r);
+    }
+    if (rc != SLOT_OK) {
+        return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+    }
+    m->owner = r.owner;
+    m->process = r.process;
+    m->exptime_ms = r.expiry;
+    m->since_ms = r.since;
+    m->until_ms = r.until;
+    return SHMLOCK_OK;
 }

@@ -466,7 +466,7 @@ void
 slot_format(slot_hdr_t *hdr, slot_t *slots, uint32_t n)
 {
     memset(hdr, 0, sizeof(*hdr));
-    memset(slots, 0, (size_t) n * sizeof(slot_t));
+    memset(slots, 0, (size_t) n * (sizeof(slot_t) + sizeof(slot_mark_t)));
     hdr->nslots = n;
 }
 
@@ -476,6 +476,7 @@ slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, uint32_t n,
 {
     t->hdr = hdr;
     t->slots = slots;
+    t->marks = (slot_mark_t *) (slots + n);
     t->mask = n - 1;
     t->cas16 = cas16 < 0 ? slot_cas16() : cas16;
 }
@@ -660,6 +661,71 @@ slot_swap_locked(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
     return SLOT_OK;
 }
 
+int
+slot_mark_locked(slots_t *t, const slot_ticket_t *seen, const slot_mark_t *m,
+    slot_ticket_t *tk)
+{
+    slot_state_t  st = seen->state, want;
+    slot_mark_t  *r;
+    uint32_t      i = seen->index;
+
+    if (i > t->mask || !(st.stamp & SLOT_LIVE) || st.owner == 0
+        || !slot_same(slot_load(&t->slots[i]), st))
+    {
+        return SLOT_GONE;
+    }
+    r = &t->marks[i];
+    WORDSTORE32(r->seq, r->seq | 1);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    WORDSTORE64(r->owner, m->owner);
+    WORDSTORE64(r->process, m->process);
+    WORDSTORE64(r->expiry, (uint64_t) m->expiry);
+    WORDSTORE64(r->since, (uint64_t) m->since);
+    WORDSTORE64(r->until, (uint64_t) m->until);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    WORDSTORE32(r->seq, r->seq + 1);
+    /* then the flag (a CAS from seen to itself when marked already: the
+     * record is for that very state) */
+    want.owner = st.owner;
+    want.stamp = st.stamp | SLOT_MARKED;
+    if (!slot_change(t, i, &st, want)) {
+        return SLOT_GONE;
+    }
+    slot_ticket(tk, i, want, seen->process);
+    return SLOT_OK;
+}
+
+int
+slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m)
+{
+    const slot_mark_t  *r;
+    uint32_t            seq;
+
+    if (at->index > t->mask || !(at->state.stamp & SLOT_MARKED)) {
+        return SLOT_GONE;
+    }
+    r = &t->marks[at->index];
+    seq = __atomic_load_n(&r->seq, __ATOMIC_ACQUIRE);
+    if (seq & 1) {
+        return SLOT_GONE;
+    }
+    m->owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
+    m->process = __atomic_load_n(&r->process, __ATOMIC_RELAXED);
+    m->expiry = __atomic_load_n(&r->expiry, __ATOMIC_RELAXED);
+    m->since = __atomic_load_n(&r->since, __ATOMIC_RELAXED);
+    m->until = __atomic_load_n(&r->until, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&r->seq, __ATOMIC_RELAXED) != seq
+        || !slot_same(slot_load(&t->slots[at->index]), at->state))
+    {
+        return SLOT_GONE;
+    }
+    m->seq = seq;
+    m->pad = 0;
+    m->spare = 0;
+    return SLOT_OK;
+}
+
 uint32_t
 slot_reclaim_locked(slots_t *t, int64_t now)
 {
@@ -721,6 +787,20 @@ slot_recover_locked(slots_t *t)
         WORDSTORE32(h->undo_active, 0);
     }
     for (i = 0; i <= t->mask; i++) {
+        /* a mark record left half written: its mark is dropped */
+        if (t->marks[i].seq & 1) {
+            slot_state_t  st = slot_load(&t->slots[i]), want;
+            int           n;
+
+            for (n = 0; n < 1000 && (st.stamp & SLOT_MARKED); n++) {
+                want.owner = st.owner;
+                want.stamp = st.stamp & ~SLOT_MARKED;
+                if (slot_change(t, i, &st, want)) {
+                    break;
+                }
+            }
+            WORDSTORE32(t->marks[i].seq, t->marks[i].seq + 1);
+        }
         stamp = __atomic_load_n(&t->slots[i].state.stamp, __ATOMIC_ACQUIRE);
         live += (stamp & SLOT_LIVE) != 0;
         dead += (stamp & SLOT_DEAD) != 0;
@@ -758,6 +838,11 @@ slot_verify_locked(slots_t *t, char *msg, size_t msg_size)
             return -1;
         }
         dead += (flags & SLOT_DEAD) != 0;
+        if ((flags & SLOT_MARKED) && (t->marks[i].seq & 1)) {
+            snprintf(msg, msg_size, "slot %u: marked, its mark half "
+                     "written", i);
+            return -1;
+        }
         if (!(flags & SLOT_LIVE)) {
             continue;
         }

@@ -80,12 +80,19 @@
  * fooled only if that very slot changed 2^20 times, and came back to the
  * same owner and expiry, between two of its instructions.
  *
- * Next (not built): the table per shard in the zone file (layout 8, a
- * slice of the shard's memory; stats and verify see it), the ABI
- * (shmlock_slot_acquire / release / extend / look, a ticket = slot index
- * + state), the Lua lock on it (the token becomes the owner word with the
- * start time in a side word; marks as fields written under the mutex,
- * then the MARKED flag set by CAS), inspect and the CLI listing slots.
+ * Marks.  Each slot has a mark record of its own (slot_mark_t, in an
+ * array after the slots): the waiter a release is to hand the lock to.
+ * It is written under the mutex inside a seqlock of its own (seq odd
+ * while it is written), and only then is MARKED set in the state by CAS
+ * (slot_mark_locked); readers take a record only with an even seq that
+ * did not move, for a state that is still MARKED.  A writer killed in
+ * the middle leaves seq odd: recovery clears the slot's MARKED flag (a
+ * mark that may be half written is dropped; its waiter marks again) and
+ * makes seq even.
+ *
+ * Next (not built): the Lua lock on the slots (the token becomes the
+ * owner word; the handle keeps the ticket), inspect and the CLI listing
+ * slots.
  */
 
 #ifndef SLOT_H
@@ -123,6 +130,20 @@ typedef struct {
 
 _Static_assert(sizeof(slot_t) == 64, "a slot is one cache line");
 
+/* A slot's mark record. */
+typedef struct {
+    uint32_t  seq;          /* odd while written */
+    uint32_t  pad;
+    uint64_t  owner;        /* the waiter */
+    uint64_t  process;      /* its process */
+    int64_t   expiry;       /* the time to live (ms) it asks for on handoff */
+    int64_t   since;        /* when it began to wait (ms) */
+    int64_t   until;        /* its deadline (ms): stale from then on */
+    uint64_t  spare;
+} __attribute__((aligned(64))) slot_mark_t;
+
+_Static_assert(sizeof(slot_mark_t) == 64, "a mark record is one line");
+
 /* The table's header, in shared memory. */
 typedef struct {
     uint32_t      nslots;       /* a power of two (checked at attach) */
@@ -134,10 +155,16 @@ typedef struct {
     slot_state_t  undo_state;   /*   its state before */
 } __attribute__((aligned(64))) slot_hdr_t;
 
+/* The bytes of a table of n slots: header, slots, mark records. */
+#define SLOT_TABLE_BYTES(n) \
+    (sizeof(slot_hdr_t) + (uint64_t) (n) * (sizeof(slot_t) \
+                                            + sizeof(slot_mark_t)))
+
 /* A table as a process sees it. */
 typedef struct {
     slot_hdr_t  *hdr;
     slot_t      *slots;
+    slot_mark_t *marks;         /* after the slots */
     uint32_t     mask;          /* nslots - 1, this process's copy */
     int          cas16;         /* 1: lock-free paths; 0: all locked */
 } slots_t;
@@ -168,7 +195,8 @@ enum {
 /* 1 if this CPU has a 16-byte CAS the lock-free paths can use. */
 int slot_cas16(void);
 
-/* An empty table of n slots (a power of two) at hdr and slots. */
+/* An empty table of n slots (a power of two) at hdr and slots (with
+ * SLOT_TABLE_BYTES(n) from hdr). */
 void slot_format(slot_hdr_t *hdr, slot_t *slots, uint32_t n);
 /* This process's view of a table of n slots (a power of two: the
  * caller's checked geometry, never the shared header's); cas16 < 0: ask
@@ -206,6 +234,15 @@ int slot_look_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
     slot_ticket_t *tk);
 int slot_swap_locked(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
     uint64_t process, uint64_t flags, int64_t expiry, slot_ticket_t *tk);
+/* The mark of the marked state `seen`: its record written, then MARKED
+ * set (or, marked already, the record replaced): SLOT_OK (tk: the
+ * state), SLOT_GONE (the state is no longer seen). */
+int slot_mark_locked(slots_t *t, const slot_ticket_t *seen,
+    const slot_mark_t *m, slot_ticket_t *tk);
+/* The mark of state `at` (MARKED), lock-free: SLOT_OK, or SLOT_GONE if
+ * the slot left that state (or its record is being written: look
+ * again). */
+int slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m);
 /* Free slots (no owner, or expired and unmarked) become DEAD, and runs of
  * DEAD slots that end at an EMPTY one become EMPTY; returns the slots
  * freed. */

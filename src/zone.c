@@ -74,12 +74,12 @@ zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
 
     /* the lock slots, at the shard's end */
     for (b = ZONE_SLOTS_MIN;
-         b * 2 * sizeof(slot_t) * ZONE_SLOT_SHARE <= avail
+         SLOT_TABLE_BYTES(b * 2) * ZONE_SLOT_SHARE <= avail
          && b * 2 <= ((uint64_t) 1 << 24);
          b *= 2)
     { /* void */ }
     g->nslots = (uint32_t) b;
-    fixed = sizeof(slot_hdr_t) + b * sizeof(slot_t);
+    fixed = SLOT_TABLE_BYTES(b);
     g->slots_off = stride > fixed ? stride - fixed : 0;
     avail = avail > fixed ? avail - fixed : 0;
 

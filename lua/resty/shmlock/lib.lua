@@ -217,6 +217,17 @@ int shmlock_slot_look(shmlock_zone_t *zone, const char *key,
 int shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     uint64_t owner, uint64_t process, unsigned marked, int64_t exptime_ms,
     int64_t now_ms, shmlock_ticket_t *t);
+typedef struct {
+    uint64_t  owner;
+    uint64_t  process;
+    int64_t   exptime_ms;
+    int64_t   since_ms;
+    int64_t   until_ms;
+} shmlock_mark_t;
+int shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
+    const shmlock_mark_t *m, shmlock_ticket_t *t);
+int shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
+    shmlock_mark_t *m);
 int shmlock_slot_alive(const shmlock_ticket_t *t);
 
 volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
