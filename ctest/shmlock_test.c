@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1179,6 +1180,129 @@ test_slot_processes(shmlock_zone_t *z, int rounds)
     verify(z);
 }
 
+/*
+ * Slot locks under kill -9.  Workers take one key's slot lock (that never
+ * expires: a dead holder's lock is only ever taken over, when
+ * shmlock_slot_alive says it is gone, by a swap from the state seen) and
+ * write their pid in a word while inside; the parent SIGKILLs a random
+ * worker, wherever it is, 40 times, starting another each time.  Whoever
+ * enters finds nobody alive inside, every release of a lock taken is
+ * accepted, and the zone verifies.  (The pauses between kills only spread
+ * them out: no outcome depends on them.)
+ */
+enum { SK_INSIDE, SK_VIOLATIONS, SK_TAKEOVERS, SK_STOP, SK_ROUNDS };
+
+static void
+slot_kill_worker(shmlock_zone_t *z, uint32_t *sk)
+{
+    shmlock_ticket_t  t, u;
+    uint32_t          me = (uint32_t) getpid(), id = 0, was;
+    int               rc, i;
+
+    while (!__atomic_load_n(&sk[SK_STOP], __ATOMIC_ACQUIRE)) {
+        rc = shmlock_slot_acquire(z, KEY("kill lock"), ++id, 0, 0, &t);
+        if (rc == SHMLOCK_EXISTS) {
+            if (shmlock_slot_alive(&t)
+                || shmlock_slot_swap(z, &t, OWN(id), 0, 0, 0, 0, &u)
+                   != SHMLOCK_OK)
+            {
+                sched_yield();
+                continue;
+            }
+            t = u;
+            __atomic_add_fetch(&sk[SK_TAKEOVERS], 1, __ATOMIC_RELAXED);
+        } else if (rc != SHMLOCK_OK) {
+            __atomic_add_fetch(&sk[SK_VIOLATIONS], 1, __ATOMIC_RELAXED);
+            _exit(1);
+        }
+        was = __atomic_load_n(&sk[SK_INSIDE], __ATOMIC_ACQUIRE);
+        if (was != 0 && shmlock_proc_alive((int) was, 0)) {
+            __atomic_add_fetch(&sk[SK_VIOLATIONS], 1, __ATOMIC_RELAXED);
+        }
+        __atomic_store_n(&sk[SK_INSIDE], me, __ATOMIC_RELEASE);
+        for (i = 0; i < 2000; i++) {
+            if (__atomic_load_n(&sk[SK_INSIDE], __ATOMIC_ACQUIRE) != me) {
+                __atomic_add_fetch(&sk[SK_VIOLATIONS], 1, __ATOMIC_RELAXED);
+            }
+        }
+        __atomic_store_n(&sk[SK_INSIDE], 0, __ATOMIC_RELEASE);
+        if (shmlock_slot_release(z, &t) != SHMLOCK_OK) {
+            __atomic_add_fetch(&sk[SK_VIOLATIONS], 1, __ATOMIC_RELAXED);
+        }
+        __atomic_add_fetch(&sk[SK_ROUNDS], 1, __ATOMIC_RELAXED);
+    }
+    _exit(0);
+}
+
+static pid_t
+slot_kill_spawn(shmlock_zone_t *z, uint32_t *sk)
+{
+    pid_t  pid = fork();
+
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        slot_kill_worker(z, sk);
+    }
+    return pid;
+}
+
+static void
+test_slot_kills(void)
+{
+    shmlock_zone_t    *z = open_zone("slotkill", 1 << 20);
+    shmlock_ticket_t   t, u;
+    uint32_t          *sk, rounds;
+    pid_t              pids[4];
+    int                i, k, rc;
+
+    sk = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+              -1, 0);
+    CHECK(sk != MAP_FAILED);
+    memset(sk, 0, 4096);
+    srand((unsigned) getpid());
+    for (i = 0; i < 4; i++) {
+        pids[i] = slot_kill_spawn(z, sk);
+    }
+    for (k = 0; k < 40; k++) {
+        sleep_ms(1 + rand() % 4);
+        i = rand() % 4;
+        kill(pids[i], SIGKILL);
+        CHECK(reap(pids[i]) == 128 + SIGKILL);
+        pids[i] = slot_kill_spawn(z, sk);
+    }
+    /* the survivors go on until they have done some rounds (bounded) */
+    rounds = __atomic_load_n(&sk[SK_ROUNDS], __ATOMIC_ACQUIRE);
+    for (k = 0; k < 6000 && __atomic_load_n(&sk[SK_ROUNDS], __ATOMIC_ACQUIRE)
+                            < rounds + 100; k++)
+    {
+        sleep_ms(10);
+    }
+    __atomic_store_n(&sk[SK_STOP], 1, __ATOMIC_RELEASE);
+    for (i = 0; i < 4; i++) {
+        CHECK(reap(pids[i]) == 0);
+    }
+    CHECK(sk[SK_VIOLATIONS] == 0);
+    CHECK(sk[SK_ROUNDS] >= rounds + 100);
+    /* the lock is free, or a dead worker's: taken over at once */
+    rc = shmlock_slot_acquire(z, KEY("kill lock"), 1, 0, 0, &t);
+    if (rc == SHMLOCK_EXISTS) {
+        CHECK(shmlock_slot_alive(&t) == 0);
+        CHECK_RC(shmlock_slot_swap(z, &t, OWN(1), 0, 0, 0, 0, &u),
+                 SHMLOCK_OK);
+        t = u;
+    } else {
+        CHECK_RC(rc, SHMLOCK_OK);
+    }
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    verify(z);
+    printf("  slot locks under kill -9: %u rounds, %u dead holders' locks "
+           "taken over\n", sk[SK_ROUNDS], sk[SK_TAKEOVERS]);
+    fflush(stdout);         /* before a later test's children inherit it */
+    munmap(sk, 4096);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("slotkill")), SHMLOCK_OK);
+}
+
 /* flush_expired's count (the call itself must succeed) */
 static int
 flush_expired(shmlock_zone_t *z, int max_count)
@@ -2326,6 +2450,7 @@ main(int argc, char **argv)
     test_shards();
     test_eviction();
     test_slots_full();
+    test_slot_kills();
     test_crash_in_update();
     test_concurrency();
 
