@@ -812,7 +812,7 @@ slot_recover_locked(slots_t *t)
 int
 slot_verify_locked(slots_t *t, char *msg, size_t msg_size)
 {
-    uint32_t       i, at, hole, live = 0, dead = 0;
+    uint32_t       i, at, hole, live = 0, dead = 0, n;
     slot_state_t   st, found;
     const slot_t  *s;
     uint64_t       flags, process;
@@ -824,7 +824,16 @@ slot_verify_locked(slots_t *t, char *msg, size_t msg_size)
     }
     for (i = 0; i <= t->mask; i++) {
         s = &t->slots[i];
+        /* one state, not halves of two (lock-free callers change it
+         * meanwhile): read until two reads agree */
         st = slot_load(s);
+        for (n = 0; n < 1000; n++) {
+            found = slot_load(s);
+            if (slot_same(st, found)) {
+                break;
+            }
+            st = found;
+        }
         flags = st.stamp & SLOT_FLAGS;
         if (flags & ~(SLOT_LIVE | SLOT_DEAD | SLOT_MARKED)
             || ((flags & SLOT_LIVE) && (flags & SLOT_DEAD))
