@@ -563,8 +563,9 @@ slot_acquire_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
             continue;
         }
         /* the key's slot: as the lock-free acquire, with the mutex's
-         * write (lock-free callers may still race our CAS) */
-        while (st.stamp & SLOT_LIVE) {
+         * write (lock-free callers may still race our CAS: each lost race
+         * is someone else's change, and counts as a try) */
+        for ( ; n < 1000 && (st.stamp & SLOT_LIVE); n++) {
             if (st.owner != 0 && !slot_expired(st.stamp, now)) {
                 slot_ticket(tk, i, st, holder);
                 return SLOT_HELD;
@@ -582,6 +583,11 @@ slot_acquire_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
                 return SLOT_OK;
             }
             holder = 0;
+        }
+        if (n >= 1000 && (st.stamp & SLOT_LIVE)) {
+            /* others kept winning the slot: it is theirs */
+            slot_ticket(tk, i, st, 0);
+            return SLOT_HELD;
         }
     }
     return SLOT_SLOW;
