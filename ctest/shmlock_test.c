@@ -1077,6 +1077,50 @@ test_slot_calls(shmlock_zone_t *z)
     t.slot = 0;
     CHECK_RC(shmlock_slot_swap(z, &t, 0, 0, 0, 10, 0, &u), SHMLOCK_BAD_VALUE);
 
+    /* the walk: every key's slot once, held ones with their holder, a
+     * long key by its first 24 bytes */
+    {
+        shmlock_slot_info_t  info[3];
+        uint64_t             cursor = 0, next;
+        int                  count, steps = 0, seen_slk = 0, seen_long = 0;
+        int                  held = 0;
+
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+                 SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_scan(z, 0, info, 0, &count, &next),
+                 SHMLOCK_BAD_VALUE);
+        do {
+            CHECK(++steps < 100000);
+            CHECK_RC(shmlock_slot_scan(z, cursor, info, 3, &count, &next),
+                     SHMLOCK_OK);
+            CHECK(count >= 0 && count <= 3 && (next == 0 || next > cursor));
+            for (i = 0; i < count; i++) {
+                if (info[i].key_len == 3 && info[i].shown == 3
+                    && memcmp(info[i].key, "slk", 3) == 0)
+                {
+                    seen_slk++;
+                    CHECK(info[i].ticket.owner == OWN(11)
+                          && info[i].ticket.slot == t.slot
+                          && info[i].ticket.stamp == t.stamp
+                          && info[i].ticket.hash == t.hash
+                          && info[i].ticket.process == t.process);
+                }
+                if (info[i].key_len == sizeof(key) - 1) {
+                    seen_long++;
+                    CHECK(info[i].shown == 24
+                          && memcmp(info[i].key, key, 24) == 0);
+                }
+                held += info[i].ticket.owner != 0;
+            }
+            cursor = next;
+        } while (cursor != 0);
+        CHECK(seen_slk == 1 && seen_long == 2 && held == 1);
+        CHECK_RC(shmlock_slot_scan(z, ~(uint64_t) 0, info, 3, &count, &next),
+                 SHMLOCK_OK);
+        CHECK(count == 0 && next == 0);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    }
+
     /* stats count the slots and the keys' ones */
     CHECK_RC(shmlock_dict_stats(z, -1, &st), SHMLOCK_OK);
     CHECK(st.slots >= 16 * shmlock_zone_shards(z) && st.slots_used >= 3
@@ -1966,6 +2010,27 @@ corrupt_updates(shmlock_zone_t *z, const char *key, size_t klen, char *val,
              shmlock_slot_extend(z, &t, 100000, 0));
         CALL("slot_release", ST_COMPARE, shmlock_slot_release(z, &t));
         CALL("slot_release marked", ST_COMPARE, shmlock_slot_release(z, &u));
+    }
+    {
+        shmlock_slot_info_t  info[8];
+        uint64_t             cursor = 0, next;
+        int                  count, steps;
+
+        for (steps = 0; steps < 100000; steps++) {
+            CALL("slot_scan", ST(OK),
+                 shmlock_slot_scan(z, cursor, info, 8, &count, &next));
+            if (count < 0 || count > 8 || (next != 0 && next <= cursor)) {
+                fprintf(stderr, "%s: slot_scan: count %d, next %llu after "
+                        "%llu\n", corrupt_what, count,
+                        (unsigned long long) next,
+                        (unsigned long long) cursor);
+                exit(1);
+            }
+            if (next == 0) {
+                break;
+            }
+            cursor = next;
+        }
     }
     if (n % 2 == 0) {
         CALL("delete", ST_STORE, store(z, SHMLOCK_OP_SET, key, nil_value(),

@@ -552,6 +552,25 @@ SHMLOCK_API int shmlock_slot_mark(shmlock_zone_t *zone,
  * being rewritten (look again).  Writes nothing. */
 SHMLOCK_API int shmlock_slot_read_mark(shmlock_zone_t *zone,
     const shmlock_ticket_t *t, shmlock_mark_t *m);
+/*
+ * A walk over the zone's slots (a lock listing): from cursor (0 starts),
+ * at most max of the slots that are a key's (held or free: owner 0), in
+ * slot order, into out; *count of them; *next: the cursor to go on from,
+ * 0 when the walk is done.  Each slot is read whole, without the mutex
+ * (a slot that changes while read is left out of this step).  A key of
+ * up to 32 bytes is given whole; of a longer one, its first 24 bytes
+ * (shown < key_len): slots keep no more of it.  max < 1:
+ * SHMLOCK_BAD_VALUE.  Writes nothing.
+ */
+typedef struct {
+    shmlock_ticket_t  ticket;
+    uint32_t          key_len;
+    uint32_t          shown;        /* bytes of the key in key[] */
+    char              key[32];
+} shmlock_slot_info_t;
+
+SHMLOCK_API int shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
+    shmlock_slot_info_t *out, int max, int *count, uint64_t *next);
 /* 1 if t's holder may be alive: its process runs (by pid and start time
  * when t->process is known, else by pid alone); 0 if it is gone, or t
  * names no holder.  Reads /proc: for a waiter's occasional check. */

@@ -363,3 +363,50 @@ shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     m->until_ms = r.until;
     return SHMLOCK_OK;
 }
+
+int
+shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
+    shmlock_slot_info_t *out, int max, int *count, uint64_t *next)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+    uint64_t       n, per, total;
+    uint32_t       shard, klen, shown, hash;
+    int            rc, got = 0, ok;
+
+    *count = 0;
+    *next = 0;
+    rc = shm_watch(zone);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    if (max < 1) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    per = (uint64_t) zone->shard[0].slots.mask + 1;
+    total = per * zone->nshards;
+    for (n = cursor; n < total && got < max; n++) {
+        shard = (uint32_t) (n / per);
+        sh = &zone->shard[shard];
+        if (sh->slots.cas16) {
+            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk,
+                           out[got].key, &klen, &shown, &hash);
+        } else {
+            shard_lock(sh);
+            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk,
+                           out[got].key, &klen, &shown, &hash);
+            if (shard_unlock(sh, SHMLOCK_OK) != SHMLOCK_OK) {
+                return SHMLOCK_CORRUPT;
+            }
+        }
+        if (ok) {
+            shmlock_slot_out(&out[got].ticket, shard, hash, &tk);
+            out[got].key_len = klen;
+            out[got].shown = shown;
+            got++;
+        }
+    }
+    *count = got;
+    *next = n < total ? n : 0;
+    return SHMLOCK_OK;
+}

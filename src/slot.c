@@ -732,6 +732,39 @@ slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m)
     return SLOT_OK;
 }
 
+int
+slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, char *key,
+    uint32_t *klen, uint32_t *shown, uint32_t *hash)
+{
+    const slot_t  *s;
+    slot_state_t   a, b;
+    uint64_t       process;
+    uint32_t       len, h;
+
+    if (i > t->mask) {
+        return 0;
+    }
+    s = &t->slots[i];
+    a = slot_load(s);
+    if ((a.stamp & (SLOT_LIVE | SLOT_DEAD)) != SLOT_LIVE) {
+        return 0;
+    }
+    len = __atomic_load_n(&s->key_len, __ATOMIC_RELAXED);
+    h = __atomic_load_n(&s->hash, __ATOMIC_RELAXED);
+    memcpy(key, s->key, SLOT_KEY_INLINE);
+    process = __atomic_load_n(&s->process, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    b = slot_load(s);
+    if (!slot_same(a, b) || len == 0) {
+        return 0;
+    }
+    *klen = len;
+    *hash = h;
+    *shown = len <= SLOT_KEY_INLINE ? len : SLOT_KEY_PREFIX;
+    slot_ticket(tk, i, a, slot_process_of(a.owner, process));
+    return 1;
+}
+
 uint32_t
 slot_reclaim_locked(slots_t *t, int64_t now)
 {

@@ -243,6 +243,13 @@ int slot_mark_locked(slots_t *t, const slot_ticket_t *seen,
  * the slot left that state (or its record is being written: look
  * again). */
 int slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m);
+/* Slot i, lock-free (under the mutex without a 16-byte CAS): 1 if it is
+ * a key's (LIVE), read whole: tk its state, *klen the key's length, key
+ * (SLOT_KEY_INLINE bytes) the key's first *shown bytes (all of it, or
+ * SLOT_KEY_PREFIX of a longer one), *hash its hash; 0 if not a key's,
+ * or it changed while read. */
+int slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, char *key,
+    uint32_t *klen, uint32_t *shown, uint32_t *hash);
 /* Free slots (no owner, or expired and unmarked) become DEAD, and runs of
  * DEAD slots that end at an EMPTY one become EMPTY; returns the slots
  * freed. */

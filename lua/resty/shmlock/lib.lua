@@ -228,6 +228,14 @@ int shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     const shmlock_mark_t *m, shmlock_ticket_t *t);
 int shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     shmlock_mark_t *m);
+typedef struct {
+    shmlock_ticket_t  ticket;
+    uint32_t          key_len;
+    uint32_t          shown;
+    char              key[32];
+} shmlock_slot_info_t;
+int shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
+    shmlock_slot_info_t *out, int max, int *count, uint64_t *next);
 int shmlock_slot_alive(const shmlock_ticket_t *t);
 
 volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
