@@ -6,10 +6,12 @@
  * CAS on an ordinary chunk would be unsafe (a freed chunk can become
  * another entry's data), a slot is only ever a slot.
  *
- * STATUS: the table and its operations, tested on their own
- * (ctest/slot_test.c: semantics, 4 processes x 200k locked increments,
- * a crash before every write, the mutex fallback).  Not yet placed in the
- * zone file nor used by the Lua lock: see "Next" at the end.
+ * Each shard of a zone ends with one table (zone.h, layout 8); the ABI
+ * is shmlock_slot_* (shmlock_slot.c).  Tested on its own by
+ * ctest/slot_test.c (semantics, 4 processes x 200k locked increments, a
+ * crash before every write, the mutex fallback) and through the ABI by
+ * ctest/shmlock_test.c.  The Lua lock does not use it yet: see "Next" at
+ * the end.
  *
  *   slot_t (64 bytes, 64-aligned)
  *   +----------------------+------+---------+---------+-------------------+
