@@ -41,6 +41,10 @@ ROCK_MOD      = $(if $(LUA_INCDIR),$(ROCK_DIR)/resty/shmlock/core.so)
 # The C test driver (ctest/), linked against the test build.
 CTEST_SRC = ctest/shmlock_test.c
 CTEST     = build/shmlock_test
+# The lock slots on their own (src/slot.c, not yet in the zone file),
+# built from their sources with the crash countdown.
+SLOT_TEST_SRCS = ctest/slot_test.c src/slot.c src/crash.c
+SLOT_TEST      = build/slot_test
 
 # AddressSanitizer + UndefinedBehaviorSanitizer variant of the library and
 # the driver.  Any report is fatal (-fno-sanitize-recover), so a test fails.
@@ -50,6 +54,7 @@ ASAN_CFLAGS = -O1 -g $(SAN)
 ASAN_LIB    = libshmlock-asan.so
 ASAN_OBJS   = $(TEST_SRCS:src/%.c=build-asan/%.o)
 ASAN_CTEST  = build-asan/shmlock_test
+ASAN_SLOT_TEST = build-asan/slot_test
 # luajit is not built with ASan, so the runtime must be preloaded for it to
 # come first in the process (see CONTRIBUTING.md, "Testing").
 ASAN_RT     = $(shell $(CC) -print-file-name=libasan.so)
@@ -67,8 +72,8 @@ INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
-        test-nginx test-asan test-valgrind test-every-lua test-install test-luarocks \
-        test-busted check-layers lint
+        test-nginx test-asan test-valgrind test-slots test-every-lua test-install \
+        test-luarocks test-busted check-layers lint
 
 # `make` builds both libraries: the specs run against the test build, and
 # must not find one older than the sources.  `make lib`: the library alone.
@@ -125,6 +130,14 @@ $(ASAN_CTEST): $(CTEST_SRC) $(HDRS) $(ASAN_LIB)
 	@mkdir -p build-asan
 	$(CC) $(ASAN_CFLAGS) $(TESTING) $(WARN) -Isrc $(CTEST_SRC) -o $@ \
 	    -L. -l:$(ASAN_LIB) -Wl,-rpath,'$$ORIGIN/..'
+
+$(SLOT_TEST): $(SLOT_TEST_SRCS) $(HDRS)
+	@mkdir -p build
+	$(CC) $(CFLAGS) $(TESTING) $(WARN) -Isrc $(SLOT_TEST_SRCS) -o $@
+
+$(ASAN_SLOT_TEST): $(SLOT_TEST_SRCS) $(HDRS)
+	@mkdir -p build-asan
+	$(CC) $(ASAN_CFLAGS) $(TESTING) $(WARN) -Isrc $(SLOT_TEST_SRCS) -o $@
 
 deps:
 	scripts/deps.sh </dev/null
@@ -228,15 +241,22 @@ test-nginx: $(LIB)
 	    echo "test-nginx: no .t files under t/, nothing to prove"; \
 	fi
 
-test-asan: $(ASAN_LIB) $(ASAN_CTEST)
+test-asan: $(ASAN_LIB) $(ASAN_CTEST) $(ASAN_SLOT_TEST)
 	@rt='$(ASAN_RT)'; case "$$rt" in /*) ;; *) \
 	    echo "test-asan: $(CC) does not know libasan.so" >&2; exit 1;; esac
 	$(ASAN_ENV) $(ASAN_CTEST)
+	$(ASAN_ENV) SLOT_TEST_ROUNDS=20000 $(ASAN_SLOT_TEST)
 	LD_PRELOAD='$(ASAN_RT)' $(ASAN_ENV) SHMLOCK_LIB='$(CURDIR)/$(ASAN_LIB)' \
 	    scripts/busted.sh
 
-test-valgrind: $(CTEST)
+test-valgrind: $(CTEST) $(SLOT_TEST)
 	$(VALGRIND) $(CTEST)
+	SLOT_TEST_ROUNDS=2000 $(VALGRIND) $(SLOT_TEST)
+
+# The lock slots alone (ctest/slot_test.c); in test-asan and
+# test-valgrind with fewer rounds.
+test-slots: $(SLOT_TEST)
+	$(SLOT_TEST)
 
 # The rockspec installs and loads, and what it installs has no test hooks.
 test-install: $(LIB)

@@ -11,6 +11,7 @@
  *
  * usage: shmlock_test [dir]     (default: a new directory under $TMPDIR)
  * SHMLOCK_CORRUPT_ROUNDS=n: corruption rounds per zone (default 300)
+ * SHMLOCK_SLOT_ROUNDS=n: slot lock rounds per process (default 5000)
  */
 
 #define _GNU_SOURCE
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -876,6 +878,475 @@ test_lock_calls(shmlock_zone_t *z)
     verify(z);
 }
 
+/* a slot lock's owner word: this process's pid, an id */
+#define OWN(id)  ((uint64_t) getpid() << 32 | (id))
+
+/*
+ * The lock slots through the ABI (shmlock_slot_*): a pair, a refused
+ * acquire naming the holder, a stale ticket, expiry and extend, marks and
+ * a handoff by swap, the wake word, long keys, bad arguments, a full
+ * shard, the counts in stats; none of it is a dictionary key.
+ */
+static void
+test_slot_calls(shmlock_zone_t *z)
+{
+    shmlock_ticket_t  t, u, seen, m;
+    shmlock_stats_t   st;
+    uint32_t          hash, seq;
+    char              key[300];
+    int64_t           now;
+    int               i;
+
+    for (i = 0; i < 200; i++) {
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+                 SHMLOCK_OK);
+        CHECK(t.owner == OWN(11) && !(t.stamp & SHMLOCK_SLOT_MARKED));
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &u),
+                 SHMLOCK_EXISTS);
+        CHECK(u.owner == OWN(11) && u.slot == t.slot && u.stamp == t.stamp);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    }
+    /* a slot is no dictionary key */
+    expect_absent(z, "slk");
+
+    /* the holder's process: pid and start time; a dead holder is told
+     * from a live one, and its lock taken over by a swap; a swap's owner
+     * must be of the process it names */
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+             SHMLOCK_OK);
+    CHECK((uint32_t) t.process == (uint32_t) getpid()
+          && t.process >> 32 == (uint32_t) shmlock_proc_start(getpid()));
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &u),
+             SHMLOCK_EXISTS);
+    CHECK(u.process == t.process && shmlock_slot_alive(&u) == 1);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    {
+        pid_t  pid = fork();
+
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            _exit(shmlock_slot_acquire(z, KEY("slk"), 1, 5000, 0, &t));
+        }
+        CHECK(reap(pid) == SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0,
+                                      &seen), SHMLOCK_EXISTS);
+        CHECK(seen.owner >> 32 == (uint64_t) pid
+              && (uint32_t) seen.process == (uint32_t) pid);
+        CHECK(shmlock_slot_alive(&seen) == 0);
+        CHECK_RC(shmlock_slot_swap(z, &seen, seen.owner, 0, 0, 5000, 0, &u),
+                 SHMLOCK_BAD_VALUE);        /* not of our process */
+        CHECK_RC(shmlock_slot_swap(z, &seen, OWN(12), 0, 0, 5000, 0, &u),
+                 SHMLOCK_OK);
+        CHECK(u.process == t.process);
+        CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+        memset(&u, 0, sizeof(u));
+        CHECK(shmlock_slot_alive(&u) == 0);
+    }
+    CHECK_RC(shmlock_slot_look(z, KEY("slk"), &u), SHMLOCK_OK);
+    CHECK(u.owner == 0);
+    CHECK_RC(shmlock_slot_look(z, KEY("no such"), &u), SHMLOCK_NOT_FOUND);
+
+    /* expiry (the caller's clock): an expired lock is taken at once, its
+     * old holder's ticket releases and extends nothing */
+    now = shmlock_now_ms();
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 100, now, &t),
+             SHMLOCK_OK);
+    CHECK((int64_t) (t.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT) == now + 100);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 100, now + 99, &u),
+             SHMLOCK_EXISTS);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, now + 100, &u),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_extend(z, &t, 5000, 0), SHMLOCK_NOT_FOUND);
+    /* extend: the ticket follows */
+    CHECK_RC(shmlock_slot_extend(z, &u, 7000, now), SHMLOCK_OK);
+    CHECK((int64_t) (u.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT) == now + 7000);
+    CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+
+    /* a mark: the holder's release answers CHANGED and the holder hands
+     * over by swap; the waiter it names holds the key, the key's
+     * sleepers are woken by the caller */
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &seen),
+             SHMLOCK_EXISTS);
+    CHECK_RC(shmlock_slot_swap(z, &seen, seen.owner, 0, SHMLOCK_SLOT_MARKED,
+                               SHMLOCK_KEEP_TTL, 0, &m), SHMLOCK_OK);
+    CHECK(m.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT
+          == t.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT);
+    CHECK_RC(shmlock_slot_swap(z, &seen, OWN(13), 0, 0, 5000, 0, &u),
+             SHMLOCK_CHANGED);              /* seen is stale */
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 13, 5000, 0, &u),
+             SHMLOCK_EXISTS);
+    CHECK(u.stamp & SHMLOCK_SLOT_MARKED);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_slot_extend(z, &t, 5000, 0), SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_slot_swap(z, &m, OWN(12), 0, 0, 5000, 0, &u),
+             SHMLOCK_OK);
+    CHECK(u.owner == OWN(12) && !(u.stamp & SHMLOCK_SLOT_MARKED));
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    /* a mark withdrawn: the holder's own ticket works again */
+    CHECK_RC(shmlock_slot_swap(z, &u, OWN(12), 0, SHMLOCK_SLOT_MARKED,
+                               SHMLOCK_KEEP_TTL, 0, &m), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_swap(z, &m, OWN(12), 0, 0, SHMLOCK_KEEP_TTL, 0,
+                               &seen), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+
+    /* marks through their records: a waiter marks the held lock, the
+     * holder's release answers CHANGED, reads the mark and hands over;
+     * a mark of an older waiter replaces it */
+    {
+        shmlock_mark_t  mk = { OWN(20), 0, 3000, 100, 900 }, got;
+
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+                 SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_look(z, KEY("slk"), &seen), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_read_mark(z, &seen, &got), SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_slot_mark(z, &seen, &mk, &m), SHMLOCK_OK);
+        CHECK(m.stamp & SHMLOCK_SLOT_MARKED);
+        CHECK_RC(shmlock_slot_mark(z, &seen, &mk, &u), SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_slot_read_mark(z, &m, &got), SHMLOCK_OK);
+        CHECK(got.owner == OWN(20) && got.exptime_ms == 3000
+              && got.since_ms == 100 && got.until_ms == 900
+              && got.process == t.process);
+        mk.owner = OWN(21);
+        mk.since_ms = 50;
+        CHECK_RC(shmlock_slot_mark(z, &m, &mk, &u), SHMLOCK_OK);
+        CHECK(u.stamp == m.stamp && u.owner == m.owner);
+        CHECK_RC(shmlock_slot_read_mark(z, &u, &got), SHMLOCK_OK);
+        CHECK(got.owner == OWN(21) && got.since_ms == 50);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_slot_look(z, KEY("slk"), &seen), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_read_mark(z, &seen, &got), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_swap(z, &seen, got.owner, got.process, 0,
+                                   got.exptime_ms, 0, &u), SHMLOCK_OK);
+        CHECK(u.owner == OWN(21) && !(u.stamp & SHMLOCK_SLOT_MARKED));
+        CHECK_RC(shmlock_slot_read_mark(z, &seen, &got), SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+        /* a free slot takes no mark; a mark names a waiter of its
+         * process */
+        CHECK_RC(shmlock_slot_look(z, KEY("slk"), &seen), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_mark(z, &seen, &mk, &u), SHMLOCK_BAD_VALUE);
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+                 SHMLOCK_OK);
+        mk.owner = 1;
+        CHECK_RC(shmlock_slot_mark(z, &t, &mk, &u), SHMLOCK_BAD_VALUE);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    }
+
+    /* a release wakes the key's word when a waiter is counted; a
+     * refused one does not */
+    hash = shmlock_hash(KEY("slk"));
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+             SHMLOCK_OK);
+    CHECK(t.hash == hash);
+    seq = shmlock_wait_begin(z, hash);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    CHECK(wait_word(z, hash) != seq);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 1000000), SHMLOCK_OK);
+    seq = shmlock_wait_begin(z, hash);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    CHECK(wait_word(z, hash) == seq);
+    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
+
+    /* long keys: one slot each, whatever they share */
+    memset(key, 'L', sizeof(key) - 1);
+    key[sizeof(key) - 1] = '\0';
+    CHECK_RC(shmlock_slot_acquire(z, KEY(key), 11, 5000, 0, &t),
+             SHMLOCK_OK);
+    key[sizeof(key) - 2] = 'M';
+    CHECK_RC(shmlock_slot_acquire(z, KEY(key), 12, 5000, 0, &u),
+             SHMLOCK_OK);
+    CHECK(t.slot != u.slot);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+
+    /* bad arguments, and tickets of no slot */
+    CHECK_RC(shmlock_slot_acquire(z, "", 0, 11, 5000, 0, &t),
+             SHMLOCK_BAD_KEY);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, -5, 0, &t),
+             SHMLOCK_BAD_VALUE);
+    CHECK_RC(shmlock_slot_look(z, "", 0, &t), SHMLOCK_BAD_KEY);
+    memset(&t, 0, sizeof(t));
+    t.slot = 0xffffffff;
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_extend(z, &t, 10, 0), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_swap(z, &t, OWN(1), 0, 0, 10, 0, &u),
+             SHMLOCK_CHANGED);
+    t.slot = 0;
+    CHECK_RC(shmlock_slot_swap(z, &t, 0, 0, 0, 10, 0, &u), SHMLOCK_BAD_VALUE);
+
+    /* the walk: every key's slot once, held ones with their holder, a
+     * long key by its first 24 bytes */
+    {
+        shmlock_slot_info_t  info[3];
+        uint64_t             cursor = 0, next;
+        int                  count, steps = 0, seen_slk = 0, seen_long = 0;
+        int                  held = 0;
+
+        CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 11, 5000, 0, &t),
+                 SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_scan(z, 0, info, 0, &count, &next),
+                 SHMLOCK_BAD_VALUE);
+        do {
+            CHECK(++steps < 100000);
+            CHECK_RC(shmlock_slot_scan(z, cursor, info, 3, &count, &next),
+                     SHMLOCK_OK);
+            CHECK(count >= 0 && count <= 3 && (next == 0 || next > cursor));
+            for (i = 0; i < count; i++) {
+                if (info[i].key_len == 3 && info[i].shown == 3
+                    && memcmp(info[i].key, "slk", 3) == 0)
+                {
+                    seen_slk++;
+                    CHECK(info[i].ticket.owner == OWN(11)
+                          && info[i].ticket.slot == t.slot
+                          && info[i].ticket.stamp == t.stamp
+                          && info[i].ticket.hash == t.hash
+                          && info[i].ticket.process == t.process);
+                }
+                if (info[i].key_len == sizeof(key) - 1) {
+                    seen_long++;
+                    CHECK(info[i].shown == 24
+                          && memcmp(info[i].key, key, 24) == 0);
+                }
+                held += info[i].ticket.owner != 0;
+            }
+            cursor = next;
+        } while (cursor != 0);
+        CHECK(seen_slk == 1 && seen_long == 2 && held == 1);
+        CHECK_RC(shmlock_slot_scan(z, ~(uint64_t) 0, info, 3, &count, &next),
+                 SHMLOCK_OK);
+        CHECK(count == 0 && next == 0);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    }
+
+    /* stats count the slots and the keys' ones */
+    CHECK_RC(shmlock_dict_stats(z, -1, &st), SHMLOCK_OK);
+    CHECK(st.slots >= 16 * shmlock_zone_shards(z) && st.slots_used >= 3
+          && st.slots_used < st.slots);
+    verify(z);
+}
+
+/*
+ * A shard whose slots are all held answers NO_MEMORY; a slot released
+ * is reclaimed for another key.  In a zone of one shard.
+ */
+static void
+test_slots_full(void)
+{
+    shmlock_zone_t   *z = open_zone("slots", SHMLOCK_MIN_SIZE);
+    shmlock_ticket_t  t, first;
+    shmlock_stats_t   st;
+    char              key[32];
+    int               i, rc;
+
+    CHECK_RC(shmlock_dict_stats(z, -1, &st), SHMLOCK_OK);
+    for (i = 0; ; i++) {
+        CHECK(i <= (int) st.slots);
+        snprintf(key, sizeof(key), "full%d", i);
+        rc = shmlock_slot_acquire(z, KEY(key), 1, 0, 0, &t);
+        if (rc == SHMLOCK_NO_MEMORY) {
+            break;
+        }
+        CHECK_RC(rc, SHMLOCK_OK);
+        if (i == 0) {
+            first = t;
+        }
+    }
+    /* 7/8 of the slots: probes stay short */
+    CHECK(i == (int) (st.slots - st.slots / 8));
+    verify(z);
+    CHECK_RC(shmlock_slot_release(z, &first), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("one more"), 1, 0, 0, &t),
+             SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_look(z, KEY("full0"), &t), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
+             SHMLOCK_NO_MEMORY);
+    verify(z);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("slots")), SHMLOCK_OK);
+}
+
+/*
+ * Slot locks across processes: 4 processes take one key's slot lock in
+ * turn and increment a dictionary number by a get and a set (exact only
+ * under exclusion), churning keys of their own through the table.
+ */
+static void
+test_slot_processes(shmlock_zone_t *z, int rounds)
+{
+    pid_t  pids[4];
+    int    p, i;
+
+    CHECK_RC(store(z, SHMLOCK_OP_SET, "slot counter", num_value(0), 0),
+             SHMLOCK_OK);
+    for (p = 0; p < 4; p++) {
+        pids[p] = fork();
+        CHECK(pids[p] >= 0);
+        if (pids[p] != 0) {
+            continue;
+        }
+        for (i = 0; i < rounds; i++) {
+            shmlock_ticket_t  t, c;
+            uint32_t          owner = (uint32_t) i + 1;
+            char              key[32];
+            int               rc, n;
+
+            for (n = 0; ; n++) {
+                rc = shmlock_slot_acquire(z, KEY("slot lock"), owner, 60000,
+                                          0, &t);
+                if (rc == SHMLOCK_OK) {
+                    break;
+                }
+                CHECK_RC(rc, SHMLOCK_EXISTS);
+                if (n % 16 == 15) {
+                    sched_yield();
+                }
+            }
+            CHECK_RC(store(z, SHMLOCK_OP_SET, "slot counter",
+                           num_value(read_num(z, "slot counter") + 1), 0),
+                     SHMLOCK_OK);
+            CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+            snprintf(key, sizeof(key), "churn %d %d", p, i % 50);
+            rc = shmlock_slot_acquire(z, KEY(key), owner, 60000, 0, &c);
+            CHECK(rc == SHMLOCK_OK || rc == SHMLOCK_NO_MEMORY);
+            if (rc == SHMLOCK_OK) {
+                CHECK_RC(shmlock_slot_release(z, &c), SHMLOCK_OK);
+            }
+        }
+        _exit(0);
+    }
+    for (p = 0; p < 4; p++) {
+        CHECK(reap(pids[p]) == 0);
+    }
+    CHECK(read_num(z, "slot counter") == 4.0 * rounds);
+    verify(z);
+}
+
+/*
+ * Slot locks under kill -9.  Workers take one key's slot lock (that never
+ * expires: a dead holder's lock is only ever taken over, when
+ * shmlock_slot_alive says it is gone, by a swap from the state seen) and
+ * write their pid in a word while inside; the parent SIGKILLs a random
+ * worker, wherever it is, 40 times, starting another each time.  Whoever
+ * enters finds nobody alive inside, every release of a lock taken is
+ * accepted, and the zone verifies.  (The pauses between kills only spread
+ * them out: no outcome depends on them.)
+ */
+enum { SK_INSIDE, SK_VIOLATIONS, SK_TAKEOVERS, SK_STOP, SK_ROUNDS };
+
+static void
+slot_kill_worker(shmlock_zone_t *z, uint32_t *sk)
+{
+    shmlock_ticket_t  t, u;
+    uint32_t          me = (uint32_t) getpid(), id = 0, was;
+    int               rc, i;
+
+    while (!__atomic_load_n(&sk[SK_STOP], __ATOMIC_ACQUIRE)) {
+        rc = shmlock_slot_acquire(z, KEY("kill lock"), ++id, 0, 0, &t);
+        if (rc == SHMLOCK_EXISTS) {
+            if (shmlock_slot_alive(&t)
+                || shmlock_slot_swap(z, &t, OWN(id), 0, 0, 0, 0, &u)
+                   != SHMLOCK_OK)
+            {
+                sched_yield();
+                continue;
+            }
+            t = u;
+            __atomic_add_fetch(&sk[SK_TAKEOVERS], 1, __ATOMIC_RELAXED);
+        } else if (rc != SHMLOCK_OK) {
+            __atomic_add_fetch(&sk[SK_VIOLATIONS], 1, __ATOMIC_RELAXED);
+            _exit(1);
+        }
+        was = __atomic_load_n(&sk[SK_INSIDE], __ATOMIC_ACQUIRE);
+        if (was != 0 && shmlock_proc_alive((int) was, 0)) {
+            __atomic_add_fetch(&sk[SK_VIOLATIONS], 1, __ATOMIC_RELAXED);
+        }
+        __atomic_store_n(&sk[SK_INSIDE], me, __ATOMIC_RELEASE);
+        for (i = 0; i < 2000; i++) {
+            if (__atomic_load_n(&sk[SK_INSIDE], __ATOMIC_ACQUIRE) != me) {
+                __atomic_add_fetch(&sk[SK_VIOLATIONS], 1, __ATOMIC_RELAXED);
+            }
+        }
+        __atomic_store_n(&sk[SK_INSIDE], 0, __ATOMIC_RELEASE);
+        if (shmlock_slot_release(z, &t) != SHMLOCK_OK) {
+            __atomic_add_fetch(&sk[SK_VIOLATIONS], 1, __ATOMIC_RELAXED);
+        }
+        __atomic_add_fetch(&sk[SK_ROUNDS], 1, __ATOMIC_RELAXED);
+    }
+    _exit(0);
+}
+
+static pid_t
+slot_kill_spawn(shmlock_zone_t *z, uint32_t *sk)
+{
+    pid_t  pid = fork();
+
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        slot_kill_worker(z, sk);
+    }
+    return pid;
+}
+
+static void
+test_slot_kills(void)
+{
+    shmlock_zone_t    *z = open_zone("slotkill", 1 << 20);
+    shmlock_ticket_t   t, u;
+    uint32_t          *sk, rounds;
+    pid_t              pids[4];
+    int                i, k, rc;
+
+    sk = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+              -1, 0);
+    CHECK(sk != MAP_FAILED);
+    memset(sk, 0, 4096);
+    srand((unsigned) getpid());
+    for (i = 0; i < 4; i++) {
+        pids[i] = slot_kill_spawn(z, sk);
+    }
+    for (k = 0; k < 40; k++) {
+        sleep_ms(1 + rand() % 4);
+        i = rand() % 4;
+        kill(pids[i], SIGKILL);
+        CHECK(reap(pids[i]) == 128 + SIGKILL);
+        pids[i] = slot_kill_spawn(z, sk);
+    }
+    /* the survivors go on until they have done some rounds (bounded) */
+    rounds = __atomic_load_n(&sk[SK_ROUNDS], __ATOMIC_ACQUIRE);
+    for (k = 0; k < 6000 && __atomic_load_n(&sk[SK_ROUNDS], __ATOMIC_ACQUIRE)
+                            < rounds + 100; k++)
+    {
+        sleep_ms(10);
+    }
+    __atomic_store_n(&sk[SK_STOP], 1, __ATOMIC_RELEASE);
+    for (i = 0; i < 4; i++) {
+        CHECK(reap(pids[i]) == 0);
+    }
+    CHECK(sk[SK_VIOLATIONS] == 0);
+    CHECK(sk[SK_ROUNDS] >= rounds + 100);
+    /* the lock is free, or a dead worker's: taken over at once */
+    rc = shmlock_slot_acquire(z, KEY("kill lock"), 1, 0, 0, &t);
+    if (rc == SHMLOCK_EXISTS) {
+        CHECK(shmlock_slot_alive(&t) == 0);
+        CHECK_RC(shmlock_slot_swap(z, &t, OWN(1), 0, 0, 0, 0, &u),
+                 SHMLOCK_OK);
+        t = u;
+    } else {
+        CHECK_RC(rc, SHMLOCK_OK);
+    }
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    verify(z);
+    printf("  slot locks under kill -9: %u rounds, %u dead holders' locks "
+           "taken over\n", sk[SK_ROUNDS], sk[SK_TAKEOVERS]);
+    fflush(stdout);         /* before a later test's children inherit it */
+    munmap(sk, 4096);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("slotkill")), SHMLOCK_OK);
+}
+
 /* flush_expired's count (the call itself must succeed) */
 static int
 flush_expired(shmlock_zone_t *z, int max_count)
@@ -1526,6 +1997,41 @@ corrupt_updates(shmlock_zone_t *z, const char *key, size_t klen, char *val,
          shmlock_lock_acquire(z, key, klen, KEY("tok"), 100000, 0));
     CALL("lock_release", ST_COMPARE,
          shmlock_lock_release(z, key, klen, KEY("tok")));
+    {
+        shmlock_ticket_t  t = { 0, 0, 0, 0, 0 }, u = { 0, 0, 0, 0, 0 };
+
+        CALL("slot_acquire", ST_STORE,
+             shmlock_slot_acquire(z, key, klen, 5, 100000, 0, &t));
+        CALL("slot_look", ST_LOOKUP, shmlock_slot_look(z, key, klen, &u));
+        CALL("slot_swap", ST(OK) | ST(CHANGED) | ST(CORRUPT),
+             shmlock_slot_swap(z, &t, OWN(5), 0, SHMLOCK_SLOT_MARKED,
+                               SHMLOCK_KEEP_TTL, 0, &u));
+        CALL("slot_extend", ST_COMPARE,
+             shmlock_slot_extend(z, &t, 100000, 0));
+        CALL("slot_release", ST_COMPARE, shmlock_slot_release(z, &t));
+        CALL("slot_release marked", ST_COMPARE, shmlock_slot_release(z, &u));
+    }
+    {
+        shmlock_slot_info_t  info[8];
+        uint64_t             cursor = 0, next;
+        int                  count, steps;
+
+        for (steps = 0; steps < 100000; steps++) {
+            CALL("slot_scan", ST(OK),
+                 shmlock_slot_scan(z, cursor, info, 8, &count, &next));
+            if (count < 0 || count > 8 || (next != 0 && next <= cursor)) {
+                fprintf(stderr, "%s: slot_scan: count %d, next %llu after "
+                        "%llu\n", corrupt_what, count,
+                        (unsigned long long) next,
+                        (unsigned long long) cursor);
+                exit(1);
+            }
+            if (next == 0) {
+                break;
+            }
+            cursor = next;
+        }
+    }
     if (n % 2 == 0) {
         CALL("delete", ST_STORE, store(z, SHMLOCK_OP_SET, key, nil_value(),
                                        0));
@@ -1735,6 +2241,41 @@ test_processes(shmlock_zone_t *z)
  * zone verifies.  The operations cover allocation, eviction, replacement,
  * removal, incr, cas and flush.
  */
+/*
+ * Slot writes: keys' first slots (more keys than the zone's slots, so
+ * reclaim and tombstones too), marks set and cleared, handoffs, releases;
+ * 1 ms locks, so that a child killed holding one leaves nothing for long.
+ */
+static void
+crash_child_slots(shmlock_zone_t *z)
+{
+    shmlock_mark_t    mk = { OWN(8), 0, 1, 0, 0 };
+    shmlock_ticket_t  t, m, u;
+    char              key[16];
+    int               i;
+
+    for (i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "slot%d", i);
+        if (shmlock_slot_acquire(z, KEY(key), 7, 1, 0, &t) != SHMLOCK_OK) {
+            continue;
+        }
+        if (i % 4 == 0
+            && shmlock_slot_mark(z, &t, &mk, &m) == SHMLOCK_OK)
+        {
+            if (i % 8 == 0) {
+                if (shmlock_slot_swap(z, &m, OWN(8), 0, 0, 1, 0, &u)   /* handoff */
+                    == SHMLOCK_OK)
+                {
+                    t = u;
+                }
+            } else {
+                shmlock_slot_swap(z, &m, OWN(7), 0, 0, SHMLOCK_KEEP_TTL, 0, &u);
+            }
+        }
+        shmlock_slot_release(z, &t);
+    }
+}
+
 static void
 crash_child_ops(shmlock_zone_t *z)
 {
@@ -1754,6 +2295,7 @@ crash_child_ops(shmlock_zone_t *z)
     store(z, SHMLOCK_OP_SET, "victim", nil_value(), 0);
     CHECK_RC(shmlock_dict_flush_all(z), SHMLOCK_OK);
     flush_expired(z, 0);
+    crash_child_slots(z);
 }
 
 static void
@@ -1929,7 +2471,9 @@ main(int argc, char **argv)
     shmlock_zone_t  *z;
     const char      *tmp = getenv("TMPDIR");
     const char      *env = getenv("SHMLOCK_CORRUPT_ROUNDS");
+    const char      *slot_env = getenv("SHMLOCK_SLOT_ROUNDS");
     int              own_dir = argc < 2, i, rounds;
+    int              slot_rounds = slot_env ? atoi(slot_env) : 5000;
     size_t           sizes[2] = { 1 << 20, 8 << 20 };
 
     if (own_dir) {
@@ -1956,6 +2500,8 @@ main(int argc, char **argv)
         test_expiry(z);
         test_cas_cad(z);
         test_lock_calls(z);
+        test_slot_calls(z);
+        test_slot_processes(z, slot_rounds);
         test_flush_and_keys(z);
         test_scan(z);
         test_guarded_store(z);
@@ -1968,6 +2514,8 @@ main(int argc, char **argv)
     test_shard_counts();
     test_shards();
     test_eviction();
+    test_slots_full();
+    test_slot_kills();
     test_crash_in_update();
     test_concurrency();
 

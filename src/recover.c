@@ -81,6 +81,8 @@ recover_shard(shard_t *sh)
 
     /* first the one multi-word update, so the hash chains are whole */
     rewrite_undo(sh);
+    /* the lock slots: the fallback's undo, their counters */
+    slot_recover_locked(&sh->slots);
 
     seen = calloc((size_t) sh->nchunks + 1, 1);
 

@@ -4,12 +4,12 @@
  * own mutex: the zone (zone.h, which draws the whole layout) hands each
  * key to one shard by its hash.
  *
- *   +--------------+-------------+----------------+---------+---------+--
- *   | shard_hdr_t  | buckets     | read marks     | chunk 0 | chunk 1 | ..
- *   | (this file)  | u32 each    | u8 per chunk   | unused  | (chunk.h,
- *   |              |             |                |         |  entry.h)
- *   +--------------+-------------+----------------+---------+---------+--
- *   0              buckets_off   refs_off         chunks_off
+ *   +-------------+-----------+--------------+---------+-----+------------+
+ *   | shard_hdr_t | buckets   | read marks   | chunk 0 | ... | slot_hdr_t |
+ *   | (this file) | u32 each  | u8 per chunk | unused  |     | lock slots |
+ *   |             |           |              |         |     | (slot.h)   |
+ *   +-------------+-----------+--------------+---------+-----+------------+
+ *   0             buckets_off refs_off       chunks_off      slots_off
  *
  * Everything in a shard is addressed by offsets or 32-bit chunk indices,
  * never by pointers: each process maps the zone at its own address.
@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "shmtx.h"
+#include "slot.h"
 
 #define SHARD_CHUNK_SIZE   64      /* the unit of a shard's memory */
 #define SHARD_UNDO_BYTES   4096
@@ -122,6 +123,7 @@ typedef struct {
                                      the call answers SHMLOCK_CORRUPT */
     uint32_t       scratch;       /* where a write meant for a link that is
                                      not there goes (a corrupt chain) */
+    slots_t        slots;         /* the shard's lock slots (slot.h) */
 } shard_t;
 
 #endif /* SHARD_H */

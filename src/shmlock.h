@@ -78,7 +78,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
     SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
     SHMLOCK_GEN_WORDS = 1024,     /* generation words of a zone */
-    SHMLOCK_LAYOUT = 7,           /* the zone layout this build reads and
+    SHMLOCK_LAYOUT = 8,           /* the zone layout this build reads and
                                      makes (zone.h) */
     SHMLOCK_WATCH_MS = 100        /* a process looks whether a zone's file
                                      was removed at most this often, at its
@@ -359,7 +359,9 @@ SHMLOCK_API int shmlock_dict_verify(shmlock_zone_t *zone, char *msg,
  * flush_expired), spins and sleeps (mutex acquisitions that waited
  * without sleeping, and that slept on the futex), takeovers (a dead
  * holder's mutex taken over) and recoveries (the shard repaired after a
- * takeover).  Each shard is read under its own mutex.
+ * takeover).  slots: the lock slots (shmlock_slot_*); slots_used: those
+ * that are a key's (held or free: a free one is reclaimed when room is
+ * needed).  Each shard is read under its own mutex.
  */
 typedef struct {
     uint64_t  capacity;
@@ -371,6 +373,8 @@ typedef struct {
     uint64_t  sleeps;
     uint64_t  takeovers;
     uint64_t  recoveries;
+    uint64_t  slots;        /* lock slots (shmlock_slot_*): how many */
+    uint64_t  slots_used;   /* of them, keys' slots (held or free) */
 } shmlock_stats_t;
 
 SHMLOCK_API int shmlock_dict_stats(shmlock_zone_t *zone, int shard,
@@ -439,6 +443,158 @@ SHMLOCK_API int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
  */
 SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
     size_t key_len, const char *tok, size_t tok_len);
+
+
+/* ---- lock slots (issue 22): a lock pair in one 16-byte CAS each way ---- */
+
+/*
+ * Each shard of a zone (layout 8) ends with a table of 64-byte lock
+ * slots, memory for locks only (src/slot.h draws it): one slot per key,
+ * made at the key's first acquire and kept after its release, so that a
+ * pair is one compare-and-swap each way, without the shard's mutex.
+ * Slots are not dictionary entries: the dictionary calls do not see
+ * them, nor they the dictionary's keys.  (The Lua lock does not use them
+ * yet: its locks are still dictionary entries, shmlock_lock_*.)
+ *
+ * A slot's state is two words, changed together by one 16-byte CAS:
+ * owner (0: free; else the holder: its pid << 32 | an id of the caller's
+ * that tells its waiters (lock objects, coroutines) apart, e.g. a
+ * counter) and stamp:
+ *
+ *   stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT   the expiry, zone clock ms
+ *                                        (2^40 - 1: never)
+ *   stamp & SHMLOCK_SLOT_MARKED          a waiter is queued: the fast
+ *                                        paths leave the slot to the
+ *                                        caller's slow path
+ *   stamp & 0xfffff                      a serial, moved on by every
+ *                                        change but a mark's
+ *
+ * Beside the state, each slot keeps a hint of its holder's process: pid
+ * | (low 32 bits of its start time) << 32, as shmlock_proc_start counts
+ * it, so that a waiter tells a dead holder from its pid reused
+ * (shmlock_slot_alive).  A ticket's process is the hint when it names
+ * the owner's pid, else 0 (unknown: only the pid can be asked).
+ *
+ * A ticket names one state of one slot: an acquire hands it out, a
+ * release gives it back.  A ticket releases or extends only while the
+ * slot is still in exactly its state, so a holder whose lock expired and
+ * was taken touches nothing.  Without a 16-byte CAS on this CPU each
+ * call takes the shard's mutex (same answers).  A crash at any
+ * instruction leaves every slot in its old or its new state.
+ *
+ * exptime_ms: the lock's time to live (ms, > 0), or 0 for never; now_ms:
+ * the caller's reading of the zone clock, or 0 to read it here (as for
+ * shmlock_lock_acquire).
+ */
+typedef struct {
+    uint32_t  slot;     /* shard << 24 | index of the slot in its shard */
+    uint32_t  hash;     /* shmlock_hash of the key */
+    uint64_t  owner;
+    uint64_t  stamp;
+    uint64_t  process;  /* the holder's process, 0: not known */
+} shmlock_ticket_t;
+
+enum {
+    SHMLOCK_SLOT_EXPIRY_SHIFT = 24,
+    SHMLOCK_SLOT_MARKED = 4194304     /* 1 << 22 */
+};
+
+/*
+ * Takes key for the owner (this process's pid << 32 | id; id: the
+ * caller's, a 32-bit number that tells its waiters apart, so that a Lua
+ * number carries it): SHMLOCK_OK (t: our ticket); SHMLOCK_EXISTS: held
+ * (live) by another, or marked (t: the slot's state, to look at or swap
+ * from); SHMLOCK_NO_MEMORY: no slot left in the key's shard (free slots
+ * are reclaimed first: every one is held); SHMLOCK_BAD_KEY;
+ * SHMLOCK_BAD_VALUE: exptime_ms < 0.  An expired lock is taken at once.
+ */
+SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
+    shmlock_ticket_t *t);
+/*
+ * Releases the lock of ticket t and wakes one sleeper of its key
+ * (shmlock_wake_waiters): SHMLOCK_OK; SHMLOCK_CHANGED: still t's but
+ * marked (the caller hands it over, or clears the mark, by swap);
+ * SHMLOCK_NOT_FOUND: not t's any more (expired and taken, released).
+ * Refused (SHMLOCK_DESTROYED, SHMLOCK_REMOVED) once the zone is known
+ * dead; it does not look at the zone's file itself (acquires do).
+ */
+SHMLOCK_API int shmlock_slot_release(shmlock_zone_t *zone,
+    const shmlock_ticket_t *t);
+/* A new expiry for t's lock (t follows): SHMLOCK_OK, SHMLOCK_CHANGED
+ * (marked), SHMLOCK_NOT_FOUND (not t's). */
+SHMLOCK_API int shmlock_slot_extend(shmlock_zone_t *zone,
+    shmlock_ticket_t *t, int64_t exptime_ms, int64_t now_ms);
+/* The state of key's slot: SHMLOCK_OK (t; owner 0: free),
+ * SHMLOCK_NOT_FOUND (no slot: free).  Writes nothing. */
+SHMLOCK_API int shmlock_slot_look(shmlock_zone_t *zone, const char *key,
+    size_t key_len, shmlock_ticket_t *t);
+/*
+ * From the state `seen` (a look's or a refused acquire's ticket) to
+ * owner of process (0: the caller's; a handoff names the waiter's),
+ * marked (SHMLOCK_SLOT_MARKED or 0) and exptime_ms (SHMLOCK_KEEP_TTL:
+ * seen's expiry): a dead holder's takeover, a handoff, a mark set or
+ * cleared (the mark alone changing keeps the holder's ticket valid).
+ * SHMLOCK_OK (t: the new state); SHMLOCK_CHANGED: the slot is no longer
+ * in state seen; SHMLOCK_BAD_VALUE: owner 0 (a swap never frees: release
+ * does) or not of process's pid.  Wakes nobody: a handoff wakes the key's
+ * sleepers itself (shmlock_wake_waiters, all = 1).
+ */
+SHMLOCK_API int shmlock_slot_swap(shmlock_zone_t *zone,
+    const shmlock_ticket_t *seen, uint64_t owner, uint64_t process,
+    unsigned marked, int64_t exptime_ms, int64_t now_ms,
+    shmlock_ticket_t *t);
+/*
+ * Marks: the waiter a marked lock goes to.  A slot has a mark record of
+ * its own, written under the shard's mutex (a crash halfway through drops
+ * the mark: recovery clears the flag), then SHMLOCK_SLOT_MARKED is set in
+ * its state; the holder's release then answers SHMLOCK_CHANGED, and the
+ * holder reads the mark and hands over (swap to the waiter's owner,
+ * process and exptime) or drops it (swap, marked 0).
+ */
+typedef struct {
+    uint64_t  owner;        /* the waiter: pid << 32 | id */
+    uint64_t  process;      /* its process (0 on mark: the caller's) */
+    int64_t   exptime_ms;   /* the time to live it asks for on handoff */
+    int64_t   since_ms;     /* when it began to wait (zone clock) */
+    int64_t   until_ms;     /* its deadline (zone clock) */
+} shmlock_mark_t;
+
+/* Marks the lock in state `seen` (held; marked already: the mark is
+ * replaced) with m: SHMLOCK_OK (t: the marked state); SHMLOCK_CHANGED
+ * (the slot left state seen); SHMLOCK_BAD_VALUE (m->owner not of
+ * m->process's pid, seen not held). */
+SHMLOCK_API int shmlock_slot_mark(shmlock_zone_t *zone,
+    const shmlock_ticket_t *seen, const shmlock_mark_t *m,
+    shmlock_ticket_t *t);
+/* The mark of the marked state t (a look's): SHMLOCK_OK (m);
+ * SHMLOCK_CHANGED: the slot is in another state now, or its mark is
+ * being rewritten (look again).  Writes nothing. */
+SHMLOCK_API int shmlock_slot_read_mark(shmlock_zone_t *zone,
+    const shmlock_ticket_t *t, shmlock_mark_t *m);
+/*
+ * A walk over the zone's slots (a lock listing): from cursor (0 starts),
+ * at most max of the slots that are a key's (held or free: owner 0), in
+ * slot order, into out; *count of them; *next: the cursor to go on from,
+ * 0 when the walk is done.  Each slot is read whole, without the mutex
+ * (a slot that changes while read is left out of this step).  A key of
+ * up to 32 bytes is given whole; of a longer one, its first 24 bytes
+ * (shown < key_len): slots keep no more of it.  max < 1:
+ * SHMLOCK_BAD_VALUE.  Writes nothing.
+ */
+typedef struct {
+    shmlock_ticket_t  ticket;
+    uint32_t          key_len;
+    uint32_t          shown;        /* bytes of the key in key[] */
+    char              key[32];
+} shmlock_slot_info_t;
+
+SHMLOCK_API int shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
+    shmlock_slot_info_t *out, int max, int *count, uint64_t *next);
+/* 1 if t's holder may be alive: its process runs (by pid and start time
+ * when t->process is known, else by pid alone); 0 if it is gone, or t
+ * names no holder.  Reads /proc: for a waiter's occasional check. */
+SHMLOCK_API int shmlock_slot_alive(const shmlock_ticket_t *t);
 
 
 /* ---- generation words: change counters for the zone's users ---- */

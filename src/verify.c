@@ -226,5 +226,12 @@ verify_shard(shard_t *sh, char *msg, size_t msg_size)
         rc = verify_fail(&v, "%u chunks lost", sh->nchunks - nfree - used);
     }
     free(v.seen);
+    if (rc == SHMLOCK_OK) {
+        char  what[200];
+
+        if (slot_verify_locked(&sh->slots, what, sizeof(what)) != 0) {
+            rc = verify_fail(&v, "%s", what);
+        }
+    }
     return rc;
 }

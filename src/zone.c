@@ -19,6 +19,8 @@ typedef struct {
     uint64_t  buckets_off;
     uint64_t  refs_off;
     uint64_t  chunks_off;
+    uint32_t  nslots;
+    uint64_t  slots_off;
 } zone_geometry_t;
 
 uint32_t
@@ -70,6 +72,17 @@ zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
     fixed = shdr + 2 * 64 + SHARD_CHUNK_SIZE;   /* slack, chunk 0 */
     avail = stride > fixed ? stride - fixed : 0;
 
+    /* the lock slots, at the shard's end */
+    for (b = ZONE_SLOTS_MIN;
+         SLOT_TABLE_BYTES(b * 2) * ZONE_SLOT_SHARE <= avail
+         && b * 2 <= ((uint64_t) 1 << 24);
+         b *= 2)
+    { /* void */ }
+    g->nslots = (uint32_t) b;
+    fixed = SLOT_TABLE_BYTES(b);
+    g->slots_off = stride > fixed ? stride - fixed : 0;
+    avail = avail > fixed ? avail - fixed : 0;
+
     n = avail / (SHARD_CHUNK_SIZE + sizeof(uint32_t) + 1);
     for (b = 1; b * 2 <= n; b *= 2) { /* void */ }
     n = avail > b * sizeof(uint32_t)
@@ -83,7 +96,9 @@ zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
     g->refs_off = ZONE_ALIGN64(shdr + b * sizeof(uint32_t));
     for ( ;; ) {
         g->chunks_off = ZONE_ALIGN64(g->refs_off + n + 1);
-        if (g->chunks_off + (n + 1) * SHARD_CHUNK_SIZE <= stride || n == 0) {
+        if (g->chunks_off + (n + 1) * SHARD_CHUNK_SIZE <= g->slots_off
+            || n == 0)
+        {
             break;
         }
         n--;
@@ -116,6 +131,8 @@ zone_format(char *base, uint64_t size, uint32_t nshards)
     h->buckets_off = g.buckets_off;
     h->refs_off = g.refs_off;
     h->chunks_off = g.chunks_off;
+    h->nslots = g.nslots;
+    h->slots_off = g.slots_off;
     h->pidns = sys_pidns();
     h->timens = (uint32_t) sys_timens();
 
@@ -124,6 +141,8 @@ zone_format(char *base, uint64_t size, uint32_t nshards)
            (2 * ZONE_WAIT_WORDS + ZONE_GEN_WORDS) * sizeof(uint32_t));
     for (i = 0; i < zone.nshards; i++) {
         shdict_format(&zone.shard[i]);
+        slot_format(zone.shard[i].slots.hdr, zone.shard[i].slots.slots,
+                    g.nslots);
     }
 
     /* the magic goes last: a file without it is never taken for a zone */
@@ -158,7 +177,8 @@ zone_check(const char *base, uint64_t size)
         || h->shards_off != g.shards_off || h->shard_size != g.shard_size
         || h->nchunks != g.nchunks || h->nbuckets != g.nbuckets
         || h->buckets_off != g.buckets_off || h->refs_off != g.refs_off
-        || h->chunks_off != g.chunks_off)
+        || h->chunks_off != g.chunks_off || h->nslots != g.nslots
+        || h->slots_off != g.slots_off)
     {
         return -1;
     }
@@ -194,5 +214,8 @@ zone_attach(shmlock_zone_t *zone, char *base, uint64_t size)
         sh->refs = (uint8_t *) (s + h->refs_off);
         sh->broken = 0;
         sh->scratch = 0;
+        slot_attach(&sh->slots, (slot_hdr_t *) (s + h->slots_off),
+                    (slot_t *) (s + h->slots_off + sizeof(slot_hdr_t)),
+                    h->nslots, -1);
     }
 }

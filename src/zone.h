@@ -30,14 +30,14 @@
  *
  * A shard (offsets from its start, the same in every shard):
  *
- *   +-------------+-------------+------------+---------+---------+-----+
- *   | shard_hdr_t | buckets     | read marks | chunk 0 | chunk 1 | ... |
- *   | mutex, seq, | nbuckets    | nchunks+1  | unused  | 64 B    |     |
- *   | bookkeeping,| x u32: head | x u8       |         | each    |     |
- *   | counters,   | chunk index |            |         |         |     |
- *   | undo area   |             |            |         |         |     |
- *   +-------------+-------------+------------+---------+---------+-----+
- *   0             buckets_off   refs_off     chunks_off
+ *   +-------------+-------------+------------+---------+-----+-----------+
+ *   | shard_hdr_t | buckets     | read marks | chunk 0 | ... | slot_hdr_t|
+ *   | mutex, seq, | nbuckets    | nchunks+1  | unused  | 64 B| then      |
+ *   | bookkeeping,| x u32: head | x u8       |         | each| nslots    |
+ *   | counters,   | chunk index |            |         |     | lock slots|
+ *   | undo area   |             |            |         |     | (slot.h)  |
+ *   +-------------+-------------+------------+---------+-----+-----------+
+ *   0             buckets_off   refs_off     chunks_off      slots_off
  *
  * An entry is a chain of chunks: a head chunk (entry.h) in its bucket's
  * hash chain, then continuation chunks (chunk.h) for the rest of its key
@@ -62,7 +62,9 @@
  *   head (list) --list.first--> element --hnext--> element --hnext--> 0
  *
  * Layout 6: lists.  Layout 7: a wait word's sleeper count tags its key
- * (wait.h), so that a release wakes one sleeper.
+ * (wait.h), so that a release wakes one sleeper.  Layout 8: each shard
+ * ends with its lock slots (slot.h): a power of two of them, about 1/64
+ * of the shard's bytes (ZONE_SLOT_SHARE), at least ZONE_SLOTS_MIN.
  *
  * The header starts with a magic string, the layout version and the size,
  * so a foreign, older or truncated file is refused rather than trusted;
@@ -86,6 +88,8 @@
 #define ZONE_SHARDS_MAX       16
 #define ZONE_SHARD_AUTO_MIN   ((uint64_t) 1 << 20)
 #define ZONE_SHARD_MIN        ((uint64_t) 64 << 10)
+#define ZONE_SLOT_SHARE       64     /* a shard's bytes per slot byte */
+#define ZONE_SLOTS_MIN        16
 
 /* zone_hdr_t.dead */
 #define ZONE_DESTROYED        1
@@ -119,6 +123,9 @@ typedef struct {
     uint32_t      timens;        /* the creator's time namespace (its
                                     inode; 0: not known): expiry times
                                     in the zone are that one's clock */
+    uint32_t      nslots;        /* lock slots per shard, a power of two */
+    uint32_t      slots_pad;
+    uint64_t      slots_off;     /* the shard's slot_hdr_t, then its slots */
 } zone_hdr_t;
 
 /* A zone as this process sees it: the handle of the ABI. */

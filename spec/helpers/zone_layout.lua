@@ -19,6 +19,8 @@ typedef struct {
     uint64_t  buckets_off, refs_off, chunks_off;
     uint64_t  pidns;
     uint32_t  dead, timens;
+    uint32_t  nslots, slots_pad;
+    uint64_t  slots_off;
 } shmlock_spec_zone_hdr_t;
 
 typedef struct {
@@ -46,7 +48,7 @@ typedef struct {
 ]]
 
 return {
-    LAYOUT = 7,
+    LAYOUT = 8,
     ZONE_HDR = "shmlock_spec_zone_hdr_t",
     SHARD_HDR = "shmlock_spec_shard_hdr_t",
     ENTRY = "shmlock_spec_entry_t",

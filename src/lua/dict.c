@@ -344,11 +344,12 @@ static int dict_stats(lua_State *L)
     if (rc != SHMLOCK_OK) {
         return 1;
     }
-    lua_createtable(L, 0, 9);
+    lua_createtable(L, 0, 11);
 #define F(name) (core_push_number(L, (double) s.name), \
                  lua_setfield(L, -2, #name))
     F(capacity); F(free_space); F(entries); F(evictions); F(expired);
-    F(spins); F(sleeps); F(takeovers); F(recoveries);
+    F(spins); F(sleeps); F(takeovers); F(recoveries); F(slots);
+    F(slots_used);
 #undef F
     return 2;
 }

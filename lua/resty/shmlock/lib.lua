@@ -66,7 +66,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,
     SHMLOCK_MIN_SIZE = 32768,
     SHMLOCK_GEN_WORDS = 1024,
-    SHMLOCK_LAYOUT = 7,
+    SHMLOCK_LAYOUT = 8,
     SHMLOCK_WATCH_MS = 100
 };
 
@@ -176,6 +176,8 @@ typedef struct {
     uint64_t  sleeps;
     uint64_t  takeovers;
     uint64_t  recoveries;
+    uint64_t  slots;
+    uint64_t  slots_used;
 } shmlock_stats_t;
 
 int shmlock_dict_stats(shmlock_zone_t *zone, int shard,
@@ -196,6 +198,49 @@ int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
     int64_t now_ms);
 int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
     size_t key_len, const char *tok, size_t tok_len);
+
+typedef struct {
+    uint32_t  slot;
+    uint32_t  hash;
+    uint64_t  owner;
+    uint64_t  stamp;
+    uint64_t  process;
+} shmlock_ticket_t;
+enum {
+    SHMLOCK_SLOT_EXPIRY_SHIFT = 24,
+    SHMLOCK_SLOT_MARKED = 4194304
+};
+int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
+    shmlock_ticket_t *t);
+int shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t);
+int shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
+    int64_t exptime_ms, int64_t now_ms);
+int shmlock_slot_look(shmlock_zone_t *zone, const char *key,
+    size_t key_len, shmlock_ticket_t *t);
+int shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
+    uint64_t owner, uint64_t process, unsigned marked, int64_t exptime_ms,
+    int64_t now_ms, shmlock_ticket_t *t);
+typedef struct {
+    uint64_t  owner;
+    uint64_t  process;
+    int64_t   exptime_ms;
+    int64_t   since_ms;
+    int64_t   until_ms;
+} shmlock_mark_t;
+int shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
+    const shmlock_mark_t *m, shmlock_ticket_t *t);
+int shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
+    shmlock_mark_t *m);
+typedef struct {
+    shmlock_ticket_t  ticket;
+    uint32_t          key_len;
+    uint32_t          shown;
+    char              key[32];
+} shmlock_slot_info_t;
+int shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
+    shmlock_slot_info_t *out, int max, int *count, uint64_t *next);
+int shmlock_slot_alive(const shmlock_ticket_t *t);
 
 volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
 uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,

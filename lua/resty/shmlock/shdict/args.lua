@@ -151,7 +151,8 @@ _M.STORABLE = { string = true, number = true, boolean = true,
 
 -- the fields of shmlock_stats_t, each a number in dict:stats()
 _M.STATS = { "capacity", "free_space", "entries", "evictions", "expired",
-             "spins", "sleeps", "takeovers", "recoveries" }
+             "spins", "sleeps", "takeovers", "recoveries", "slots",
+             "slots_used" }
 
 -- get_keys's step (buckets)
 _M.KEYS_STEP = 4096

@@ -1,0 +1,556 @@
+/*
+ * The lock slots (src/slot.c) on their own, before they are placed in
+ * the zone file: built from the sources with the test build's crash
+ * countdown (make test-slots; under valgrind and ASan+UBSan in
+ * test-valgrind and test-asan).  Each phase runs with the 16-byte CAS and
+ * with the mutex fallback:
+ *
+ *   semantics   acquire, held, release, a stale ticket, expiry, extend,
+ *               marks, a dead holder's takeover, long keys, a full table,
+ *               reclaim and tombstones
+ *   exact       4 processes x SLOT_TEST_ROUNDS (default 200000) locked
+ *               increments of one counter, while they churn other keys
+ *               through a small table (creation, reclaim, tombstones
+ *               under the lock-free paths); the counter must be exact
+ *   crash       a process SIGKILLed before each write of a key's
+ *               creation, a reclaim, a release and a mark, in turn: the
+ *               table recovers, verifies, and every key is held by
+ *               exactly its last holder or free
+ *
+ * usage: slot_test             the phases
+ *        slot_test pairs N     N acquire+release pairs of one key (for
+ *                              callgrind: bench/README.md)
+ */
+
+#define _GNU_SOURCE
+#include "slot.h"
+#include "hash.h"
+#include "crash.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                    #cond);                                                  \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+#define CHECK_RC(expr, want)                                                 \
+    do {                                                                     \
+        int  rc_ = (expr);                                                   \
+        if (rc_ != (want)) {                                                 \
+            fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__,    \
+                    __LINE__, #expr, rc_, (want));                           \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+/* shared memory: the caller's mutex, a counter, the table */
+typedef struct {
+    uint32_t    mutex;          /* 0 free, else the holder's pid */
+    uint32_t    pad;
+    uint64_t    counter;
+    slot_hdr_t  hdr;
+} shared_t;
+
+static shared_t  *shm;
+static slots_t    tab;
+static size_t     shm_size;
+
+static void
+table_new(uint32_t nslots, int cas16)
+{
+    slot_t  *slots;
+
+    if (shm != NULL) {
+        munmap(shm, shm_size);
+    }
+    shm_size = sizeof(shared_t) + 64 + SLOT_TABLE_BYTES(nslots);
+    shm = mmap(NULL, shm_size, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(shm != MAP_FAILED);
+    memset(shm, 0, sizeof(*shm));
+    slots = (slot_t *) (((uintptr_t) (shm + 1) + 63) & ~(uintptr_t) 63);
+    slot_format(&shm->hdr, slots, nslots);
+    slot_attach(&tab, &shm->hdr, slots, nslots, cas16);
+}
+
+/* The caller's mutex: a spin on a shared word (the zone's is shmtx). */
+static void
+mutex_lock(void)
+{
+    uint32_t  free;
+
+    for ( ;; ) {
+        free = 0;
+        if (__atomic_compare_exchange_n(&shm->mutex, &free,
+                                        (uint32_t) getpid(), 0,
+                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        {
+            return;
+        }
+        sched_yield();
+    }
+}
+
+static void
+mutex_unlock(void)
+{
+    __atomic_store_n(&shm->mutex, 0, __ATOMIC_RELEASE);
+}
+
+static void
+verify(void)
+{
+    char  msg[256];
+
+    mutex_lock();
+    if (slot_verify_locked(&tab, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "verify: %s\n", msg);
+        exit(1);
+    }
+    mutex_unlock();
+}
+
+/* The calls as a lock would make them: lock-free first, then locked. */
+static int
+acquire(const char *key, uint64_t owner, int64_t expiry, int64_t now,
+    slot_ticket_t *tk)
+{
+    size_t    klen = strlen(key);
+    uint32_t  hash = hash_bytes(key, klen);
+    int       rc;
+
+    rc = slot_acquire(&tab, key, klen, hash, owner, owner >> 32 | 0x100,
+                      expiry, now, tk);
+    if (rc != SLOT_SLOW) {
+        return rc;
+    }
+    mutex_lock();
+    rc = slot_acquire_locked(&tab, key, klen, hash, owner,
+                             owner >> 32 | 0x100, expiry, now, tk);
+    mutex_unlock();
+    return rc;
+}
+
+static int
+release(const slot_ticket_t *tk)
+{
+    int  rc = slot_release(&tab, tk);
+
+    if (rc == SLOT_SLOW) {
+        mutex_lock();
+        rc = slot_release_locked(&tab, tk);
+        mutex_unlock();
+    }
+    return rc;
+}
+
+static int
+extend(slot_ticket_t *tk, int64_t expiry)
+{
+    int  rc = slot_extend(&tab, tk, expiry);
+
+    if (rc == SLOT_SLOW) {
+        mutex_lock();
+        rc = slot_extend_locked(&tab, tk, expiry);
+        mutex_unlock();
+    }
+    return rc;
+}
+
+static int
+look(const char *key, slot_ticket_t *tk)
+{
+    size_t    klen = strlen(key);
+    uint32_t  hash = hash_bytes(key, klen);
+    int       rc = slot_look(&tab, key, klen, hash, tk);
+
+    if (rc == SLOT_SLOW) {
+        mutex_lock();
+        rc = slot_look_locked(&tab, key, klen, hash, tk);
+        mutex_unlock();
+    }
+    return rc;
+}
+
+static int
+swap(const slot_ticket_t *seen, uint64_t owner, uint64_t flags,
+    int64_t expiry, slot_ticket_t *tk)
+{
+    int  rc = slot_swap(&tab, seen, owner, owner >> 32 | 0x100, flags,
+                        expiry, tk);
+
+    if (rc == SLOT_SLOW) {
+        mutex_lock();
+        rc = slot_swap_locked(&tab, seen, owner, owner >> 32 | 0x100, flags,
+                              expiry, tk);
+        mutex_unlock();
+    }
+    return rc;
+}
+
+
+/* ---- semantics ---- */
+
+static void
+test_semantics(int cas16)
+{
+    slot_ticket_t  a, b, c, m, old;
+    char           key[200], key2[200];
+    int            i;
+
+    table_new(64, cas16);
+
+    /* acquire, held, release, a stale ticket */
+    CHECK_RC(acquire("k", 1, 0, 100, &a), SLOT_OK);
+    CHECK_RC(acquire("k", 2, 0, 100, &b), SLOT_HELD);
+    CHECK(b.state.owner == 1 && b.index == a.index);
+    /* (a HELD answer is the holder's state, as a look's: it names the
+     * holder, for a takeover; a ticket of another owner releases
+     * nothing) */
+    b.state.owner = 2;
+    CHECK_RC(release(&b), SLOT_GONE);
+    CHECK_RC(release(&a), SLOT_OK);
+    CHECK_RC(release(&a), SLOT_GONE);
+    CHECK_RC(look("k", &c), SLOT_OK);
+    CHECK(c.state.owner == 0);
+    CHECK_RC(look("none", &c), SLOT_ABSENT);
+    CHECK_RC(acquire("k", 2, 0, 100, &b), SLOT_OK);
+    CHECK(b.index == a.index);              /* the slot stayed */
+    CHECK_RC(release(&a), SLOT_GONE);       /* 1's old ticket: not 2's */
+    CHECK_RC(release(&b), SLOT_OK);
+
+    /* expiry: taken at once when expired; the old holder touches nothing */
+    CHECK_RC(acquire("e", 1, 110, 100, &a), SLOT_OK);
+    CHECK_RC(acquire("e", 2, 200, 109, &b), SLOT_HELD);
+    CHECK_RC(acquire("e", 2, 200, 110, &b), SLOT_OK);
+    CHECK_RC(release(&a), SLOT_GONE);
+    CHECK_RC(extend(&a, 500), SLOT_GONE);
+    CHECK_RC(look("e", &c), SLOT_OK);
+    CHECK(c.state.owner == 2 && (c.state.stamp >> SLOT_EXPIRY_SHIFT) == 200);
+
+    /* extend: a new expiry, and the ticket follows it */
+    CHECK_RC(extend(&b, 300), SLOT_OK);
+    CHECK_RC(acquire("e", 3, 400, 250, &c), SLOT_HELD);
+    CHECK_RC(release(&b), SLOT_OK);
+    /* an expired lock no one took: released by its holder */
+    CHECK_RC(acquire("e", 3, 400, 250, &c), SLOT_OK);
+    CHECK_RC(release(&c), SLOT_OK);
+
+    /* marks: the holder's release and extend go to the slow path, others
+     * find it held; cleared, the holder's ticket works again */
+    CHECK_RC(acquire("m", 1, 0, 100, &a), SLOT_OK);
+    CHECK_RC(look("m", &c), SLOT_OK);
+    CHECK_RC(swap(&c, 1, SLOT_MARKED, 0, &m), SLOT_OK);
+    CHECK_RC(release(&a), SLOT_MARKED_STATE);
+    CHECK_RC(extend(&a, 900), SLOT_MARKED_STATE);
+    CHECK_RC(acquire("m", 2, 0, 100, &b), SLOT_HELD);
+    CHECK(b.state.stamp & SLOT_MARKED);
+    CHECK_RC(swap(&c, 1, 0, 0, &m), SLOT_GONE);   /* c is stale now */
+    CHECK_RC(swap(&b, 1, 0, 0, &m), SLOT_OK);     /* mark cleared */
+    CHECK_RC(release(&a), SLOT_OK);
+    /* a handoff: from the marked state straight to the starver */
+    CHECK_RC(acquire("m", 1, 0, 100, &a), SLOT_OK);
+    CHECK_RC(look("m", &c), SLOT_OK);
+    CHECK_RC(swap(&c, 1, SLOT_MARKED, 0, &m), SLOT_OK);
+    CHECK_RC(swap(&m, 7, 0, 5000, &b), SLOT_OK);
+    CHECK_RC(release(&a), SLOT_GONE);
+    CHECK_RC(release(&b), SLOT_OK);
+    /* a marked lock that expired: the caller's slow path decides */
+    CHECK_RC(acquire("x", 1, 150, 100, &a), SLOT_OK);
+    CHECK_RC(swap(&a, 1, SLOT_MARKED, 150, &m), SLOT_OK);
+    CHECK_RC(acquire("x", 2, 0, 200, &b), SLOT_MARKED_STATE);
+
+    /* a dead holder's takeover: a swap from the state seen */
+    CHECK_RC(acquire("d", 1, 0, 100, &a), SLOT_OK);
+    CHECK_RC(acquire("d", 2, 0, 100, &old), SLOT_HELD);
+    CHECK_RC(swap(&old, 2, 0, 0, &b), SLOT_OK);
+    CHECK_RC(swap(&old, 3, 0, 0, &c), SLOT_GONE);  /* only once */
+    CHECK_RC(release(&a), SLOT_GONE);
+    CHECK_RC(release(&b), SLOT_OK);
+
+    /* long keys: a prefix and a fingerprint; keys that differ only past
+     * the prefix get slots of their own */
+    memset(key, 'a', 150);
+    key[150] = '\0';
+    memcpy(key2, key, sizeof(key));
+    key2[149] = 'b';
+    CHECK_RC(acquire(key, 1, 0, 100, &a), SLOT_OK);
+    CHECK_RC(acquire(key2, 2, 0, 100, &b), SLOT_OK);
+    CHECK(a.index != b.index);
+    CHECK_RC(acquire(key, 3, 0, 100, &c), SLOT_HELD);
+    CHECK_RC(release(&a), SLOT_OK);
+    CHECK_RC(release(&b), SLOT_OK);
+    verify();
+
+    /* full: 7/8 of the slots held, the next key gets SLOT_FULL; once
+     * some are released, reclaim makes room */
+    table_new(16, cas16);
+    for (i = 0; i < 14; i++) {
+        snprintf(key, sizeof(key), "full%d", i);
+        CHECK_RC(acquire(key, 1, 0, 100, &a), SLOT_OK);
+        if (i == 0) {
+            old = a;
+        }
+    }
+    CHECK_RC(acquire("one more", 1, 0, 100, &a), SLOT_FULL);
+    verify();
+    CHECK_RC(release(&old), SLOT_OK);
+    CHECK_RC(acquire("one more", 1, 0, 100, &a), SLOT_OK);
+    CHECK(shm->hdr.live == 14);
+    verify();
+    /* the reclaimed key is gone: its name makes a new slot when asked */
+    CHECK_RC(look("full0", &c), SLOT_ABSENT);
+
+    /* churn: many keys through a small table (reclaim, tombstones made
+     * EMPTY again), each exclusive while held */
+    table_new(32, cas16);
+    for (i = 0; i < 3000; i++) {
+        snprintf(key, sizeof(key), "churn%d", i % 500);
+        CHECK_RC(acquire(key, 1, 0, 100, &a), SLOT_OK);
+        CHECK_RC(acquire(key, 2, 0, 100, &b), SLOT_HELD);
+        CHECK_RC(release(&a), SLOT_OK);
+        if (i % 97 == 0) {
+            verify();
+        }
+    }
+    verify();
+    CHECK(shm->hdr.live + shm->hdr.dead <= 28);
+}
+
+
+/* ---- many processes, exact ---- */
+
+static void
+worker(int id, int rounds)
+{
+    slot_ticket_t  tk, other;
+    char           key[32];
+    uint64_t       owner = (uint64_t) getpid() << 32;
+    int            i, rc, spins;
+    int64_t        now = 1000;
+
+    for (i = 0; i < rounds; i++) {
+        owner++;
+        for (spins = 0; ; spins++) {
+            rc = acquire("counter", owner, 0, now, &tk);
+            if (rc == SLOT_OK) {
+                break;
+            }
+            CHECK(rc == SLOT_HELD);
+            if (spins % 64 == 63) {
+                sched_yield();
+            }
+        }
+        /* a plain, non-atomic increment: exact only under exclusion */
+        shm->counter = shm->counter + 1;
+        CHECK_RC(release(&tk), SLOT_OK);
+
+        /* churn: a key of our own, made and reclaimed meanwhile */
+        if (i % 8 == 0) {
+            snprintf(key, sizeof(key), "w%d-%d", id, (i / 8) % 40);
+            rc = acquire(key, owner, 0, now, &other);
+            CHECK(rc == SLOT_OK || rc == SLOT_FULL);
+            if (rc == SLOT_OK) {
+                CHECK_RC(release(&other), SLOT_OK);
+            }
+        }
+    }
+}
+
+static void
+test_exact(int cas16, int rounds)
+{
+    pid_t  pids[4];
+    int    i, status;
+
+    table_new(64, cas16);
+    for (i = 0; i < 4; i++) {
+        pids[i] = fork();
+        CHECK(pids[i] >= 0);
+        if (pids[i] == 0) {
+            worker(i, rounds);
+            _exit(0);
+        }
+    }
+    for (i = 0; i < 4; i++) {
+        CHECK(waitpid(pids[i], &status, 0) == pids[i]);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    CHECK(shm->counter == (uint64_t) 4 * rounds);
+    verify();
+}
+
+
+/* ---- crashes ---- */
+
+enum { SC_CREATE, SC_RECLAIM, SC_RELEASE, SC_MARK, SC_COUNT };
+
+static const char  *scenario_name[] = { "create", "reclaim", "release",
+                                        "mark" };
+
+/* The table before: "held" held by 1, "free" free, "gone" free, and the
+ * slot of "d" DEAD. */
+static void
+crash_setup(int cas16, slot_ticket_t *held)
+{
+    slot_ticket_t  tk;
+
+    table_new(16, cas16);
+    CHECK_RC(acquire("held", 1, 0, 100, held), SLOT_OK);
+    CHECK_RC(acquire("free", 1, 0, 100, &tk), SLOT_OK);
+    CHECK_RC(release(&tk), SLOT_OK);
+    CHECK_RC(acquire("d", 1, 0, 100, &tk), SLOT_OK);
+    CHECK_RC(release(&tk), SLOT_OK);
+    mutex_lock();
+    CHECK(slot_reclaim_locked(&tab, 100) == 2);     /* free and d */
+    mutex_unlock();
+    CHECK_RC(acquire("free", 1, 0, 100, &tk), SLOT_OK);
+    CHECK_RC(release(&tk), SLOT_OK);
+}
+
+/* One update, in a child that may be killed before any of its writes;
+ * the mutex is taken as the zone's callers take it. */
+static void
+crash_run(int sc, const slot_ticket_t *held)
+{
+    slot_ticket_t  tk, m;
+    slot_mark_t    mark = { 0, 0, 77, 0x100, 1000, 1, 2, 0 };
+    slot_mark_t    mark2 = { 0, 0, 78, 0x100, 1000, 0, 2, 0 };
+    const char    *k = "new";
+
+    mutex_lock();
+    switch (sc) {
+    case SC_CREATE:
+        slot_acquire_locked(&tab, k, 3, hash_bytes(k, 3), 9, 0x100, 0, 100,
+                            &tk);
+        break;
+    case SC_RECLAIM:
+        slot_reclaim_locked(&tab, 100);
+        break;
+    case SC_RELEASE:
+        slot_release_locked(&tab, held);
+        break;
+    case SC_MARK:
+        slot_mark_locked(&tab, held, &mark, &m);
+        slot_mark_locked(&tab, &m, &mark2, &m);
+        break;
+    }
+    mutex_unlock();
+}
+
+static void
+test_crash(int cas16)
+{
+    slot_ticket_t  held, tk;
+    int            sc, n, status, done;
+    pid_t          pid;
+    char           msg[256];
+
+    for (sc = 0; sc < SC_COUNT; sc++) {
+        for (n = 1, done = 0; !done; n++) {
+            CHECK(n < 100);
+            crash_setup(cas16, &held);
+            pid = fork();
+            CHECK(pid >= 0);
+            if (pid == 0) {
+                crash_at(n);
+                crash_run(sc, &held);
+                _exit(0);
+            }
+            CHECK(waitpid(pid, &status, 0) == pid);
+            done = WIFEXITED(status);
+            CHECK(done || (WIFSIGNALED(status)
+                           && WTERMSIG(status) == SIGKILL));
+            /* the dead child's mutex, taken over as shmtx would */
+            if (!done) {
+                CHECK(shm->mutex == (uint32_t) pid);
+                shm->mutex = (uint32_t) getpid();
+                slot_recover_locked(&tab);
+                mutex_unlock();
+            }
+            if (slot_verify_locked(&tab, msg, sizeof(msg)) != 0) {
+                fprintf(stderr, "crash %s before write %d: %s\n",
+                        scenario_name[sc], n, msg);
+                exit(1);
+            }
+            /* "held" is 1's, or (released) free; "new" free or 9's */
+            CHECK_RC(acquire("held", 5, 0, 100, &tk),
+                     sc == SC_RELEASE && done ? SLOT_OK : SLOT_HELD);
+            if (sc == SC_RELEASE && !done) {
+                /* killed before or after its one CAS */
+                CHECK(tk.state.owner == 1 || tk.state.owner == 5);
+            }
+            if (sc == SC_MARK) {
+                slot_mark_t  got;
+
+                /* marked: by a whole record (either), else not at all */
+                CHECK_RC(look("held", &tk), SLOT_OK);
+                if (tk.state.stamp & SLOT_MARKED) {
+                    CHECK_RC(slot_mark_read(&tab, &tk, &got), SLOT_OK);
+                    CHECK((got.owner == 77 && got.since == 1)
+                          || (got.owner == 78 && got.since == 0));
+                    CHECK(got.expiry == 1000 && got.until == 2);
+                }
+            }
+            if (sc == SC_CREATE) {
+                int  made = look("new", &tk) == SLOT_OK
+                            && tk.state.owner == 9;
+
+                CHECK(!done || made);
+                CHECK_RC(acquire("new", 5, 0, 100, &tk),
+                         made ? SLOT_HELD : SLOT_OK);
+            }
+            verify();
+        }
+        printf("  crash %-8s before each of %d writes: ok\n",
+               scenario_name[sc], n - 2);
+    }
+}
+
+
+int
+main(int argc, char **argv)
+{
+    slot_ticket_t  tk;
+    long           i, n;
+    int            cas16, rounds = 200000;
+    const char    *r = getenv("SLOT_TEST_ROUNDS");
+
+    if (argc == 3 && strcmp(argv[1], "pairs") == 0) {
+        n = atol(argv[2]);
+        table_new(1024, -1);
+        for (i = 0; i < n; i++) {
+            if (slot_acquire(&tab, "lock:key", 8, hash_bytes("lock:key", 8),
+                             42, 0x100, 5000, 1000, &tk) == SLOT_SLOW)
+            {
+                CHECK_RC(acquire("lock:key", 42, 5000, 1000, &tk), SLOT_OK);
+            }
+            slot_release(&tab, &tk);
+        }
+        return 0;
+    }
+    if (r != NULL) {
+        rounds = atoi(r);
+    }
+    for (cas16 = slot_cas16(); cas16 >= 0; cas16--) {
+        printf("slot_test, %s:\n", cas16 ? "16-byte CAS" : "mutex fallback");
+        test_semantics(cas16);
+        printf("  semantics: ok\n");
+        test_exact(cas16, rounds);
+        printf("  4 processes x %d locked increments: exact\n", rounds);
+        test_crash(cas16);
+    }
+    return 0;
+}

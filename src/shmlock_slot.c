@@ -1,0 +1,412 @@
+/*
+ * The lock slots' calls (shmlock_slot_*, shmlock.h): the key's shard,
+ * the lock-free slot call (slot.c), and the shard's mutex only when that
+ * one answers SLOT_SLOW (a key without a slot yet, no 16-byte CAS).
+ */
+
+#include "shmlock.h"
+#include "hash.h"
+#include "shard_lock.h"
+#include "shm_watch.h"
+#include "slot.h"
+#include "sys.h"
+#include "wait.h"
+#include "zone.h"
+
+#include <string.h>
+
+#define SHMLOCK_SLOT_SHARD_SHIFT  24
+
+static inline void
+shmlock_slot_out(shmlock_ticket_t *t, uint32_t shard, uint32_t hash,
+    const slot_ticket_t *tk)
+{
+    t->slot = shard << SHMLOCK_SLOT_SHARD_SHIFT | tk->index;
+    t->hash = hash;
+    t->owner = tk->state.owner;
+    t->stamp = tk->state.stamp;
+    t->process = tk->process;
+}
+
+/* The shard of ticket t and its slot_ticket_t; NULL for a slot no zone
+ * of this geometry has (never a ticket this zone handed out). */
+static inline shard_t *
+shmlock_slot_in(shmlock_zone_t *zone, const shmlock_ticket_t *t,
+    slot_ticket_t *tk)
+{
+    uint32_t  shard = t->slot >> SHMLOCK_SLOT_SHARD_SHIFT;
+
+    if (shard >= zone->nshards) {
+        return NULL;
+    }
+    tk->index = t->slot & ((1u << SHMLOCK_SLOT_SHARD_SHIFT) - 1);
+    tk->pad = 0;
+    tk->state.owner = t->owner;
+    tk->state.stamp = t->stamp;
+    tk->process = t->process;
+    return &zone->shard[shard];
+}
+
+/* The absolute expiry of a time to live (0: never); -1 if it is bad. */
+static inline int64_t
+shmlock_slot_expiry(int64_t exptime_ms, int64_t now_ms)
+{
+    if (exptime_ms < 0) {
+        return -1;
+    }
+    return exptime_ms == 0 ? 0 : now_ms + exptime_ms;
+}
+
+int
+shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
+    uint32_t id, int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+    uint32_t       hash, shard;
+    uint64_t       self, owner;
+    int64_t        expiry;
+    int            rc;
+
+    /* one clock reading: the expiry's, and the watch's gate */
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_at(zone, now_ms);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    if (__builtin_expect(key_len - 1 >= SHMLOCK_KEY_MAX, 0)) {
+        return SHMLOCK_BAD_KEY;
+    }
+    expiry = shmlock_slot_expiry(exptime_ms, now_ms);
+    if (expiry < 0) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    self = sys_self();
+    owner = (uint64_t) (uint32_t) self << 32 | id;
+    hash = hash_bytes(key, key_len);
+    shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
+    sh = &zone->shard[shard];
+    rc = slot_acquire(&sh->slots, key, key_len, hash, owner, self, expiry,
+                      now_ms, &tk);
+    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
+        shard_lock(sh);
+        rc = slot_acquire_locked(&sh->slots, key, key_len, hash, owner, self,
+                                 expiry, now_ms, &tk);
+        rc = shard_unlock(sh, rc);
+        if (rc == SHMLOCK_CORRUPT) {
+            return rc;
+        }
+    }
+    switch (rc) {
+    case SLOT_OK:
+        shmlock_slot_out(t, shard, hash, &tk);
+        return SHMLOCK_OK;
+    case SLOT_HELD:
+    case SLOT_MARKED_STATE:
+        shmlock_slot_out(t, shard, hash, &tk);
+        return SHMLOCK_EXISTS;
+    case SLOT_FULL:
+        return SHMLOCK_NO_MEMORY;
+    default:
+        return SHMLOCK_CORRUPT;         /* a table no crash can leave */
+    }
+}
+
+/* The answers of release, extend and swap. */
+static inline int
+shmlock_slot_rc(int rc)
+{
+    switch (rc) {
+    case SLOT_OK:            return SHMLOCK_OK;
+    case SLOT_MARKED_STATE:  return SHMLOCK_CHANGED;
+    case SLOT_GONE:          return SHMLOCK_NOT_FOUND;
+    default:                 return rc == SHMLOCK_CORRUPT ? rc
+                                                          : SHMLOCK_CORRUPT;
+    }
+}
+
+int
+shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+    int            rc;
+
+    /* the dead word only: the file itself is looked at by the acquires
+     * (a release writes nothing but its own slot's state) */
+    if (__builtin_expect(__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE)
+                         != 0, 0))
+    {
+        return shm_watch_dead_status(zone);
+    }
+    sh = shmlock_slot_in(zone, t, &tk);
+    if (sh == NULL) {
+        return SHMLOCK_NOT_FOUND;
+    }
+    rc = slot_release(&sh->slots, &tk);
+    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
+        shard_lock(sh);
+        rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
+    }
+    if (rc == SLOT_OK) {
+        wait_wake(zone, t->hash, 0);
+    }
+    return shmlock_slot_rc(rc);
+}
+
+int
+shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
+    int64_t exptime_ms, int64_t now_ms)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+    int64_t        expiry;
+    int            rc;
+
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_at(zone, now_ms);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    expiry = shmlock_slot_expiry(exptime_ms, now_ms);
+    if (expiry < 0) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    sh = shmlock_slot_in(zone, t, &tk);
+    if (sh == NULL) {
+        return SHMLOCK_NOT_FOUND;
+    }
+    rc = slot_extend(&sh->slots, &tk, expiry);
+    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
+        shard_lock(sh);
+        rc = shard_unlock(sh, slot_extend_locked(&sh->slots, &tk, expiry));
+    }
+    if (rc == SLOT_OK) {
+        t->owner = tk.state.owner;
+        t->stamp = tk.state.stamp;
+    }
+    return shmlock_slot_rc(rc);
+}
+
+int
+shmlock_slot_look(shmlock_zone_t *zone, const char *key, size_t key_len,
+    shmlock_ticket_t *t)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+    uint32_t       hash, shard;
+    int            rc;
+
+    rc = shm_watch(zone);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    if (__builtin_expect(key_len - 1 >= SHMLOCK_KEY_MAX, 0)) {
+        return SHMLOCK_BAD_KEY;
+    }
+    hash = hash_bytes(key, key_len);
+    shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
+    sh = &zone->shard[shard];
+    rc = slot_look(&sh->slots, key, key_len, hash, &tk);
+    if (rc == SLOT_SLOW) {
+        shard_lock(sh);
+        rc = slot_look_locked(&sh->slots, key, key_len, hash, &tk);
+        rc = shard_unlock(sh, rc);
+    }
+    if (rc == SLOT_OK) {
+        shmlock_slot_out(t, shard, hash, &tk);
+        return SHMLOCK_OK;
+    }
+    return rc == SLOT_ABSENT ? SHMLOCK_NOT_FOUND : SHMLOCK_CORRUPT;
+}
+
+int
+shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
+    uint64_t owner, uint64_t process, unsigned marked, int64_t exptime_ms,
+    int64_t now_ms, shmlock_ticket_t *t)
+{
+    slot_ticket_t  from, tk;
+    shard_t       *sh;
+    uint64_t       e;
+    int64_t        expiry;
+    int            rc;
+
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_at(zone, now_ms);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    if (exptime_ms == SHMLOCK_KEEP_TTL) {
+        e = seen->stamp >> SLOT_EXPIRY_SHIFT;
+        expiry = e == SLOT_NEVER ? 0 : (int64_t) e;
+    } else {
+        expiry = shmlock_slot_expiry(exptime_ms, now_ms);
+    }
+    if (process == 0) {
+        process = sys_self();
+    }
+    if (owner == 0 || (uint32_t) (owner >> 32) != (uint32_t) process
+        || expiry < 0)
+    {
+        return SHMLOCK_BAD_VALUE;
+    }
+    sh = shmlock_slot_in(zone, seen, &from);
+    if (sh == NULL) {
+        return SHMLOCK_CHANGED;
+    }
+    rc = slot_swap(&sh->slots, &from, owner, process,
+                   marked ? SLOT_MARKED : 0, expiry, &tk);
+    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
+        shard_lock(sh);
+        rc = slot_swap_locked(&sh->slots, &from, owner, process,
+                              marked ? SLOT_MARKED : 0, expiry, &tk);
+        rc = shard_unlock(sh, rc);
+    }
+    if (rc == SLOT_OK) {
+        shmlock_slot_out(t, seen->slot >> SHMLOCK_SLOT_SHARD_SHIFT,
+                         seen->hash, &tk);
+        return SHMLOCK_OK;
+    }
+    return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+}
+
+int
+shmlock_slot_alive(const shmlock_ticket_t *t)
+{
+    uint32_t  pid = (uint32_t) (t->owner >> 32);
+
+    if (t->owner == 0 || pid == 0) {
+        return 0;
+    }
+    /* the process known: pid and start time (low 32 bits), as the shard
+     * mutexes tell theirs; else any process of that pid counts */
+    if (t->process != 0) {
+        return sys_proc_alive(pid, t->process >> 32, 0xffffffffu);
+    }
+    return sys_proc_alive(pid, 0, 0);
+}
+
+int
+shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
+    const shmlock_mark_t *m, shmlock_ticket_t *t)
+{
+    slot_ticket_t  from, tk;
+    slot_mark_t    r;
+    shard_t       *sh;
+    int            rc;
+
+    rc = shm_watch(zone);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    memset(&r, 0, sizeof(r));
+    r.owner = m->owner;
+    r.process = m->process != 0 ? m->process : sys_self();
+    r.expiry = m->exptime_ms;
+    r.since = m->since_ms;
+    r.until = m->until_ms;
+    if (r.owner == 0 || (uint32_t) (r.owner >> 32) != (uint32_t) r.process
+        || seen->owner == 0 || r.expiry < 0)
+    {
+        return SHMLOCK_BAD_VALUE;
+    }
+    sh = shmlock_slot_in(zone, seen, &from);
+    if (sh == NULL) {
+        return SHMLOCK_CHANGED;
+    }
+    shard_lock(sh);
+    rc = shard_unlock(sh, slot_mark_locked(&sh->slots, &from, &r, &tk));
+    if (rc == SLOT_OK) {
+        shmlock_slot_out(t, seen->slot >> SHMLOCK_SLOT_SHARD_SHIFT,
+                         seen->hash, &tk);
+        return SHMLOCK_OK;
+    }
+    return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+}
+
+int
+shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
+    shmlock_mark_t *m)
+{
+    slot_ticket_t  at;
+    slot_mark_t    r;
+    shard_t       *sh;
+    int            rc;
+
+    rc = shm_watch(zone);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    sh = shmlock_slot_in(zone, t, &at);
+    if (sh == NULL) {
+        return SHMLOCK_CHANGED;
+    }
+    if (!sh->slots.cas16) {
+        shard_lock(sh);
+        rc = shard_unlock(sh, slot_mark_read(&sh->slots, &at, &r));
+    } else {
+        rc = slot_mark_read(&sh->slots, &at, &r);
+    }
+    if (rc != SLOT_OK) {
+        return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+    }
+    m->owner = r.owner;
+    m->process = r.process;
+    m->exptime_ms = r.expiry;
+    m->since_ms = r.since;
+    m->until_ms = r.until;
+    return SHMLOCK_OK;
+}
+
+int
+shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
+    shmlock_slot_info_t *out, int max, int *count, uint64_t *next)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+    uint64_t       n, per, total;
+    uint32_t       shard, klen, shown, hash;
+    int            rc, got = 0, ok;
+
+    *count = 0;
+    *next = 0;
+    rc = shm_watch(zone);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    if (max < 1) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    per = (uint64_t) zone->shard[0].slots.mask + 1;
+    total = per * zone->nshards;
+    for (n = cursor; n < total && got < max; n++) {
+        shard = (uint32_t) (n / per);
+        sh = &zone->shard[shard];
+        if (sh->slots.cas16) {
+            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk,
+                           out[got].key, &klen, &shown, &hash);
+        } else {
+            shard_lock(sh);
+            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk,
+                           out[got].key, &klen, &shown, &hash);
+            if (shard_unlock(sh, SHMLOCK_OK) != SHMLOCK_OK) {
+                return SHMLOCK_CORRUPT;
+            }
+        }
+        if (ok) {
+            shmlock_slot_out(&out[got].ticket, shard, hash, &tk);
+            out[got].key_len = klen;
+            out[got].shown = shown;
+            got++;
+        }
+    }
+    *count = got;
+    *next = n < total ? n : 0;
+    return SHMLOCK_OK;
+}

@@ -1,0 +1,265 @@
+/*
+ * slot: lock slots (issue 22).  A table of 64-byte slots, one per lock
+ * key, that stays allocated after a release, so that a lock pair costs one
+ * 16-byte compare-and-swap each way instead of a dictionary entry created
+ * and destroyed under the shard mutex.  Slots hold nothing but locks: a
+ * CAS on an ordinary chunk would be unsafe (a freed chunk can become
+ * another entry's data), a slot is only ever a slot.
+ *
+ * Each shard of a zone ends with one table (zone.h, layout 8); the ABI
+ * is shmlock_slot_* (shmlock_slot.c).  Tested on its own by
+ * ctest/slot_test.c (semantics, 4 processes x 200k locked increments, a
+ * crash before every write, the mutex fallback) and through the ABI by
+ * ctest/shmlock_test.c.  The Lua lock does not use it yet: see "Next" at
+ * the end.
+ *
+ *   slot_t (64 bytes, 64-aligned)
+ *   +----------------------+------+---------+---------+-------------------+
+ *   | state: owner | stamp | hash | key_len | process | key: 32 bytes     |
+ *   | (16 bytes, one CAS)  |      |         |         | inline, or 24 +   |
+ *   |                      |      |         |         | fingerprint       |
+ *   +----------------------+------+---------+---------+-------------------+
+ *
+ * The state is two 64-bit words changed together by one 16-byte CAS
+ * (cmpxchg16b):
+ *
+ *   owner   0: free; else the holder, the caller's word: its pid in the
+ *           high 32 bits, an id of the caller's in the low ones
+ *   stamp   expiry (ms, 40 bits) << 24 | flags (LIVE, DEAD, MARKED) << 20
+ *           | serial (20 bits)
+ *
+ * process is a hint beside the state: the holder's process as the shard
+ * mutexes name theirs (pid | low 32 bits of its start time << 32), so
+ * that a waiter can tell a dead holder from a pid reused.  An acquirer
+ * writes it just before its CAS (and again after, if a racer overwrote
+ * it), a handoff for the waiter it names; it is the holder's only while
+ * its pid is the owner's (slot_holder_process), else unknown.
+ *
+ * Every change of the state bumps the serial, so a state read once names
+ * one moment of the slot: a CAS from it fails if anything happened since.
+ * The kinds of slot, by the stamp's flags:
+ *
+ *   EMPTY   no flag (a zeroed table is all EMPTY): ends every probe
+ *   DEAD    a tombstone: probes pass it; the mutex holder may reuse it
+ *   LIVE    the slot of the key in hash/key_len/key; owner 0 (free) or
+ *           the holder; MARKED: a waiter is queued for it (the mark's
+ *           fields are the caller's; every fast path leaves a marked
+ *           slot to the slow path)
+ *
+ * Lookups are linear probing from the hash's home slot, without the
+ * mutex: read the state (acquire), then the key, then the state again; a
+ * key compared while it was being rewritten is caught by the second read,
+ * since a slot's key changes only after its state left LIVE (reclaim) and
+ * before it becomes LIVE again.  Creating a key's slot, reclaiming free
+ * slots (LIVE -> DEAD: the state moves first, with a CAS, so a lock-free
+ * acquirer either took the slot first or fails its CAS) and turning a run
+ * of tombstones that ends at an EMPTY slot back to EMPTY happen under the
+ * caller's mutex.  A held slot is never reclaimed: its index stays valid
+ * for the holder's ticket.
+ *
+ * Crash safety: each change of a state is one CAS (old or new, nothing
+ * between); a key is written into a slot that is EMPTY or DEAD, and only
+ * the CAS that makes it LIVE publishes it, so a writer killed before that
+ * CAS leaves an EMPTY or DEAD slot with a half key, which no one reads.
+ * The table's counters (live, dead) are derived, rebuilt by
+ * slot_recover_locked.  In the test build every write is a crash point
+ * (wordstore.h).
+ *
+ * Keys longer than SLOT_KEY_INLINE bytes keep their first SLOT_KEY_PREFIX
+ * bytes and a 64-bit fingerprint of the whole key (slot_fingerprint),
+ * besides the 32-bit hash and the length: two keys that agree in all of
+ * them share one slot.  That can only merge two locks (extra exclusion,
+ * never lost exclusion), for a pair of long keys with equal length,
+ * prefix, hash and fingerprint: about 2^-96 per pair.
+ *
+ * Without a 16-byte CAS (slot_cas16(): cpuid at first use; another
+ * architecture), every slot operation runs under the mutex (the *_locked
+ * calls; the lock-free ones answer SLOT_SLOW) and writes the two words of
+ * a state under an undo record in the table's header, which
+ * slot_recover_locked plays back.
+ *
+ * The serial has 20 bits: a lock-free caller holding a state read is
+ * fooled only if that very slot changed 2^20 times, and came back to the
+ * same owner and expiry, between two of its instructions.
+ *
+ * Marks.  Each slot has a mark record of its own (slot_mark_t, in an
+ * array after the slots): the waiter a release is to hand the lock to.
+ * It is written under the mutex inside a seqlock of its own (seq odd
+ * while it is written), and only then is MARKED set in the state by CAS
+ * (slot_mark_locked); readers take a record only with an even seq that
+ * did not move, for a state that is still MARKED.  A writer killed in
+ * the middle leaves seq odd: recovery clears the slot's MARKED flag (a
+ * mark that may be half written is dropped; its waiter marks again) and
+ * makes seq even.
+ *
+ * Next (not built): the Lua lock on the slots (the token becomes the
+ * owner word; the handle keeps the ticket), inspect and the CLI listing
+ * slots.
+ */
+
+#ifndef SLOT_H
+#define SLOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLOT_KEY_INLINE      32
+#define SLOT_KEY_PREFIX      24
+
+#define SLOT_SERIAL_MASK     ((uint64_t) 0xfffff)
+#define SLOT_LIVE            ((uint64_t) 1 << 20)
+#define SLOT_DEAD            ((uint64_t) 1 << 21)
+#define SLOT_MARKED          ((uint64_t) 1 << 22)
+#define SLOT_FLAGS           ((uint64_t) 0xf << 20)
+#define SLOT_EXPIRY_SHIFT    24
+#define SLOT_NEVER           (((uint64_t) 1 << 40) - 1)   /* no expiry */
+
+/* probes longer than this (in slots) give up: the table is too full */
+#define SLOT_PROBE_MAX       256
+
+typedef struct {
+    uint64_t  owner;
+    uint64_t  stamp;
+} __attribute__((aligned(16))) slot_state_t;
+
+typedef struct {
+    slot_state_t  state;
+    uint32_t      hash;
+    uint32_t      key_len;
+    uint64_t      process;      /* the holder's process: a hint */
+    char          key[SLOT_KEY_INLINE];
+} __attribute__((aligned(64))) slot_t;
+
+_Static_assert(sizeof(slot_t) == 64, "a slot is one cache line");
+
+/* A slot's mark record. */
+typedef struct {
+    uint32_t  seq;          /* odd while written */
+    uint32_t  pad;
+    uint64_t  owner;        /* the waiter */
+    uint64_t  process;      /* its process */
+    int64_t   expiry;       /* the time to live (ms) it asks for on handoff */
+    int64_t   since;        /* when it began to wait (ms) */
+    int64_t   until;        /* its deadline (ms): stale from then on */
+    uint64_t  spare;
+} __attribute__((aligned(64))) slot_mark_t;
+
+_Static_assert(sizeof(slot_mark_t) == 64, "a mark record is one line");
+
+/* The table's header, in shared memory. */
+typedef struct {
+    uint32_t      nslots;       /* a power of two (checked at attach) */
+    uint32_t      live;         /* LIVE slots (derived) */
+    uint32_t      dead;         /* DEAD slots (derived) */
+    uint32_t      undo_active;  /* the fallback's undo record: */
+    uint32_t      undo_index;   /*   the slot being written, */
+    uint32_t      pad;
+    slot_state_t  undo_state;   /*   its state before */
+} __attribute__((aligned(64))) slot_hdr_t;
+
+/* The bytes of a table of n slots: header, slots, mark records. */
+#define SLOT_TABLE_BYTES(n) \
+    (sizeof(slot_hdr_t) + (uint64_t) (n) * (sizeof(slot_t) \
+                                            + sizeof(slot_mark_t)))
+
+/* A table as a process sees it. */
+typedef struct {
+    slot_hdr_t  *hdr;
+    slot_t      *slots;
+    slot_mark_t *marks;         /* after the slots */
+    uint32_t     mask;          /* nslots - 1, this process's copy */
+    int          cas16;         /* 1: lock-free paths; 0: all locked */
+} slots_t;
+
+/* What an acquire hands out and a release gives back. */
+typedef struct {
+    uint32_t      index;
+    uint32_t      pad;
+    slot_state_t  state;        /* the state the holder set */
+    uint64_t      process;      /* the holder's process, 0: not known */
+} slot_ticket_t;
+
+/* Answers of the calls below. */
+enum {
+    SLOT_OK = 0,        /* acquired / released / changed as asked */
+    SLOT_HELD,          /* acquire: held (live) by another; the ticket
+                           tells the holder */
+    SLOT_GONE,          /* release, extend: the state is no longer the
+                           ticket's (expired and taken, or reclaimed) */
+    SLOT_ABSENT,        /* look: no slot for the key */
+    SLOT_SLOW,          /* lock-free call: take the mutex and call the
+                           *_locked one (no slot yet, a marked slot, a
+                           busy CAS, no 16-byte CAS) */
+    SLOT_MARKED_STATE,  /* the slot is marked: the caller's slow path */
+    SLOT_FULL           /* no slot can be made: the table is full */
+};
+
+/* 1 if this CPU has a 16-byte CAS the lock-free paths can use. */
+int slot_cas16(void);
+
+/* An empty table of n slots (a power of two) at hdr and slots (with
+ * SLOT_TABLE_BYTES(n) from hdr). */
+void slot_format(slot_hdr_t *hdr, slot_t *slots, uint32_t n);
+/* This process's view of a table of n slots (a power of two: the
+ * caller's checked geometry, never the shared header's); cas16 < 0: ask
+ * the CPU. */
+void slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, uint32_t n,
+    int cas16);
+
+uint64_t slot_fingerprint(const char *key, size_t len);
+
+/* ---- lock-free (each answers SLOT_SLOW without a 16-byte CAS) ---- */
+
+/* expiry: absolute ms of the zone clock (0: SLOT_NEVER); now: the clock */
+int slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
+    uint64_t owner, uint64_t process, int64_t expiry, int64_t now,
+    slot_ticket_t *tk);
+int slot_release(slots_t *t, const slot_ticket_t *tk);
+int slot_extend(slots_t *t, slot_ticket_t *tk, int64_t expiry);
+/* SLOT_OK (tk: the slot's state, owner 0 when free), SLOT_ABSENT */
+int slot_look(slots_t *t, const char *key, size_t klen, uint32_t hash,
+    slot_ticket_t *tk);
+/* From the state `seen` (a look's ticket) to owner/flags/expiry: a dead
+ * holder's takeover, a mark set or cleared.  SLOT_OK (tk: the new state),
+ * SLOT_GONE. */
+int slot_swap(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
+    uint64_t process, uint64_t flags, int64_t expiry, slot_ticket_t *tk);
+
+/* ---- the caller's mutex held ---- */
+
+int slot_acquire_locked(slots_t *t, const char *key, size_t klen,
+    uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
+    int64_t now, slot_ticket_t *tk);
+int slot_release_locked(slots_t *t, const slot_ticket_t *tk);
+int slot_extend_locked(slots_t *t, slot_ticket_t *tk, int64_t expiry);
+int slot_look_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
+    slot_ticket_t *tk);
+int slot_swap_locked(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
+    uint64_t process, uint64_t flags, int64_t expiry, slot_ticket_t *tk);
+/* The mark of the marked state `seen`: its record written, then MARKED
+ * set (or, marked already, the record replaced): SLOT_OK (tk: the
+ * state), SLOT_GONE (the state is no longer seen). */
+int slot_mark_locked(slots_t *t, const slot_ticket_t *seen,
+    const slot_mark_t *m, slot_ticket_t *tk);
+/* The mark of state `at` (MARKED), lock-free: SLOT_OK, or SLOT_GONE if
+ * the slot left that state (or its record is being written: look
+ * again). */
+int slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m);
+/* Slot i, lock-free (under the mutex without a 16-byte CAS): 1 if it is
+ * a key's (LIVE), read whole: tk its state, *klen the key's length, key
+ * (SLOT_KEY_INLINE bytes) the key's first *shown bytes (all of it, or
+ * SLOT_KEY_PREFIX of a longer one), *hash its hash; 0 if not a key's,
+ * or it changed while read. */
+int slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, char *key,
+    uint32_t *klen, uint32_t *shown, uint32_t *hash);
+/* Free slots (no owner, or expired and unmarked) become DEAD, and runs of
+ * DEAD slots that end at an EMPTY one become EMPTY; returns the slots
+ * freed. */
+uint32_t slot_reclaim_locked(slots_t *t, int64_t now);
+/* After the mutex was taken over from a dead holder: the fallback's undo,
+ * then the counters recounted. */
+void slot_recover_locked(slots_t *t);
+/* 0, or -1 with msg saying what is broken. */
+int slot_verify_locked(slots_t *t, char *msg, size_t msg_size);
+
+#endif /* SLOT_H */
