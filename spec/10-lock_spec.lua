@@ -468,13 +468,15 @@ describe("resty.shmlock", function()
 
         it("resets the lock to the object's exptime without argument",
            function()
-            local lock = resty_lock:new(dict, { exptime = 0.1 })
+            -- after 0.6 s of a 1 s lock: without the reset at most 0.4 s
+            -- would be left, and the lock would be gone 0.6 s later
+            local lock = resty_lock:new(dict, { exptime = 1 })
             assert.equal(0, lock:lock("k"))
-            env.sleep(0.06)
+            env.sleep(0.6)
             assert.same({ true }, { lock:expire() })
             local ttl = dict:ttl("k")
-            assert.is_true(ttl > 0.09 and ttl <= 0.1, "ttl " .. ttl)
-            env.sleep(0.06)
+            assert.is_true(ttl > 0.4 and ttl <= 1, "ttl " .. ttl)
+            env.sleep(0.6)
             assert.is_true(lock:owned())
         end)
 
