@@ -6,8 +6,8 @@ local server_helper = require "helpers.redis_server"
 local resty_mock = require "helpers.redis_resty_mock"
 local fake_clock = require "helpers.fake_clock"
 local socket = require "socket"
-local proc = require "harness.proc"
-local children = require "helpers.children"
+local harness_proc = require "harness.proc"
+local spec_children = require "helpers.children"
 
 local now, sleep = socket.gettime, socket.sleep
 
@@ -704,7 +704,7 @@ describe("resty.shmlock.redis", function()
 
     -- the object copied into a child (fork(), a raw clone, _Fork()) holds
     -- nothing there; the child's checks fail it with a message
-    for _, kind in ipairs(proc.fork_kinds()) do
+    for _, kind in ipairs(harness_proc.fork_kinds()) do
         describe("a lock object copied into a child made by " .. kind.name,
                  function()
             it("is not the holder there: unlock() and expire() answer "
@@ -714,7 +714,7 @@ describe("resty.shmlock.redis", function()
                 local lock = redis_lock.new(raw, { exptime = 30 })
                 assert.equal(0, lock:lock("fk"))
                 local tok = raw:get("lock:{fk}")
-                local pid = proc.spawn_with({ fork = kind.fork }, function()
+                local pid = harness_proc.spawn_with({ fork = kind.fork }, function()
                     local function same(want, got, what)
                         assert(want[1] == got[1] and want[2] == got[2],
                                what .. ": " .. tostring(got[1]) .. ", "
@@ -730,7 +730,7 @@ describe("resty.shmlock.redis", function()
                     same({ 0, nil }, { lock:trylock("fk2") }, "trylock")
                     same({ 1, nil }, { lock:unlock() }, "unlock of its own")
                 end)
-                children.expect_clean_exits({ pid }, 30)
+                spec_children.expect_clean_exits({ pid }, 30)
                 assert.equal(tok, raw:get("lock:{fk}"))
                 -- not extended to 100 s by the child
                 local pttl = tonumber(raw:pttl("lock:{fk}"))
