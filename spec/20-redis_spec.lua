@@ -6,6 +6,8 @@ local server_helper = require "helpers.redis_server"
 local resty_mock = require "helpers.redis_resty_mock"
 local fake_clock = require "helpers.fake_clock"
 local socket = require "socket"
+local harness_proc = require "harness.proc"
+local spec_children = require "helpers.children"
 
 local now, sleep = socket.gettime, socket.sleep
 
@@ -698,6 +700,47 @@ describe("resty.shmlock.redis", function()
             end
         end)
     end)
+
+
+    -- the object copied into a child (fork(), a raw clone, _Fork()) holds
+    -- nothing there; the child's checks fail it with a message
+    for _, kind in ipairs(harness_proc.fork_kinds()) do
+        describe("a lock object copied into a child made by " .. kind.name,
+                 function()
+            it("is not the holder there: unlock() and expire() answer "
+               .. "'unlocked', owned() false, without touching Redis, lock() "
+               .. "waits like any other caller's; the parent's lock stays",
+               function()
+                local lock = redis_lock.new(raw, { exptime = 30 })
+                assert.equal(0, lock:lock("fk"))
+                local tok = raw:get("lock:{fk}")
+                local pid = harness_proc.spawn_with({ fork = kind.fork }, function()
+                    local function same(want, got, what)
+                        assert(want[1] == got[1] and want[2] == got[2],
+                               what .. ": " .. tostring(got[1]) .. ", "
+                               .. tostring(got[2]))
+                    end
+                    same({ nil, "unlocked" }, { lock:unlock() }, "unlock")
+                    same({ nil, "unlocked" }, { lock:expire(100) }, "expire")
+                    same({ false, "unlocked" }, { lock:owned() }, "owned")
+                    -- the copy may lock anew (on the inherited connection,
+                    -- which the parent leaves alone meanwhile): the key is
+                    -- the parent's, another one is free
+                    same({ nil, "timeout" }, { lock:lock("fk", 0) }, "lock")
+                    same({ 0, nil }, { lock:trylock("fk2") }, "trylock")
+                    same({ 1, nil }, { lock:unlock() }, "unlock of its own")
+                end)
+                spec_children.expect_clean_exits({ pid }, 30)
+                assert.equal(tok, raw:get("lock:{fk}"))
+                -- not extended to 100 s by the child
+                local pttl = tonumber(raw:pttl("lock:{fk}"))
+                assert.is_true(pttl > 0 and pttl <= 30000, tostring(pttl))
+                assert.is_nil(raw:get("lock:{fk2}"))
+                assert.is_true(lock:owned())
+                assert.equal(1, lock:unlock())
+            end)
+        end)
+    end
 
 
     describe("with a lua-resty-redis style client inside nginx", function()

@@ -1031,6 +1031,45 @@ describe("resty.shmlock.cache", function()
                         pack(c:get(("k"):rep(70000), nil, error)))
         end)
 
+        it("raises on an unknown per-call option, naming ours for "
+           .. "mlcache's, at the caller's line", function()
+            local c = new_cache()
+            local ok = function() return 1 end
+            assert.equal("unknown option opts.tll",
+                         raised(function() c:get("k", { tll = 1 }, ok) end))
+            assert.equal("unknown option opts.exptime",
+                         raised(function()
+                             c:get("k", { exptime = 1 }, ok)
+                         end))
+            assert.equal("unknown option opts.1",
+                         raised(function() c:get("k", { 1 }, ok) end))
+            local cases = {
+                l1_serializer = "no equivalent: transform the value in the "
+                                .. "loader",
+                shm_set_tries = "no equivalent",
+                resty_lock_opts = "no per-call equivalent: the cache's "
+                                  .. "opts.lock_opts (cache.new)",
+            }
+            for name, hint in pairs(cases) do
+                local err = raised(function()
+                    c:get("k", { [name] = 1 }, ok)
+                end)
+                local head = "opts." .. name .. " is an option of "
+                             .. "lua-resty-mlcache's get, not of "
+                             .. "resty.shmlock.cache's: "
+                assert.equal(head, err:sub(1, #head))
+                assert.truthy(err:find(hint, 1, true), err)
+            end
+            -- nothing was loaded or cached by the calls that raised
+            assert.is_nil(c:peek("k"))
+            -- ours are accepted, and a reused table is checked once:
+            -- still accepted on the L1 miss of another key
+            local opts = { ttl = 1, neg_ttl = 1, resurrect_ttl = 1,
+                           stale_ttl = 1 }
+            assert.equal(1, c:get("k", opts, ok))
+            assert.equal(1, c:get("k2", opts, ok))
+        end)
+
         it("raises on bad arguments, naming them", function()
             local c = new_cache()
             local ok = function() return 1 end

@@ -24,6 +24,7 @@ local backoff = require "resty.shmlock.internal.backoff"
 local random = require "resty.shmlock.internal.random"
 local token = require "resty.shmlock.internal.token"
 local key_text = require("resty.shmlock.internal.key").text
+local core = require "resty.shmlock.internal.core"
 local client = require "resty.shmlock.redis.client"
 local scripts = require "resty.shmlock.redis.scripts"
 
@@ -37,6 +38,8 @@ local now = clock.now
 local next_step = backoff.next
 local random_number = random.number
 local new_token = token.network
+local ours = token.ours
+local self_pid = core.self_pid
 local script = client.script
 local MIN_SLEEP = backoff.MIN_SLEEP
 local ACQUIRE = scripts.acquire
@@ -118,6 +121,7 @@ function _M.new(a, b, c)
         fence_key = nil,
         token = nil,
         fence = nil,       -- the fencing token of the current acquisition
+        pid = nil,         -- the process that took it (token.ours)
     }, mt)
 end
 
@@ -151,6 +155,7 @@ local function hold(self, lkey, fkey, tok, fence)
     self.fence_key = fkey
     self.token = tok
     self.fence = fence
+    self.pid = self_pid()
 end
 
 local function release_state(self)
@@ -158,6 +163,21 @@ local function release_state(self)
     self.fence_key = nil
     self.token = nil
     self.fence = nil
+    self.pid = nil
+end
+
+-- The Redis key of the lock this object holds, or nil.  An object copied
+-- into a forked child holds nothing there: the lock is the parent's, and
+-- the child may neither release it, extend it nor take it as its own.
+-- The copy forgets it (Redis is not asked), and may lock anew.  One load
+-- and a compare (token.ours).
+local function held(self)
+    local key = self.key
+    if key and not ours(self.pid) then
+        release_state(self)
+        return nil
+    end
+    return key
 end
 
 -- the Redis keys for a user key, or nil, err; "{...}" makes both keys hash
@@ -180,7 +200,7 @@ local function first_attempt(self, key)
     if not lkey then
         return nil, fkey
     end
-    if self.key then
+    if held(self) then
         return nil, "locked"
     end
 
@@ -257,7 +277,7 @@ end
 
 -- ok, err = lock:unlock(): 1 | nil, "unlocked" | nil, "expired" | nil, err
 function _M.unlock(self)
-    local key = self.key
+    local key = held(self)
     if not key then
         return nil, "unlocked"
     end
@@ -286,7 +306,7 @@ function _M.expire(self, timeout)
         ms, fms = ms_string(timeout), fence_ms(timeout, self.fence_ttl)
     end
 
-    local key = self.key
+    local key = held(self)
     if not key then
         return nil, "unlocked"
     end
@@ -305,7 +325,7 @@ end
 -- owned, err = lock:owned(): true | false, "unlocked" | false, "expired"
 -- | nil, err.  Asks Redis; does not change what this object holds.
 function _M.owned(self)
-    local key = self.key
+    local key = held(self)
     if not key then
         return false, "unlocked"
     end

@@ -9,6 +9,7 @@ local options = require "resty.shmlock.internal.options"
 local type = type
 local error = error
 local pairs = pairs
+local setmetatable = setmetatable
 local tostring = tostring
 local seconds = options.seconds
 
@@ -120,11 +121,49 @@ function _M.new(opts)
     return opts, o
 end
 
+-- get()'s per-call options; any other raises, as new()'s do
+local CALL_OPTIONS = {
+    ttl = true, neg_ttl = true, resurrect_ttl = true, stale_ttl = true,
+}
+
+-- lua-resty-mlcache's per-call options of get() that are not ours
+local MLCACHE_CALL_OPTIONS = {
+    l1_serializer = MLCACHE_OPTIONS.l1_serializer,
+    shm_set_tries = MLCACHE_OPTIONS.shm_set_tries,
+    resty_lock_opts = "no per-call equivalent: the cache's opts.lock_opts "
+                      .. "(cache.new)",
+}
+
+-- The opts tables whose names were checked (weak keys: a table the
+-- caller drops goes with the garbage).  get() looks at opts on an L1 miss
+-- only, and a scan (pairs: not compiled by LuaJIT 2.1) on every miss
+-- would cost the L2 path its trace; a caller's reused table is scanned
+-- once.  A table changed after its first get() is not scanned again.
+local checked = setmetatable({}, { __mode = "k" })
+
+-- level 4 from here: get's caller (get -> options.call -> this)
+local function check_call_names(opts)
+    for k in pairs(opts) do
+        if not CALL_OPTIONS[k] then
+            local hint = MLCACHE_CALL_OPTIONS[k]
+            if hint then
+                error("opts." .. k .. " is an option of lua-resty-mlcache's "
+                      .. "get, not of resty.shmlock.cache's: " .. hint, 4)
+            end
+            error("unknown option opts." .. tostring(k), 4)
+        end
+    end
+    checked[opts] = true
+end
+
 -- syntax: ttl, neg_ttl, resurrect_ttl, stale_ttl = options.call(self, opts)
 -- A get() call's options over the cache's (level: get's caller).
 function _M.call(self, opts)
     if type(opts) ~= "table" then
         error("opts must be a table", 3)
+    end
+    if not checked[opts] then
+        check_call_names(opts)
     end
     local ttl, neg_ttl, resurrect_ttl = opts.ttl, opts.neg_ttl,
                                         opts.resurrect_ttl
