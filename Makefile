@@ -40,6 +40,7 @@ ROCK_MOD      = $(if $(LUA_INCDIR),$(ROCK_DIR)/resty/shmlock/core.so)
 
 # The C test driver (ctest/), linked against the test build.
 CTEST_SRC = ctest/shmlock_test.c
+CTEST_HDRS = ctest/check.h
 CTEST     = build/shmlock_test
 # The lock slots on their own (src/slot.c, not yet in the zone file),
 # built from their sources with the crash countdown.
@@ -121,21 +122,21 @@ $(ASAN_LIB): $(ASAN_OBJS)
 	$(CC) $(ASAN_CFLAGS) -shared -o $@ $(ASAN_OBJS) $(LDFLAGS)
 
 # $ORIGIN/..: the driver finds the library at the root of the checkout.
-$(CTEST): $(CTEST_SRC) $(HDRS) $(TEST_LIB)
+$(CTEST): $(CTEST_SRC) $(CTEST_HDRS) $(HDRS) $(TEST_LIB)
 	@mkdir -p build
 	$(CC) $(CFLAGS) $(TESTING) $(WARN) -Isrc $(CTEST_SRC) -o $@ \
 	    -L. -l:$(TEST_LIB) -Wl,-rpath,'$$ORIGIN/..'
 
-$(ASAN_CTEST): $(CTEST_SRC) $(HDRS) $(ASAN_LIB)
+$(ASAN_CTEST): $(CTEST_SRC) $(CTEST_HDRS) $(HDRS) $(ASAN_LIB)
 	@mkdir -p build-asan
 	$(CC) $(ASAN_CFLAGS) $(TESTING) $(WARN) -Isrc $(CTEST_SRC) -o $@ \
 	    -L. -l:$(ASAN_LIB) -Wl,-rpath,'$$ORIGIN/..'
 
-$(SLOT_TEST): $(SLOT_TEST_SRCS) $(HDRS)
+$(SLOT_TEST): $(SLOT_TEST_SRCS) $(CTEST_HDRS) $(HDRS)
 	@mkdir -p build
 	$(CC) $(CFLAGS) $(TESTING) $(WARN) -Isrc $(SLOT_TEST_SRCS) -o $@
 
-$(ASAN_SLOT_TEST): $(SLOT_TEST_SRCS) $(HDRS)
+$(ASAN_SLOT_TEST): $(SLOT_TEST_SRCS) $(CTEST_HDRS) $(HDRS)
 	@mkdir -p build-asan
 	$(CC) $(ASAN_CFLAGS) $(TESTING) $(WARN) -Isrc $(SLOT_TEST_SRCS) -o $@
 

@@ -12,9 +12,8 @@
 
 local ffi = require "ffi"
 local bench = require "bench"
+local contend = require "contend"
 local shdict = require "resty.shmlock.shdict"
-local resty_lock = require "resty.shmlock"
-local flock_lock = require "flock_lock"
 
 pcall(ffi.cdef, [[
 struct shmlock_bench_rusage {
@@ -38,9 +37,10 @@ local dir = os.getenv("SHMLOCK_DIR") or "/tmp"
 local now_ns = bench.now_ns
 local spin_ns = bench.spin_ns
 
--- shared words: [0] start time, then per process i: count, cpu ns, nvcsw
-local START = 0
-local w = bench.shared_words(8 + 3 * NPROC)
+-- shared words: contend's start time, then per process i: count, cpu ns,
+-- nvcsw
+local FIRST = contend.FIRST
+local w = bench.shared_words(FIRST + 3 * NPROC)
 
 local function usage()
     local ru = ffi.new("struct shmlock_bench_rusage")
@@ -53,44 +53,31 @@ end
 local function contender(i, make)
     local lock, unlock = make()
     local count = 0
-    local deadline = now_ns() + 30e9
-    while w[START] == 0 do
-        if now_ns() > deadline then error("no start signal") end
-    end
-    local start = tonumber(w[START])
-    while now_ns() < start do end
+    local start = contend.wait_start(w)
     local cpu0, cs0 = usage()
     local stop = start + DURATION * 1e9
     while now_ns() < stop do
-        local ok, lerr = lock()
-        if not ok then error("lock failed: " .. tostring(lerr)) end
+        lock()
         count = count + 1
         spin_ns(HOLD_NS)
-        local uok, uerr = unlock()
-        if not uok then error("unlock failed: " .. tostring(uerr)) end
+        unlock()
         spin_ns(THINK_NS)
     end
     local cpu1, cs1 = usage()
-    w[8 + 3 * i] = count
-    w[8 + 3 * i + 1] = cpu1 - cpu0
-    w[8 + 3 * i + 2] = cs1 - cs0
+    w[FIRST + 3 * i] = count
+    w[FIRST + 3 * i + 1] = cpu1 - cpu0
+    w[FIRST + 3 * i + 2] = cs1 - cs0
 end
 
 -- one run: acquisitions per second, CPU us and context switches per
 -- acquisition
 local function once(make)
-    w[START] = 0
-    local pids = {}
-    for i = 0, NPROC - 1 do
-        pids[#pids + 1] = bench.spawn(contender, i, make)
-    end
-    w[START] = now_ns() + 0.5e9       -- every child is up by then
-    bench.wait_all(pids)
+    contend.run(w, NPROC, 0.5, contender, make)
     local count, cpu, cs = 0, 0, 0
     for i = 0, NPROC - 1 do
-        count = count + tonumber(w[8 + 3 * i])
-        cpu = cpu + tonumber(w[8 + 3 * i + 1])
-        cs = cs + tonumber(w[8 + 3 * i + 2])
+        count = count + tonumber(w[FIRST + 3 * i])
+        cpu = cpu + tonumber(w[FIRST + 3 * i + 1])
+        cs = cs + tonumber(w[FIRST + 3 * i + 2])
     end
     return count / DURATION, cpu / 1e3 / count, cs / count
 end
@@ -100,8 +87,7 @@ local function run(variant, make)
     for r = 1, REPS do
         rates[r], cpus[r], css[r] = once(make)
     end
-    local note = NPROC .. " processes, " .. DURATION .. " s, hold "
-                 .. HOLD_NS / 1e3 .. " us, think " .. THINK_NS / 1e3 .. " us"
+    local note = contend.note(NPROC, DURATION, HOLD_NS, THINK_NS)
     local med, lo, hi = bench.summary(rates)
     bench.result(SECTION, variant .. "_rate", "acq/s", med, lo, hi, REPS,
                  note)
@@ -119,17 +105,8 @@ bench.log("(9) contended: %d processes on one key, %g s x %d; acquisitions"
 
 assert(shdict.open("bench_contended", { size = "1m" }))
 
-run("shmlock", function()
-    local l = assert(resty_lock:new("bench_contended", { timeout = 60,
-                                                          exptime = 60 }))
-    return function() return l:lock(KEY) end,
-           function() return l:unlock() end
-end)
-
-run("flock", function()
-    local l = flock_lock.new(dir .. "/bench-contended.lock")
-    return function() return l:lock() end,
-           function() return l:unlock() end
-end)
+run("shmlock", contend.shmlock("bench_contended", KEY,
+                               { timeout = 60, exptime = 60 }))
+run("flock", contend.flock(dir .. "/bench-contended.lock"))
 
 shdict.destroy("bench_contended")

@@ -18,39 +18,14 @@
 #include "shmlock.h"
 #include "zone.h"       /* the corruption test finds the words to overwrite */
 
+#define CHECK_RC_NAME  shmlock_strerror
+#include "check.h"
+
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
-
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                    #cond);                                                  \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
-
-#define CHECK_RC(expr, want)                                                 \
-    do {                                                                     \
-        int  rc_ = (expr);                                                   \
-        if (rc_ != (want)) {                                                 \
-            fprintf(stderr, "%s:%d: %s returned %d (%s), want %d (%s)\n",     \
-                    __FILE__, __LINE__, #expr, rc_, shmlock_strerror(rc_),   \
-                    (want), shmlock_strerror(want));                         \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
 
 #define KEY(s)  (s), strlen(s)
 

@@ -27,33 +27,7 @@
 #include "hash.h"
 #include "crash.h"
 
-#include <sched.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                    #cond);                                                  \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
-
-#define CHECK_RC(expr, want)                                                 \
-    do {                                                                     \
-        int  rc_ = (expr);                                                   \
-        if (rc_ != (want)) {                                                 \
-            fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__,    \
-                    __LINE__, #expr, rc_, (want));                           \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
+#include "check.h"
 
 /* shared memory: the caller's mutex, a counter, the table */
 typedef struct {

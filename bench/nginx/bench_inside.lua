@@ -62,7 +62,7 @@ local ours_big
 local ngx_dict, ngx_cache, ngx_big     -- ngx.shared dicts
 local ctl
 local keys                             -- this worker's keys, shuffled
-local lock_keys                        -- this worker's lock keys
+local lock_keys = {}                   -- this worker's lock keys
 local wid                              -- this worker's id
 local cache_mod, cache_obj             -- resty.shmlock.cache, if present
 local stale_obj                        -- the same with stale_ttl
@@ -88,86 +88,54 @@ end
 
 local B = {}
 
--- The loops are written out once per store and variant on purpose: a loop
--- shared through a function argument would be one JIT trace for both
--- stores, specialised on whichever ran first, and would measure the other
--- through side exits.
-
--- lock + unlock, new object per iteration
-B.lock_new_ours = function(n)
+-- Each lock loop is its own function on purpose: a loop shared through a
+-- function argument would be one JIT trace for every lock, specialised on
+-- whichever ran first, and would measure the others through side exits.
+-- So the one source below is compiled once per lock and variant (a chunk
+-- of its own: its own bytecode, its own traces).  The variants: a new
+-- object per iteration, or one object reused.
+local LOCK_LOOP = [[
+local now, lock_mod, dict, store, lock_keys, nkeys, metric = ...
+return function(n)
+    $OUTSIDE
     local j = 0
     local t0 = now()
     for _ = 1, n do
-        j = j < LOCK_KEYS and j + 1 or 1
-        local lock = resty_lock:new("bench_locks")
+        j = j < nkeys and j + 1 or 1
+        $INSIDE
         lock:lock(lock_keys[j])
         lock:unlock()
     end
-    return { lock_new_ours = now() - t0 }
+    return { [metric] = now() - t0 }
+end
+]]
+
+local NEW_LOCK = "local lock = lock_mod:new(dict)"
+local REUSED_LOCK = "local lock = assert(lock_mod:new(dict))\n"
+    .. "    if store then assert(lock.store == store) end"
+
+-- B[metric]: the loop of lock_mod over dict, a new lock each iteration
+-- (reused false) or one reused; store: the store the lock must be on
+local function lock_loop(metric, lock_mod, dict, reused, store)
+    local src = LOCK_LOOP:gsub("%$(%u+)", {
+        OUTSIDE = reused and REUSED_LOCK or "",
+        INSIDE = reused and "" or NEW_LOCK,
+    })
+    local chunk = assert(loadstring(src, "=" .. metric))
+    B[metric] = chunk(now, lock_mod, dict, store, lock_keys, LOCK_KEYS,
+                      metric)
 end
 
-B.lock_new_peer = function(n)
-    local j = 0
-    local t0 = now()
-    for _ = 1, n do
-        j = j < LOCK_KEYS and j + 1 or 1
-        local lock = polling_lock:new("bench_ngx_locks")
-        lock:lock(lock_keys[j])
-        lock:unlock()
-    end
-    return { lock_new_peer = now() - t0 }
-end
-
-B.lock_reused_ours = function(n)
-    local lock = assert(resty_lock:new("bench_locks"))
-    local j = 0
-    local t0 = now()
-    for _ = 1, n do
-        j = j < LOCK_KEYS and j + 1 or 1
-        lock:lock(lock_keys[j])
-        lock:unlock()
-    end
-    return { lock_reused_ours = now() - t0 }
-end
-
-B.lock_reused_peer = function(n)
-    local lock = assert(polling_lock:new("bench_ngx_locks"))
-    local j = 0
-    local t0 = now()
-    for _ = 1, n do
-        j = j < LOCK_KEYS and j + 1 or 1
-        lock:lock(lock_keys[j])
-        lock:unlock()
-    end
-    return { lock_reused_peer = now() - t0 }
-end
-
--- the drop-in: ours with the peer's name, a lua_shared_dict (what a user
--- who only swaps require "resty.lock" for ours runs on)
-B.lock_new_drop = function(n)
-    local j = 0
-    local t0 = now()
-    for _ = 1, n do
-        j = j < LOCK_KEYS and j + 1 or 1
-        local lock = resty_lock:new("bench_ngx_locks")
-        lock:lock(lock_keys[j])
-        lock:unlock()
-    end
-    return { lock_new_drop = now() - t0 }
-end
-
-B.lock_reused_drop = function(n)
-    local lock = assert(resty_lock:new("bench_ngx_locks"))
-    assert(lock.store == "ngx.shared")
-    local j = 0
-    local t0 = now()
-    for _ = 1, n do
-        j = j < LOCK_KEYS and j + 1 or 1
-        lock:lock(lock_keys[j])
-        lock:unlock()
-    end
-    return { lock_reused_drop = now() - t0 }
-end
+-- ours on a zone, the peer on a lua_shared_dict, and the drop-in: ours
+-- with the peer's name, a lua_shared_dict (what a user who only swaps
+-- require "resty.lock" for ours runs on)
+lock_loop("lock_new_ours", resty_lock, "bench_locks", false)
+lock_loop("lock_reused_ours", resty_lock, "bench_locks", true)
+lock_loop("lock_new_peer", polling_lock, "bench_ngx_locks", false)
+lock_loop("lock_reused_peer", polling_lock, "bench_ngx_locks", true)
+lock_loop("lock_new_drop", resty_lock, "bench_ngx_locks", false)
+lock_loop("lock_reused_drop", resty_lock, "bench_ngx_locks", true,
+          "ngx.shared")
 
 local function fill(dict)
     for i = 1, NKEYS do
@@ -364,7 +332,6 @@ function _M.init_worker()
     for i = 1, NKEYS do
         keys[i] = "w" .. wid .. ":key:" .. perm[i]
     end
-    lock_keys = {}
     for i = 1, LOCK_KEYS do
         lock_keys[i] = "lock:" .. wid .. ":" .. i
     end
