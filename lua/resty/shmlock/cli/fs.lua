@@ -1,12 +1,13 @@
 -- resty.shmlock.cli.fs (internal): what the shmlock command needs from
 -- the file system besides the zones themselves: the zone directory's
 -- listing, and a zone file's owner, mode and size (Linux, through the FFI:
--- readdir64 and statx, whose layouts are the same on every architecture,
--- and getpwuid for the owner's name).
+-- readdir64 and statx, whose layouts are the same on every architecture;
+-- the owner's name comes from the core's getpwuid).
 
 local ffi = require "ffi"
 local bit = require "bit"
 local C = require "resty.shmlock.lib"
+local core = require "resty.shmlock.internal.core"
 
 local ffi_str = ffi.string
 local ffi_new = ffi.new
@@ -46,10 +47,6 @@ struct shmlock_cli_statx {
 };
 int shmlock_cli_statx(int dirfd, const char *path, int flags,
     unsigned int mask, struct shmlock_cli_statx *buf) __asm__("statx");
-
-struct shmlock_cli_passwd { char *name; };
-struct shmlock_cli_passwd *shmlock_cli_getpwuid(uint32_t uid)
-    __asm__("getpwuid");
 ]])
 
 local AT_FDCWD = -100
@@ -64,7 +61,7 @@ local _M = { PREFIX = PREFIX }
 local stx = ffi_new("struct shmlock_cli_statx")
 
 local function sys_error()
-    return ffi_str(C.strerror(ffi.errno()))
+    return core.sys_strerror(ffi.errno())
 end
 
 
@@ -127,13 +124,11 @@ function _M.stat(path)
         return nil, sys_error()
     end
     local uid = tonumber(stx.uid)
-    local pw = ffi.C.shmlock_cli_getpwuid(uid)
     local mode = tonumber(stx.mode)
     local fmt = band(mode, S_IFMT)
     return {
         uid = uid,
-        owner = (pw ~= nil and pw.name ~= nil) and ffi_str(pw.name)
-                or tostring(uid),
+        owner = core.getpwuid(uid) or tostring(uid),
         mode = format("%04o", band(mode, 0xfff)),
         size = tonumber(stx.size),
         regular = fmt == S_IFREG,

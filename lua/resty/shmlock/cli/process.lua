@@ -5,6 +5,7 @@
 
 local ffi = require "ffi"
 local bit = require "bit"
+local core = require "resty.shmlock.internal.core"
 
 local C = ffi.C
 local ffi_new = ffi.new
@@ -38,7 +39,6 @@ int shmlock_cli_sigprocmask(int how, const shmlock_cli_sigset_t *set,
                             shmlock_cli_sigset_t *old) __asm__("sigprocmask");
 int shmlock_cli_signalfd(int fd, const shmlock_cli_sigset_t *mask,
                          int flags) __asm__("signalfd");
-char *shmlock_cli_strerror(int errnum) __asm__("strerror");
 ]])
 
 local SIG_BLOCK, SIG_SETMASK = 0, 2
@@ -60,7 +60,7 @@ local info = ffi_new("struct shmlock_cli_siginfo")
 
 -- syntax: msg = process.error(): the system's message for errno
 function _M.error()
-    return ffi_str(C.shmlock_cli_strerror(ffi.errno()))
+    return core.sys_strerror(ffi.errno())
 end
 
 -- syntax: sigfd, old_mask = process.take_signals(signals)
