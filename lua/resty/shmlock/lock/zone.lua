@@ -551,16 +551,10 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
             if woken then
                 C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
             end
-            if stopped then
-                if marked and withdraw(zone, key, klen, tok) then
-                    return (now_us() - start) / 1000000
-                end
-                return nil, stopped
-            end
             if marked and withdraw(zone, key, klen, tok) then
                 return (now_us() - start) / 1000000
             end
-            return nil, "timeout"
+            return nil, stopped or "timeout"
         end
 
         -- at least 1 us: 0 would not sleep at all
