@@ -517,8 +517,7 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
     local since = floor(start / 1000)
     local till = floor(deadline / 1000)
     local marked = false
-    local check = true
-    local woken = false
+    local check = true      -- false: the last sleep was cut by a wake-up
 
     while true do
         -- counted as a waiter before looking: see shmlock_wait_begin
@@ -535,7 +534,7 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         if got == FAILED then
             -- a mark of ours goes stale at our deadline: see "Giving up"
             C.shmlock_wait_end(zone, hash, seq, 0)
-            if woken then
+            if not check then
                 C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
             end
             return nil, err
@@ -548,7 +547,7 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         local stopped = stop and stop()
         if stopped or now >= deadline then
             C.shmlock_wait_end(zone, hash, seq, 0)
-            if woken then
+            if not check then
                 C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
             end
             if marked and withdraw(zone, key, klen, tok) then
@@ -561,7 +560,6 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
                             CHECK_EVERY_US))
         check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
-        woken = not check
         step = next_step(step, ratio, max_step)
     end
 end
