@@ -359,11 +359,12 @@ local function take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
     if type(key) ~= "string" then
         key = ffi_str(key, klen)
     end
-    local who = _M.gone(holder) and "an aborted waiter of process "
-                or "holder process "
-    log_event("notice", 'lock "' .. key .. '": ' .. who
+    local aborted = _M.gone(holder)
+    log_event("notice", 'lock "' .. key .. '": '
+              .. (aborted and "an aborted waiter of process "
+                  or "holder process ")
               .. (str_match(holder, "^(%d+):") or "?")
-              .. (who == "holder process " and " is dead" or "")
+              .. (aborted and "" or " is dead")
               .. "; its lock "
               .. (to == tok and "taken over" or "handed to the next waiter"))
     return to == tok and ACQUIRED or BUSY
