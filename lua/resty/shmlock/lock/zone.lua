@@ -359,11 +359,12 @@ local function take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
     if type(key) ~= "string" then
         key = ffi_str(key, klen)
     end
-    local who = _M.gone(holder) and "an aborted waiter of process "
-                or "holder process "
-    log_event("notice", 'lock "' .. key .. '": ' .. who
+    local aborted = _M.gone(holder)
+    log_event("notice", 'lock "' .. key .. '": '
+              .. (aborted and "an aborted waiter of process "
+                  or "holder process ")
               .. (str_match(holder, "^(%d+):") or "?")
-              .. (who == "holder process " and " is dead" or "")
+              .. (aborted and "" or " is dead")
               .. "; its lock "
               .. (to == tok and "taken over" or "handed to the next waiter"))
     return to == tok and ACQUIRED or BUSY
@@ -517,8 +518,7 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
     local since = floor(start / 1000)
     local till = floor(deadline / 1000)
     local marked = false
-    local check = true
-    local woken = false
+    local check = true      -- false: the last sleep was cut by a wake-up
 
     while true do
         -- counted as a waiter before looking: see shmlock_wait_begin
@@ -535,7 +535,7 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         if got == FAILED then
             -- a mark of ours goes stale at our deadline: see "Giving up"
             C.shmlock_wait_end(zone, hash, seq, 0)
-            if woken then
+            if not check then
                 C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
             end
             return nil, err
@@ -548,26 +548,19 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         local stopped = stop and stop()
         if stopped or now >= deadline then
             C.shmlock_wait_end(zone, hash, seq, 0)
-            if woken then
+            if not check then
                 C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
-            end
-            if stopped then
-                if marked and withdraw(zone, key, klen, tok) then
-                    return (now_us() - start) / 1000000
-                end
-                return nil, stopped
             end
             if marked and withdraw(zone, key, klen, tok) then
                 return (now_us() - start) / 1000000
             end
-            return nil, "timeout"
+            return nil, stopped or "timeout"
         end
 
         -- at least 1 us: 0 would not sleep at all
         local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
                             CHECK_EVERY_US))
         check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
-        woken = not check
         step = next_step(step, ratio, max_step)
     end
 end
