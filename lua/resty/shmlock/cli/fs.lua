@@ -14,7 +14,6 @@ local ffi_new = ffi.new
 local tonumber = tonumber
 local tostring = tostring
 local band = bit.band
-local getenv = os.getenv
 local sort = table.sort
 local str_sub = string.sub
 local format = string.format
@@ -67,17 +66,8 @@ end
 
 -- syntax: dir = fs.dir(dir?)
 -- The zone directory the library uses for dir (nil: $SHMLOCK_DIR, else
--- /dev/shm, as src/shm_zone.c).
-function _M.dir(dir)
-    if dir and dir ~= "" then
-        return dir
-    end
-    local env = getenv("SHMLOCK_DIR")
-    if env and env ~= "" then
-        return env
-    end
-    return "/dev/shm"
-end
+-- /dev/shm, as src/shm_zone.c): the library's own answer.
+_M.dir = require("resty.shmlock.shdict").directory
 
 
 -- syntax: path = fs.path(dir, name): the file of zone name in dir
