@@ -14,6 +14,7 @@ local C = require "resty.shmlock.lib"
 local token = require "resty.shmlock.internal.token"
 local holder_pid = require("resty.shmlock.lock.ngx_shared").holder_pid
 local clock = require "resty.shmlock.internal.clock"
+local proc_alive = require("resty.shmlock.internal.core").proc_alive
 
 local type = type
 local tonumber = tonumber
@@ -96,7 +97,7 @@ function _M.key(dict, key, zone)
         -- lock.ngx_shared, "The value"): the pid only, its start time is
         -- not kept
         pid = holder_pid(v)
-        live = pid and C.shmlock_proc_alive(pid, 0) == 1
+        live = pid and proc_alive(pid)
     end
     if not pid then
         return nil, "not a lock"
