@@ -448,25 +448,21 @@ local function queue(backend, store, key, klen, tok, expiry, deadline, since,
             marked = true
         end
 
-        if done and done() then
-            leave(tok, rec)
-            if marked and withdraw and withdraw(store, key, klen, tok)
-               and accept(backend, store, key, klen, tok, expiry, true)
-            then
-                return spent + (now_us() - start) / 1000000
-            end
-            return nil, "done"
+        -- the caller's reason to stop, else the deadline: either ends the
+        -- wait, with the key if it reached us as we withdrew our mark
+        local stop = done and done() and "done"
+        if not stop then
+            now = now_us()
+            stop = now >= deadline and "timeout"
         end
-
-        now = now_us()
-        if now >= deadline then
+        if stop then
             leave(tok, rec)
             if marked and withdraw and withdraw(store, key, klen, tok)
                and accept(backend, store, key, klen, tok, expiry, true)
             then
                 return spent + (now_us() - start) / 1000000
             end
-            return nil, "timeout"
+            return nil, stop
         end
 
         pause(rec, poll_pause(deadline, now))
