@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "shm_watch.h"
+#include "shm_zone.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,12 +38,6 @@ shm_watch_dead_status(shmlock_zone_t *z)
     return dead != 0 ? SHMLOCK_DESTROYED : SHMLOCK_OK;
 }
 
-static int
-shm_watch_same(const shmlock_zone_t *z, const struct stat *st)
-{
-    return (uint64_t) st->st_dev == z->dev && (uint64_t) st->st_ino == z->ino;
-}
-
 /*
  * Our fd is gone (closed, maybe reused): the path again, if it still
  * names our file; else the zone is lost to this process.
@@ -53,7 +48,7 @@ shm_watch_reopen(shmlock_zone_t *z)
     struct stat  st;
     int          fd = open(z->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 
-    if (fd >= 0 && fstat(fd, &st) == 0 && shm_watch_same(z, &st)) {
+    if (fd >= 0 && fstat(fd, &st) == 0 && shm_zone_is_file(z, &st)) {
         z->fd = fd;
         return;
     }
@@ -71,7 +66,7 @@ shm_watch_file(shmlock_zone_t *z)
     struct stat  st;
     uint32_t     live = 0;
 
-    if (z->fd < 0 || fstat(z->fd, &st) != 0 || !shm_watch_same(z, &st)) {
+    if (z->fd < 0 || fstat(z->fd, &st) != 0 || !shm_zone_is_file(z, &st)) {
         shm_watch_reopen(z);
         return;
     }

@@ -60,6 +60,20 @@ shm_watch_at(shmlock_zone_t *z, int64_t now_ms)
     return shm_watch_check(z, now_ms);
 }
 
+/*
+ * shm_watch_at for a call that needs the fine clock anyway (an expiry to
+ * compute): *now_ms, read here when the caller gave none (<= 0), is the
+ * one reading that gates the watch too.
+ */
+static inline int
+shm_watch_now(shmlock_zone_t *z, int64_t *now_ms)
+{
+    if (*now_ms <= 0) {
+        *now_ms = sys_now_ms();
+    }
+    return shm_watch_at(z, *now_ms);
+}
+
 /* shm_watch_at with the coarse clock (a vDSO read, no system call). */
 static inline int
 shm_watch(shmlock_zone_t *z)

@@ -109,9 +109,7 @@ shm_zone_reg_find(const struct stat *st)
 
     shm_zone_reg_lock();
     for (z = shm_zone_reg_head; z != NULL; z = z->next) {
-        if (z->dev == (uint64_t) st->st_dev && z->ino == (uint64_t) st->st_ino
-            && !shm_zone_dead(z))
-        {
+        if (shm_zone_is_file(z, st) && !shm_zone_dead(z)) {
             z->handles++;
             break;
         }
@@ -173,9 +171,7 @@ shm_zone_close_fd(shmlock_zone_t *z)
 {
     struct stat  st;
 
-    if (z->fd >= 0 && fstat(z->fd, &st) == 0
-        && (uint64_t) st.st_dev == z->dev && (uint64_t) st.st_ino == z->ino)
-    {
+    if (z->fd >= 0 && fstat(z->fd, &st) == 0 && shm_zone_is_file(z, &st)) {
         close(z->fd);
     }
     z->fd = -1;

@@ -32,6 +32,8 @@
 #include "shmlock.h"
 #include "zone.h"
 
+#include <sys/stat.h>
+
 /* As shmlock_zone_open2 (shmlock.h): o's out fields are filled. */
 int shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err);
 void shm_zone_retain(shmlock_zone_t *z);
@@ -40,6 +42,13 @@ void shm_zone_close(shmlock_zone_t *z);
 int shm_zone_destroy(const char *dir, const char *name, size_t name_len,
     int *err);
 int shm_zone_name_ok(const char *name, size_t len);
+
+/* Whether st (an fstat's) is the file z maps. */
+static inline int
+shm_zone_is_file(const shmlock_zone_t *z, const struct stat *st)
+{
+    return (uint64_t) st->st_dev == z->dev && (uint64_t) st->st_ino == z->ino;
+}
 
 static inline int
 shm_zone_dead(const shmlock_zone_t *z)

@@ -556,10 +556,7 @@ shmlock_lock_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     }
     /* the clock the entry's expiry needs, read once: it gates the watch
      * (shm_watch.h) too, so that the lock pays no second clock read */
-    if (now_ms <= 0) {
-        now_ms = sys_now_ms();
-    }
-    rc = shm_watch_at(zone, now_ms);
+    rc = shm_watch_now(zone, &now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }

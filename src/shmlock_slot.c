@@ -69,10 +69,7 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     int            rc;
 
     /* one clock reading: the expiry's, and the watch's gate */
-    if (now_ms <= 0) {
-        now_ms = sys_now_ms();
-    }
-    rc = shm_watch_at(zone, now_ms);
+    rc = shm_watch_now(zone, &now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }
@@ -165,10 +162,7 @@ shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
     int64_t        expiry;
     int            rc;
 
-    if (now_ms <= 0) {
-        now_ms = sys_now_ms();
-    }
-    rc = shm_watch_at(zone, now_ms);
+    rc = shm_watch_now(zone, &now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }
@@ -235,10 +229,7 @@ shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     int64_t        expiry;
     int            rc;
 
-    if (now_ms <= 0) {
-        now_ms = sys_now_ms();
-    }
-    rc = shm_watch_at(zone, now_ms);
+    rc = shm_watch_now(zone, &now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }
