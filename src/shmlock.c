@@ -223,3 +223,11 @@ shmlock_token_block(char *dst)
 {
     return (int) token_block(dst);
 }
+
+uint32_t
+shmlock_owner_ids(void)
+{
+    _Static_assert(SHMLOCK_OWNER_IDS == 1 << TOKEN_BLOCK_BITS,
+                   "a block of ids is a block of token serials");
+    return token_ids();
+}

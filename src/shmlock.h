@@ -78,7 +78,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
     SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
     SHMLOCK_GEN_WORDS = 1024,     /* generation words of a zone */
-    SHMLOCK_LAYOUT = 8,           /* the zone layout this build reads and
+    SHMLOCK_LAYOUT = 9,           /* the zone layout this build reads and
                                      makes (zone.h) */
     SHMLOCK_WATCH_MS = 100        /* a process looks whether a zone's file
                                      was removed at most this often, at its
@@ -515,12 +515,15 @@ SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
  * Releases the lock of ticket t and wakes one sleeper of its key
  * (shmlock_wake_waiters): SHMLOCK_OK; SHMLOCK_CHANGED: still t's but
  * marked (the caller hands it over, or clears the mark, by swap);
- * SHMLOCK_NOT_FOUND: not t's any more (expired and taken, released).
- * Refused (SHMLOCK_DESTROYED, SHMLOCK_REMOVED) once the zone is known
- * dead; it does not look at the zone's file itself (acquires do).
+ * SHMLOCK_NOT_FOUND: not t's any more (expired and taken, released),
+ * or released but it had expired already (by now_ms, the caller's
+ * reading of the zone clock, or 0: the coarse clock read here): either
+ * way someone else may have held the key meanwhile.  Refused
+ * (SHMLOCK_DESTROYED, SHMLOCK_REMOVED) once the zone is known dead; it
+ * does not look at the zone's file itself (acquires do).
  */
 SHMLOCK_API int shmlock_slot_release(shmlock_zone_t *zone,
-    const shmlock_ticket_t *t);
+    const shmlock_ticket_t *t, int64_t now_ms);
 /* A new expiry for t's lock (t follows): SHMLOCK_OK, SHMLOCK_CHANGED
  * (marked), SHMLOCK_NOT_FOUND (not t's). */
 SHMLOCK_API int shmlock_slot_extend(shmlock_zone_t *zone,
@@ -537,7 +540,8 @@ SHMLOCK_API int shmlock_slot_look(shmlock_zone_t *zone, const char *key,
  * cleared (the mark alone changing keeps the holder's ticket valid).
  * SHMLOCK_OK (t: the new state); SHMLOCK_CHANGED: the slot is no longer
  * in state seen; SHMLOCK_BAD_VALUE: owner 0 (a swap never frees: release
- * does) or not of process's pid.  Wakes nobody: a handoff wakes the key's
+ * does), or a new owner not of process's pid (the same owner as seen's
+ * keeps seen's process: process is not looked at).  Wakes nobody: a handoff wakes the key's
  * sleepers itself (shmlock_wake_waiters, all = 1).
  */
 SHMLOCK_API int shmlock_slot_swap(shmlock_zone_t *zone,
@@ -644,6 +648,16 @@ SHMLOCK_API int shmlock_proc_alive(int pid, uint64_t start);
  * the host.
  */
 SHMLOCK_API int shmlock_token_block(char *dst);
+/*
+ * Owner ids for the lock slots (shmlock_slot_acquire's id): the first of
+ * SHMLOCK_OWNER_IDS fresh ids, never 0, from the counter of the token
+ * serials (shared by every Lua VM and thread of the process, starting
+ * at random): the low 32 bits of a block's serials.  An owner is the
+ * pid with an id, so ids only tell apart the waiters of one process;
+ * they repeat after 2^32 of them.
+ */
+enum { SHMLOCK_OWNER_IDS = 4096 };
+SHMLOCK_API uint32_t shmlock_owner_ids(void);
 
 
 /* ---- test hooks: only in the test build (libshmlock-test.so) ---- */

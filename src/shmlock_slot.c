@@ -125,10 +125,12 @@ shmlock_slot_rc(int rc)
 }
 
 int
-shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
+shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t,
+    int64_t now_ms)
 {
     slot_ticket_t  tk;
     shard_t       *sh;
+    uint64_t       e;
     int            rc;
 
     /* the dead word only: the file itself is looked at by the acquires
@@ -147,10 +149,23 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
         shard_lock(sh);
         rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
     }
-    if (rc == SLOT_OK) {
-        wait_wake(zone, t->hash, 0);
+    if (rc != SLOT_OK) {
+        return shmlock_slot_rc(rc);
     }
-    return shmlock_slot_rc(rc);
+    wait_wake(zone, t->hash, 0);
+    /* released; had it expired (nobody took it meanwhile)?  The coarse
+     * clock is enough: the answer only tells the holder its lock may
+     * have been free for a while */
+    e = t->stamp >> SLOT_EXPIRY_SHIFT;
+    if (e != SLOT_NEVER) {
+        if (now_ms <= 0) {
+            now_ms = sys_coarse_ms();
+        }
+        if ((int64_t) e <= now_ms) {
+            return SHMLOCK_NOT_FOUND;
+        }
+    }
+    return SHMLOCK_OK;
 }
 
 int
@@ -242,8 +257,11 @@ shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     if (process == 0) {
         process = sys_self();
     }
-    if (owner == 0 || (uint32_t) (owner >> 32) != (uint32_t) process
-        || expiry < 0)
+    /* a new owner must be of the process named (the slot's hint); the
+     * same owner (a mark cleared, an expiry moved) keeps its hint */
+    if (owner == 0 || expiry < 0
+        || (owner != seen->owner
+            && (uint32_t) (owner >> 32) != (uint32_t) process))
     {
         return SHMLOCK_BAD_VALUE;
     }

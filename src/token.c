@@ -52,3 +52,19 @@ token_block(char *dst)
     }
     return sys_pid();
 }
+
+uint32_t
+token_ids(void)
+{
+    uint64_t  block = __atomic_fetch_add(&sys_proc->tokens, 1,
+                                         __ATOMIC_RELAXED);
+    uint32_t  first;
+
+    if (__builtin_expect(block == 0, 0)) {
+        block = token_seed();
+    }
+    /* the block's serials, low 32 bits; a block that starts at 0 skips
+     * it (0 is no owner) */
+    first = (uint32_t) (block << TOKEN_BLOCK_BITS);
+    return first == 0 ? 1 : first;
+}

@@ -28,5 +28,9 @@
 /* Writes the next free block's 13 hex digits to dst; returns the pid of
  * this process (the caller's prefix is stale if made for another). */
 uint32_t token_block(char *dst);
+/* The first id of the next free block, as 32-bit numbers: the low 32
+ * bits of its serials (never 0: a block starting at 0 starts at 1); the
+ * block holds 2^TOKEN_BLOCK_BITS ids from there. */
+uint32_t token_ids(void);
 
 #endif /* TOKEN_H */

@@ -63,8 +63,10 @@
  *
  * Layout 6: lists.  Layout 7: a wait word's sleeper count tags its key
  * (wait.h), so that a release wakes one sleeper.  Layout 8: each shard
- * ends with its lock slots (slot.h): a power of two of them, about 1/64
- * of the shard's bytes (ZONE_SLOT_SHARE), at least ZONE_SLOTS_MIN.
+ * ends with its lock slots (slot.h).  Layout 9: the locks live there (no
+ * lock is a dictionary entry any more), so the slots take more room: a
+ * power of two of them, about 1/16 of the shard's bytes (ZONE_SLOT_SHARE),
+ * at least ZONE_SLOTS_MIN.
  *
  * The header starts with a magic string, the layout version and the size,
  * so a foreign, older or truncated file is refused rather than trusted;
@@ -88,7 +90,7 @@
 #define ZONE_SHARDS_MAX       16
 #define ZONE_SHARD_AUTO_MIN   ((uint64_t) 1 << 20)
 #define ZONE_SHARD_MIN        ((uint64_t) 64 << 10)
-#define ZONE_SLOT_SHARE       64     /* a shard's bytes per slot byte */
+#define ZONE_SLOT_SHARE       16     /* a shard's bytes per slot byte */
 #define ZONE_SLOTS_MIN        16
 
 /* zone_hdr_t.dead */

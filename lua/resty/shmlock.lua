@@ -24,27 +24,30 @@
 -- held by this worker").
 --
 -- The lock object is this file's: its fields are read and written here
--- only.  The store it locks in is a zone (resty.shmlock.lock.zone) or an
--- ngx.shared dict (resty.shmlock.lock.ngx_shared); both backends answer
--- one interface, with the store passed in (key and tok: Lua strings, or
--- pointers with their lengths where noted):
+-- only.  The store it locks in is a zone (resty.shmlock.lock.zone: the
+-- zone's lock slots) or an ngx.shared dict (resty.shmlock.lock.ngx_shared);
+-- both backends answer one interface for the waits, with the store passed
+-- in.  `tok` names the waiter: on a zone the handle (resty.shmlock.lock.
+-- handle: its owner id, and the ticket the backend writes when the lock
+-- becomes ours), on an ngx.shared dict the owner token (a Lua string):
 --
 --     expiry = backend.expiry(seconds)          the exptime as add wants it
 --     ok, err = backend.add(store, key, klen, tok, tlen, expiry)
 --         true: ours; false: held by someone; nil, err: the store failed
+--         (tlen: a token's length, nil for #tok)
 --     outcome, err = backend.look(store, key, klen, tok, expiry, check)
 --         after a failed add: BUSY, ACQUIRED (a dead holder's lock, or a
 --         key freed meanwhile), FAILED with the store's error
---     ok, err = backend.release(store, key, klen, tok, tlen)   (pointers ok)
---         1; 1, "expired" (not ours any more: left untouched); nil, err
---         (the lock may still be ours)
---     ok, err = backend.renew(store, key, klen, tok, new_tok, seconds)
---     held = backend.holds(store, key, klen, tok)
 --     elapsed, err = backend.block(store, key, klen, tok, expiry, timeout,
 --                                  step, ratio, max_step, stop)
 --         the wait outside nginx (zones only: ngx.shared dicts exist only
 --         inside nginx)
---     holder = backend.holder(store, key, klen)   the token holding key
+--     here = backend.here(store, key, klen)   held by this very process
+--     ident = backend.ident(tok)               nginx_wait's name of tok
+--
+-- Releasing, extending and asking whether the lock is still ours differ
+-- (a zone's ticket, a dict's token): unlock, expire and owned call each
+-- backend's own.
 --
 -- While the object holds a lock, a handle (resty.shmlock.lock.handle)
 -- keeps copies of the key and token, so that the lock is released when the
@@ -59,6 +62,7 @@ if not require("resty.shmlock.internal.core").ffi then
 end
 
 local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
 local shdict = require "resty.shmlock.shdict"
 local version = require "resty.shmlock.version"
 local nginx = require "resty.shmlock.internal.nginx"
@@ -71,6 +75,9 @@ local ngx_shared = require "resty.shmlock.lock.ngx_shared"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"
 local inspect = require "resty.shmlock.lock.inspect"
 local log = require "resty.shmlock.internal.log"
+local errors = require "resty.shmlock.errors"
+local codes = require "resty.shmlock.internal.codes"
+local clock = require "resty.shmlock.internal.clock"
 
 local ffi_str = ffi.string
 local type = type
@@ -80,7 +87,10 @@ local setmetatable = setmetatable
 local getmetatable = getmetatable
 local min = math.min
 local next_token = token.next
+local next_id = token.next_id
+local cached_ms = clock.cached_ms
 local take = handle.take
+local zone_handle = handle.zone
 local put = handle.put
 local retoken = handle.retoken
 local ours = handle.ours
@@ -92,6 +102,9 @@ local YIELDABLE = nginx.YIELDABLE
 local released = nginx_wait.released
 local log_event = log.event
 local recoveries = log.recoveries
+local zone_release = zone_backend.release
+local OK = codes.OK
+local EXISTS = codes.EXISTS
 
 local ngx = nginx.api()
 local in_nginx = ngx ~= nil
@@ -319,6 +332,37 @@ local function held(self)
 end
 
 
+-- the lock taken or waited for: on a zone
+local function acquire_zone(self, key, klen, may_wait, timeout, done)
+    local zone = self.target
+    local cd = zone_handle(zone, next_id())
+    local rc = C.shmlock_slot_acquire(zone, key, klen, cd.id, self.expiry,
+                                      cached_ms(), cd.tk)
+    recoveries(self.dict.name)          -- report a shard recovered
+    if rc == OK then
+        cd.held = 1
+        self.cd = cd
+        self.key = key
+        return 0
+    end
+    local elapsed, err
+    if rc == EXISTS then
+        elapsed, err = wait(self, zone_backend, key, klen, cd, may_wait,
+                            timeout, done)
+    else
+        err = errors[rc]
+    end
+    if elapsed then
+        cd.held = 1
+        self.cd = cd
+        self.key = key
+        return elapsed
+    end
+    put(cd)
+    return nil, err
+end
+
+
 local function acquire(self, key, may_wait, timeout, done)
     if not key then
         return nil, "nil key"
@@ -332,14 +376,15 @@ local function acquire(self, key, may_wait, timeout, done)
         return nil, err
     end
     local klen = #key
-
-    local tok, tlen = next_token()
-    local backend, store = self.backend, self.target
-    local ok
-    ok, err = backend.add(store, key, klen, tok, tlen, self.expiry)
     if self.number == 0 then
-        recoveries(self.dict.name)      -- a zone: report a shard recovered
+        return acquire_zone(self, key, klen, may_wait, timeout, done)
     end
+
+    -- an ngx.shared dict
+    local tok, tlen = next_token()
+    local store = self.target
+    local ok
+    ok, err = ngx_shared.add(store, key, klen, tok, tlen, self.expiry)
     if ok then
         self.cd = take(store, self.number, key, klen, tok, tlen)
         self.key = key
@@ -352,7 +397,7 @@ local function acquire(self, key, may_wait, timeout, done)
     -- the token buffer is reused by the next lock(): keep our own copy
     tok = ffi_str(tok, tlen)
     local elapsed
-    elapsed, err = wait(self, backend, key, klen, tok, may_wait, timeout,
+    elapsed, err = wait(self, ngx_shared, key, klen, tok, may_wait, timeout,
                         done)
     if elapsed then
         self.cd = take(store, self.number, key, klen, tok, tlen)
@@ -410,8 +455,13 @@ function _M.unlock(self)
     if not cd then
         return nil, "unlocked"
     end
-    local ok, err = self.backend.release(self.target, self.key, cd.key_len,
-                                         cd.tok, cd.tok_len)
+    local ok, err
+    if self.number == 0 then
+        ok, err = zone_release(self.target, cd.tk)
+    else
+        ok, err = ngx_shared.release(self.target, self.key, cd.key_len,
+                                     cd.tok, cd.tok_len)
+    end
     if ok then
         if in_nginx then
             released(self.key)  -- wakes this worker's queued waiters
@@ -443,12 +493,19 @@ function _M.expire(self, time)
         error('bad "exptime" argument', 2)
     end
 
-    local tok = ffi_str(cd.tok, cd.tok_len)
-    local new_tok = ffi_str(next_token())
-    local ok, err = self.backend.renew(self.target, self.key, cd.key_len, tok,
-                                       new_tok, time)
+    local ok, err
+    if self.number == 0 then
+        ok, err = zone_backend.renew(self.target, cd, time)
+    else
+        local tok = ffi_str(cd.tok, cd.tok_len)
+        local new_tok = ffi_str(next_token())
+        ok, err = ngx_shared.renew(self.target, self.key, cd.key_len, tok,
+                                   new_tok, time)
+        if ok then
+            retoken(cd, new_tok, #new_tok)
+        end
+    end
     if ok then
-        retoken(cd, new_tok, #new_tok)
         return true
     end
     if err == "expired" then
@@ -465,8 +522,11 @@ function _M.owned(self)
     if not cd then
         return false
     end
-    return self.backend.holds(self.target, self.key, cd.key_len,
-                              ffi_str(cd.tok, cd.tok_len))
+    if self.number == 0 then
+        return zone_backend.holds(self.target, self.key, #self.key, cd)
+    end
+    return ngx_shared.holds(self.target, self.key, cd.key_len,
+                            ffi_str(cd.tok, cd.tok_len))
 end
 
 

@@ -213,7 +213,8 @@ enum {
 int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
     size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
     shmlock_ticket_t *t);
-int shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t);
+int shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t,
+    int64_t now_ms);
 int shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
     int64_t exptime_ms, int64_t now_ms);
 int shmlock_slot_look(shmlock_zone_t *zone, const char *key,
@@ -251,6 +252,8 @@ const volatile int32_t *shmlock_self_pid_word(void);
 uint64_t shmlock_proc_start(int pid);
 int shmlock_proc_alive(int pid, uint64_t start);
 int shmlock_token_block(char *dst);
+enum { SHMLOCK_OWNER_IDS = 4096 };
+uint32_t shmlock_owner_ids(void);
 
 char *strerror(int errnum);
 ]]

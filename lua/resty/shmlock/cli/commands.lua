@@ -340,33 +340,30 @@ function _M.locks(ctx, cmd)
     if not dict then
         return status
     end
-    local keys, err = dict:get_keys(0)
-    if not keys then
+    local list, err = inspect.locks(shdict._zone_handle(dict))
+    if not list then
         return fail(ctx, status_of(err), format('zone "%s": %s', name, err))
     end
-    sort(keys)
+    sort(list, function(a, b) return a.key < b.key end)
     local locks, rows = json.array({}), {}
-    for _, key in ipairs(keys) do
-        local info
-        info, err = inspect.key(dict, key, shdict._zone_handle(dict))
-        if info then
-            info.key = key
-            info.marked = info.marked or json.null
-            locks[#locks + 1] = info
-            local m = info.marked ~= json.null and info.marked
-            rows[#rows + 1] = {
-                key = output.printable(key),
-                pid = info.pid,
-                alive = info.alive and "yes" or "no",
-                ttl = output.seconds(info.ttl),
-                waiters = info.waiters,
-                marked = m and format("%d%s", m.pid, m.alive and ""
-                                      or " (dead)") or nil,
-            }
-        elseif err ~= "not a lock" and err ~= "not locked" then
-            return fail(ctx, status_of(err), format('zone "%s": %s', name,
-                                                   err))
+    for _, info in ipairs(list) do
+        local key = output.printable(info.key)
+        if info.key_len > #info.key then
+            -- a long key's slot keeps its first bytes only
+            key = key .. "... (" .. info.key_len .. " bytes)"
         end
+        info.marked = info.marked or json.null
+        locks[#locks + 1] = info
+        local m = info.marked ~= json.null and info.marked
+        rows[#rows + 1] = {
+            key = key,
+            pid = info.pid,
+            alive = info.alive and "yes" or "no",
+            ttl = output.seconds(info.ttl),
+            waiters = info.waiters,
+            marked = m and format("%d%s", m.pid, m.alive and ""
+                                  or " (dead)") or nil,
+        }
     end
     return emit(ctx, cmd, locks, output.table({
         { "KEY", "key" }, { "PID", "pid", right = true }, { "ALIVE", "alive" },

@@ -2,13 +2,15 @@
 -- ZONE KEY -- COMMAND [ARG...]`, flock(1) for zones.
 --
 -- Who holds the lock: the process that runs COMMAND.  shmlock forks a
--- child; the child takes the lock (waiting as resty.shmlock waits), sends
--- its token up a pipe, and execs COMMAND: the same process, so the lock's
--- holder is COMMAND's process (its pid and start time are the token's).
+-- child; the child takes the lock (waiting as resty.shmlock waits), says
+-- so up a pipe, and execs COMMAND: the same process, so the lock's holder
+-- is COMMAND's process.  The parent then looks at the key's lock slot:
+-- held by the child's pid, that state is the lock's ticket (resty.shmlock.
+-- lock.zone), which it renews and releases.
 -- shmlock stays as the parent: it forwards SIGTERM, SIGINT, SIGHUP and
 -- SIGQUIT to COMMAND, renews the lock every third of --exptime (COMMAND
 -- need not cooperate), and when COMMAND ends, however it ends (kill -9
--- included), releases the lock at once by its token and exits with
+-- included), releases the lock at once by its ticket and exits with
 -- COMMAND's status (128 + N when signal N killed it).
 --
 -- If shmlock itself is killed (kill -9), COMMAND runs on and keeps the
@@ -20,7 +22,7 @@
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_backend = require "resty.shmlock.lock.zone"
-local token = require "resty.shmlock.internal.token"
+local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
 local commands = require "resty.shmlock.cli.commands"
 local output = require "resty.shmlock.cli.output"
@@ -28,7 +30,6 @@ local process = require "resty.shmlock.cli.process"
 
 local format = string.format
 local tonumber = tonumber
-local type = type
 local min = math.min
 local max = math.max
 local floor = math.floor
@@ -53,7 +54,7 @@ end
 
 
 -- In the child: take the lock, report on the pipe, exec COMMAND.  Never
--- returns.  The report: "ok <token>\n", "timeout\n", or
+-- returns.  The report: "ok\n", "timeout\n", or
 -- "error <status> <message>\n".
 local function child(cmd, dict, key, wfd, old_mask)
     process.restore_signals(old_mask)
@@ -78,9 +79,7 @@ local function child(cmd, dict, key, wfd, old_mask)
         process.write(wfd, format("error %d %s\n", status, err))
         process.exit(status)
     end
-    local v = dict:get(key)
-    local holder = type(v) == "string" and token.split(v) or ""
-    process.write(wfd, "ok " .. holder .. "\n")
+    process.write(wfd, "ok\n")
     -- the pipe is close-on-exec: the parent sees its end at the exec
     local msg, errno = process.exec(cmd.command)
     io.stderr:write(format("shmlock: cannot run %s: %s\n", cmd.command[1],
@@ -135,7 +134,7 @@ end
 
 -- while the child (COMMAND) runs: renew the lock, forward signals; then
 -- release it.  Returns COMMAND's status.
-local function hold(ctx, cmd, dict, key, tok, pid, sigfd)
+local function hold(ctx, cmd, dict, key, tk, pid, sigfd)
     local exptime = cmd.exptime or 0
     local every = exptime / 3
     local next_renew = exptime > 0 and now() + every or nil
@@ -143,7 +142,7 @@ local function hold(ctx, cmd, dict, key, tok, pid, sigfd)
     while true do
         local status = process.reap(pid)
         if status then
-            local ok, err = zone_backend.release(zone, key, #key, tok, #tok)
+            local ok, err = zone_backend.release(zone, tk)
             if not ok and err ~= "expired" then
                 fail(ctx, EXIT.FAILED, format('lock "%s" in zone "%s" not '
                                               .. "released: %s",
@@ -164,8 +163,7 @@ local function hold(ctx, cmd, dict, key, tok, pid, sigfd)
             end
         end
         if next_renew and now() >= next_renew then
-            local ok, err = zone_backend.renew(zone, key, #key, tok, tok,
-                                               exptime)
+            local ok, err = zone_backend.renew(zone, { tk = tk }, exptime)
             next_renew = now() + every
             if not ok then
                 -- released by someone (shmlock unlock), or the zone failed
@@ -177,6 +175,20 @@ local function hold(ctx, cmd, dict, key, tok, pid, sigfd)
             end
         end
     end
+end
+
+
+-- the ticket of the lock on key held by process pid (the child, now
+-- COMMAND), or nil
+local function held_by(dict, key, pid)
+    if zone_backend.look_at(dict._zone, key, #key) ~= codes.OK then
+        return nil
+    end
+    local holder = zone_backend.state(zone_backend.seen)
+    if holder ~= pid then
+        return nil
+    end
+    return zone_backend.holders_ticket()
 end
 
 
@@ -218,8 +230,8 @@ function _M.run(ctx, cmd)
 
     local text = report(pid, rfd, sigfd)
     process.close(rfd)
-    local tok = text:match("^ok (%d+:%d+:%x+)\n")
-    if not tok then
+    local tk = text == "ok\n" and held_by(dict, key, pid)
+    if not tk then
         local status = reap(pid, sigfd)
         if text == "timeout\n" then
             return fail(ctx, 1, format('lock "%s" in zone "%s" still held '
@@ -234,7 +246,7 @@ function _M.run(ctx, cmd)
         end
         return status   -- killed while waiting, or the exec failed
     end
-    return hold(ctx, cmd, dict, key, tok, pid, sigfd)
+    return hold(ctx, cmd, dict, key, tk, pid, sigfd)
 end
 
 return _M

@@ -1,19 +1,20 @@
 -- resty.shmlock.cli.unlock (internal): `shmlock unlock ZONE KEY`, the
 -- release of a stuck lock from the shell, whoever holds it.
 --
--- It releases the holder's token as that holder's unlock() would
--- (resty.shmlock.lock.zone: a compare-and-delete of that very token, so a
--- lock taken again meanwhile by someone else is left alone, and a starving
--- waiter marked on the lock gets it handed over), and wakes the waiters.
+-- It releases the lock in the state it found it, as that holder's unlock()
+-- would (resty.shmlock.lock.zone: one compare-and-swap from that very
+-- state, so a lock taken again meanwhile by someone else is left alone,
+-- and a starving waiter marked on the lock gets it handed over), and wakes
+-- the waiters.
 
 local commands = require "resty.shmlock.cli.commands"
 local zone_backend = require "resty.shmlock.lock.zone"
 local inspect = require "resty.shmlock.lock.inspect"
-local token = require "resty.shmlock.internal.token"
 local output = require "resty.shmlock.cli.output"
+local codes = require "resty.shmlock.internal.codes"
+local errors = require "resty.shmlock.errors"
 
 local format = string.format
-local type = type
 
 local EXIT = commands.EXIT
 local fail = commands.fail
@@ -44,15 +45,19 @@ function _M.unlock(ctx, cmd)
         return fail(ctx, bad_key and EXIT.USAGE or commands.status_of(err),
                     format('zone "%s": %s', name, err))
     end
-    local v = dict:get(key)
-    local holder = type(v) == "string" and token.split(v)
+    -- the state inspect saw, again (it may have moved since: the release
+    -- then fails, or releases the newer holder's lock, which is as much
+    -- "KEY's lock" as the one shown)
+    local rc = zone_backend.look_at(dict._zone, key, #key)
     local ok
-    if holder then
-        ok, err = zone_backend.release(dict._zone, key, #key, holder,
-                                       #holder)
+    if rc == codes.OK then
+        ok, err = zone_backend.release(dict._zone,
+                                       zone_backend.holders_ticket())
+    elseif rc ~= codes.NOT_FOUND then
+        err = errors[rc]
     end
-    if not ok then
-        if not holder or err == "expired" then
+    if not ok or err == "expired" then
+        if rc == codes.NOT_FOUND or err == "expired" then
             -- released or expired between the look and the release
             return fail(ctx, EXIT.NO_KEY, format('no lock "%s" in zone "%s"',
                                                  shown, name))

@@ -131,6 +131,40 @@ function _M.pid()
 end
 
 
+-- syntax: pid = token.self()
+-- This process's pid, as token.ours compares it (one load but in a child
+-- that has not asked for it yet).
+function _M.self()
+    if pid_word then
+        local p = pid_word[0]
+        if p ~= 0 then
+            return p
+        end
+    end
+    return core.self_pid()
+end
+
+
+-- syntax: id = token.next_id()
+-- A fresh owner id for a lock slot's acquisition (shmlock_slot_acquire):
+-- a 32-bit number, never 0, from the process's one counter (the token
+-- serials'), shared by every Lua VM of the process; a VM takes them in
+-- blocks, as it takes token serials.
+local id_at, id_end = 0, 0
+local IDS = ffi and C.SHMLOCK_OWNER_IDS or 4096
+local owner_ids = ffi and C.shmlock_owner_ids or core.owner_ids
+
+function _M.next_id()
+    if id_at == id_end then
+        id_at = owner_ids()
+        id_end = id_at - id_at % IDS + IDS
+    end
+    local id = id_at
+    id_at = id_at + 1
+    return id
+end
+
+
 -- syntax: ok = token.ours(p)
 -- Whether p, a value of token.pid() kept since, names this process: false
 -- in a child (of fork or of anything else) for its parent's pid.  One

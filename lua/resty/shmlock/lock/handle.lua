@@ -2,10 +2,12 @@
 -- carries while it holds a lock, so that a lock object collected while
 -- holding releases it.
 --
--- The handle keeps what the release needs: the store (the zone itself; an
--- ngx.shared dict by a number, as a finalizer cannot hold a Lua
--- reference), a copy of the key and of the owner token.  Its finalizer
--- calls the store's backend (resty.shmlock.lock.zone or .ngx_shared).
+-- The handle keeps what the release needs: on a zone, the zone itself and
+-- the lock's ticket (tk: its slot and the state we set, and id, the
+-- acquisition's owner id; resty.shmlock.lock.zone); on an ngx.shared
+-- dict, its number (a finalizer cannot hold a Lua reference) and copies
+-- of the key and of the owner token.  Its finalizer calls the store's
+-- backend (resty.shmlock.lock.zone or .ngx_shared).
 -- The lock object keeps the handle; the handle knows nothing of the lock
 -- object.  All handles share one finalizer function.
 --
@@ -31,13 +33,17 @@ local ffi_gc = ffi.gc
 local ffi_copy = ffi.copy
 local token_pid = token.pid
 local ours = token.ours
+local self = token.self
 
 ffi.cdef([[
 typedef struct {
     shmlock_zone_t  *zone;      /* NULL for an ngx.shared dict */
+    shmlock_ticket_t tk;        /* a zone: the lock's ticket */
+    uint32_t         id;        /* a zone: the acquisition's owner id */
+    int32_t          held;      /* 1 while the lock is ours */
     int32_t          pid;       /* the process that took the lock */
     int32_t          shared;    /* ngx.shared dict: its number in `dicts` */
-    uint32_t         tok_len;   /* 0: holds nothing */
+    uint32_t         tok_len;
     uint32_t         key_len;
     uint32_t         key_cap;
     char             tok[]] .. token.MAX_LEN .. [[];
@@ -61,17 +67,17 @@ local pooled = 0
 
 
 local function finalize(cd)
-    local tlen = cd.tok_len
+    local held = cd.held
     local zone = cd.zone
-    cd.tok_len = 0
+    cd.held = 0
     cd.zone = nil
     -- a forked child's copy releases nothing: the lock is the parent's
-    if tlen ~= 0 and ours(cd.pid) then
+    if held ~= 0 and ours(cd.pid) then
         if zone ~= nil then
-            zone_backend.release(zone, cd.key, cd.key_len, cd.tok, tlen)
+            zone_backend.release(zone, cd.tk)
         else
             ngx_shared.release(dicts[cd.shared], cd.key, cd.key_len, cd.tok,
-                               tlen)
+                               cd.tok_len)
         end
     end
     if zone ~= nil then
@@ -93,11 +99,8 @@ function _M.number(dict)
 end
 
 
--- syntax: cd = handle.take(store, number, key, klen, tok, tlen)
--- A handle for the lock on key with the token tok (a string or a pointer,
--- tlen bytes), in store: a zone (number 0) or the ngx.shared dict of that
--- number.
-function _M.take(store, number, key, klen, tok, tlen)
+-- a handle from the pool, with room for a key of klen bytes, or a new one
+local function pop(klen)
     local cd
     if pooled > 0 then
         cd = pool[pooled]
@@ -112,10 +115,12 @@ function _M.take(store, number, key, klen, tok, tlen)
         cd = ffi_gc(ffi_new(handle_t, cap), finalize)
         cd.key_cap = cap
     end
-    local zone = nil
-    if number == 0 then
-        zone = store
-    end
+    return cd
+end
+
+
+-- the handle's zone becomes zone (nil: an ngx.shared dict's handle)
+local function rezone(cd, zone)
     if cd.zone ~= zone then
         -- (a NULL pointer equals nil: no zone on either side)
         if cd.zone ~= nil then
@@ -126,12 +131,35 @@ function _M.take(store, number, key, klen, tok, tlen)
         end
         cd.zone = zone
     end
+end
+
+
+-- syntax: cd = handle.zone(zone, id)
+-- A handle for a lock of the zone, before it is ours: id, the
+-- acquisition's owner id; the zone backend writes cd.tk; the caller sets
+-- cd.held = 1 once the lock is ours, or puts the handle back.
+function _M.zone(zone, id)
+    local cd = pop(0)
+    rezone(cd, zone)
+    cd.pid = self()
+    cd.id = id
+    return cd
+end
+
+
+-- syntax: cd = handle.take(dict, number, key, klen, tok, tlen)
+-- A handle for the lock on key with the token tok (a string or a pointer,
+-- tlen bytes), held in the ngx.shared dict of that number.
+function _M.take(_, number, key, klen, tok, tlen)
+    local cd = pop(klen)
+    rezone(cd, nil)
     cd.shared = number
     cd.pid = token_pid()
     ffi_copy(cd.key, key, klen)
     cd.key_len = klen
     ffi_copy(cd.tok, tok, tlen)
     cd.tok_len = tlen
+    cd.held = 1
     return cd
 end
 
@@ -145,7 +173,7 @@ end
 
 
 -- syntax: handle.retoken(cd, tok, tlen)
--- Replaces the token of the held lock (after expire).
+-- Replaces the token of the held lock (after expire; ngx.shared dicts).
 function _M.retoken(cd, tok, tlen)
     ffi_copy(cd.tok, tok, tlen)
     cd.tok_len = tlen
@@ -156,7 +184,7 @@ end
 -- The lock is gone: the handle goes back to the pool (keeping its zone
 -- reference), or to the collector.
 function _M.put(cd)
-    cd.tok_len = 0
+    cd.held = 0
     if pooled < POOL_MAX then
         pooled = pooled + 1
         pool[pooled] = cd

@@ -1,62 +1,86 @@
 -- resty.shmlock.lock.inspect (internal): what a lock key holds, for
--- resty_lock.inspect() and the shmlock command.  Reads only: the key's
--- value and ttl through the dict's own methods (a zone's dict object or an
--- ngx.shared dict: both answer get and ttl alike), the holder's process,
--- and on a zone the waiters counted on the key's wait word.
+-- resty_lock.inspect() and the shmlock command.  Reads only.
 --
--- The value is parsed here and in resty.shmlock.internal.token only: a
--- holder token "<pid>:<start>:<serial>", possibly followed by a starving
--- waiter's mark (resty.shmlock.lock.zone, "Starvation mode"); on an
--- ngx.shared dict, an owner number or a compact token, whose pid
--- resty.shmlock.lock.ngx_shared reads (holder_pid).
+-- On a zone: the key's lock slot (resty.shmlock.lock.zone: its state, and
+-- the mark of a starving waiter), the holder's process, and the waiters
+-- counted on the key's wait word.  On an ngx.shared dict: the key's value
+-- and ttl through the dict's own methods, an owner number or a compact
+-- token whose pid resty.shmlock.lock.ngx_shared reads (holder_pid).
 
+local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
-local token = require "resty.shmlock.internal.token"
+local zone_backend = require "resty.shmlock.lock.zone"
 local holder_pid = require("resty.shmlock.lock.ngx_shared").holder_pid
+local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
+local errors = require "resty.shmlock.errors"
 local proc_alive = require("resty.shmlock.internal.core").proc_alive
 
+local ffi_new = ffi.new
+local ffi_str = ffi.string
 local type = type
 local tonumber = tonumber
-local split = token.split
-local parse = token.parse
-local alive = token.alive
 local now_ms = clock.now_ms
+local state = zone_backend.state
+local NEVER = zone_backend.NEVER
+
+local OK = codes.OK
+local NOT_FOUND = codes.NOT_FOUND
 
 local _M = {}
 
--- reads of a key whose value changes between its get and its ttl
+-- reads of an ngx.shared key whose value changes between its get and ttl
 local TRIES = 8
 
+-- slots read per step of a listing
+local STEP = 64
 
--- { pid, alive, deadline, waited } of a mark's starving waiter, or nil
--- when the mark is not one of ours
-local function marked(starver, since, till)
-    local pid = parse(starver)
-    if not pid then
+
+-- { pid, alive, deadline, waited } of the starving waiter marked on the
+-- lock in state tk, or nil (no mark, or one being rewritten)
+local function marked(zone, tk, now)
+    if zone_backend.read_mark(zone, tk) ~= OK then
         return nil
     end
-    local now = now_ms()
+    local pid, _, _, since, till = zone_backend.mark_of()
     return {
         pid = pid,
-        alive = alive(starver),
+        alive = zone_backend.mark_alive(),
         -- seconds left to its deadline; <= 0: the mark is stale (a
-        -- release frees the key rather than hand it over); nil in a mark
-        -- written by an older version, which never goes stale
-        deadline = till and (till - now) / 1000 or nil,
+        -- release frees the key rather than hand it over)
+        deadline = (till - now) / 1000,
         waited = (now - since) / 1000,
     }
 end
 
 
--- syntax: info, err = inspect.key(dict, key, zone?)
--- dict: a zone's dict object or an ngx.shared dict (anything with get and
--- ttl); key: a checked key; zone: the zone cdata, for the waiter count (nil
--- on an ngx.shared dict).  The value and the ttl are read one after the
--- other and agree (the value is read again after the ttl): a snapshot.
--- Returns the table documented in docs/lock.md (inspect), or nil and
--- "not locked", "not a lock", or the store's error.
-function _M.key(dict, key, zone)
+-- syntax: info, err = inspect.ticket(zone, tk)
+-- The lock in the state of ticket tk (a look's or a listing's): the table
+-- documented in docs/lock.md (inspect), or nil, "not locked" (free or
+-- expired).
+local function of_ticket(zone, tk)
+    local pid, id, expiry, is_marked = state(tk)
+    if pid == 0 and id == 0 then
+        return nil, "not locked"
+    end
+    local now = now_ms()
+    if expiry ~= NEVER and expiry <= now then
+        return nil, "not locked"
+    end
+    return {
+        pid = pid,
+        alive = C.shmlock_slot_alive(tk) ~= 0,
+        -- 0: no expiry, as ngx.shared.DICT's ttl says
+        ttl = expiry == NEVER and 0 or (expiry - now) / 1000,
+        marked = is_marked and marked(zone, tk, now) or nil,
+        waiters = tonumber(C.shmlock_wait_count(zone, tk.hash)),
+    }
+end
+_M.ticket = of_ticket
+
+
+-- an ngx.shared dict's lock on key
+local function shared_key(dict, key)
     local v, ttl, err
     for _ = 1, TRIES do
         v, err = dict:get(key)
@@ -65,11 +89,6 @@ function _M.key(dict, key, zone)
                 return nil, "not a lock"
             end
             return nil, err or "not locked"
-        end
-        -- (a number: an ngx.shared dict's lock, resty.shmlock.lock.
-        -- ngx_shared, "The value")
-        if type(v) ~= "string" and (zone or type(v) ~= "number") then
-            return nil, "not a lock"
         end
         ttl, err = dict:ttl(key)
         if ttl then
@@ -84,34 +103,67 @@ function _M.key(dict, key, zone)
     if not ttl then
         return nil, "not locked"
     end
-
-    local holder, starver, since, till, pid, live, _
-    if type(v) == "string" then
-        holder, starver, _, since, till = split(v)
-        pid = parse(holder)
-    end
-    if pid then
-        live = alive(holder)
-    elseif not zone then
-        -- an ngx.shared dict's number or compact token (resty.shmlock.
-        -- lock.ngx_shared, "The value"): the pid only, its start time is
-        -- not kept
-        pid = holder_pid(v)
-        live = pid and proc_alive(pid)
-    end
+    -- an owner number or compact token (resty.shmlock.lock.ngx_shared,
+    -- "The value"): the pid only, its start time is not kept
+    local pid = holder_pid(v)
     if not pid then
         return nil, "not a lock"
     end
+    return { pid = pid, alive = proc_alive(pid), ttl = ttl }
+end
 
-    local info = {
-        pid = pid,
-        alive = live,
-        ttl = ttl,
-        marked = starver and marked(starver, since, till) or nil,
-        waiters = zone and tonumber(C.shmlock_wait_count(zone,
-                                    C.shmlock_hash(key, #key))) or nil,
-    }
-    return info
+
+-- syntax: info, err = inspect.key(dict, key, zone?)
+-- dict: a zone's dict object or an ngx.shared dict; key: a checked key;
+-- zone: the zone cdata (nil on an ngx.shared dict).  Returns the table
+-- documented in docs/lock.md (inspect), or nil and "not locked", "not a
+-- lock" (an ngx.shared dict's value that is no lock), or the store's
+-- error.
+function _M.key(dict, key, zone)
+    if not zone then
+        return shared_key(dict, key)
+    end
+    local rc = zone_backend.look_at(zone, key, #key)
+    if rc == NOT_FOUND then
+        return nil, "not locked"
+    end
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    -- a copy: the scratch ticket is the next look's
+    local tk = ffi_new(zone_backend.ticket_t)
+    ffi.copy(tk, zone_backend.seen, zone_backend.TICKET_SIZE)
+    return of_ticket(zone, tk)
+end
+
+
+-- syntax: locks, err = inspect.locks(zone)
+-- Every lock held in the zone (a walk over its slots): a list of
+-- inspect's tables, each with key (the key, or its first bytes when the
+-- slot keeps no more: key_len tells) and key_len; nil and the zone's
+-- error.  A lock taken or released during the walk may be missing.
+function _M.locks(zone)
+    local out = ffi_new("shmlock_slot_info_t[?]", STEP)
+    local count = ffi_new("int[1]")
+    local cursor = ffi_new("uint64_t[1]")
+    local list = {}
+    local at = 0
+    repeat
+        local rc = C.shmlock_slot_scan(zone, at, out, STEP, count, cursor)
+        if rc ~= OK then
+            return nil, errors[rc]
+        end
+        for i = 0, count[0] - 1 do
+            local info = of_ticket(zone, out[i].ticket)
+            if info then
+                info.key = ffi_str(out[i].key, out[i].shown)
+                info.key_len = tonumber(out[i].key_len)
+                list[#list + 1] = info
+            end
+        end
+        at = cursor[0]
+    until at == 0
+    return list
 end
 
 

@@ -103,7 +103,6 @@ local next = next
 local pcall = pcall
 local require = require
 local tostring = tostring
-local str_match = string.match
 local now_us = clock.now_us
 local nanosleep = clock.sleep
 local rand = random.number
@@ -410,20 +409,22 @@ local function queue(backend, store, key, klen, tok, expiry, deadline, since,
         ask = expiry
     end
     local marked = false
-    local rec = join(key, tok, till)
+    -- the registry's name of this waiter (a zone: its owner id)
+    local ident = backend.ident(tok)
+    local rec = join(key, ident, till)
 
     local function took()
-        leave(tok, rec)
+        leave(ident, rec)
         return spent + (now_us() - start) / 1000000
     end
 
     while true do
-        local ok, err = backend.add(store, key, klen, tok, #tok, expiry)
+        local ok, err = backend.add(store, key, klen, tok, nil, expiry)
         if ok then
             return took()
         end
         if ok == nil then
-            leave(tok, rec)
+            leave(ident, rec)
             return nil, err
         end
 
@@ -442,7 +443,7 @@ local function queue(backend, store, key, klen, tok, expiry, deadline, since,
             marked = false      -- the handoff lapsed: wait on
         elseif got == FAILED then
             -- a mark of ours goes stale at our deadline
-            leave(tok, rec)
+            leave(ident, rec)
             return nil, err
         elseif got == MARKED then
             marked = true
@@ -456,7 +457,7 @@ local function queue(backend, store, key, klen, tok, expiry, deadline, since,
             stop = now >= deadline and "timeout"
         end
         if stop then
-            leave(tok, rec)
+            leave(ident, rec)
             if marked and withdraw and withdraw(store, key, klen, tok)
                and accept(backend, store, key, klen, tok, expiry, true)
             then
@@ -500,7 +501,7 @@ function _M.sleep(backend, store, key, klen, tok, expiry, timeout, step,
         elapsed = elapsed + step
         timeout = timeout - step
 
-        local ok, err = backend.add(store, key, klen, tok, #tok, expiry)
+        local ok, err = backend.add(store, key, klen, tok, nil, expiry)
         if ok then
             return elapsed
         end
@@ -554,22 +555,6 @@ end
 -- ---------------------------------------------------------------------
 -- The wait where the phase cannot yield.
 
--- "<pid>:<start>:" of a host token: the process it names
-local function process_of(tok)
-    return str_match(tok, "^%d+:%d+:")
-end
-
-
--- whether the key's holder is the process of tok (this worker)
-local function held_here(backend, store, key, klen, tok)
-    local holder = backend.holder and backend.holder(store, key, klen)
-    if not holder then
-        return false
-    end
-    return process_of(holder) == process_of(tok)
-end
-
-
 -- nanosleep(2) polls of an ngx.shared dict, up to `deadline`
 local function poll(backend, store, key, klen, tok, expiry, deadline, stop)
     local start = now_us()
@@ -581,7 +566,7 @@ local function poll(backend, store, key, klen, tok, expiry, deadline, stop)
         end
         nanosleep(min(pause_s, (deadline - now) / 1000000))
         pause_s = min(pause_s * 2, POLL_MAX)
-        local ok, err = backend.add(store, key, klen, tok, #tok, expiry)
+        local ok, err = backend.add(store, key, klen, tok, nil, expiry)
         if ok then
             return (now_us() - start) / 1000000
         end
@@ -610,13 +595,13 @@ function _M.block(backend, store, key, klen, tok, expiry, timeout, step,
     local refusal = "cannot wait in " .. tostring(phase)
                     .. " phase: held by this worker"
     local function stop()
-        if held_here(backend, store, key, klen, tok) then
+        if backend.here(store, key, klen) then
             return refusal
         end
     end
 
     for _ = 1, SPINS do
-        local ok, err = backend.add(store, key, klen, tok, #tok, expiry)
+        local ok, err = backend.add(store, key, klen, tok, nil, expiry)
         if ok then
             return (now_us() - start) / 1000000
         end

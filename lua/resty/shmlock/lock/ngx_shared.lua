@@ -351,13 +351,13 @@ _M.expiry = at_least_ms
 
 
 -- syntax: ok, err = ngx_shared.add(dict, key, klen, tok, tlen, expiry)
--- tok: a string or a pointer to tlen bytes.  add, not safe_add, as
+-- tok: a string or a pointer to tlen bytes (tlen nil: #tok).  add, not safe_add, as
 -- resty.lock: on a full dict it evicts least recently used entries (any:
 -- values, other locks) rather than refuse the lock ("no memory"); it
 -- tries without evicting first, so safe_add before it would add nothing.
 -- t/12-shared-full.t.
 function _M.add(dict, key, klen, tok, tlen, expiry)
-    local v, f = encode(tok, tlen, klen)
+    local v, f = encode(tok, tlen or #tok, klen)
     local z = zone_of(dict)
     local ok, err
     if z then
@@ -446,19 +446,19 @@ function _M.holds(dict, key, klen, tok)
 end
 
 
--- syntax: holder = ngx_shared.holder(dict, key, klen)
--- The process holding key as "<pid>:<start>:" (what a host token of that
--- process begins with), or nil.
-function _M.holder(dict, key)
-    local v = dict:get(key)
-    if type(v) == "string" and #v > 3 then
-        return v                -- an older version's token
-    end
-    local pid = holder_pid(v)
-    if not pid then
-        return nil
-    end
-    return pid .. ":" .. tonumber(C_lib.shmlock_proc_start(pid)) .. ":"
+-- syntax: here = ngx_shared.here(dict, key)
+-- Whether key is held by this very process (by its pid: the start time
+-- is not kept here).
+function _M.here(dict, key)
+    local pid = holder_pid(dict:get(key))
+    return pid ~= nil and pid == C_lib.shmlock_self_pid()
+end
+
+
+-- syntax: ident = ngx_shared.ident(tok)
+-- nginx_wait's name of a waiter: its token.
+function _M.ident(tok)
+    return tok
 end
 
 

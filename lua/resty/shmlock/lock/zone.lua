@@ -1,113 +1,130 @@
 -- resty.shmlock.lock.zone (internal): the lock backend of resty.shmlock
 -- for our zones (the interface: see resty.shmlock; the store is the zone).
 --
--- The key holds the holder's host token (resty.shmlock.internal.token),
--- stored with add (so it is never evicted while live) and the lock's
--- exptime.
--- Everything below is compare-and-swap on that one value, so a late
--- holder can never release or extend somebody else's lock.
+-- A zone's locks live in its lock slots (src/slot.h; the ABI:
+-- shmlock_slot_* in src/shmlock.h), not among the dictionary's entries:
+-- one 64-byte slot per key, kept after a release, whose state (owner and
+-- stamp) changes by one 16-byte compare-and-swap.  The owner is the
+-- holder's pid with an id of the acquisition (token.next_id: a 32-bit
+-- number from the process's one counter, so no two lock objects of any
+-- Lua VM of a process share one); the stamp holds the expiry, a serial
+-- moved on by every change and the MARKED flag.  An acquire hands out a
+-- ticket (the slot and the state it set), which the lock object's handle
+-- (resty.shmlock.lock.handle, cd.tk) keeps: release and extend act only
+-- while the slot is still in exactly that state, so a late holder can
+-- never release or extend somebody else's lock, even one taken by
+-- another lock object of its own process.
+--
+-- The `tok` of this backend's functions is that handle: cd.id is the
+-- acquisition's id, cd.tk the ticket, written by whatever made the lock
+-- ours (an acquire, a takeover, a handoff seen by a look).
 --
 -- Starvation mode (fairness).  A waiter that has waited STARVE_AFTER
--- becomes *starving*; it marks the held lock by appending itself to the
--- value (cas, keeping the holder's TTL):
---
---     "<holder token>|<starver token>|<starver exptime ms>|<since ms>|"
---     .. "<until ms>"
---
--- A release of a marked lock hands it over: cas(value -> starver token),
--- so the key is never free in between and nobody can barge in.  Only one
--- mark at a time; a starving waiter that has waited longer (smaller
--- <since>) replaces a younger one's mark.  So once starving, a waiter gets
--- the lock after at most one handoff per older concurrent waiter, plus one
--- release race to place its mark:
+-- becomes *starving*; it marks the held lock (shmlock_slot_mark: the
+-- slot's mark record names it, with the exptime it asks for, when it
+-- began to wait and its deadline, then MARKED is set in the state).  A
+-- release of a marked lock fails (CHANGED), and the holder hands the lock
+-- over: a swap of the state to the starver, so the key is never free in
+-- between and nobody can barge in.  Only one mark at a time; a starving
+-- waiter that has waited longer (smaller since) replaces a younger one's
+-- mark.  So once starving, a waiter gets the lock after at most one
+-- handoff per older concurrent waiter, plus one release race to place its
+-- mark:
 --
 --     worst wait <= STARVE_AFTER + (W + 1) * (H + L)
 --
 -- W: concurrent waiters on the key, H: the longest hold, L: the time a
--- woken waiter needs to run (futex wake-up plus scheduling).  Measured
--- with 4 processes on 2 CPUs, 50 us holds: worst wait ~10-15 ms (~25-50 ms
--- without starvation mode).  Waiters inside nginx wait with resty.lock's
--- ngx.sleep steps first (no mark: a handoff to a sleeping poller would
--- leave the lock idle for a step), but cannot barge past a mark either: a
--- marked lock is never free.  Once queued (resty.shmlock.lock.nginx_wait)
--- they mark too, polling every 1-2 ms; their mark asks for a short
--- exptime (<starver exptime>: nginx_wait.ACCEPT), which the waiter the
--- lock reaches extends to the lock's (accept), so that a handoff to a
--- waiter nginx killed meanwhile lapses soon.
+-- woken waiter needs to run (futex wake-up plus scheduling).  Waiters
+-- inside nginx wait with resty.lock's ngx.sleep steps first (no mark: a
+-- handoff to a sleeping poller would leave the lock idle for a step), but
+-- cannot barge past a mark either: a marked lock is never free.  Once
+-- queued (resty.shmlock.lock.nginx_wait) they mark too, polling every 1-2
+-- ms; their mark asks for a short exptime (nginx_wait.ACCEPT), which the
+-- waiter the lock reaches extends to the lock's (accept), so that a
+-- handoff to a waiter nginx killed meanwhile lapses soon.
 --
--- Giving up.  A starver whose timeout passes withdraws its mark (cas back
--- to the holder's token) unless the lock reached it.  <until> is its
--- deadline (zone clock, ms): from then on the mark is stale, whether or
--- not the withdrawal worked.  A release does not hand the lock to a stale
--- mark (it frees the key), a dead holder's lock is not handed to it, and
+-- A mark changes the state's MARKED flag alone, keeping its serial: the
+-- holder's ticket still names its lock (release and extend answer
+-- CHANGED, "marked", rather than "not yours"), and clearing the mark gives
+-- the holder's state back exactly.  An extend of a marked lock keeps the
+-- mark (the holder's ticket follows the new state, without the flag).
+--
+-- Giving up.  A starver whose timeout passes withdraws its mark (a swap
+-- that clears the flag) unless the lock reached it.  Its deadline is in
+-- the mark: from then on the mark is stale, whether or not the withdrawal
+-- worked.  A release does not hand the lock to a stale mark (it clears the
+-- mark and frees the key), a dead holder's lock is not handed to it, and
 -- any starver may replace it.  So a withdrawal that fails (a zone error)
--- cannot leave the key to an owner who stopped waiting: the starver
--- returns "timeout" at once and its mark is ignored.  A handoff before the
--- deadline reaches a starver still waiting: it finds the lock at its next
--- look, or when it reads the key to withdraw (only if that read fails too
--- is the lock left to its exptime).  A mark without <until> (written by
--- an older version) never goes stale.
+-- cannot leave the key to an owner who stopped waiting.  A handoff before
+-- the deadline reaches a starver still waiting: it finds the lock at its
+-- next look, or when it looks to withdraw.
 --
--- Bounded loops.  A compare-and-swap that fails with CHANGED (someone
--- changed the value between our read and our write) is retried, at most
--- RETRIES times; NOT_FOUND means our lock expired; any other code (no
--- memory, a broken zone) is final and returned as it is (resty.shmlock.
--- errors), never taken for "expired".  A waiter's loop ends at its
--- deadline; it never sleeps less than backoff.MIN_SLEEP at a time, but
--- the last sleep, cut to the deadline.
+-- Expiry.  An expired lock is free: the next acquire takes it (an
+-- acquire of an expired lock that is marked takes it too, dropping the
+-- mark: its waiter marks again).  A holder whose lock expired and was not
+-- taken meanwhile still releases it, and is told so: 1, "expired".
+--
+-- Bounded loops.  A swap that fails because the state moved (CHANGED) is
+-- retried, at most RETRIES times; any other code (no memory, a broken
+-- zone) is final and returned as it is (resty.shmlock.errors).  A
+-- waiter's loop ends at its deadline; it never sleeps less than
+-- backoff.MIN_SLEEP at a time, but the last sleep, cut to the deadline.
 --
 -- Waking.  Outside nginx a waiter sleeps on the key's wait word in the zone
 -- (a futex).  It counts itself as a waiter and reads the word before it
 -- looks at the key (shmlock_wait_begin), so a release in between cuts the
--- sleep short; a release bumps the word only when a waiter is counted
--- (shmlock_wake_waiters), so an uncontended unlock makes no atomic write.
--- A release wakes one sleeper, not the herd (only one can take the key:
--- the others would wake to find it taken, and sleep again); a handoff
--- wakes them all, so that the starver it is for is among them.  A waiter
--- woken that leaves without the key (its deadline, stop(), an error)
--- passes the wake-up on to the next sleeper, so that none is lost while
--- the key is free; one lost all the same (a woken waiter killed before it
--- looked) costs the others at most CHECK_EVERY_US.
+-- sleep short; a release bumps the word only when a waiter is counted, so
+-- an uncontended unlock makes no further write.  A release wakes one
+-- sleeper, not the herd (only one can take the key); a handoff wakes them
+-- all, so that the starver it is for is among them.  A waiter woken that
+-- leaves without the key (its deadline, stop(), an error) passes the
+-- wake-up on to the next sleeper, so that none is lost while the key is
+-- free; one lost all the same (a woken waiter killed before it looked)
+-- costs the others at most CHECK_EVERY_US.
 --
--- Dead holders.  A waiter that finds a holder token whose process is gone
--- takes the key at once (cas from the dead token), or hands it to a live
--- starver marked on it.  The holder's process is checked at the first look
--- and after every wait that no release cut short (those are at most
+-- Dead holders.  A waiter that finds a holder whose process is gone
+-- (shmlock_slot_alive: the pid, and its start time where the slot knows
+-- it, so a reused pid is not taken for the holder) takes the key at once
+-- (a swap from the dead holder's state), or hands it to a live starver
+-- marked on it.  The holder's process is checked at the first look and
+-- after every wait that no release cut short (those are at most
 -- CHECK_EVERY_US long outside nginx; inside, every ngx.sleep step).  A
 -- release does not hand the key to a starver whose process is gone.
 --
--- Aborted waiters (inside nginx).  _M.gone(tok) says whether tok is a
--- queued waiter of this process that nginx aborted (nginx_wait sets it;
--- elsewhere it answers false): such a token is treated as a dead
+-- Aborted waiters (inside nginx).  _M.gone(id) says whether the id of
+-- this process is a queued waiter that nginx aborted (nginx_wait sets it;
+-- elsewhere it answers false): such an owner is treated as a dead
 -- process's, as holder (taken over) and as starver (not handed to,
 -- replaced).
 
 local ffi = require "ffi"
+local bit = require "bit"
 local C = require "resty.shmlock.lib"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
-local token = require "resty.shmlock.internal.token"
+local core = require "resty.shmlock.internal.core"
 local options = require "resty.shmlock.internal.options"
 local backoff = require "resty.shmlock.internal.backoff"
 local log_event = require("resty.shmlock.internal.log").event
 
 local ffi_new = ffi.new
-local ffi_str = ffi.string
-local type = type
+local ffi_cast = ffi.cast
+local ffi_copy = ffi.copy
 local tonumber = tonumber
 local floor = math.floor
 local ceil = math.ceil
 local min = math.min
 local max = math.max
-local str_sub = string.sub
-local str_match = string.match
-local str_format = string.format
-local valid = token.valid
+local band = bit.band
+local bor = bit.bor
+local bnot = bit.bnot
+local rshift = bit.rshift
 local ms = options.ms
 local cached_ms = clock.cached_ms
 local now_us = clock.now_us
 local now_ms = clock.now_ms
+local self_pid = core.self_pid
 local next_step = backoff.next
 local MIN_SLEEP = backoff.MIN_SLEEP
 
@@ -115,16 +132,14 @@ local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
 local EXISTS = codes.EXISTS
 local CHANGED = codes.CHANGED
-local AGAIN = codes.AGAIN
 local TIMEOUT = codes.TIMEOUT
-local T_NIL, T_STRING = codes.TNIL, codes.TSTRING
 local KEEP_TTL = codes.KEEP_TTL
 
 -- a waiter sleeps at most this long between looks at the holder, so that
 -- a holder that dies while we wait is noticed within it
 local CHECK_EVERY_US = 100000
 
--- tries of a compare-and-swap that keeps failing with CHANGED
+-- tries of a swap that keeps failing because the state moved
 local RETRIES = 32
 
 -- outcomes of one look at a busy key
@@ -138,17 +153,146 @@ local _M = {
     STARVE_AFTER = 0.002,
 }
 
+
+-- ---------------------------------------------------------------------
+-- Tickets and marks, as 32-bit words (a uint64_t field read from Lua is
+-- a boxed number; its halves are plain ones).
+
+local ticket_t = ffi.typeof("shmlock_ticket_t")
+local mark_t = ffi.typeof("shmlock_mark_t")
+local U32P = ffi.typeof("uint32_t *")
+local U64 = ffi.typeof("uint64_t")
+local TICKET_SIZE = ffi.sizeof(ticket_t)
+
+local LE = ffi.abi("le")
+-- ticket: slot, hash, owner (id, pid), stamp (low, high), process
+local T_ID, T_PID = LE and 2 or 3, LE and 3 or 2
+local T_LO, T_HI = LE and 4 or 5, LE and 5 or 4
+-- mark: owner (id, pid) first
+local M_ID, M_PID = LE and 0 or 1, LE and 1 or 0
+
+local SLOT_MARKED = C.SHMLOCK_SLOT_MARKED
+local NEVER = 2 ^ 40 - 1        -- the expiry of a lock without one
+local TWO32 = 2 ^ 32
+
+_M.ticket_t = ticket_t
+_M.TICKET_SIZE = TICKET_SIZE
+
 -- scratch space for the C calls, allocated once; each is filled right
 -- before its call (no allocation in between, so no GC finalizer can run
 -- and reuse it)
-local val = ffi_new("shmlock_value_t")
-local old = ffi_new("shmlock_value_t")
-val.type = T_STRING
-old.type = T_STRING
-local out = ffi_new("shmlock_value_t")
-local forcible = ffi_new("int[1]")
-local buf_size = 256
-local buf = ffi_new("char[?]", buf_size)
+local seen = ffi_new(ticket_t)          -- a look's: the slot's state
+local seen_w = ffi_cast(U32P, seen)
+local moved = ffi_new(ticket_t)         -- a swap's result we do not keep
+local mark = ffi_new(mark_t)            -- a mark read
+local mark_w = ffi_cast(U32P, mark)
+local want = ffi_new(mark_t)            -- a mark we place
+local probe = ffi_new(ticket_t)         -- a starver, to ask if it lives
+
+
+-- the expiry (ms of the zone clock; NEVER) of the state in words w
+local function expiry_of(w)
+    return w[T_HI] * 256 + rshift(w[T_LO], 24)
+end
+
+-- whether the state in words w is marked
+local function marked_in(w)
+    return band(w[T_LO], SLOT_MARKED) ~= 0
+end
+
+-- the owner word of id in this process
+local function owner_word(id)
+    return U64(self_pid()) * TWO32 + id
+end
+
+
+-- syntax: pid, id, expiry, marked = zone.state(tk)
+-- A ticket's state, as numbers: the owner's pid and id (0, 0: free), the
+-- expiry (ms of the zone clock; zone.NEVER: none), whether it is marked.
+function _M.state(tk)
+    local w = ffi_cast(U32P, tk)
+    return w[T_PID], w[T_ID], expiry_of(w), marked_in(w)
+end
+_M.NEVER = NEVER
+
+
+-- syntax: pid, id, exptime, since, till = zone.mark_of()
+-- The mark zone.read_mark read last, as numbers (the starver's pid and
+-- id, the exptime it asks for, when it began to wait, its deadline).
+function _M.mark_of()
+    return mark_w[M_PID], mark_w[M_ID], tonumber(mark.exptime_ms),
+           tonumber(mark.since_ms), tonumber(mark.until_ms)
+end
+
+
+-- syntax: rc = zone.read_mark(zone, tk)
+-- Reads the mark of the marked state tk (codes: OK, CHANGED: tk is not
+-- the slot's state any more, or its mark is being written).
+function _M.read_mark(zone, tk)
+    return C.shmlock_slot_read_mark(zone, tk, mark)
+end
+
+
+-- whether the starver of the mark read last may still be waiting
+local function waiting(now)
+    return tonumber(mark.until_ms) > now
+end
+
+
+-- the whole ticket tk with its MARKED flag set or cleared
+local function set_marked(w, on)
+    if on then
+        w[T_LO] = bor(w[T_LO], SLOT_MARKED)
+    else
+        w[T_LO] = band(w[T_LO], bnot(SLOT_MARKED))
+    end
+end
+
+
+-- syntax: tk = zone.holders_ticket()
+-- A copy of the state the last look saw (zone.look_at), as its holder's
+-- ticket (without the MARKED flag): a release with it is the holder's,
+-- handing a marked lock over (`shmlock unlock`).
+function _M.holders_ticket()
+    local tk = ffi_new(ticket_t)
+    ffi_copy(tk, seen, TICKET_SIZE)
+    set_marked(ffi_cast(U32P, tk), false)
+    return tk
+end
+
+
+-- whether the holder in seen is this process's waiter `id`, or a waiter
+-- of this process that nginx aborted (see "Aborted waiters")
+local function gone_owner(pid, id)
+    return pid == self_pid() and _M.gone(id)
+end
+
+
+-- whether the starver of the mark read last is alive
+local function starver_alive()
+    probe.owner = mark.owner
+    probe.process = mark.process
+    return C.shmlock_slot_alive(probe) ~= 0
+end
+
+
+-- syntax: alive = zone.mark_alive()
+-- Whether the starver of the mark zone.read_mark read last is alive.
+_M.mark_alive = starver_alive
+
+
+-- whether the lock may go to the starver of the mark read last
+local function starver_ok(now)
+    return waiting(now) and not gone_owner(mark_w[M_PID], mark_w[M_ID])
+           and starver_alive()
+end
+
+
+-- all: a handoff, which must reach the one waiter it is for; else one
+-- sleeper is woken (see "Waking")
+local function wake(zone, hash, all)
+    C.shmlock_wake_waiters(zone, hash, all and 1 or 0)
+end
 
 
 -- syntax: expiry = zone.expiry(seconds)
@@ -156,75 +300,27 @@ local buf = ffi_new("char[?]", buf_size)
 _M.expiry = ms
 
 
--- The key's value: a string, nil when absent, true for a value that is
--- not a string (not ours: treated as a holder we cannot identify); nil,
--- err when the zone fails.
-local function read(zone, key, klen)
-    local rc = C.shmlock_dict_get(zone, key, klen, 0, out, buf, buf_size)
-    -- AGAIN: the buffer is too small; grow it and ask again, twice at most
-    -- (the value may grow in between)
-    for _ = 1, 2 do
-        if rc ~= AGAIN then
-            break
-        end
-        buf_size = tonumber(out.len)
-        buf = ffi_new("char[?]", buf_size)
-        rc = C.shmlock_dict_get(zone, key, klen, 0, out, buf, buf_size)
-    end
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    if out.type == T_NIL then
-        return nil
-    end
-    if out.type ~= T_STRING then
-        return true
-    end
-    return ffi_str(buf, out.len)
-end
-
-
-local function cas(zone, key, klen, from, to, exp_ms)
-    old.str = from
-    old.len = #from
-    val.str = to
-    val.len = #to
-    return C.shmlock_dict_cas(zone, key, klen, old, val, exp_ms, forcible)
-end
-
-
--- all: a handoff, which must reach the one waiter it is for; else one
--- sleeper is woken (see "Waking")
-local function wake(zone, key, klen, all)
-    C.shmlock_wake_waiters(zone, C.shmlock_hash(key, klen), all and 1 or 0)
-end
-
-
--- holder, starver, starver's exptime (ms), starver's wait start (ms),
--- starver's deadline (ms; nil in a mark without one)
-local split = token.split
-
-
--- whether a starver marked with deadline `till` may still be waiting
-local function waiting(till)
-    return not till or till > now_ms()
-end
-
-
--- syntax: gone = zone.gone(tok)
--- Whether tok is a waiter of this process known to be gone (see "Aborted
+-- syntax: gone = zone.gone(id)
+-- Whether id, of this process, is a waiter known to be gone (see "Aborted
 -- waiters"); resty.shmlock.lock.nginx_wait replaces it inside nginx.
 function _M.gone()
     return false
 end
 
 
--- syntax: ok, err = zone.add(zone, key, klen, tok, tlen, exp_ms)
--- true: acquired; false: held by someone; nil, err: the zone said no.
--- tok: a string or a pointer to tlen bytes.
-function _M.add(zone, key, klen, tok, tlen, exp_ms)
-    local rc = C.shmlock_lock_acquire(zone, key, klen, tok, tlen, exp_ms,
-                                      cached_ms())
+-- syntax: key = zone.ident(cd)
+-- The key nginx_wait's registry knows a waiter by: its id.
+function _M.ident(cd)
+    return cd.id
+end
+
+
+-- syntax: ok, err = zone.add(zone, key, klen, cd, _, exp_ms)
+-- true: acquired (cd.tk: our ticket); false: held by someone; nil, err:
+-- the zone said no.
+function _M.add(zone, key, klen, cd, _, exp_ms)
+    local rc = C.shmlock_slot_acquire(zone, key, klen, cd.id, exp_ms,
+                                      cached_ms(), cd.tk)
     if rc == OK then
         return true
     end
@@ -235,36 +331,17 @@ function _M.add(zone, key, klen, tok, tlen, exp_ms)
 end
 
 
--- A marked lock being released: hand it to the marked waiter if it may
--- still be waiting, else free the key.  A key no longer ours is left as
--- it is: 1, "expired" (see release).
-local function hand_off(zone, key, klen, tok)
+-- syntax: ok, err = zone.release(zone, tk)
+-- Releases the lock of ticket tk (a handle's): 1; 1, "expired" when it
+-- had expired (released all the same if nobody took it meanwhile; else
+-- the key is left untouched: 1, as resty.lock's unlock answers, so that a
+-- caller such as lua-resty-mlcache keeps the value it computed); nil, err
+-- when the zone failed (the key may still be ours).  A marked lock is
+-- handed to its starver, or its stale mark dropped and the key freed.
+local function release(zone, tk)
     for _ = 1, RETRIES do
-        local v, err = read(zone, key, klen)
-        if err then
-            return nil, err
-        end
-        if type(v) ~= "string" then
-            return 1, "expired"
-        end
-        local holder, starver, s_exp, _, till = split(v)
-        if holder ~= tok then
-            return 1, "expired"
-        end
-        local rc, to
-        if starver and waiting(till) and not _M.gone(starver)
-           and token.alive(starver)
-        then
-            to = starver
-            rc = cas(zone, key, klen, v, starver, s_exp)
-        else
-            -- the mark was withdrawn, or is stale: a plain release
-            old.str = v
-            old.len = #v
-            rc = C.shmlock_dict_cad(zone, key, klen, old)
-        end
+        local rc = C.shmlock_slot_release(zone, tk, cached_ms())
         if rc == OK then
-            wake(zone, key, klen, to)
             return 1
         end
         if rc == NOT_FOUND then
@@ -273,242 +350,304 @@ local function hand_off(zone, key, klen, tok)
         if rc ~= CHANGED then
             return nil, errors[rc]
         end
-        -- CHANGED: the mark moved meanwhile
+        -- marked: our state with the flag
+        ffi_copy(seen, tk, TICKET_SIZE)
+        set_marked(seen_w, true)
+        rc = C.shmlock_slot_read_mark(zone, seen, mark)
+        if rc == OK then
+            if starver_ok(now_ms()) then
+                rc = C.shmlock_slot_swap(zone, seen, mark.owner,
+                                         mark.process, 0, mark.exptime_ms,
+                                         0, moved)
+                if rc == OK then
+                    wake(zone, seen.hash, true)
+                    return 1
+                end
+            else
+                -- a stale mark: cleared, which gives our state back
+                rc = C.shmlock_slot_swap(zone, seen, seen.owner, 0, 0,
+                                         KEEP_TTL, 0, moved)
+            end
+        end
+        if rc ~= OK and rc ~= CHANGED then
+            return nil, errors[rc]
+        end
+        -- the mark moved meanwhile (or we cleared it): again
     end
     return nil, errors[CHANGED]
 end
+_M.release = release
 
 
--- syntax: ok, err = zone.release(zone, key, klen, tok, tlen)
--- 1 when we released our lock; 1, "expired" when the key no longer holds
--- our token (our lock expired: the key is free, or someone else holds it
--- and it is left untouched; 1, as resty.lock's unlock answers, so that a
--- caller such as lua-resty-mlcache keeps the value it computed); nil, err
--- when the zone failed (the key may still be ours).  key and tok: Lua
--- strings or char pointers (the handle's copies).
-function _M.release(zone, key, klen, tok, tlen)
-    local rc = C.shmlock_lock_release(zone, key, klen, tok, tlen)
+-- A marked lock of ours gets a new expiry: the marked state's, keeping
+-- the mark; our ticket follows (without the flag).  The codes.
+local function extend_marked(zone, cd, exp_ms)
+    ffi_copy(seen, cd.tk, TICKET_SIZE)
+    set_marked(seen_w, true)
+    local rc = C.shmlock_slot_swap(zone, seen, seen.owner, 0, SLOT_MARKED,
+                                   exp_ms, 0, moved)
     if rc == OK then
-        return 1
+        ffi_copy(cd.tk, moved, TICKET_SIZE)
+        set_marked(ffi_cast(U32P, cd.tk), false)
     end
-    if rc == CHANGED then
-        return hand_off(zone, key, klen, ffi_str(tok, tlen))
+    return rc
+end
+
+
+-- our lock (cd.tk) gets a new expiry: the codes, OK, NOT_FOUND (not
+-- ours), or the zone's
+local function extend(zone, cd, exp_ms)
+    for _ = 1, RETRIES do
+        local rc = C.shmlock_slot_extend(zone, cd.tk, exp_ms, 0)
+        if rc ~= CHANGED then
+            return rc
+        end
+        rc = extend_marked(zone, cd, exp_ms)
+        if rc ~= CHANGED then
+            return rc
+        end
+    end
+    return CHANGED
+end
+
+
+-- syntax: ok, err = zone.renew(zone, cd, seconds)
+-- A new expiry for our lock, keeping a starver's mark: true; nil,
+-- "expired"; nil, err when the zone failed (still ours).
+function _M.renew(zone, cd, seconds)
+    local rc = extend(zone, cd, ms(seconds))
+    if rc == OK then
+        return true
     end
     if rc == NOT_FOUND then
-        return 1, "expired"
+        return nil, "expired"
     end
     return nil, errors[rc]
 end
 
 
--- syntax: ok, err = zone.renew(zone, key, klen, tok, new_tok, seconds)
--- Moves our lock to a fresh token with a new expiry, keeping a starver's
--- mark.  A new token (not just a new TTL) makes a marker's cas, which
--- copies the TTL it read just before, fail if we extended in between.
--- true; nil, "expired"; nil, err when the zone failed (still ours).
-function _M.renew(zone, key, klen, tok, new_tok, seconds)
-    local exp_ms = ms(seconds)
-    local v = tok
-    for _ = 1, RETRIES do
-        local rc = cas(zone, key, klen, v, new_tok .. str_sub(v, #tok + 1),
-                       exp_ms)
-        if rc == OK then
-            return true
-        end
-        if rc == NOT_FOUND then
-            return nil, "expired"
-        end
-        if rc ~= CHANGED then
-            return nil, errors[rc]
-        end
-        -- CHANGED: marked (or unmarked) meanwhile, or no longer ours
-        local err
-        v, err = read(zone, key, klen)
-        if err then
-            return nil, err
-        end
-        if type(v) ~= "string" or split(v) ~= tok then
-            return nil, "expired"
-        end
+-- syntax: ok, err = zone.accept(zone, key, klen, cd, exp_ms)
+-- A waiter the lock was handed to (with the short exptime its mark asked
+-- for) makes it its own for exp_ms, keeping a mark placed since.  false
+-- when the lock is no longer ours (the handoff lapsed); nil, err when the
+-- zone failed (the key is left to its short exptime).
+function _M.accept(zone, _, _, cd, exp_ms)
+    local rc = extend(zone, cd, exp_ms)
+    if rc == OK then
+        return true
     end
-    return nil, errors[CHANGED]
+    if rc == NOT_FOUND then
+        return false
+    end
+    return nil, errors[rc]
 end
 
 
--- syntax: held = zone.holds(zone, key, klen, tok)
-function _M.holds(zone, key, klen, tok)
-    local v = read(zone, key, klen)
-    return type(v) == "string" and split(v) == tok
+-- syntax: rc = zone.look_at(zone, key, klen)
+-- The state of key's slot, into the scratch ticket zone.seen (codes: OK,
+-- NOT_FOUND when the key never had a slot, or the zone's).
+local function look_at(zone, key, klen)
+    return C.shmlock_slot_look(zone, key, klen, seen)
+end
+_M.look_at = look_at
+_M.seen = seen
+
+
+-- whether seen (a look's) holds a live lock of ours (cd)
+local function ours_in_seen(cd)
+    return seen_w[T_ID] == cd.id and seen_w[T_PID] == self_pid()
 end
 
 
--- The holder is dead: take the key, or give it to a live starver still
--- waiting.  Either way an operator may want to know (a notice).
-local function take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
-                         s_exp, till)
-    local to = tok
-    if starver and starver ~= tok and waiting(till) and not _M.gone(starver)
-       and token.alive(starver)
-    then
-        to, exp_ms = starver, s_exp
+-- syntax: held = zone.holds(zone, key, klen, cd)
+function _M.holds(zone, key, klen, cd)
+    if look_at(zone, key, klen) ~= OK then
+        return false
     end
-    if cas(zone, key, klen, v, to, exp_ms) ~= OK then
-        return BUSY
-    end
-    wake(zone, key, klen, to ~= tok)
-    if type(key) ~= "string" then
-        key = ffi_str(key, klen)
-    end
-    local aborted = _M.gone(holder)
-    log_event("notice", 'lock "' .. key .. '": '
-              .. (aborted and "an aborted waiter of process "
-                  or "holder process ")
-              .. (str_match(holder, "^(%d+):") or "?")
-              .. (aborted and "" or " is dead")
-              .. "; its lock "
-              .. (to == tok and "taken over" or "handed to the next waiter"))
-    return to == tok and ACQUIRED or BUSY
+    return ours_in_seen(cd) and expiry_of(seen_w) > now_ms()
 end
 
 
--- (%.0f: tostring would write 1e+15 for a long exptime or timeout)
-local function mark(zone, key, klen, v, holder, tok, exp_ms, since, till)
-    local marked = str_format("%s|%s|%.0f|%.0f|%.0f", holder, tok, exp_ms,
-                              since, till)
-    if cas(zone, key, klen, v, marked, KEEP_TTL) == OK then
+-- syntax: here = zone.here(zone, key, klen)
+-- Whether key is held (live) by this very process.
+function _M.here(zone, key, klen)
+    if look_at(zone, key, klen) ~= OK then
+        return false
+    end
+    return seen_w[T_PID] == self_pid() and seen_w[T_ID] ~= 0
+           and expiry_of(seen_w) > now_ms()
+end
+
+
+-- the key is free, or freed since our add: one more try
+local function again(zone, key, klen, cd, exp_ms)
+    local rc = C.shmlock_slot_acquire(zone, key, klen, cd.id, exp_ms,
+                                      cached_ms(), cd.tk)
+    if rc == OK then
+        return ACQUIRED
+    end
+    if rc ~= EXISTS then
+        return FAILED, errors[rc]
+    end
+    return BUSY
+end
+
+
+-- The lock in seen is ours to take (its holder is dead, or it expired
+-- with a mark on it): take it, or give it to a live starver still waiting
+-- (has_mark: the mark was read).  An operator may want to know of a dead
+-- holder (a notice).
+local function take_over(zone, key, cd, exp_ms, has_mark, dead)
+    local to_starver = has_mark
+                       and not (mark_w[M_ID] == cd.id
+                                and mark_w[M_PID] == self_pid())
+                       and starver_ok(now_ms())
+    local rc
+    if to_starver then
+        rc = C.shmlock_slot_swap(zone, seen, mark.owner, mark.process, 0,
+                                 mark.exptime_ms, 0, moved)
+    else
+        rc = C.shmlock_slot_swap(zone, seen, owner_word(cd.id), 0, 0, exp_ms,
+                                 0, cd.tk)
+    end
+    if rc ~= OK then
+        if rc == CHANGED then
+            return BUSY
+        end
+        return FAILED, errors[rc]
+    end
+    wake(zone, seen.hash, to_starver)
+    if dead then
+        local pid = seen_w[T_PID]
+        local aborted = gone_owner(pid, seen_w[T_ID])
+        log_event("notice", 'lock "' .. key .. '": '
+                  .. (aborted and "an aborted waiter of process "
+                      or "holder process ")
+                  .. pid .. (aborted and "" or " is dead")
+                  .. "; its lock "
+                  .. (to_starver and "handed to the next waiter"
+                      or "taken over"))
+    end
+    return to_starver and BUSY or ACQUIRED
+end
+
+
+local function place_mark(zone, cd, ask, since, till)
+    want.owner = owner_word(cd.id)
+    want.process = 0
+    want.exptime_ms = ask
+    want.since_ms = since
+    want.until_ms = till
+    if C.shmlock_slot_mark(zone, seen, want, moved) == OK then
         return MARKED
     end
     return BUSY
 end
 
 
--- syntax: outcome, err = zone.look(zone, key, klen, tok, exp_ms,
---                                       check, since, till, ask)
+-- syntax: outcome, err = zone.look(zone, key, klen, cd, exp_ms,
+--                                  check, since, till, ask)
 -- One look at a key our add found busy.  check: ask whether the holder's
 -- process lives (a holder that took the key since our last look was alive
 -- a moment ago: not worth a /proc read); since, till: our wait start and
 -- deadline in ms if we are starving (may mark the lock), else nil; ask:
 -- the exptime (ms) our mark asks for, if not exp_ms (a waiter that then
--- finds the key handed to it extends it: accept).  FAILED comes with the
--- zone's error.
-local function look(zone, key, klen, tok, exp_ms, check, since, till, ask)
-    local v, err = read(zone, key, klen)
-    if err then
-        return FAILED, err
+-- finds the key handed to it extends it: accept).  ACQUIRED: cd.tk is our
+-- ticket.  FAILED comes with the zone's error.
+local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
+    local rc = look_at(zone, key, klen)
+    if rc == NOT_FOUND then
+        return again(zone, key, klen, cd, exp_ms)
     end
-    if v == nil then
-        -- released since our add: one more try
-        local rc = C.shmlock_lock_acquire(zone, key, klen, tok, #tok, exp_ms,
-                                          cached_ms())
-        if rc == OK then
-            return ACQUIRED
-        end
-        if rc ~= EXISTS then
-            return FAILED, errors[rc]
-        end
-        return BUSY
+    if rc ~= OK then
+        return FAILED, errors[rc]
     end
-    if v == true then
-        return BUSY
+    local pid, id = seen_w[T_PID], seen_w[T_ID]
+    if pid == 0 and id == 0 then
+        return again(zone, key, klen, cd, exp_ms)
     end
-    local holder, starver, s_exp, s_since, s_till = split(v)
-    if holder == tok then
+    if id == cd.id and pid == self_pid() then
         -- handed over to us (and maybe marked by the next starver already)
+        ffi_copy(cd.tk, seen, TICKET_SIZE)
+        set_marked(ffi_cast(U32P, cd.tk), false)
         return ACQUIRED
     end
-    if (check and not token.alive(holder)) or _M.gone(holder) then
-        return take_over(zone, key, klen, v, holder, tok, exp_ms, starver,
-                         s_exp, s_till)
+    local is_marked = marked_in(seen_w)
+    if expiry_of(seen_w) <= now_ms() then
+        -- expired: free; a mark on it is dropped (its waiter marks again)
+        if is_marked then
+            return take_over(zone, key, cd, exp_ms, false, false)
+        end
+        return again(zone, key, klen, cd, exp_ms)
     end
-    if starver == tok then
+    local has_mark = is_marked
+                     and C.shmlock_slot_read_mark(zone, seen, mark) == OK
+    if (check and C.shmlock_slot_alive(seen) == 0) or gone_owner(pid, id) then
+        return take_over(zone, key, cd, exp_ms, has_mark, true)
+    end
+    if has_mark and mark_w[M_ID] == cd.id and mark_w[M_PID] == self_pid() then
         return MARKED
     end
-    if since and valid(holder)
-       and (not starver or s_since > since or not waiting(s_till)
-            or _M.gone(starver) or (check and not token.alive(starver)))
+    if since and (is_marked and not has_mark) then
+        return BUSY     -- a mark being written: look again
+    end
+    if since
+       and (not has_mark or tonumber(mark.since_ms) > since
+            or not waiting(now_ms())
+            or gone_owner(mark_w[M_PID], mark_w[M_ID])
+            or (check and not starver_alive()))
     then
-        return mark(zone, key, klen, v, holder, tok, ask or exp_ms, since,
-                    till)
+        return place_mark(zone, cd, ask or exp_ms, since, till)
     end
     return BUSY
 end
 _M.look = look
 
 
+-- syntax: got = zone.withdraw(zone, key, klen, cd)
 -- A starver giving up: remove its mark, unless the lock reached it.
--- true if we hold the lock after all.  A mark it fails to remove (the
--- zone failed) is stale from our deadline on: see "Giving up" above.
-local function withdraw(zone, key, klen, tok)
+-- true if we hold the lock after all (cd.tk).  A mark it fails to remove
+-- (the zone failed) is stale from our deadline on: see "Giving up" above.
+function _M.withdraw(zone, key, klen, cd)
     for _ = 1, RETRIES do
-        local v = read(zone, key, klen)
-        if type(v) ~= "string" then
+        if look_at(zone, key, klen) ~= OK then
             return false
         end
-        local holder, starver = split(v)
-        if holder == tok then
+        if ours_in_seen(cd) then
+            ffi_copy(cd.tk, seen, TICKET_SIZE)
+            set_marked(ffi_cast(U32P, cd.tk), false)
             return true
         end
-        if starver ~= tok then
+        if not marked_in(seen_w) then
             return false
         end
-        if cas(zone, key, klen, v, holder, KEEP_TTL) ~= CHANGED then
+        local rc = C.shmlock_slot_read_mark(zone, seen, mark)
+        if rc == OK then
+            if not (mark_w[M_ID] == cd.id and mark_w[M_PID] == self_pid())
+            then
+                return false
+            end
+            rc = C.shmlock_slot_swap(zone, seen, seen.owner, 0, 0, KEEP_TTL,
+                                     0, moved)
+        end
+        if rc ~= CHANGED then
             return false
         end
     end
     return false
 end
-_M.withdraw = withdraw
 
 
--- syntax: ok, err = zone.accept(zone, key, klen, tok, exp_ms)
--- A waiter the lock was handed to (with the short exptime its mark asked
--- for) makes it its own for exp_ms, keeping a mark placed since.  false
--- when the key no longer holds tok (the handoff lapsed); nil, err when
--- the zone failed (the key is left to its short exptime).
-function _M.accept(zone, key, klen, tok, exp_ms)
-    for _ = 1, RETRIES do
-        local v, err = read(zone, key, klen)
-        if err then
-            return nil, err
-        end
-        if type(v) ~= "string" or split(v) ~= tok then
-            return false
-        end
-        local rc = cas(zone, key, klen, v, v, exp_ms)
-        if rc == OK then
-            return true
-        end
-        if rc == NOT_FOUND then
-            return false
-        end
-        if rc ~= CHANGED then
-            return nil, errors[rc]
-        end
-    end
-    return nil, errors[CHANGED]
-end
-
-
--- syntax: holder = zone.holder(zone, key, klen)
--- The token holding key, or nil.
-function _M.holder(zone, key, klen)
-    local v = read(zone, key, klen)
-    if type(v) ~= "string" then
-        return nil
-    end
-    return (split(v))
-end
-
-
--- syntax: elapsed, err = zone.block(zone, key, klen, tok, exp_ms, timeout,
+-- syntax: elapsed, err = zone.block(zone, key, klen, cd, exp_ms, timeout,
 --                                   step, ratio, max_step, stop?)
 -- Waits outside nginx, after add found the key held: sleeps on the key's
 -- wait word, at most one backoff step at a time (at least MIN_SLEEP: a
 -- release wakes us anyway, so a shorter step only burns CPU) and never
 -- past the deadline; elapsed is measured.  stop: called after every look
 -- that found the key busy; an error it returns ends the wait with it
--- (nginx_wait.block: the key is held by this very worker).
-function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
+-- (nginx_wait.block: the key is held by this very worker).  cd.tk: our
+-- ticket when we got the lock.
+function _M.block(zone, key, klen, cd, exp_ms, timeout, step, ratio,
                   max_step, stop)
     local hash = C.shmlock_hash(key, klen)
 
@@ -525,7 +664,7 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
         local seq = C.shmlock_wait_begin(zone, hash)
         local now = now_us()
         local starving = now >= starve_at
-        local got, err = look(zone, key, klen, tok, exp_ms, check,
+        local got, err = look(zone, key, klen, cd, exp_ms, check,
                               starving and since or nil,
                               starving and till or nil)
         if got == ACQUIRED then
@@ -551,7 +690,7 @@ function _M.block(zone, key, klen, tok, exp_ms, timeout, step, ratio,
             if not check then
                 C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
             end
-            if marked and withdraw(zone, key, klen, tok) then
+            if marked and _M.withdraw(zone, key, klen, cd) then
                 return (now_us() - start) / 1000000
             end
             return nil, stopped or "timeout"
