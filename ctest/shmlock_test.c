@@ -879,8 +879,8 @@ test_slot_calls(shmlock_zone_t *z)
         CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &u),
                  SHMLOCK_EXISTS);
         CHECK(u.owner == OWN(11) && u.slot == t.slot && u.stamp == t.stamp);
-        CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_OK);
-        CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_NOT_FOUND);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     }
     /* a slot is no dictionary key */
     expect_absent(z, "slk");
@@ -895,7 +895,7 @@ test_slot_calls(shmlock_zone_t *z)
     CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, 0, &u),
              SHMLOCK_EXISTS);
     CHECK(u.process == t.process && shmlock_slot_alive(&u) == 1);
-    CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
     {
         pid_t  pid = fork();
 
@@ -914,7 +914,7 @@ test_slot_calls(shmlock_zone_t *z)
         CHECK_RC(shmlock_slot_swap(z, &seen, OWN(12), 0, 0, 5000, 0, &u),
                  SHMLOCK_OK);
         CHECK(u.process == t.process);
-        CHECK_RC(shmlock_slot_release(z, &u, 0), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
         memset(&u, 0, sizeof(u));
         CHECK(shmlock_slot_alive(&u) == 0);
     }
@@ -932,12 +932,12 @@ test_slot_calls(shmlock_zone_t *z)
              SHMLOCK_EXISTS);
     CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 12, 5000, now + 100, &u),
              SHMLOCK_OK);
-    CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     CHECK_RC(shmlock_slot_extend(z, &t, 5000, 0), SHMLOCK_NOT_FOUND);
     /* extend: the ticket follows */
     CHECK_RC(shmlock_slot_extend(z, &u, 7000, now), SHMLOCK_OK);
     CHECK((int64_t) (u.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT) == now + 7000);
-    CHECK_RC(shmlock_slot_release(z, &u, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
 
     /* a mark: the holder's release answers CHANGED and the holder hands
      * over by swap; the waiter it names holds the key, the key's
@@ -955,18 +955,18 @@ test_slot_calls(shmlock_zone_t *z)
     CHECK_RC(shmlock_slot_acquire(z, KEY("slk"), 13, 5000, 0, &u),
              SHMLOCK_EXISTS);
     CHECK(u.stamp & SHMLOCK_SLOT_MARKED);
-    CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_CHANGED);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_CHANGED);
     CHECK_RC(shmlock_slot_extend(z, &t, 5000, 0), SHMLOCK_CHANGED);
     CHECK_RC(shmlock_slot_swap(z, &m, OWN(12), 0, 0, 5000, 0, &u),
              SHMLOCK_OK);
     CHECK(u.owner == OWN(12) && !(u.stamp & SHMLOCK_SLOT_MARKED));
-    CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     /* a mark withdrawn: the holder's own ticket works again */
     CHECK_RC(shmlock_slot_swap(z, &u, OWN(12), 0, SHMLOCK_SLOT_MARKED,
                                SHMLOCK_KEEP_TTL, 0, &m), SHMLOCK_OK);
     CHECK_RC(shmlock_slot_swap(z, &m, OWN(12), 0, 0, SHMLOCK_KEEP_TTL, 0,
                                &seen), SHMLOCK_OK);
-    CHECK_RC(shmlock_slot_release(z, &u, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
 
     /* marks through their records: a waiter marks the held lock, the
      * holder's release answers CHANGED, reads the mark and hands over;
@@ -991,14 +991,14 @@ test_slot_calls(shmlock_zone_t *z)
         CHECK(u.stamp == m.stamp && u.owner == m.owner);
         CHECK_RC(shmlock_slot_read_mark(z, &u, &got), SHMLOCK_OK);
         CHECK(got.owner == OWN(21) && got.since_ms == 50);
-        CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_CHANGED);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_CHANGED);
         CHECK_RC(shmlock_slot_look(z, KEY("slk"), &seen), SHMLOCK_OK);
         CHECK_RC(shmlock_slot_read_mark(z, &seen, &got), SHMLOCK_OK);
         CHECK_RC(shmlock_slot_swap(z, &seen, got.owner, got.process, 0,
                                    got.exptime_ms, 0, &u), SHMLOCK_OK);
         CHECK(u.owner == OWN(21) && !(u.stamp & SHMLOCK_SLOT_MARKED));
         CHECK_RC(shmlock_slot_read_mark(z, &seen, &got), SHMLOCK_CHANGED);
-        CHECK_RC(shmlock_slot_release(z, &u, 0), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
         /* a free slot takes no mark; a mark names a waiter of its
          * process */
         CHECK_RC(shmlock_slot_look(z, KEY("slk"), &seen), SHMLOCK_OK);
@@ -1007,7 +1007,7 @@ test_slot_calls(shmlock_zone_t *z)
                  SHMLOCK_OK);
         mk.owner = 1;
         CHECK_RC(shmlock_slot_mark(z, &t, &mk, &u), SHMLOCK_BAD_VALUE);
-        CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
     }
 
     /* a release wakes the key's word when a waiter is counted; a
@@ -1017,11 +1017,11 @@ test_slot_calls(shmlock_zone_t *z)
              SHMLOCK_OK);
     CHECK(t.hash == hash);
     seq = shmlock_wait_begin(z, hash);
-    CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
     CHECK(wait_word(z, hash) != seq);
     CHECK_RC(shmlock_wait_end(z, hash, seq, 1000000), SHMLOCK_OK);
     seq = shmlock_wait_begin(z, hash);
-    CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     CHECK(wait_word(z, hash) == seq);
     CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
 
@@ -1034,8 +1034,8 @@ test_slot_calls(shmlock_zone_t *z)
     CHECK_RC(shmlock_slot_acquire(z, KEY(key), 12, 5000, 0, &u),
              SHMLOCK_OK);
     CHECK(t.slot != u.slot);
-    CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_OK);
-    CHECK_RC(shmlock_slot_release(z, &u, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
 
     /* bad arguments, and tickets of no slot */
     CHECK_RC(shmlock_slot_acquire(z, "", 0, 11, 5000, 0, &t),
@@ -1045,7 +1045,7 @@ test_slot_calls(shmlock_zone_t *z)
     CHECK_RC(shmlock_slot_look(z, "", 0, &t), SHMLOCK_BAD_KEY);
     memset(&t, 0, sizeof(t));
     t.slot = 0xffffffff;
-    CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_NOT_FOUND);
     CHECK_RC(shmlock_slot_extend(z, &t, 10, 0), SHMLOCK_NOT_FOUND);
     CHECK_RC(shmlock_slot_swap(z, &t, OWN(1), 0, 0, 10, 0, &u),
              SHMLOCK_CHANGED);
@@ -1093,7 +1093,7 @@ test_slot_calls(shmlock_zone_t *z)
         CHECK_RC(shmlock_slot_scan(z, ~(uint64_t) 0, info, 3, &count, &next),
                  SHMLOCK_OK);
         CHECK(count == 0 && next == 0);
-        CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
     }
 
     /* stats count the slots and the keys' ones */
@@ -1182,7 +1182,7 @@ test_slot_processes(shmlock_zone_t *z, int rounds)
             CHECK_RC(store(z, SHMLOCK_OP_SET, "slot counter",
                            num_value(read_num(z, "slot counter") + 1), 0),
                      SHMLOCK_OK);
-            CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_OK);
+            CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
             snprintf(key, sizeof(key), "churn %d %d", p, i % 50);
             rc = shmlock_slot_acquire(z, KEY(key), owner, 60000, 0, &c);
             CHECK(rc == SHMLOCK_OK || rc == SHMLOCK_NO_MEMORY);
@@ -1245,7 +1245,7 @@ slot_kill_worker(shmlock_zone_t *z, uint32_t *sk)
             }
         }
         __atomic_store_n(&sk[SK_INSIDE], 0, __ATOMIC_RELEASE);
-        if (shmlock_slot_release(z, &t, 0) != SHMLOCK_OK) {
+        if (shmlock_slot_release(z, &t) != SHMLOCK_OK) {
             __atomic_add_fetch(&sk[SK_VIOLATIONS], 1, __ATOMIC_RELAXED);
         }
         __atomic_add_fetch(&sk[SK_ROUNDS], 1, __ATOMIC_RELAXED);
@@ -1312,7 +1312,7 @@ test_slot_kills(void)
     } else {
         CHECK_RC(rc, SHMLOCK_OK);
     }
-    CHECK_RC(shmlock_slot_release(z, &t, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
     verify(z);
     printf("  slot locks under kill -9: %u rounds, %u dead holders' locks "
            "taken over\n", sk[SK_ROUNDS], sk[SK_TAKEOVERS]);
@@ -1983,8 +1983,8 @@ corrupt_updates(shmlock_zone_t *z, const char *key, size_t klen, char *val,
                                SHMLOCK_KEEP_TTL, 0, &u));
         CALL("slot_extend", ST_COMPARE,
              shmlock_slot_extend(z, &t, 100000, 0));
-        CALL("slot_release", ST_COMPARE, shmlock_slot_release(z, &t, 0));
-        CALL("slot_release marked", ST_COMPARE, shmlock_slot_release(z, &u, 0));
+        CALL("slot_release", ST_COMPARE, shmlock_slot_release(z, &t));
+        CALL("slot_release marked", ST_COMPARE, shmlock_slot_release(z, &u));
     }
     {
         shmlock_slot_info_t  info[8];
@@ -2247,7 +2247,7 @@ crash_child_slots(shmlock_zone_t *z)
                 shmlock_slot_swap(z, &m, OWN(7), 0, 0, SHMLOCK_KEEP_TTL, 0, &u);
             }
         }
-        shmlock_slot_release(z, &t, 0);
+        shmlock_slot_release(z, &t);
     }
 }
 

@@ -5,6 +5,8 @@
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
+local handle = require "resty.shmlock.lock.handle"
+local slot = require "helpers.lock_slot"
 local env = require "helpers.lock_env"
 local fixture = require "helpers.fixture"
 local fake_clock = require "helpers.fake_clock"
@@ -69,7 +71,7 @@ describe("resty.shmlock", function()
         it("finds a zone this process opened, by name", function()
             local lock = assert(resty_lock:new("locks" .. n))
             assert.equal(0, lock:lock("k"))
-            assert.is_string(dict:get("k"))
+            assert.truthy(slot.info(dict, "k"))
         end)
 
         it("attaches a zone another process created, by name", function()
@@ -83,7 +85,7 @@ describe("resty.shmlock", function()
 
             local lock = assert(resty_lock:new("other"))
             assert.equal(0, lock:lock("k"))
-            assert.is_string(shdict.opened("other"):get("k"))
+            assert.truthy(slot.info(shdict.opened("other"), "k"))
         end)
 
         it("returns nil, 'dictionary not found: ...' naming the zone and "
@@ -210,19 +212,27 @@ describe("resty.shmlock", function()
             local lock = resty_lock:new(dict, { exptime = 1e12,
                 timeout = 1e12, step = 1e12, ratio = 1e12, max_step = 1e12 })
             assert.equal(0, lock:lock("k"))
-            assert.is_true(dict:ttl("k") > 1e12 - 10)
+            -- beyond the slots' 2^40 ms (34 years): no expiry (ttl 0)
+            assert.equal(0, slot.ttl(dict, "k"))
         end)
     end)
 
     describe("lock()", function()
-        it("returns 0 for a free key and stores an owner token", function()
+        it("returns 0 for a free key and holds it as this process, with "
+           .. "an owner id of its own", function()
             local lock = resty_lock:new(dict)
             assert.same({ 0 }, { lock:lock("k") })
-            local tok = dict:get("k")
-            assert.matches("^" .. env.pid() .. ":%d+:%x+$", tok)
-            assert.equal(16, #tok:match(":(%x+)$"))
-            local ttl = dict:ttl("k")
+            local pid, id = slot.owner(dict, "k")
+            assert.equal(env.pid(), pid)
+            assert.is_true(id ~= 0)
+            local ttl = slot.ttl(dict, "k")
             assert.is_true(ttl > 29.9 and ttl <= 30)
+            -- not a dictionary entry
+            assert.is_nil(dict:get("k"))
+            assert.equal(1, lock:unlock())
+            assert.equal(0, lock:lock("k"))
+            local _, id2 = slot.owner(dict, "k")
+            assert.not_equal(id, id2)       -- each acquisition its own
         end)
 
         it("returns as many values as resty.lock", function()
@@ -245,7 +255,7 @@ describe("resty.shmlock", function()
             assert.equal(0, lock:lock("a"))
             assert.same({ nil, "locked" }, { lock:lock("a") })
             assert.same({ nil, "locked" }, { lock:lock("b") })
-            assert.is_nil(dict:get("b"))
+            assert.is_nil(slot.info(dict, "b"))
         end)
 
         it("returns nil, 'nil key' for nil and false", function()
@@ -264,9 +274,9 @@ describe("resty.shmlock", function()
         it("takes a number key as its string", function()
             local lock = resty_lock:new(dict)
             assert.equal(0, lock:lock(42))
-            assert.is_string(dict:get("42"))
+            assert.truthy(slot.info(dict, "42"))
             assert.equal(1, lock:unlock())
-            assert.is_nil(dict:get("42"))
+            assert.is_nil(slot.info(dict, "42"))
         end)
 
         -- the waits' lengths are pinned on a clock that moves only as the
@@ -379,15 +389,32 @@ describe("resty.shmlock", function()
             end)
         end
 
-        it("returns the dictionary's 'no memory'", function()
+        it("returns 'no memory' when every lock slot of the key's shard "
+           .. "is held, and takes locks again once one is free", function()
             local small = assert(shdict.open("small" .. n, { size = "32k" }))
+            -- a full dictionary takes nothing from the locks
             local i = 0
             repeat
                 i = i + 1
             until not small:add("fill" .. i, string.rep("x", 200))
+            local held = {}
+            local err
+            for k = 1, 1000 do
+                local lock = resty_lock:new(small)
+                local ok
+                ok, err = lock:lock("key" .. k)
+                if not ok then
+                    break
+                end
+                held[k] = lock
+            end
+            assert.equal("no memory", err)
+            -- 7/8 of the slots (16 in a 32 KiB zone) can be held at once
+            assert.equal(14, #held)
             local lock = resty_lock:new(small)
-            assert.same({ nil, "no memory" },
-                        { lock:lock(string.rep("k", 300)) })
+            assert.same({ nil, "no memory" }, { lock:lock("more") })
+            assert.equal(1, held[3]:unlock())
+            assert.same({ 0 }, { lock:lock("more") })
         end)
     end)
 
@@ -397,7 +424,7 @@ describe("resty.shmlock", function()
             for _ = 1, 2 do
                 assert.equal(0, lock:lock("foo"))
                 assert.same({ 1 }, { lock:unlock() })
-                assert.is_nil(dict:get("foo"))
+                assert.is_nil(slot.info(dict, "foo"))
             end
         end)
 
@@ -412,10 +439,10 @@ describe("resty.shmlock", function()
         it("returns 1, 'expired' and leaves the key alone when our lock "
            .. "expired and someone else took it", function()
             local l1, l2 = expired_then_taken(dict, "k")
-            local tok = dict:get("k")
+            local state = slot.state(dict, "k")
 
             assert.same({ 1, "expired" }, { l1:unlock() })
-            assert.equal(tok, dict:get("k"))
+            assert.equal(state, slot.state(dict, "k"))
             assert.is_true(l2:owned())
             assert.same({ nil, "unlocked" }, { l1:unlock() })
             assert.equal(1, l2:unlock())
@@ -425,7 +452,7 @@ describe("resty.shmlock", function()
            .. "taken and released since (gone)", function()
             local l1, l2 = expired_then_taken(dict, "k")
             assert.same({ 1 }, { l2:unlock() })
-            assert.is_nil(dict:get("k"))
+            assert.is_nil(slot.info(dict, "k"))
 
             assert.same({ 1, "expired" }, { l1:unlock() })
             assert.same({ nil, "unlocked" }, { l1:unlock() })
@@ -436,17 +463,17 @@ describe("resty.shmlock", function()
         it("returns 1, 'expired' and leaves a marked lock of another holder "
            .. "alone", function()
             local l1, l2 = expired_then_taken(dict, "k")
-            -- a starving waiter's mark on l2's lock (the zone's format)
-            local tok = dict:get("k")
-            local marked = tok .. "|1:1:00000000000000ff|30000|1|"
-                           .. string.format("%.0f", 2^50)
-            assert.is_true(dict:cas("k", tok, marked))
+            -- a starving waiter's mark on l2's lock
+            assert.is_true(slot.mark(dict, "k", { pid = 1, id = 255 }))
+            local marked = slot.state(dict, "k")
 
             assert.same({ 1, "expired" }, { l1:unlock() })
-            assert.equal(marked, dict:get("k"))
+            assert.equal(marked, slot.state(dict, "k"))
             assert.is_true(l2:owned())
-            assert.is_true(dict:cas("k", marked, tok))
             assert.equal(1, l2:unlock())
+            -- handed to the marked waiter (pid 1 lives)
+            local pid, id = slot.owner(dict, "k")
+            assert.same({ 1, 255 }, { pid, id })
         end)
 
         it("returns 1 when our lock expired meanwhile but nobody took it, "
@@ -474,7 +501,7 @@ describe("resty.shmlock", function()
             assert.equal(0, lock:lock("k"))
             env.sleep(0.6)
             assert.same({ true }, { lock:expire() })
-            local ttl = dict:ttl("k")
+            local ttl = slot.ttl(dict, "k")
             assert.is_true(ttl > 0.4 and ttl <= 1, "ttl " .. ttl)
             env.sleep(0.6)
             assert.is_true(lock:owned())
@@ -484,11 +511,11 @@ describe("resty.shmlock", function()
             local lock = resty_lock:new(dict, { exptime = 0.1 })
             assert.equal(0, lock:lock("k"))
             assert.same({ true }, { lock:expire(5) })
-            local ttl = dict:ttl("k")
+            local ttl = slot.ttl(dict, "k")
             assert.is_true(ttl > 4.9 and ttl <= 5, "ttl " .. ttl)
             -- and a later expire() without argument goes back to exptime
             assert.is_true(lock:expire())
-            assert.is_true(dict:ttl("k") <= 0.1)
+            assert.is_true(slot.ttl(dict, "k") <= 0.1)
         end)
 
         -- resty.lock's test's times, five times longer: a sleep that runs
@@ -514,12 +541,10 @@ describe("resty.shmlock", function()
         it("returns nil, 'expired' and leaves the key alone when our lock "
            .. "expired and someone else took it", function()
             local l1, l2 = expired_then_taken(dict, "k")
-            local tok = dict:get("k")
-            local ttl = dict:ttl("k")
+            local state = slot.state(dict, "k")
 
             assert.same({ nil, "expired" }, { l1:expire(100) })
-            assert.equal(tok, dict:get("k"))
-            assert.is_true(dict:ttl("k") <= ttl)
+            assert.equal(state, slot.state(dict, "k"))
             assert.is_true(l2:owned())
             -- l1 holds nothing any more
             assert.same({ nil, "unlocked" }, { l1:unlock() })
@@ -546,7 +571,7 @@ describe("resty.shmlock", function()
             end
             assert.is_true(lock:owned())
             assert.is_true(lock:expire(1e12))
-            assert.is_true(dict:ttl("k") > 1e12 - 10)
+            assert.equal(0, slot.ttl(dict, "k"))        -- beyond 2^40 ms
         end)
     end)
 
@@ -561,17 +586,18 @@ describe("resty.shmlock", function()
             for _ = 1, 2 do
                 gc()
                 take(dict, "foo")
-                assert.is_string(dict:get("foo"))
+                assert.truthy(slot.info(dict, "foo"))
                 gc()
-                assert.is_nil(dict:get("foo"))
+                assert.is_nil(slot.info(dict, "foo"))
             end
         end)
 
         it("releases long keys too", function()
             local key = string.rep("k", 1000)
             take(dict, key)
+            assert.truthy(slot.info(dict, key))
             gc()
-            assert.is_nil(dict:get(key))
+            assert.is_nil(slot.info(dict, key))
         end)
 
         it("does not release someone else's lock", function()
@@ -579,9 +605,9 @@ describe("resty.shmlock", function()
             env.sleep(0.03)
             local other = resty_lock:new(dict)
             assert.equal(0, other:lock("foo"))
-            local tok = dict:get("foo")
+            local state = slot.state(dict, "foo")
             gc()
-            assert.equal(tok, dict:get("foo"))
+            assert.equal(state, slot.state(dict, "foo"))
             assert.is_true(other:owned())
         end)
 
@@ -617,22 +643,24 @@ describe("resty.shmlock", function()
             assert.same({}, fc.sleeps)      -- not one sleep
         end)
 
-        it("writes none of the shard's lines when the key is held", function()
-            -- a waiter's tries must not bounce the holder's shard: the
-            -- mutex and the sequence word (lock-free readers retry when
-            -- it moves) stay untouched, each try answered without them
+        it("writes nothing when the key is held", function()
+            -- a waiter's tries must not bounce the holder's lines: the
+            -- shard's mutex and sequence word (lock-free readers retry
+            -- when it moves) and the key's slot stay untouched
             local hooks = require "helpers.test_hooks"
             local l1 = resty_lock:new(dict)
             local l2 = resty_lock:new(dict)
             assert.equal(0, l1:lock("k"))
             local seq = hooks.shmlock_test_shard_seq(dict._zone, 0)
+            local state = slot.state(dict, "k")
             for _ = 1, 10 do
                 assert.same({ nil, "timeout" }, { l2:trylock("k") })
             end
             assert.equal(seq, hooks.shmlock_test_shard_seq(dict._zone, 0))
+            assert.equal(state, slot.state(dict, "k"))
             assert.equal(1, l1:unlock())
             assert.equal(0, l2:trylock("k"))
-            assert.is_true(hooks.shmlock_test_shard_seq(dict._zone, 0) ~= seq)
+            assert.not_equal(state, slot.state(dict, "k"))
         end)
 
         it("returns 'locked' and 'nil key' as lock()", function()
@@ -666,19 +694,16 @@ describe("resty.shmlock", function()
         return now_ms() + 60000
     end
 
-    -- "<pid>:<start>:" of this process's tokens
-    local function my_prefix()
-        return env.token_prefix(resty_lock, dict)
-    end
+    -- a starving waiter of this process no lock object is: alive (our
+    -- pid), not queued anywhere
+    local STARVER = 0xfffffff0
+    local me = env.pid()
 
     describe("dead holders", function()
-        local function dead_token()
-            return env.token(env.dead_pid(), 12345, 1)
-        end
-
         it("lock() takes a key whose holder process is gone at once",
            function()
-            assert.is_true(dict:add("k", dead_token(), 30))
+            slot.dead_holder(dict, "k")
+            assert.is_false(slot.info(dict, "k").alive)
             -- at its first look: no sleep, 0 s on a clock only sleeps move
             local fc = fake_clock.new()
             local lock = fc:require("resty.shmlock"):new(dict)
@@ -689,55 +714,55 @@ describe("resty.shmlock", function()
         end)
 
         it("trylock() and timeout = 0 take it too", function()
-            assert.is_true(dict:add("k", dead_token(), 30))
+            slot.dead_holder(dict, "k")
             assert.equal(0, resty_lock:new(dict):trylock("k"))
-            assert.is_true(dict:add("j", dead_token(), 30))
+            slot.dead_holder(dict, "j")
             local lock = resty_lock:new(dict, { timeout = 0 })
             assert.equal(0, lock:lock("j"))
         end)
 
-        it("keeps a live holder's lock, and values it cannot parse",
-           function()
+        it("keeps a live holder's lock", function()
             local l1 = resty_lock:new(dict)
             assert.equal(0, l1:lock("k"))
             assert.same({ nil, "timeout" },
                         { resty_lock:new(dict):trylock("k") })
-            assert.is_true(dict:add("j", "not a token", 30))
-            assert.is_true(dict:add("b", true, 30))
-            assert.same({ nil, "timeout" },
-                        { resty_lock:new(dict):trylock("j") })
-            assert.same({ nil, "timeout" },
-                        { resty_lock:new(dict):trylock("b") })
         end)
 
         it("hands a dead holder's lock to the live waiter marked on it",
            function()
-            local starver = my_prefix() .. "ffffffffffffffff"
-            assert.is_true(dict:add("k", dead_token() .. "|" .. starver
-                                    .. "|30000|1", 30))
+            slot.dead_holder(dict, "k")
+            assert.is_true(slot.mark(dict, "k", { pid = me, id = STARVER,
+                                                  exptime = 30000 }))
             assert.same({ nil, "timeout" },
                         { resty_lock:new(dict):trylock("k") })
-            assert.equal(starver, dict:get("k"))
+            local pid, id, _, marked = slot.owner(dict, "k")
+            assert.same({ me, STARVER, false }, { pid, id, marked })
+        end)
+
+        it("a dead holder's lock goes to the waiter, not to a stale mark",
+           function()
+            slot.dead_holder(dict, "k")
+            assert.is_true(slot.mark(dict, "k", { pid = me, id = STARVER,
+                                                  till = now_ms() - 1 }))
+            local lock = resty_lock:new(dict)
+            assert.equal(0, lock:trylock("k"))
+            assert.is_true(lock:owned())
+            assert.equal(1, lock:unlock())
         end)
     end)
 
     describe("starvation mode", function()
-        local function token_of(lock)
-            return dict:get(lock.key)
-        end
-
         it("unlock() hands a marked lock to the marked waiter", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local tok = token_of(holder)
-            local starver = my_prefix() .. "ffffffffffffffff"
-            assert.is_true(dict:cas("k", tok, tok .. "|" .. starver
-                                    .. "|5000|1", 10))
+            assert.is_true(slot.mark(dict, "k", { pid = me, id = STARVER,
+                                                  exptime = 5000 }))
             assert.is_true(holder:owned())
 
             assert.same({ 1 }, { holder:unlock() })
-            assert.equal(starver, dict:get("k"))
-            local ttl = dict:ttl("k")
+            local pid, id, _, marked = slot.owner(dict, "k")
+            assert.same({ me, STARVER, false }, { pid, id, marked })
+            local ttl = slot.ttl(dict, "k")
             assert.is_true(ttl > 4.9 and ttl <= 5)
             -- nobody barges in
             assert.same({ nil, "timeout" },
@@ -747,81 +772,70 @@ describe("resty.shmlock", function()
         it("expire() keeps the mark", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local tok = token_of(holder)
-            local starver = my_prefix() .. "ffffffffffffffff"
-            assert.is_true(dict:cas("k", tok, tok .. "|" .. starver
-                                    .. "|5000|1", 10))
+            assert.is_true(slot.mark(dict, "k", { pid = me, id = STARVER,
+                                                  exptime = 5000,
+                                                  since = 1 }))
+            local before = slot.state(dict, "k")
             assert.is_true(holder:expire(20))
-            local v = dict:get("k")
-            local h = v:match("^[^|]+")
-            assert.not_equal(tok, h)          -- a fresh token
-            assert.equal(h .. "|" .. starver .. "|5000|1", v)
+            assert.not_equal(before, slot.state(dict, "k"))  -- a new state
+            assert.same({ me, STARVER, 5000, 1, 2 ^ 50 },
+                        { slot.marked(dict, "k") })
             assert.is_true(holder:owned())
-            assert.is_true(dict:ttl("k") > 19)
+            assert.is_true(slot.ttl(dict, "k") > 19)
             assert.equal(1, holder:unlock())
-            assert.equal(starver, dict:get("k"))
+            local pid, id = slot.owner(dict, "k")
+            assert.same({ me, STARVER }, { pid, id })
         end)
 
         it("a starving waiter marks the lock unless an older one did",
            function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local tok = token_of(holder)
-            local me = my_prefix() .. "999999999999998"
-            local other = my_prefix() .. "999999999999997"
             local zone, look = dict._zone, zone_lock.look
             local till = later()
+            local w = handle.zone(zone, 0xfffffff1)
+            local other = handle.zone(zone, 0xfffffff2)
 
             -- an older starver's mark stays
-            assert.is_true(dict:cas("k", tok, tok .. "|" .. other
-                                    .. "|5000|100|" .. till, 30))
+            assert.is_true(slot.mark(dict, "k", { pid = me, id = other.id,
+                                                  since = 100, till = till }))
             assert.equal(zone_lock.BUSY,
-                         look(zone, "k", 1, me, 30000, false, 200, till))
+                         look(zone, "k", 1, w, 30000, false, 200, till))
             -- a younger one's is replaced, keeping the holder's TTL
-            assert.is_true(dict:cas("k", tok .. "|" .. other .. "|5000|100|"
-                                    .. till, tok .. "|" .. other
-                                    .. "|5000|300|" .. till, 10))
+            assert.is_true(slot.mark(dict, "k", { pid = me, id = other.id,
+                                                  since = 300, till = till }))
+            local ttl = slot.ttl(dict, "k")
             assert.equal(zone_lock.MARKED,
-                         look(zone, "k", 1, me, 30000, false, 200, till))
-            assert.equal(tok .. "|" .. me .. "|30000|200|" .. till,
-                         dict:get("k"))
-            assert.is_true(dict:ttl("k") <= 10)
+                         look(zone, "k", 1, w, 30000, false, 200, till))
+            assert.same({ me, w.id, 30000, 200, till },
+                        { slot.marked(dict, "k") })
+            assert.is_true(slot.ttl(dict, "k") <= ttl)
             -- and a waiter that is not starving does not mark
             assert.equal(zone_lock.MARKED,
-                         look(zone, "k", 1, me, 30000, false, 200, till))
+                         look(zone, "k", 1, w, 30000, false, 200, till))
             assert.equal(zone_lock.BUSY,
                          look(zone, "k", 1, other, 30000, false, nil))
 
             assert.equal(1, holder:unlock())
-            assert.equal(me, dict:get("k"))
+            local pid, id = slot.owner(dict, "k")
+            assert.same({ me, w.id }, { pid, id })
+            -- the handoff reached w: its look finds the lock its own
+            assert.equal(zone_lock.ACQUIRED,
+                         look(zone, "k", 1, w, 30000, false, nil))
+            assert.is_true(zone_lock.release(zone, w.tk) == 1)
+            assert.is_nil(slot.info(dict, "k"))
         end)
-
-        it("never marks a value that is not one of our tokens", function()
-            local me = my_prefix() .. "999999999999998"
-            assert.is_true(dict:add("k", "someone else's", 30))
-            assert.equal(zone_lock.BUSY,
-                         zone_lock.look(dict._zone, "k", 1, me, 30000, true,
-                                        200, later()))
-            assert.equal("someone else's", dict:get("k"))
-        end)
-
-        -- a mark whose starver's deadline (its last field) has passed
-        local function stale_mark(holder_tok, starver, since)
-            return holder_tok .. "|" .. starver .. "|30000|" .. (since or 1)
-                   .. "|" .. (now_ms() - 1)
-        end
 
         it("unlock() frees a lock whose starver's deadline passed instead "
            .. "of handing it over", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local tok = token_of(holder)
-            local starver = my_prefix() .. "999999999999999"
-            assert.is_true(dict:cas("k", tok, stale_mark(tok, starver), 10))
+            assert.is_true(slot.mark(dict, "k", { pid = me, id = STARVER,
+                                                  till = now_ms() - 1 }))
             assert.is_true(holder:owned())
             assert.same({ 1 }, { holder:unlock() })
             assert.same({ nil, "unlocked" }, { holder:unlock() })
-            assert.is_nil(dict:get("k"))
+            assert.is_nil(slot.info(dict, "k"))
             assert.equal(0, resty_lock:new(dict):trylock("k"))
         end)
 
@@ -829,56 +843,76 @@ describe("resty.shmlock", function()
            function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local tok = token_of(holder)
-            local starver = my_prefix() .. "999999999999999"
-            assert.is_true(dict:cas("k", tok, tok .. "|" .. starver
-                                    .. "|30000|1|" .. (now_ms() + 1000), 10))
+            assert.is_true(slot.mark(dict, "k", { pid = me, id = STARVER,
+                                                  till = now_ms() + 1000 }))
             assert.same({ 1 }, { holder:unlock() })
-            assert.equal(starver, dict:get("k"))
+            local pid, id = slot.owner(dict, "k")
+            assert.same({ me, STARVER }, { pid, id })
+        end)
+
+        it("unlock() does not hand the lock to a starver whose process is "
+           .. "gone", function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local dead = env.dead_pid()
+            assert.is_true(slot.mark(dict, "k", { pid = dead, id = 7,
+                                                  process = dead }))
+            assert.same({ 1 }, { holder:unlock() })
+            assert.is_nil(slot.info(dict, "k"))
         end)
 
         it("a starving waiter replaces a stale mark, even an older "
            .. "starver's", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local tok = token_of(holder)
-            local me = my_prefix() .. "999999999999998"
-            local other = my_prefix() .. "999999999999997"
+            local w = handle.zone(dict._zone, 0xfffffff1)
             local till = later()
-            assert.is_true(dict:cas("k", tok, stale_mark(tok, other, 100),
-                                    10))
+            assert.is_true(slot.mark(dict, "k", { pid = me, id = STARVER,
+                                                  since = 100,
+                                                  till = now_ms() - 1 }))
             assert.equal(zone_lock.MARKED,
-                         zone_lock.look(dict._zone, "k", 1, me, 30000, false,
+                         zone_lock.look(dict._zone, "k", 1, w, 30000, false,
                                         200, till))
-            assert.equal(tok .. "|" .. me .. "|30000|200|" .. till,
-                         dict:get("k"))
+            assert.same({ me, w.id, 30000, 200, till },
+                        { slot.marked(dict, "k") })
         end)
 
-        it("writes a mark with a long exptime and deadline in digits, and "
-           .. "hands it over", function()
+        it("a mark with a long exptime and deadline is handed over with "
+           .. "them", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local tok = token_of(holder)
-            local me = my_prefix() .. "999999999999998"
+            local w = handle.zone(dict._zone, 0xfffffff1)
             assert.equal(zone_lock.MARKED,
-                         zone_lock.look(dict._zone, "k", 1, me, 1e15, false,
+                         zone_lock.look(dict._zone, "k", 1, w, 1e12, false,
                                         200, 1e15))
-            assert.equal(tok .. "|" .. me .. "|1000000000000000|200|"
-                         .. "1000000000000000", dict:get("k"))
+            assert.same({ me, w.id, 1e12, 200, 1e15 },
+                        { slot.marked(dict, "k") })
             assert.same({ 1 }, { holder:unlock() })
-            assert.equal(me, dict:get("k"))
-            assert.is_true(dict:ttl("k") > 1e12 - 10)
+            local pid, id = slot.owner(dict, "k")
+            assert.same({ me, w.id }, { pid, id })
+            -- 1e12 ms is within the slots' 2^40 ms: an expiry, not "never"
+            assert.is_true(slot.ttl(dict, "k") > 1e9 - 10)
         end)
 
-        it("a dead holder's lock goes to the waiter, not to a stale mark",
-           function()
-            local dead = env.token(env.dead_pid(), 12345, 1)
-            local starver = my_prefix() .. "999999999999999"
-            assert.is_true(dict:add("k", stale_mark(dead, starver), 30))
-            local lock = resty_lock:new(dict)
-            assert.equal(0, lock:trylock("k"))
-            assert.is_true(lock:owned())
-            assert.equal(1, lock:unlock())
+        it("withdraw() removes our mark, and answers true when the lock "
+           .. "reached us first", function()
+            local holder = resty_lock:new(dict)
+            assert.equal(0, holder:lock("k"))
+            local w = handle.zone(dict._zone, 0xfffffff1)
+            local till = later()
+            assert.equal(zone_lock.MARKED,
+                         zone_lock.look(dict._zone, "k", 1, w, 30000, false,
+                                        200, till))
+            assert.is_false(zone_lock.withdraw(dict._zone, "k", 1, w))
+            assert.is_nil(slot.marked(dict, "k"))
+            assert.is_true(holder:owned())
+
+            assert.equal(zone_lock.MARKED,
+                         zone_lock.look(dict._zone, "k", 1, w, 30000, false,
+                                        200, till))
+            assert.equal(1, holder:unlock())
+            assert.is_true(zone_lock.withdraw(dict._zone, "k", 1, w))
+            assert.equal(1, zone_lock.release(dict._zone, w.tk))
         end)
     end)
 
@@ -1134,7 +1168,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         local marked, barged
         fake.on_sleep = function(now)
             if now > 0.3 and holder:owned() then
-                marked = dict:get("q"):find("|", 1, true) ~= nil
+                marked = slot.marked(dict, "q") ~= nil
                 assert.equal(1, holder:unlock())
                 barged = { nginx_lock:new(dict):trylock("q") }
             end
@@ -1158,12 +1192,12 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
     it("a queued waiter that times out withdraws its mark", function()
         local holder = assert(nginx_lock:new(dict))
         assert.equal(0, holder:lock("w"))
-        local tok = dict:get("w")
+        local state = slot.state(dict, "w")
         local lock = nginx_lock:new(dict, { timeout = 0.3 })
         assert.same({ nil, "timeout" }, { lock:lock("w") })
-        assert.equal(tok, dict:get("w"))
+        assert.equal(state, slot.state(dict, "w"))      -- no mark left
         assert.equal(1, holder:unlock())
-        assert.is_nil(dict:get("w"))
+        assert.is_nil(slot.info(dict, "w"))
     end)
 
     it("does not sleep with timeout = 0 or in trylock()", function()
@@ -1217,7 +1251,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
 
     it("takes a dead holder's key even where it cannot wait", function()
         fake.phase = "log"
-        assert.is_true(dict:add("k", env.token(env.dead_pid(), 1, 1), 30))
+        slot.dead_holder(dict, "k")
         assert.same({ 0 }, { nginx_lock:new(dict):lock("k") })
     end)
 
@@ -1251,7 +1285,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         local zl = nginx_lock:new(dict)
         assert.equal("zone", zl.store)
         assert.equal(0, zl:lock("k"))
-        assert.is_string(dict:get("k"))
+        assert.truthy(slot.info(dict, "k"))
         assert.equal(1, zl:unlock())
         fake.shared[name] = nil
     end)
@@ -1275,8 +1309,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
 
     it("logs a dead holder's lock taken over, at notice", function()
         fake.phase = "log"
-        local dead = env.dead_pid()
-        assert.is_true(dict:add("k", env.token(dead, 1, 1), 30))
+        local dead = slot.dead_holder(dict, "k")
         local lines = logged(function()
             assert.same({ 0 }, { nginx_lock:new(dict):lock("k") })
         end)

@@ -515,15 +515,14 @@ SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
  * Releases the lock of ticket t and wakes one sleeper of its key
  * (shmlock_wake_waiters): SHMLOCK_OK; SHMLOCK_CHANGED: still t's but
  * marked (the caller hands it over, or clears the mark, by swap);
- * SHMLOCK_NOT_FOUND: not t's any more (expired and taken, released),
- * or released but it had expired already (by now_ms, the caller's
- * reading of the zone clock, or 0: the coarse clock read here): either
- * way someone else may have held the key meanwhile.  Refused
- * (SHMLOCK_DESTROYED, SHMLOCK_REMOVED) once the zone is known dead; it
- * does not look at the zone's file itself (acquires do).
+ * SHMLOCK_NOT_FOUND: not t's any more (expired and taken, released).
+ * A lock that expired but is still in t's state (nobody took it) is
+ * released: SHMLOCK_OK.  Refused (SHMLOCK_DESTROYED, SHMLOCK_REMOVED)
+ * once the zone is known dead; it does not look at the zone's file
+ * itself (acquires do).
  */
 SHMLOCK_API int shmlock_slot_release(shmlock_zone_t *zone,
-    const shmlock_ticket_t *t, int64_t now_ms);
+    const shmlock_ticket_t *t);
 /* A new expiry for t's lock (t follows): SHMLOCK_OK, SHMLOCK_CHANGED
  * (marked), SHMLOCK_NOT_FOUND (not t's). */
 SHMLOCK_API int shmlock_slot_extend(shmlock_zone_t *zone,

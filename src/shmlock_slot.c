@@ -125,12 +125,10 @@ shmlock_slot_rc(int rc)
 }
 
 int
-shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t,
-    int64_t now_ms)
+shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
     shard_t       *sh;
-    uint64_t       e;
     int            rc;
 
     /* the dead word only: the file itself is looked at by the acquires
@@ -149,23 +147,10 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t,
         shard_lock(sh);
         rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
     }
-    if (rc != SLOT_OK) {
-        return shmlock_slot_rc(rc);
+    if (rc == SLOT_OK) {
+        wait_wake(zone, t->hash, 0);
     }
-    wait_wake(zone, t->hash, 0);
-    /* released; had it expired (nobody took it meanwhile)?  The coarse
-     * clock is enough: the answer only tells the holder its lock may
-     * have been free for a while */
-    e = t->stamp >> SLOT_EXPIRY_SHIFT;
-    if (e != SLOT_NEVER) {
-        if (now_ms <= 0) {
-            now_ms = sys_coarse_ms();
-        }
-        if ((int64_t) e <= now_ms) {
-            return SHMLOCK_NOT_FOUND;
-        }
-    }
-    return SHMLOCK_OK;
+    return shmlock_slot_rc(rc);
 }
 
 int

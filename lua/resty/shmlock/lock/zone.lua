@@ -340,7 +340,7 @@ end
 -- handed to its starver, or its stale mark dropped and the key freed.
 local function release(zone, tk)
     for _ = 1, RETRIES do
-        local rc = C.shmlock_slot_release(zone, tk, cached_ms())
+        local rc = C.shmlock_slot_release(zone, tk)
         if rc == OK then
             return 1
         end
