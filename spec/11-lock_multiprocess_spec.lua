@@ -9,6 +9,7 @@
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
+local slot = require "helpers.lock_slot"
 local env = require "helpers.lock_env"
 local fixture = require "helpers.fixture"
 local fake_clock = require "helpers.fake_clock"
@@ -85,7 +86,7 @@ describe("resty.shmlock across processes", function()
             worst = math.max(worst, results[i].max_wait)
         end
         assert.equal(20000, dict:get("counter"))
-        assert.is_nil(dict:get("lock"))
+        assert.is_nil(slot.info(dict, "lock"))
         assert.is_true(dict:verify())
         report("4 x 5000 lock/get/set/unlock: worst wait %.1f ms",
                worst * 1000)
@@ -103,7 +104,7 @@ describe("resty.shmlock across processes", function()
         end
         for j = 0, 31 do
             assert.equal(4 * 8000 / 32, sharded:get("counter:" .. j))
-            assert.is_nil(sharded:get("lock:" .. j))
+            assert.is_nil(slot.info(sharded, "lock:" .. j))
         end
         assert.is_true(sharded:verify())
     end)
@@ -115,7 +116,7 @@ describe("resty.shmlock across processes", function()
             assert(dict:set("go", true))
             local pid = env.wait_for(function() return dict:get("pid") end)
             assert.is_number(pid)
-            assert.is_string(dict:get("lock"))
+            assert.equal(pid, slot.info(dict, "lock").pid)
             return proc, pid
         end
 
@@ -149,7 +150,7 @@ describe("resty.shmlock across processes", function()
                                                 timeout = 20 })
             -- the waiter has slept and looked again: it marked the key
             assert.truthy(env.wait_for(function()
-                return dict:get("lock"):find("|", 1, true)
+                return slot.marked(dict, "lock")
             end, 10), "the waiter never marked the key")
             local killed = env.now_us()
             assert.equal(0, env.kill(pid, 9))

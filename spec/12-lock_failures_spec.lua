@@ -11,6 +11,8 @@ local checkout = require "helpers.checkout"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local env = require "helpers.lock_env"
+local slot = require "helpers.lock_slot"
+local handle = require "resty.shmlock.lock.handle"
 local fake_clock = require "helpers.fake_clock"
 
 local function gc()
@@ -91,7 +93,7 @@ describe("resty.shmlock in a full zone (processes)", function()
         assert.equal(0, holder:lock("k"))
         local pid, result = waiter(timeout)
         assert.truthy(env.wait_for(function()
-            return dict:get("k"):find("|", 1, true)
+            return slot.marked(dict, "k")
         end, 2), "W never marked the lock")
         fill(dict)
         return holder, pid, result
@@ -112,7 +114,7 @@ describe("resty.shmlock in a full zone (processes)", function()
         assert.same({ 1 }, { holder:unlock() })
         assert.is_true(env.now() - t0 < 0.05)
         assert.is_false(holder:owned())
-        assert.is_nil(dict:get("k"))
+        assert.is_nil(slot.info(dict, "k"))
 
         -- another process takes the key at once
         local other = proc.spawn(function()
@@ -139,7 +141,7 @@ describe("resty.shmlock in a full zone (processes)", function()
         local r = result()
         assert.equal("nil", r.err)
         assert.is_true(tonumber(r.elapsed) < 3, "W waited " .. r.elapsed)
-        assert.is_nil(dict:get("k"))
+        assert.is_nil(slot.info(dict, "k"))
     end)
 end)
 
@@ -196,22 +198,18 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         return lock
     end
 
-    -- "<pid>:<start>:" of this process's tokens
-    local function my_prefix()
-        return env.token_prefix(resty_lock, dict)
-    end
+    -- a starving waiter of this process no lock object is: alive (our
+    -- pid), not queued anywhere
+    local STARVER = 0xfffffff0
 
     -- the holder's lock on "k", marked by a starver of ours that waits
     -- for another minute
     local function held_and_marked()
         local holder = new_lock()
         assert.equal(0, holder:lock("k"))
-        local tok = dict:get("k")
-        local starver = my_prefix() .. "ffffffffffffffff"
-        local marked = tok .. "|" .. starver .. "|30000|1|"
-                       .. (now_ms() + 60000)
-        assert.is_true(dict:cas("k", tok, marked, 10))
-        return holder, marked, starver
+        assert.is_true(slot.mark(dict, "k", { pid = env.pid(), id = STARVER,
+                                              till = now_ms() + 60000 }))
+        return holder, slot.state(dict, "k")
     end
 
     for _, case in ipairs({ { 3, "no memory" }, { 10, "corrupt zone" } }) do
@@ -219,16 +217,17 @@ describe("resty.shmlock when a zone call fails (injected)", function()
 
         it("unlock() returns nil, '" .. msg .. "' when the handoff fails, "
            .. "and keeps the lock held", function()
-            local holder, marked, starver = held_and_marked()
-            fail.shmlock_dict_cas = rc
+            local holder, marked = held_and_marked()
+            fail.shmlock_slot_swap = rc
             assert.same({ nil, msg }, { holder:unlock() })
             assert.is_true(holder:owned())
-            assert.equal(marked, dict:get("k"))
+            assert.equal(marked, slot.state(dict, "k"))
             assert.same({ nil, "locked" }, { holder:lock("j") })
             -- the failure passes: unlock again hands the lock over
-            fail.shmlock_dict_cas = nil
+            fail.shmlock_slot_swap = nil
             assert.same({ 1 }, { holder:unlock() })
-            assert.equal(starver, dict:get("k"))
+            local pid, id = slot.owner(dict, "k")
+            assert.same({ env.pid(), STARVER }, { pid, id })
         end)
 
         it("unlock() returns nil, '" .. msg .. "' when the release fails, "
@@ -236,28 +235,28 @@ describe("resty.shmlock when a zone call fails (injected)", function()
             (function()
                 local holder = new_lock()
                 assert.equal(0, holder:lock("k"))
-                fail.shmlock_lock_release = rc
+                fail.shmlock_slot_release = rc
                 assert.same({ nil, msg }, { holder:unlock() })
                 assert.is_true(holder:owned())
-                fail.shmlock_lock_release = nil
+                fail.shmlock_slot_release = nil
             end)()
-            assert.is_string(dict:get("k"))
+            assert.truthy(slot.info(dict, "k"))
             gc()
-            assert.is_nil(dict:get("k"))
+            assert.is_nil(slot.info(dict, "k"))
         end)
 
         it("expire() returns nil, '" .. msg .. "' and keeps the lock, "
-           .. "with its token", function()
+           .. "as it was", function()
             local holder = new_lock()
             assert.equal(0, holder:lock("k"))
-            local tok = dict:get("k")
-            fail.shmlock_dict_cas = rc
+            local state = slot.state(dict, "k")
+            fail.shmlock_slot_extend = rc
             assert.same({ nil, msg }, { holder:expire(60) })
             assert.is_true(holder:owned())
-            assert.equal(tok, dict:get("k"))
-            fail.shmlock_dict_cas = nil
+            assert.equal(state, slot.state(dict, "k"))
+            fail.shmlock_slot_extend = nil
             assert.same({ 1 }, { holder:unlock() })
-            assert.is_nil(dict:get("k"))
+            assert.is_nil(slot.info(dict, "k"))
         end)
     end
 
@@ -265,15 +264,12 @@ describe("resty.shmlock when a zone call fails (injected)", function()
        .. "stale mark is not handed the lock", function()
         local holder = assert(resty_lock:new(dict))
         assert.equal(0, holder:lock("k"))
-        local tok = dict:get("k")
 
         -- a waiter outside nginx: it marks the lock after 2 ms; at its
-        -- deadline the withdrawal (a cas to a shorter value) fails
-        fail.shmlock_dict_cas = function(_, _, _, old, new)
-            return new.len < old.len and 3 or nil
-        end
+        -- deadline the withdrawal (a swap that clears the mark) fails
+        fail.shmlock_slot_swap = 3
         local waiter = new_lock({ timeout = 0.1 })
-        local me = my_prefix() .. "999999999999990"
+        local me = handle.zone(dict._zone, 0xfffffff1)
         local t0, cpu0 = env.now(), env.cpu()
         assert.same({ nil, "timeout" },
                     { zl.block(waiter.target, "k", 1, me, waiter.expiry,
@@ -284,14 +280,14 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         -- a spin would burn the whole wait (a loaded machine delays the
         -- waiter, it does not add to its CPU time)
         assert.is_true(cpu < 0.05, "CPU " .. cpu .. " s")
-        local v = dict:get("k")
-        assert.equal(tok .. "|" .. me .. "|",
-                     v:sub(1, #tok + #me + 2))   -- the mark stayed
+        local pid, id = slot.marked(dict, "k")
+        assert.same({ env.pid(), me.id }, { pid, id })  -- the mark stayed
 
         -- the holder's release frees the key instead of handing it to
         -- a waiter who gave up
         assert.same({ 1 }, { holder:unlock() })
-        assert.is_nil(dict:get("k"))
+        assert.is_nil(slot.info(dict, "k"))
+        assert.is_nil(slot.marked(dict, "k"))
 
         -- on time: on a clock only its sleeps move, the steps add up to
         -- its 0.1 s, the last one cut to the deadline, then no more

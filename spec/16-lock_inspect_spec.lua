@@ -9,6 +9,7 @@ local env = require "helpers.lock_env"
 local holder = require "helpers.lock_holder"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
+local slot = require "helpers.lock_slot"
 
 describe("resty_lock.inspect()", function()
     local fx = fixture.new { dir = "block", env = true, children = "assert" }
@@ -17,11 +18,6 @@ describe("resty_lock.inspect()", function()
     before_each(function()
         dict = fx:zone("inspect", { size = "64k" })
     end)
-
-    -- a live token's "<pid>:<start>:" of this process
-    local function my_prefix()
-        return env.token_prefix(resty_lock, dict)
-    end
 
     it("answers nil, 'not locked' for a free key, also after unlock()",
        function()
@@ -67,8 +63,8 @@ describe("resty_lock.inspect()", function()
         info = assert(resty_lock.inspect(dict, "k"))
         assert.equal(pid, info.pid)
         assert.is_false(info.alive)
-        -- inspect changed nothing: the dead holder's token is still there
-        assert.is_truthy(dict:get("k"):match("^" .. pid .. ":"))
+        -- inspect changed nothing: the dead holder still holds it
+        assert.equal(pid, (slot.owner(dict, "k")))
     end)
 
     it("counts the waiters asleep on the key and names the marked one",
@@ -99,30 +95,34 @@ describe("resty_lock.inspect()", function()
         assert.same({ nil, "not locked" }, { resty_lock.inspect(dict, "k") })
     end)
 
-    it("reads a stale mark's deadline as past, an old mark's as nil",
-       function()
-        local tok = my_prefix()
-        local h, s = tok .. "0000000000000001", tok .. "0000000000000002"
-        assert.is_true(dict:add("stale", h .. "|" .. s .. "|5000|1|2", 30))
+    it("reads a stale mark's deadline as past", function()
+        local lock = resty_lock:new(dict)
+        assert.equal(0, lock:lock("stale"))
+        assert.is_true(slot.mark(dict, "stale", { pid = env.pid(), id = 7,
+                                                  since = 1, till = 2 }))
         local m = assert(resty_lock.inspect(dict, "stale")).marked
         assert.equal(env.pid(), m.pid)
+        assert.is_true(m.alive)
         assert.is_true(m.deadline < 0)
-        assert.is_true(dict:add("old", h .. "|" .. s .. "|5000|1", 30))
-        m = assert(resty_lock.inspect(dict, "old")).marked
-        assert.equal(env.pid(), m.pid)
-        assert.is_nil(m.deadline)
+        assert.equal(1, lock:unlock())
     end)
 
-    it("answers nil, 'not a lock' for a value that is not a lock token",
-       function()
+    it("answers nil, 'not locked' for a key that only holds a value: "
+       .. "locks are not the dictionary's entries", function()
         assert.is_true(dict:set("n", 1))
         assert.is_true(dict:set("s", "hello"))
-        assert.is_true(dict:set("b", true))
         assert.equal(1, dict:rpush("l", "a list"))
-        for _, k in ipairs { "n", "s", "b", "l" } do
-            assert.same({ nil, "not a lock" },
+        for _, k in ipairs { "n", "s", "l" } do
+            assert.same({ nil, "not locked" },
                         { resty_lock.inspect(dict, k) })
         end
+        -- and a lock on such a key leaves its value alone
+        local lock = resty_lock:new(dict)
+        assert.equal(0, lock:lock("s"))
+        assert.equal("hello", dict:get("s"))
+        assert.equal(env.pid(), resty_lock.inspect(dict, "s").pid)
+        assert.equal(1, lock:unlock())
+        assert.equal("hello", dict:get("s"))
     end)
 
     it("answers new()'s, the key's and the zone's errors", function()

@@ -102,7 +102,6 @@ local YIELDABLE = nginx.YIELDABLE
 local released = nginx_wait.released
 local log_event = log.event
 local recoveries = log.recoveries
-local zone_release = zone_backend.release
 local OK = codes.OK
 local EXISTS = codes.EXISTS
 
@@ -347,7 +346,7 @@ local function acquire_zone(self, key, klen, may_wait, timeout, done)
     end
     local elapsed, err
     if rc == EXISTS then
-        elapsed, err = wait(self, zone_backend, key, klen, cd, may_wait,
+        elapsed, err = wait(self, self.backend, key, klen, cd, may_wait,
                             timeout, done)
     else
         err = errors[rc]
@@ -457,7 +456,7 @@ function _M.unlock(self)
     end
     local ok, err
     if self.number == 0 then
-        ok, err = zone_release(self.target, cd.tk)
+        ok, err = self.backend.release(self.target, cd.tk)
     else
         ok, err = ngx_shared.release(self.target, self.key, cd.key_len,
                                      cd.tok, cd.tok_len)
@@ -495,7 +494,7 @@ function _M.expire(self, time)
 
     local ok, err
     if self.number == 0 then
-        ok, err = zone_backend.renew(self.target, cd, time)
+        ok, err = self.backend.renew(self.target, cd, time)
     else
         local tok = ffi_str(cd.tok, cd.tok_len)
         local new_tok = ffi_str(next_token())
@@ -523,7 +522,7 @@ function _M.owned(self)
         return false
     end
     if self.number == 0 then
-        return zone_backend.holds(self.target, self.key, #self.key, cd)
+        return self.backend.holds(self.target, self.key, #self.key, cd)
     end
     return ngx_shared.holds(self.target, self.key, cd.key_len,
                             ffi_str(cd.tok, cd.tok_len))
