@@ -272,7 +272,7 @@ print(d:shards(), #keys, d:get("k1"), d:get("k500"))
                                                           size = "4m" }))
                 assert.same({ n = 1, 4 }, pack(d:shards()))
                 assert.same({ n = 3, true, nil, false },
-                            pack(d:set("big", ("x"):rep(900 * 1024))))
+                            pack(d:set("big", ("x"):rep(850 * 1024))))
                 assert.same({ n = 3, false, "no memory", false },
                             pack(d:set("bigger", ("x"):rep(1100 * 1024))))
                 local one = assert(shdict.open("one", { dir = dir,
