@@ -105,13 +105,13 @@ EOF
                 local lock = assert(resty_lock:new("both"))
                 ngx.say(lock.store)
                 ngx.say(T.fmt(lock:lock("b")))
-                ngx.say("in our zone: ", T.both:get("b") ~= nil)
+                ngx.say("in our zone: ", resty_lock.inspect(T.both, "b") ~= nil)
                 ngx.say("in ngx.shared.both: ", ngx.shared.both:get("b") ~= nil)
                 ngx.say(T.fmt(lock:unlock()))
                 local zl = assert(resty_lock:new(T.both))
                 ngx.say(zl.store)
                 ngx.say(T.fmt(zl:lock("b")))
-                ngx.say("in our zone: ", T.both:get("b") ~= nil)
+                ngx.say("in our zone: ", resty_lock.inspect(T.both, "b") ~= nil)
                 ngx.say(T.fmt(zl:unlock()))
             }
         }

@@ -59,7 +59,7 @@ EOF
                 local lock = assert(resty_lock:new("team"))
                 ngx.say(lock.store)
                 ngx.say(T.fmt(lock:lock("k")))
-                ngx.say("in the zone: ", T.team:get("k") ~= nil)
+                ngx.say("in the zone: ", resty_lock.inspect(T.team, "k") ~= nil)
                 ngx.say(T.fmt(lock:unlock()))
                 ngx.say(T.fmt(T.team:incr("hits", 1, 0)))
             }

@@ -21,6 +21,7 @@ local round = require "helpers.soak_round"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local token = require "resty.shmlock.internal.token"
+local slot = require "helpers.lock_slot"
 
 local fmt = string.format
 local random = math.random
@@ -171,9 +172,13 @@ function Forker:cycle()
     dict:set(marker, self.me)
 
     local kind = KINDS[random(#KINDS)]
-    -- the holder's token (a starving forker may mark the lock meanwhile)
-    local holder = token.split
-    local before = holder(dict:get(key))
+    -- the holder's owner (pid and id: a starving forker may mark the
+    -- lock meanwhile, which changes neither)
+    local function holder()
+        local pid, id = slot.owner(dict, key)
+        return tostring(pid) .. ":" .. tostring(id)
+    end
+    local before = holder()
     local c = { forker = self, lock = self.lock, dict = dict, key = key,
                 kind = kind.name, parent_token = before,
                 violation = function(msg) self:violation(msg) end }
@@ -186,7 +191,7 @@ function Forker:cycle()
                            tostring(r.code or r.sig), r.msg))
     end
 
-    local now = holder(dict:get(key) or "")
+    local now = holder()
     if now ~= before then
         self:violation(fmt("%s changed holder while its child (made by %s) "
                            .. "ran: %s -> %s", key, kind.name,

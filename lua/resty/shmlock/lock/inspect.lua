@@ -18,7 +18,6 @@ local proc_alive = require("resty.shmlock.internal.core").proc_alive
 
 local ffi_new = ffi.new
 local ffi_str = ffi.string
-local type = type
 local tonumber = tonumber
 local now_ms = clock.now_ms
 local state = zone_backend.state
