@@ -13,6 +13,7 @@ local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local checkout = require "helpers.checkout"
 local children = require "helpers.children"
+local slot = require "helpers.lock_slot"
 
 local fmt = string.format
 local sh = checkout.sh
@@ -53,7 +54,7 @@ for _, kind in ipairs(proc.fork_kinds()) do
         it("is not the holder there: owned() is false, unlock() and "
            .. "expire() answer 'unlocked', the parent's lock stays as it was",
            function()
-            local before = dict:get("k")
+            local before = slot.state(dict, "k")
             clean_exit(spawn(kind, function()
                 assert(lock:owned() == false, "owned() in the child")
                 local ok, err = lock:unlock()
@@ -62,9 +63,9 @@ for _, kind in ipairs(proc.fork_kinds()) do
                 ok, err = lock:expire(100)
                 assert(ok == nil and err == "unlocked",
                        "expire: " .. tostring(ok) .. " " .. tostring(err))
-                assert(dict:get("k") == before, "the key changed")
+                assert(slot.state(dict, "k") == before, "the key changed")
             end))
-            assert.equal(before, dict:get("k"))
+            assert.equal(before, slot.state(dict, "k"))
             assert.is_true(lock:owned())
             assert.same({ 1 }, { lock:unlock() })
         end)
@@ -80,13 +81,13 @@ for _, kind in ipairs(proc.fork_kinds()) do
         end)
 
         it("releases nothing when the child collects it", function()
-            local before = dict:get("k")
+            local before = slot.state(dict, "k")
             clean_exit(spawn(kind, function()
                 lock = nil
                 collectgarbage()
                 collectgarbage()
             end))
-            assert.equal(before, dict:get("k"))
+            assert.equal(before, slot.state(dict, "k"))
             assert.same({ 1 }, { lock:unlock() })
         end)
 
@@ -100,7 +101,7 @@ for _, kind in ipairs(proc.fork_kinds()) do
                 assert(lock:lock("k2") == 0)
                 assert(lock:unlock() == 1)
             end))
-            assert.is_nil(dict:get("k2"))
+            assert.is_nil(slot.info(dict, "k2"))
             assert.same({ 1 }, { lock:unlock() })
         end)
     end)
@@ -123,6 +124,22 @@ for _, kind in ipairs(proc.fork_kinds()) do
             local theirs = checkout.read_file(path)
             for _, t in ipairs(mine) do
                 assert.is_nil(theirs:find(t, 1, true), t .. " minted twice")
+            end
+        end)
+
+        it("takes owner ids its parent does not (a pid reused by a "
+           .. "sibling must not hold its earlier owner's ids)", function()
+            token.next_id()     -- the parent has a block of ids
+            local path = fx.dir .. "/child-ids"
+            clean_exit(spawn(kind, function()
+                note(path, table.concat({ token.next_id(), token.next_id() },
+                                        " "))
+            end))
+            local mine = { token.next_id(), token.next_id() }
+            local theirs = checkout.read_file(path)
+            for _, id in ipairs(mine) do
+                assert.is_nil(theirs:find(tostring(id), 1, true),
+                              id .. " taken twice")
             end
         end)
 

@@ -53,7 +53,6 @@ local forkers = require "helpers.soak_fork"
 local env = require "helpers.lock_env"
 local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
-local token = require "resty.shmlock.internal.token"
 local lib = require "helpers.test_hooks"
 
 local C = ffi.C
@@ -794,8 +793,8 @@ end
 -- a counter key's lock at the end: free or a dead holder's, and ours at
 -- once; what is wrong with it, or nil
 local function lock_left(d, key, r)
-    if r.lock and token.alive(r.lock:match("^[^|]*")) then
-        return fmt("%s L:%s held by %s, alive", d.name, key, r.lock)
+    if r.lock and r.lock.alive then
+        return fmt("%s L:%s held by pid %d, alive", d.name, key, r.lock.pid)
     end
     local l = assert(resty_lock:new(d, { timeout = 1 }))
     local t0 = now_us()

@@ -69,17 +69,6 @@ function _M.dead_pid()
     return pid
 end
 
--- syntax: prefix = env.token_prefix(resty_lock, dict)
--- "<pid>:<start>:" of this process's owner tokens, read from a lock taken
--- and released on the key "prefix" of dict with that lock module.
-function _M.token_prefix(resty_lock, dict)
-    local lock = resty_lock:new(dict)
-    assert(lock:lock("prefix") == 0)
-    local prefix = dict:get("prefix"):match("^%d+:%d+:")
-    assert(lock:unlock() == 1)
-    return prefix
-end
-
 -- an owner token as the C library makes them (shmlock_token_next)
 function _M.token(pid, start, serial)
     return ("%d:%d:%016x"):format(pid, start, serial)

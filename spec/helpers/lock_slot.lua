@@ -99,6 +99,15 @@ function _M.owner(dict, key)
 end
 
 
+-- syntax: lock_slot.release(dict, key)
+-- Releases key's lock, whoever holds it (as `shmlock unlock` does).
+function _M.release(dict, key)
+    if zone_lock.look_at(dict._zone, key, #key) == codes.OK then
+        zone_lock.release(dict._zone, zone_lock.holders_ticket())
+    end
+end
+
+
 -- syntax: pid = lock_slot.dead_holder(dict, key, exptime?)
 -- key locked (exptime: 30 s) by a process that then exits without
 -- releasing it: its pid.  The zone is found by name (SHMLOCK_DIR as this

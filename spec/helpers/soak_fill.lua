@@ -22,6 +22,7 @@ local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local board = require "helpers.soak_board"
 local checkout = require "helpers.checkout"
+local slot = require "helpers.lock_slot"
 
 local fmt = string.format
 local random = math.random
@@ -145,14 +146,13 @@ end
 function Cycle:await_mark(pid)
     local deadline = env.now() + 3
     repeat
-        local v = self.dict:get("k")
-        local starver = v and tostring(v):match("^[^|]*|(%d+):")
-        if tonumber(starver) == pid then
+        if slot.marked(self.dict, "k") == pid then
             return true
         end
         proc.sleep(0.001)
     until env.now() > deadline
-    self:fail("W1 never marked the lock: k = " .. tostring(self.dict:get("k")))
+    self:fail("W1 never marked the lock: k's mark is by pid "
+              .. tostring(slot.marked(self.dict, "k")))
     return false
 end
 
@@ -276,10 +276,10 @@ end
 -- after a cycle: the key free, the zone whole, all memory back
 function Cycle:clean(empty)
     local dict = self.dict
-    local v = dict:get("k")
-    if v ~= nil then
-        self:fail("k is still " .. tostring(v))
-        dict:delete("k")
+    local info = slot.info(dict, "k")
+    if info then
+        self:fail("k is still held by pid " .. info.pid)
+        slot.release(dict, "k")
     end
     local ok, err = dict:verify()
     if not ok then

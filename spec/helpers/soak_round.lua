@@ -40,6 +40,7 @@
 -- increments count exactly: they are in the zone, not in the killed
 -- process.
 
+local resty_lock = require "resty.shmlock"
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 local board = require "helpers.soak_board"
@@ -357,7 +358,7 @@ function _M.check(dict, keys, lane)
         res[key] = { n = n, sum = 0, writers = 0,
                      reconciled = board.get(lane, "reconciled") - before,
                      marker = dict:get("in:" .. key),
-                     lock = dict:get("L:" .. key) }
+                     lock = resty_lock.inspect(dict, "L:" .. key) }
     end
     for _, k in ipairs(all) do
         local key = k:match("^d:%S+:(%S+)$")

@@ -1,8 +1,10 @@
--- resty.shmlock.internal.token (internal): the owner tokens of locks, in
--- their two formats.  A token names one acquisition; a lock's value is its
+-- resty.shmlock.internal.token (internal): the owners of locks.  A
+-- zone's lock is held by this process's pid with an owner id (next_id);
+-- the locks of ngx.shared dicts and Redis are held by owner tokens, in
+-- two formats.  A token names one acquisition; a lock's value is its
 -- holder's token, so a late unlock or expire compares before it acts.
 --
--- Host tokens (locks in zones and ngx.shared dicts):
+-- Host tokens (locks in ngx.shared dicts):
 --
 --     "<pid>:<start>:<serial, 16 hex digits>"
 --
@@ -14,10 +16,8 @@
 -- two VMs never hand out the same token and neither takes the other's lock
 -- for its own.  A VM takes serials in blocks of 4096 (shmlock_token_block
 -- writes a block's 13 high hex digits) and counts the 3 low digits itself.
--- Tokens are compared as whole strings, and parsed only to ask whether
--- their process still lives.  Every process sharing a zone is in one pid
--- namespace (zones refuse others), so a pid in a token means the same
--- process to all of them.
+-- Owner ids come from the same counter (shmlock_owner_ids: a block's
+-- serials, low 32 bits).
 --
 -- The current host token lives in a buffer: the prefix is written once per
 -- process (again in a child), the block's digits once per block, and the
@@ -42,9 +42,6 @@ local core = require "resty.shmlock.internal.core"
 local random = require "resty.shmlock.internal.random"
 
 local bit = core.bit
-local tonumber = tonumber
-local str_match = string.match
-local str_find = string.find
 local byte = string.byte
 local format = string.format
 local band = bit.band
@@ -149,19 +146,38 @@ end
 -- A fresh owner id for a lock slot's acquisition (shmlock_slot_acquire):
 -- a 32-bit number, never 0, from the process's one counter (the token
 -- serials'), shared by every Lua VM of the process; a VM takes them in
--- blocks, as it takes token serials.
-local id_at, id_end = 0, 0
+-- blocks, as it takes token serials.  A child (of fork, or anything else)
+-- takes a block of its own before its first id: the block it inherited is
+-- its parent's, and a process that reuses a pid must not hand out the ids
+-- the pid's earlier owner had (a child of the same parent would).
+local id_at, id_end, id_pid = 0, 0, -1
 local IDS = ffi and C.SHMLOCK_OWNER_IDS or 4096
 local owner_ids = ffi and C.shmlock_owner_ids or core.owner_ids
 
 function _M.next_id()
-    if id_at == id_end then
+    if id_at == id_end or id_pid ~= _M.self() then
+        id_pid = _M.self()
         id_at = owner_ids()
         id_end = id_at - id_at % IDS + IDS
     end
     local id = id_at
     id_at = id_at + 1
     return id
+end
+
+
+-- syntax: start = token.start32()
+-- The low 32 bits of this process's start time, as a slot's process hint
+-- holds them (shmlock_proc_start).
+local start_pid, start32 = -1, 0
+
+function _M.start32()
+    local p = _M.self()
+    if p ~= start_pid then
+        start_pid = p
+        start32 = core.proc_start(p) % 4294967296
+    end
+    return start32
 end
 
 
@@ -174,69 +190,6 @@ function _M.ours(p)
         return p == pid_word[0]
     end
     return p == core.self_pid()
-end
-
-
--- syntax: ok = token.valid(v)
--- Whether v has the shape of a host token.
-function _M.valid(v)
-    return str_find(v, "^%d+:%d+:%x+$") ~= nil
-end
-
-
--- syntax: pid, start = token.parse(tok)
--- The process of a host token (numbers), or nil for anything else.
-function _M.parse(tok)
-    local p, s = str_match(tok, "^(%d+):(%d+):%x+$")
-    if not p then
-        return nil
-    end
-    return tonumber(p), tonumber(s)
-end
-
-
--- syntax: holder, starver, s_exp, since, till = token.split(v)
--- A zone lock's value: the holder's token, alone or followed by a
--- starving waiter's mark (resty.shmlock.lock.zone, "Starvation mode"):
---
---     "<holder>|<starver>|<starver exptime ms>|<since ms>|<until ms>"
---
--- (<until>, the starver's deadline, missing in a mark written by an older
--- version).  A value of another shape comes back whole, as the holder.
-function _M.split(v)
-    if not str_find(v, "|", 1, true) then
-        return v
-    end
-    local h, s, e, since, till =
-        str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)|(%d+)$")
-    if not h then
-        h, s, e, since = str_match(v, "^([^|]*)|([^|]*)|(%d+)|(%d+)$")
-        if not h then
-            return v
-        end
-    end
-    return h, s, tonumber(e), tonumber(since), tonumber(till)
-end
-
-
--- syntax: alive = token.alive(tok)
--- false only when tok is a host token and its process is gone (or its
--- pid now belongs to a younger process).  Anything we cannot parse belongs
--- to someone we do not know: assumed alive, it is left to its exptime.
-function _M.alive(tok)
-    local p, s = str_match(tok, "^(%d+):(%d+):%x+$")
-    if not p then
-        return true
-    end
-    local me = core.self_pid()
-    if me ~= pid then
-        refresh(me)
-    end
-    p, s = tonumber(p), tonumber(s)
-    if p == pid and s == start then
-        return true     -- held by this very process (another lock object)
-    end
-    return core.proc_alive(p, s)
 end
 
 

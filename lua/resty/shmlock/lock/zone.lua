@@ -125,6 +125,7 @@ local cached_ms = clock.cached_ms
 local now_us = clock.now_us
 local now_ms = clock.now_ms
 local self_pid = core.self_pid
+local start32 = require("resty.shmlock.internal.token").start32
 local next_step = backoff.next
 local MIN_SLEEP = backoff.MIN_SLEEP
 
@@ -165,9 +166,11 @@ local U64 = ffi.typeof("uint64_t")
 local TICKET_SIZE = ffi.sizeof(ticket_t)
 
 local LE = ffi.abi("le")
--- ticket: slot, hash, owner (id, pid), stamp (low, high), process
+-- ticket: slot, hash, owner (id, pid), stamp (low, high), process (pid,
+-- start time's low 32 bits)
 local T_ID, T_PID = LE and 2 or 3, LE and 3 or 2
 local T_LO, T_HI = LE and 4 or 5, LE and 5 or 4
+local T_START = LE and 7 or 6
 -- mark: owner (id, pid) first
 local M_ID, M_PID = LE and 0 or 1, LE and 1 or 0
 
@@ -453,9 +456,14 @@ _M.look_at = look_at
 _M.seen = seen
 
 
--- whether seen (a look's) holds a live lock of ours (cd)
+-- whether seen (a look's) holds a lock of ours (cd): our owner (pid and
+-- id), and our process by its start time too, so that a process that
+-- reuses a pid never takes its earlier owner's lock for its own (a
+-- handoff writes the waiter's process into the slot: a hint not written
+-- yet is not ours, and the next look sees it)
 local function ours_in_seen(cd)
     return seen_w[T_ID] == cd.id and seen_w[T_PID] == self_pid()
+           and seen_w[T_START] == start32()
 end
 
 
@@ -566,7 +574,7 @@ local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
     if pid == 0 and id == 0 then
         return again(zone, key, klen, cd, exp_ms)
     end
-    if id == cd.id and pid == self_pid() then
+    if ours_in_seen(cd) then
         -- handed over to us (and maybe marked by the next starver already)
         ffi_copy(cd.tk, seen, TICKET_SIZE)
         set_marked(ffi_cast(U32P, cd.tk), false)
