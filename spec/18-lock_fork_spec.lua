@@ -39,6 +39,17 @@ local function tokens(n)
     return t
 end
 
+describe("owner ids and token serials", function()
+    it("start at random in each process: two fresh processes draw "
+       .. "different first blocks", function()
+        local cmd = "LUA_PATH='" .. checkout.LUA_PATH .. "' luajit -e '"
+            .. "print(require(\"resty.shmlock.lib\").shmlock_owner_ids())'"
+        local a, b = tonumber(sh(cmd)), tonumber(sh(cmd))
+        assert.is_number(a)
+        assert.not_equal(a, b)
+    end)
+end)
+
 for _, kind in ipairs(proc.fork_kinds()) do
     describe("a lock object copied into a child made by " .. kind.name,
              function()

@@ -14,35 +14,37 @@ static const char  hex_pairs[513] =
     "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
     "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
 
-/* The first block: a random one (never block 0, which means "not
- * seeded"); threads racing here agree on one seed.  The counter lives in
- * sys_proc, which every child finds zeroed: a child, however it was
- * made, draws its own seed rather than count on from its parent's. */
-static uint64_t
-token_seed(void)
+/* The next block: the first one random (never block 0, which means "not
+ * seeded"); threads racing to seed agree on one seed.  The counter lives
+ * in sys_proc, which every child finds zeroed: a child, however it was
+ * made, draws its own seed rather than count on from its parent's.  (The
+ * seed is put in place before the first block is counted: counting from
+ * 0 first would make every process start at block 1.) */
+static inline uint64_t
+token_next_block(void)
 {
     uint64_t  r, zero = 0;
 
-    if (sys_random(&r, sizeof(r)) != 0) {
-        r = (uint64_t) sys_now_us() * 0x9e3779b97f4a7c15ULL;
+    if (__builtin_expect(__atomic_load_n(&sys_proc->tokens, __ATOMIC_RELAXED)
+                         == 0, 0))
+    {
+        if (sys_random(&r, sizeof(r)) != 0) {
+            r = (uint64_t) sys_now_us() * 0x9e3779b97f4a7c15ULL;
+        }
+        r >>= TOKEN_BLOCK_BITS;
+        r |= 1;
+        __atomic_compare_exchange_n(&sys_proc->tokens, &zero, r, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     }
-    r >>= TOKEN_BLOCK_BITS;
-    r |= 1;
-    __atomic_compare_exchange_n(&sys_proc->tokens, &zero, r, 0,
-                                __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return __atomic_fetch_add(&sys_proc->tokens, 1, __ATOMIC_RELAXED);
 }
 
 uint32_t
 token_block(char *dst)
 {
-    uint64_t  block = __atomic_fetch_add(&sys_proc->tokens, 1,
-                                         __ATOMIC_RELAXED);
+    uint64_t  block = token_next_block();
     int       i;
 
-    if (__builtin_expect(block == 0, 0)) {
-        block = token_seed();
-    }
     /* 13 digits: the low 52 bits of the block number */
     dst[TOKEN_HIGH_LEN - 1] = hex_pairs[2 * (block & 0xf) + 1];
     block >>= 4;
@@ -56,13 +58,9 @@ token_block(char *dst)
 uint32_t
 token_ids(void)
 {
-    uint64_t  block = __atomic_fetch_add(&sys_proc->tokens, 1,
-                                         __ATOMIC_RELAXED);
+    uint64_t  block = token_next_block();
     uint32_t  first;
 
-    if (__builtin_expect(block == 0, 0)) {
-        block = token_seed();
-    }
     /* the block's serials, low 32 bits; a block that starts at 0 skips
      * it (0 is no owner) */
     first = (uint32_t) (block << TOKEN_BLOCK_BITS);
