@@ -183,16 +183,23 @@ group_head_handoff(group_t *g, const group_head_t *h, int64_t now,
     return slot_swap_locked(g->t, &h->tk, 0, 0, 0, 0, &tk);
 }
 
-/* The head to count (top, its expiry kept), handing off at 0 if marked. */
+/* The head to count and top, expiry (0: never), handing off at 0 if
+ * marked. */
 static int
 group_head_count(group_t *g, const group_head_t *h, uint32_t count,
-    uint32_t top, int64_t now, int *handed)
+    uint32_t top, int64_t expiry, int64_t now, int *handed)
 {
     if (count == 0 && (h->tk.state.stamp & SLOT_MARKED)) {
         return group_head_handoff(g, h, now, handed);
     }
-    return group_head_set(g, h, count, top,
-                          group_abs(group_expiry_of(h->tk.state.stamp)), now);
+    return group_head_set(g, h, count, top, expiry, now);
+}
+
+/* h's expiry, as the slot calls take it */
+static inline int64_t
+group_head_expiry(const group_head_t *h)
+{
+    return group_abs(group_expiry_of(h->tk.state.stamp));
 }
 
 /* A mark on the shared holds' head: 1 while it keeps readers out (its
@@ -291,7 +298,8 @@ group_acquire_locked(group_t *g, uint64_t owner, uint64_t process,
          * back, best effort (an over-count is safe) */
         group_head_locked(g, now, h);
         if (h->count > 0) {
-            group_head_count(g, h, h->count - 1, h->top, now, &handed);
+            group_head_count(g, h, h->count - 1, h->top,
+                             group_head_expiry(h), now, &handed);
         }
         if (rc == SLOT_FULL) {
             return SLOT_FULL;
@@ -317,7 +325,8 @@ group_release_locked(group_t *g, const slot_ticket_t *tk, int64_t now,
             break;                  /* no head counts it (cannot be) */
         }
         if (group_head_count(g, &h, h.count - 1, h.count == 1 ? 0 : h.top,
-                             now, handed) != SLOT_GONE)
+                             group_head_expiry(&h), now, handed)
+            != SLOT_GONE)
         {
             break;
         }
@@ -342,7 +351,7 @@ group_extend_locked(group_t *g, slot_ticket_t *tk, int64_t expiry,
             return SLOT_GONE;
         }
         later = group_later(h.tk.state.stamp, expiry);
-        if (group_abs(group_expiry_of(h.tk.state.stamp)) == later
+        if (group_head_expiry(&h) == later
             || group_head_set(g, &h, h.count, h.top, later, now) == SLOT_OK)
         {
             return slot_extend_locked(g->t, tk, expiry);
@@ -357,6 +366,7 @@ group_sweep_locked(group_t *g, int64_t now, int *handed)
     group_head_t   h;
     slot_ticket_t  tk;
     uint32_t       i, count, top;
+    int64_t        expiry;
     int            n;
 
     *handed = 0;
@@ -365,7 +375,8 @@ group_sweep_locked(group_t *g, int64_t now, int *handed)
         if (h.count == 0) {
             return 0;
         }
-        for (i = 0, count = 0, top = 0; i < h.top; i++) {
+        /* the head's expiry too, counted again: the latest lease left */
+        for (i = 0, count = 0, top = 0, expiry = -1; i < h.top; i++) {
             if (group_rec_look(g, i, &tk) != SLOT_OK || tk.state.owner == 0) {
                 continue;
             }
@@ -375,8 +386,12 @@ group_sweep_locked(group_t *g, int64_t now, int *handed)
             }
             count++;
             top = i + 1;
+            expiry = expiry < 0 ? group_abs(group_expiry_of(tk.state.stamp))
+                                : group_later(tk.state.stamp, expiry);
         }
-        if (group_head_count(g, &h, count, top, now, handed) != SLOT_GONE) {
+        if (group_head_count(g, &h, count, top, expiry < 0 ? 0 : expiry,
+                             now, handed) != SLOT_GONE)
+        {
             return count;
         }
     }
