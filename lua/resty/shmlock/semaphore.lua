@@ -23,8 +23,15 @@
 -- "cannot wait in <phase> phase", unless blocking_timeout lets the worker
 -- block that long.
 
+-- Without the FFI (PUC Lua) the semaphore is not bound yet: the module
+-- loads, and new() answers nil and why, as the lock's does.
 if not require("resty.shmlock.internal.core").ffi then
-    error("resty.shmlock.semaphore needs LuaJIT's FFI", 2)
+    local why = "resty.shmlock.semaphore: not available under " .. _VERSION
+                .. " yet (LuaJIT only for now: docs/every-lua.md)"
+    return {
+        _VERSION = require "resty.shmlock.version",
+        new = function() return nil, why end,
+    }
 end
 
 local ffi = require "ffi"
