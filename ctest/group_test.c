@@ -11,7 +11,8 @@
  *               out and the last reader's handoff, a holder killed with
  *               SIGKILL dropped by its ticket, bad input
  *   exact       4 processes x GROUP_TEST_ROUNDS (default 20000): at most
- *               `permits` inside at once (each process its own limit),
+ *               3 inside at once (limits 2 and 3 on one key; the
+ *               semantics phase pins each caller's own limit),
  *               a plain counter exact under permits 1, and readers and
  *               writers of one key never inside together
  *   crash       a process SIGKILLed before each write of an acquire, a
@@ -415,8 +416,10 @@ worker(int id, int rounds)
                 sched_yield();
             }
         }
+        /* (a limit binds its caller when it acquires: a limit-3 caller
+         * may join two holders, one of limit 2; the key's bound is 3) */
         in = __atomic_add_fetch(&shm->inside, 1, __ATOMIC_SEQ_CST);
-        bound(in, permits);
+        bound(in, 3);
         __atomic_sub_fetch(&shm->inside, 1, __ATOMIC_SEQ_CST);
         CHECK_RC(release(GROUP_SEM, "sem", &tk, 100, NULL), SLOT_OK);
 

@@ -161,25 +161,39 @@ describe("resty.shmlock.semaphore", function()
     end)
 
     it("never lets more than `permits` in: 6 processes x 300 rounds, "
-       .. "permits 2 and 3", function()
+       .. "limits 2 and 3 on one key (at most 3 inside), 2 on another",
+       function()
         local start = proc.pipe()
         local pids = {}
         for i = 1, 6 do
             pids[i] = proc.spawn(function()
                 start:close_write()
-                local permits = i % 2 == 0 and 2 or 3
-                local s = assert(semaphore:new(dict, { permits = permits,
+                local s = assert(semaphore:new(dict, { permits = 2 + i % 2,
                                                        timeout = 60 }))
                 assert(start:wait_release(30))
+                local two = assert(semaphore:new(dict, { permits = 2,
+                                                         timeout = 60 }))
                 for _ = 1, 300 do
+                    -- limits 2 and 3 on one key: a caller's own limit
+                    -- binds only when it acquires (a limit-3 caller may
+                    -- join two holders of which one has limit 2), so
+                    -- the bound of the key is the largest limit
                     assert(s:acquire("k"))
                     local n = assert(dict:incr("inside", 1, 0))
-                    if n > permits then
+                    if n > 3 then
                         dict:incr("over", 1, 0)
                     end
                     dict:incr("done", 1, 0)
                     assert(dict:incr("inside", -1))
                     assert(s:release() == 1)
+                    -- every caller's limit 2
+                    assert(two:acquire("k2"))
+                    n = assert(dict:incr("inside2", 1, 0))
+                    if n > 2 then
+                        dict:incr("over", 1, 0)
+                    end
+                    assert(dict:incr("inside2", -1))
+                    assert(two:release() == 1)
                 end
             end)
         end
@@ -191,5 +205,6 @@ describe("resty.shmlock.semaphore", function()
         assert.equal(0, dict:get("inside"))
         local s = assert(semaphore:new(dict))
         assert.equal(0, s:count("k"))
+        assert.equal(0, s:count("k2"))
     end)
 end)
