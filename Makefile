@@ -47,6 +47,10 @@ CTEST     = build/shmlock_test
 SLOT_TEST_SRCS = ctest/slot_test.c src/slot.c src/crash.c
 SLOT_TEST      = build/slot_test
 
+# The holder groups on their own (src/group.c: semaphores, shared holds).
+GROUP_TEST_SRCS = ctest/group_test.c src/group.c src/slot.c src/crash.c
+GROUP_TEST      = build/group_test
+
 # AddressSanitizer + UndefinedBehaviorSanitizer variant of the library and
 # the driver.  Any report is fatal (-fno-sanitize-recover), so a test fails.
 SAN         = -fsanitize=address,undefined -fno-sanitize-recover=all \
@@ -56,6 +60,7 @@ ASAN_LIB    = libshmlock-asan.so
 ASAN_OBJS   = $(TEST_SRCS:src/%.c=build-asan/%.o)
 ASAN_CTEST  = build-asan/shmlock_test
 ASAN_SLOT_TEST = build-asan/slot_test
+ASAN_GROUP_TEST = build-asan/group_test
 # luajit is not built with ASan, so the runtime must be preloaded for it to
 # come first in the process (see CONTRIBUTING.md, "Testing").
 ASAN_RT     = $(shell $(CC) -print-file-name=libasan.so)
@@ -73,7 +78,7 @@ INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
 
 .PHONY: all lib clean install deps demo bench soak test test-lua \
-        test-nginx test-asan test-valgrind test-slots test-every-lua test-install \
+        test-nginx test-asan test-valgrind test-slots test-groups test-every-lua test-install \
         test-luarocks test-busted check-layers lint
 
 # `make` builds both libraries: the specs run against the test build, and
@@ -135,6 +140,14 @@ $(ASAN_CTEST): $(CTEST_SRC) $(CTEST_HDRS) $(HDRS) $(ASAN_LIB)
 $(SLOT_TEST): $(SLOT_TEST_SRCS) $(CTEST_HDRS) $(HDRS)
 	@mkdir -p build
 	$(CC) $(CFLAGS) $(TESTING) $(WARN) -Isrc $(SLOT_TEST_SRCS) -o $@
+
+$(GROUP_TEST): $(GROUP_TEST_SRCS) $(CTEST_HDRS) $(HDRS)
+	@mkdir -p build
+	$(CC) $(CFLAGS) $(TESTING) $(WARN) -Isrc $(GROUP_TEST_SRCS) -o $@
+
+$(ASAN_GROUP_TEST): $(GROUP_TEST_SRCS) $(CTEST_HDRS) $(HDRS)
+	@mkdir -p build-asan
+	$(CC) $(ASAN_CFLAGS) $(TESTING) $(WARN) -Isrc $(GROUP_TEST_SRCS) -o $@
 
 $(ASAN_SLOT_TEST): $(SLOT_TEST_SRCS) $(CTEST_HDRS) $(HDRS)
 	@mkdir -p build-asan
@@ -242,22 +255,29 @@ test-nginx: $(LIB)
 	    echo "test-nginx: no .t files under t/, nothing to prove"; \
 	fi
 
-test-asan: $(ASAN_LIB) $(ASAN_CTEST) $(ASAN_SLOT_TEST)
+test-asan: $(ASAN_LIB) $(ASAN_CTEST) $(ASAN_SLOT_TEST) $(ASAN_GROUP_TEST)
 	@rt='$(ASAN_RT)'; case "$$rt" in /*) ;; *) \
 	    echo "test-asan: $(CC) does not know libasan.so" >&2; exit 1;; esac
 	$(ASAN_ENV) $(ASAN_CTEST)
 	$(ASAN_ENV) SLOT_TEST_ROUNDS=20000 $(ASAN_SLOT_TEST)
+	$(ASAN_ENV) GROUP_TEST_ROUNDS=2000 $(ASAN_GROUP_TEST)
 	LD_PRELOAD='$(ASAN_RT)' $(ASAN_ENV) SHMLOCK_LIB='$(CURDIR)/$(ASAN_LIB)' \
 	    scripts/busted.sh
 
-test-valgrind: $(CTEST) $(SLOT_TEST)
+test-valgrind: $(CTEST) $(SLOT_TEST) $(GROUP_TEST)
 	$(VALGRIND) $(CTEST)
 	SLOT_TEST_ROUNDS=2000 $(VALGRIND) $(SLOT_TEST)
+	GROUP_TEST_ROUNDS=500 $(VALGRIND) $(GROUP_TEST)
 
 # The lock slots alone (ctest/slot_test.c); in test-asan and
 # test-valgrind with fewer rounds.
 test-slots: $(SLOT_TEST)
 	$(SLOT_TEST)
+
+# The holder groups alone (ctest/group_test.c); in test-asan and
+# test-valgrind with fewer rounds.
+test-groups: $(GROUP_TEST)
+	$(GROUP_TEST)
 
 # The rockspec installs and loads, and what it installs has no test hooks.
 test-install: $(LIB)

@@ -600,6 +600,94 @@ SHMLOCK_API int shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
 SHMLOCK_API int shmlock_slot_alive(const shmlock_ticket_t *t);
 
 
+
+/* ---- holder groups (issue 25): semaphores and shared holds ---- */
+
+/*
+ * A group is the holders of one key counted together, in the lock slots
+ * (src/group.h draws it): a semaphore's permits (kind SHMLOCK_SEMAPHORE:
+ * at most `permits` holders, the caller's limit, checked when it
+ * acquires; every holder counts against every caller's limit) or the
+ * shared (reader) holds of a lock key (kind SHMLOCK_SHARED: any number,
+ * none while the key's exclusive slot lock, shmlock_slot_*, is held).
+ * A semaphore's key and a lock's key of the same name are distinct; a
+ * key's shared holds and its exclusive lock are one slot, so that each
+ * finds the other held.
+ *
+ * Each holder has a record slot of its own: its owner (pid << 32 | id),
+ * its process and its lease (exptime_ms; 0: never); the group's head slot
+ * counts them.  Every call takes the key's shard mutex and reads the
+ * clock itself (leases are judged on one fresh clock).  A crash at any
+ * instruction leaves the count exact or one too high, never too low (a
+ * full group is counted again before an acquirer is refused).
+ *
+ * Records and heads appear in shmlock_slot_scan: a head's owner has the
+ * pid field 0xffffffff (no process) and counts its
+ * holders in bits 16-31; a record's key is "\0" 's' (semaphore) or 'r'
+ * (shared) and a 16-bit big-endian index, then the user's key; index
+ * 0xffff with 's' is a semaphore's head; a shared head is the key's own
+ * slot.  shmlock_slot_alive answers 1 for a head (its holders are judged
+ * by shmlock_group_reclaim).
+ *
+ * An exclusive locker waiting for shared holders marks the key's slot
+ * (shmlock_slot_mark): new shared holds are then refused until the mark's
+ * deadline (until_ms) passes, and the last shared holder's release hands
+ * the key to the marked waiter (swapped to its owner, process and
+ * exptime_ms, every sleeper of the key woken), as a handoff.
+ */
+enum {
+    SHMLOCK_SEMAPHORE = 0,
+    SHMLOCK_SHARED = 1,
+    SHMLOCK_GROUP_MAX = 65535     /* holders of a key at once */
+};
+
+/*
+ * A hold of key for this process (owner: its pid << 32 | id), if fewer
+ * than permits (1 .. SHMLOCK_GROUP_MAX; shared: 0, no limit) are held:
+ * SHMLOCK_OK (t: the holder's ticket; t->hash: shmlock_hash(key));
+ * SHMLOCK_EXISTS: full, or (shared) the key held exclusive or marked for
+ * an exclusive waiter (t: the state of the key's head, to look at: its
+ * owner is the exclusive holder, or a head counting its holders);
+ * SHMLOCK_NO_MEMORY: no slot left in the key's shard; SHMLOCK_BAD_KEY
+ * (empty, or longer than SHMLOCK_KEY_MAX - 4); SHMLOCK_BAD_VALUE
+ * (permits, exptime_ms < 0, kind).  Expired holders do not count (a full
+ * group is swept first); dead ones are dropped by shmlock_group_reclaim.
+ */
+SHMLOCK_API int shmlock_group_acquire(shmlock_zone_t *zone, int kind,
+    const char *key, size_t key_len, uint32_t id, uint32_t permits,
+    int64_t exptime_ms, shmlock_ticket_t *t);
+/*
+ * Gives back t's hold and wakes a sleeper of the key (every sleeper when
+ * the last shared holder handed the key to a marked waiter): SHMLOCK_OK;
+ * SHMLOCK_NOT_FOUND: the lease had run out (the hold is gone, whether
+ * someone took its place or not).  Refused once the zone is known dead
+ * (as shmlock_slot_release).
+ */
+SHMLOCK_API int shmlock_group_release(shmlock_zone_t *zone, int kind,
+    const char *key, size_t key_len, const shmlock_ticket_t *t);
+/* A new lease for t's hold (t follows): SHMLOCK_OK; SHMLOCK_NOT_FOUND
+ * (its lease had run out, or it was released); SHMLOCK_BAD_VALUE. */
+SHMLOCK_API int shmlock_group_extend(shmlock_zone_t *zone, int kind,
+    const char *key, size_t key_len, shmlock_ticket_t *t,
+    int64_t exptime_ms);
+/*
+ * Drops the key's holders whose lease ran out or whose process is gone
+ * (shmlock_slot_alive; for shared holds also a dead exclusive holder of
+ * the key, unless marked), wakes the key's sleepers if it dropped any;
+ * *count: the holders left.  Reads /proc once per holder, without the
+ * mutex: a waiter's check, and an exact count.
+ */
+SHMLOCK_API int shmlock_group_reclaim(shmlock_zone_t *zone, int kind,
+    const char *key, size_t key_len, uint32_t *count);
+/*
+ * The key's holders with a lease running (alive or not), at most max of
+ * them into out (tickets: owner, process, stamp); *count: how many there
+ * are (SHMLOCK_AGAIN when more than max).  Writes nothing.
+ */
+SHMLOCK_API int shmlock_group_holders(shmlock_zone_t *zone, int kind,
+    const char *key, size_t key_len, shmlock_ticket_t *out, int max,
+    int *count);
+
 /* ---- generation words: change counters for the zone's users ---- */
 
 /*

@@ -278,6 +278,11 @@ shmlock_slot_alive(const shmlock_ticket_t *t)
     if (t->owner == 0 || pid == 0) {
         return 0;
     }
+    /* a holder group's head (shmlock_group_*): no process, its holders
+     * are judged one by one (shmlock_group_reclaim) */
+    if (pid == 0xffffffffu) {
+        return 1;
+    }
     /* the process known: pid and start time (low 32 bits), as the shard
      * mutexes tell theirs; else any process of that pid counts */
     if (t->process != 0) {

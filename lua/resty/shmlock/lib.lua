@@ -242,6 +242,23 @@ int shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
     shmlock_slot_info_t *out, int max, int *count, uint64_t *next);
 int shmlock_slot_alive(const shmlock_ticket_t *t);
 
+enum {
+    SHMLOCK_SEMAPHORE = 0,
+    SHMLOCK_SHARED = 1,
+    SHMLOCK_GROUP_MAX = 65535
+};
+int shmlock_group_acquire(shmlock_zone_t *zone, int kind, const char *key,
+    size_t key_len, uint32_t id, uint32_t permits, int64_t exptime_ms,
+    shmlock_ticket_t *t);
+int shmlock_group_release(shmlock_zone_t *zone, int kind, const char *key,
+    size_t key_len, const shmlock_ticket_t *t);
+int shmlock_group_extend(shmlock_zone_t *zone, int kind, const char *key,
+    size_t key_len, shmlock_ticket_t *t, int64_t exptime_ms);
+int shmlock_group_reclaim(shmlock_zone_t *zone, int kind, const char *key,
+    size_t key_len, uint32_t *count);
+int shmlock_group_holders(shmlock_zone_t *zone, int kind, const char *key,
+    size_t key_len, shmlock_ticket_t *out, int max, int *count);
+
 volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
 uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,
     uint32_t delta);

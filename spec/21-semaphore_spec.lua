@@ -1,0 +1,210 @@
+-- resty.shmlock.semaphore: the returns of each method, and between real
+-- processes: never more holders than `permits` (a counter in the zone that
+-- every holder raises while inside), a SIGKILLed holder's permit back at
+-- once, a collected object's permit back, a forked child holding nothing,
+-- a waiter woken by the release.  What is asserted cannot be changed by
+-- lateness: counts, states, returns.
+
+local semaphore = require "resty.shmlock.semaphore"
+local proc = require "harness.proc"
+local fixture = require "helpers.fixture"
+local children = require "helpers.children"
+
+describe("resty.shmlock.semaphore", function()
+    local fx = fixture.new { dir = "test", children = "assert" }
+    local dict
+
+    before_each(function()
+        dict = fx:zone("sem", { size = "256k" })
+    end)
+
+    it("hands out `permits` permits of a key, then answers 'timeout'",
+       function()
+        local a = assert(semaphore:new(dict, { permits = 2 }))
+        local b = assert(semaphore:new(dict, { permits = 2 }))
+        local c = assert(semaphore:new(dict, { permits = 2 }))
+        assert.same({ 0 }, { a:acquire("k") })
+        assert.same({ 0 }, { b:acquire("k") })
+        assert.same({ nil, "timeout" }, { c:acquire("k", 0) })
+        assert.equal(2, a:count("k"))
+        assert.same({ nil, "locked" }, { a:acquire("k") })
+        assert.same({ 1 }, { a:release() })
+        assert.same({ nil, "unlocked" }, { a:release() })
+        assert.same({ 0 }, { c:acquire("k", 0) })
+        assert.equal(0, a:count("other"))
+        assert.same({ true }, { c:expire() })
+        assert.same({ true }, { c:expire(10) })
+        assert.same({ nil, "unlocked" }, { a:expire() })
+        assert.same({ 1 }, { b:release() })
+        assert.same({ 1 }, { c:release() })
+        assert.equal(0, a:count("k"))
+    end)
+
+    it("counts every holder against the caller's own limit", function()
+        local big = assert(semaphore:new(dict, { permits = 3 }))
+        local big2 = assert(semaphore:new(dict, { permits = 3 }))
+        local small = assert(semaphore:new(dict, { permits = 2 }))
+        assert.same({ 0 }, { big:acquire("k") })
+        assert.same({ 0 }, { big2:acquire("k") })
+        assert.same({ nil, "timeout" }, { small:acquire("k", 0) })
+        assert.same({ 1 }, { big2:release() })
+        assert.same({ 0 }, { small:acquire("k", 0) })
+        big:release()
+        small:release()
+    end)
+
+    it("gives a lease: an expired permit counts no more, its release "
+       .. "answers 1, 'expired' and its expire nil, 'expired'", function()
+        local a = assert(semaphore:new(dict, { exptime = 0.001 }))
+        local b = assert(semaphore:new(dict))
+        assert.same({ 0 }, { a:acquire("k") })
+        proc.sleep(0.01)          -- at least: the lease is over by then
+        assert.same({ 0 }, { b:acquire("k", 0) })
+        assert.same({ nil, "expired" }, { a:expire() })
+        assert.same({ 1, "expired" }, { a:release() })
+        assert.same({ 1 }, { b:release() })
+    end)
+
+    it("refuses bad input", function()
+        assert.has_error(function() semaphore:new(dict, { permits = 0 }) end,
+                         "opts.permits must be an integer from 1 to 65535")
+        assert.has_error(function() semaphore:new(dict, { permits = 1.5 }) end,
+                         "opts.permits must be an integer from 1 to 65535")
+        assert.has_error(function() semaphore:new(dict, { exptime = -1 }) end,
+                         "opts.exptime must be >= 0")
+        assert.same({ nil, "dictionary not found" },
+                    { semaphore:new("no_such_zone_here") })
+        local s = assert(semaphore.new(dict))
+        assert.same({ nil, "nil key" }, { s:acquire(nil) })
+        assert.same({ nil, "empty key" }, { s:acquire("") })
+        assert.same({ nil, "nil key" }, { s:count(nil) })
+        assert.has_error(function() s:acquire("k", -1) end,
+                         "timeout must be >= 0")
+    end)
+
+    it("releases the permit of a collected object", function()
+        local a = assert(semaphore:new(dict))
+        assert.same({ 0 }, { a:acquire("k") })
+        assert.equal(1, a:count("k"))
+        a = nil                                         -- luacheck: ignore
+        collectgarbage()
+        collectgarbage()
+        local b = assert(semaphore:new(dict))
+        assert.equal(0, b:count("k"))
+        assert.same({ 0 }, { b:acquire("k", 0) })
+        b:release()
+    end)
+
+    it("gives a SIGKILLed holder's permit back at once", function()
+        local held = proc.pipe()
+        local pid = proc.spawn(function()
+            held:close_read()
+            local s = assert(semaphore:new(dict, { permits = 1 }))
+            assert(s:acquire("k") == 0)
+            held:notify()
+            proc.sleep(30)
+        end)
+        held:close_write()
+        assert.is_true(held:await(20))
+        local s = assert(semaphore:new(dict, { permits = 1 }))
+        proc.kill(pid, 9)
+        local r = proc.wait(pid, 20)
+        assert.equal("signal", r.how)
+        assert.same({ 0 }, { s:acquire("k", 0) })
+        assert.equal(1, s:count("k"))
+        assert.same({ 1 }, { s:release() })
+    end)
+
+    it("holds nothing in a forked child: owned() false, release() "
+       .. "'unlocked', the parent's permit kept", function()
+        local s = assert(semaphore:new(dict, { permits = 1 }))
+        assert.same({ 0 }, { s:acquire("k") })
+        children.expect_clean_exits({ proc.spawn(function()
+            assert(s:owned() == false, "owned() in the child")
+            local ok, err = s:release()
+            assert(ok == nil and err == "unlocked", tostring(err))
+            ok, err = s:expire()
+            assert(ok == nil and err == "unlocked", tostring(err))
+            s = nil
+            collectgarbage()
+            collectgarbage()
+        end) })
+        assert.is_true(s:owned())
+        assert.equal(1, s:count("k"))
+        assert.same({ 1 }, { s:release() })
+    end)
+
+    it("wakes a waiter when the holder releases", function()
+        local held, go = proc.pipe(), proc.pipe()
+        local pid = proc.spawn(function()
+            held:close_read()
+            go:close_write()
+            local s = assert(semaphore:new(dict, { permits = 1 }))
+            assert(s:acquire("k") == 0)
+            held:notify()
+            assert(go:await(30))
+            assert(s:release() == 1)
+        end)
+        held:close_write()
+        go:close_read()
+        assert.is_true(held:await(20))
+        local s = assert(semaphore:new(dict, { permits = 1, timeout = 60,
+                                               step = 60, max_step = 60 }))
+        go:notify()
+        -- the step is 60 s: only the release's wake-up ends this wait
+        -- before the deadline
+        local elapsed, err = s:acquire("k")
+        assert.is_nil(err)
+        assert.is_true(elapsed < 60)
+        children.expect_clean_exits({ pid })
+        s:release()
+    end)
+
+    it("never lets more than `permits` in: 6 processes x 300 rounds, "
+       .. "limits 2 and 3 on one key (at most 3 inside), 2 on another",
+       function()
+        local start = proc.pipe()
+        local pids = {}
+        for i = 1, 6 do
+            pids[i] = proc.spawn(function()
+                start:close_write()
+                local s = assert(semaphore:new(dict, { permits = 2 + i % 2,
+                                                       timeout = 60 }))
+                assert(start:wait_release(30))
+                local two = assert(semaphore:new(dict, { permits = 2,
+                                                         timeout = 60 }))
+                for _ = 1, 300 do
+                    -- limits 2 and 3 on one key: a caller's own limit
+                    -- binds only when it acquires (a limit-3 caller may
+                    -- join two holders of which one has limit 2), so
+                    -- the bound of the key is the largest limit
+                    assert(s:acquire("k"))
+                    local n = assert(dict:incr("inside", 1, 0))
+                    if n > 3 then
+                        dict:incr("over", 1, 0)
+                    end
+                    dict:incr("done", 1, 0)
+                    assert(dict:incr("inside", -1))
+                    assert(s:release() == 1)
+                    -- every caller's limit 2
+                    assert(two:acquire("k2"))
+                    n = assert(dict:incr("inside2", 1, 0))
+                    if n > 2 then
+                        dict:incr("over", 1, 0)
+                    end
+                    assert(dict:incr("inside2", -1))
+                    assert(two:release() == 1)
+                end
+            end)
+        end
+        start:close_read()
+        start:release()
+        children.expect_clean_exits(pids, 120)
+        assert.is_nil(dict:get("over"))
+        assert.equal(1800, dict:get("done"))
+        assert.equal(0, dict:get("inside"))
+        local s = assert(semaphore:new(dict))
+        assert.equal(0, s:count("k"))
+        assert.equal(0, s:count("k2"))
+    end)
+end)

@@ -1,0 +1,144 @@
+/*
+ * group: holders of one key counted together (issue 25): a semaphore's
+ * permits and a lock's shared (reader) holds, kept in the lock slots of
+ * slot.h.  No structure of its own: a group is a head slot and one
+ * record slot per holder, all in the shard of the key's hash.
+ *
+ *   head     the count: owner = GROUP_TAG << 32 | count << 16 | top
+ *            (0 when there is no holder: a free slot, reclaimed like any
+ *            other), expiry = the latest of the records' expiries
+ *   record   one holder: owner = the holder (pid << 32 | id), expiry =
+ *            its lease, process hint = its process (slot.h), exactly as
+ *            an exclusive lock's slot
+ *
+ *   the keys, for a user key K (n bytes):
+ *     record i of a semaphore    "\0" 's' i>>8 i&255 K    (i < GROUP_MAX)
+ *     a semaphore's head         "\0" 's' 0xff  0xff   K
+ *     record i of shared holds   "\0" 'r' i>>8 i&255 K
+ *     the shared holds' head     K itself: the slot of K's exclusive
+ *                                lock, so that each sees the other
+ *
+ * A user key equal to one of these (it starts with a NUL byte) shares the
+ * slot: two locks merged (extra exclusion, never less), as slot.h's long
+ * keys.
+ *
+ * Every call below runs under the shard's mutex, so counting is exact:
+ * an acquire checks count < permits and raises the count in one CAS of
+ * the head.  Only the exclusive lock's lock-free calls (slot.c) run
+ * beside them, on the shared holds' head; every change of a head is
+ * therefore a CAS from the state read (slot_swap_locked).
+ *
+ * Invariants (what makes a crash between two writes harmless):
+ *
+ *   count >= the held, unexpired records (an over-count is safe: at
+ *            worst an acquirer finds the group full and sweeps, and the
+ *            sweep counts again);
+ *   top   >  the index of every held, unexpired record (an acquire raises
+ *            top in the same CAS as the count, before it takes a record);
+ *   a record's expiry <= its head's (an extend raises the head first).
+ *
+ * So the writes go: acquire = head (count + 1), then the record; release
+ * = the record freed, then the head (count - 1; free at 0); a crash
+ * between the two leaves one too many in the count.  An expired record
+ * is no holder: any acquirer may take it, a sweep frees it, and its
+ * release or extend never touches the head (its count was given back by
+ * a sweep, or the head expired with it; the expiry is judged on a fresh
+ * clock under the mutex, never on a caller's cached one, so a release
+ * never sees a record unexpired that an acquirer saw expired).  An
+ * expired head counts nothing.
+ *
+ * Shared holds and the exclusive lock of K share K's slot: readers keep
+ * a head there (a tagged owner, which the exclusive lock's lock-free
+ * acquire finds held, and shmlock_slot_alive finds alive), an exclusive
+ * holder keeps its own owner there (readers find it held).  A waiting
+ * exclusive locker marks the slot (slot.h's marks): readers then stay out
+ * (no starvation of the writer by a stream of readers) until the mark's
+ * deadline passes, and the last reader out hands the slot to the marked
+ * waiter.
+ *
+ * The dead are judged outside this file (it reads no /proc): the caller
+ * lists the records (group_holders_locked), asks whether each holder
+ * lives without the mutex, and drops the dead ones (group_release_locked
+ * with the record's ticket: a CAS from the state it saw).
+ *
+ * Cost: an acquire or release is the shard mutex, two or three probes
+ * (head, a record; the free record is looked for from index `count`, so
+ * the usual one is the first tried) and two CASes; a sweep is a probe per
+ * index below top.  Measured in bench/ (semaphore.lua).
+ */
+
+#ifndef GROUP_H
+#define GROUP_H
+
+#include "slot.h"
+
+#define GROUP_TAG        ((uint64_t) 0xffffffff)    /* a head's pid field */
+#define GROUP_MAX        65535      /* holders of a key, and the head index */
+#define GROUP_PREFIX     4          /* bytes a record's key adds to K */
+
+enum {
+    GROUP_SEM = 's',
+    GROUP_SHARED = 'r'
+};
+
+/* A key's group as the calls see it: buf holds the record keys' prefix
+ * and K (GROUP_PREFIX + klen bytes); hash: K's hash (the shard, the wait
+ * word), head_hash: the head's. */
+typedef struct {
+    slots_t     *t;
+    char        *buf;
+    size_t       klen;
+    uint32_t     hash;
+    uint32_t     head_hash;
+    int          kind;
+} group_t;
+
+/* What a head says (group_head_locked). */
+typedef struct {
+    slot_ticket_t  tk;          /* its state, for the CAS */
+    int            found;       /* 0: no slot (an empty group) */
+    uint32_t       count;       /* holders counted (0 if expired) */
+    uint32_t       top;
+    int            exclusive;   /* K held by an exclusive, live lock */
+} group_head_t;
+
+/* Fills buf (GROUP_PREFIX + klen bytes) and g. */
+void group_init(group_t *g, slots_t *t, int kind, char *buf, const char *key,
+    size_t klen);
+
+int group_is_head(uint64_t owner);
+/* The head of g now. */
+void group_head_locked(group_t *g, int64_t now, group_head_t *h);
+
+/*
+ * A record of g for owner, if fewer than permits (0: no limit but
+ * GROUP_MAX) are counted: SLOT_OK (tk: the record); SLOT_HELD (h: the
+ * head: full, or K held exclusive, or marked for an exclusive waiter);
+ * SLOT_FULL (no slot left).  expiry: absolute ms (0: never); now: a
+ * fresh reading of the zone clock.
+ */
+int group_acquire_locked(group_t *g, uint64_t owner, uint64_t process,
+    uint32_t permits, int64_t expiry, int64_t now, slot_ticket_t *tk,
+    group_head_t *h);
+/*
+ * Gives back the record of ticket tk (the holder's, or a dead holder's
+ * as listed): SLOT_OK; SLOT_GONE: its lease had run out (the record is
+ * freed if it was still in tk's state, the head not touched).  *handed:
+ * 1 if the shared holds' last reader handed K to its marked waiter (wake
+ * every sleeper of K).
+ */
+int group_release_locked(group_t *g, const slot_ticket_t *tk, int64_t now,
+    int *handed);
+/* A new expiry (0: never) for tk's record (tk follows): SLOT_OK;
+ * SLOT_GONE (expired, or not tk's any more). */
+int group_extend_locked(group_t *g, slot_ticket_t *tk, int64_t expiry,
+    int64_t now);
+/* Frees g's expired records and counts the rest again: the holders now
+ * (*handed as for release). */
+uint32_t group_sweep_locked(group_t *g, int64_t now, int *handed);
+/* The held, unexpired records of g from index *from on, at most max, into
+ * out; *from: where to go on (top when done).  Returns how many. */
+int group_holders_locked(group_t *g, int64_t now, uint32_t *from,
+    slot_ticket_t *out, int max);
+
+#endif /* GROUP_H */
