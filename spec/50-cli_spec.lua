@@ -11,6 +11,7 @@ local fixture = require "helpers.fixture"
 local checkout = require "helpers.checkout"
 local holder = require "helpers.lock_holder"
 local env = require "helpers.lock_env"
+local resty_lock = require "resty.shmlock"
 local jd = require "helpers.json_decode"
 local zone_layout = require "helpers.zone_layout"
 local json = require "resty.shmlock.cli.json"
@@ -423,6 +424,31 @@ describe("bin/shmlock", function()
             proc.wait(pid, 5)
             assert.same({ how = "exit", code = 0, msg = "" },
                         proc.wait(waiter, 5))
+        end)
+
+        it("lists a semaphore's permits and a long key's first bytes, each "
+           .. "kind said", function()
+            local semaphore = require "resty.shmlock.semaphore"
+            local sem = assert(semaphore:new(dict, { permits = 2 }))
+            assert.equal(0, sem:acquire("backend"))
+            local lock = assert(resty_lock:new(dict))
+            local long = ("x"):rep(40)
+            assert.equal(0, lock:lock(long))
+            local locks = jd.decode(select(2, run("locks", "cache", "--json")))
+            assert.equal(2, #locks)
+            assert.same({ "backend", 7, "semaphore", env.pid() },
+                        { locks[1].key, locks[1].key_len, locks[1].kind,
+                          locks[1].pid })
+            assert.same({ ("x"):rep(24), 40, "lock", env.pid() },
+                        { locks[2].key, locks[2].key_len, locks[2].kind,
+                          locks[2].pid })
+            local out = select(2, run("locks", "cache"))
+            assert.truthy(out:find("\nbackend %(semaphore%) +%d+ +yes"), out)
+            assert.truthy(out:find("\n" .. ("x"):rep(24)
+                                   .. "%.%.%. %(40 bytes%) +%d+ +yes"), out)
+            assert.equal(1, sem:release())
+            assert.equal(1, lock:unlock())
+            assert.same({ 0, "[]\n", "" }, { run("locks", "cache", "--json") })
         end)
 
         it("shows nothing but the header for a zone without locks",

@@ -352,6 +352,9 @@ function _M.locks(ctx, cmd)
             -- a long key's slot keeps its first bytes only
             key = key .. "... (" .. info.key_len .. " bytes)"
         end
+        if info.kind ~= "lock" then
+            key = key .. " (" .. info.kind .. ")"
+        end
         info.marked = info.marked or json.null
         locks[#locks + 1] = info
         local m = info.marked ~= json.null and info.marked

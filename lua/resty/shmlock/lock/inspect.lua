@@ -19,6 +19,8 @@ local proc_alive = require("resty.shmlock.internal.core").proc_alive
 local ffi_new = ffi.new
 local ffi_str = ffi.string
 local tonumber = tonumber
+local byte = string.byte
+local sub = string.sub
 local now_ms = clock.now_ms
 local state = zone_backend.state
 local NEVER = zone_backend.NEVER
@@ -136,11 +138,33 @@ function _M.key(dict, key, zone)
 end
 
 
+-- a slot's key: the key of a lock, or of a semaphore's permit or a shared
+-- hold (src/group.h: "\0", 's' or 'r', two bytes of index, the key; the
+-- group's head, index 0xffff, counts holders and is no holder itself)
+local KINDS = { s = "semaphore", r = "shared" }
+
+local function key_of(raw, len)
+    if byte(raw, 1) ~= 0 or len < 4 then
+        return "lock", raw, len
+    end
+    local kind = KINDS[sub(raw, 2, 2)]
+    if not kind then
+        return "lock", raw, len
+    end
+    if byte(raw, 3) == 255 and byte(raw, 4) == 255 then
+        return nil      -- the head
+    end
+    return kind, sub(raw, 5), len - 4
+end
+
+
 -- syntax: locks, err = inspect.locks(zone)
 -- Every lock held in the zone (a walk over its slots): a list of
--- inspect's tables, each with key (the key, or its first bytes when the
--- slot keeps no more: key_len tells) and key_len; nil and the zone's
--- error.  A lock taken or released during the walk may be missing.
+-- inspect's tables, each with kind ("lock", or "semaphore" and "shared"
+-- for a permit or a shared hold of the key: resty.shmlock.semaphore,
+-- lock_shared), key (the key, or its first bytes when the slot keeps no
+-- more: key_len tells) and key_len; nil and the zone's error.  A lock
+-- taken or released during the walk may be missing.
 function _M.locks(zone)
     local out = ffi_new("shmlock_slot_info_t[?]", STEP)
     local count = ffi_new("int[1]")
@@ -153,10 +177,11 @@ function _M.locks(zone)
             return nil, errors[rc]
         end
         for i = 0, count[0] - 1 do
-            local info = of_ticket(zone, out[i].ticket)
+            local kind, key, len = key_of(ffi_str(out[i].key, out[i].shown),
+                                          tonumber(out[i].key_len))
+            local info = kind and of_ticket(zone, out[i].ticket)
             if info then
-                info.key = ffi_str(out[i].key, out[i].shown)
-                info.key_len = tonumber(out[i].key_len)
+                info.kind, info.key, info.key_len = kind, key, len
                 list[#list + 1] = info
             end
         end
