@@ -403,7 +403,7 @@ SHMLOCK_API uint32_t shmlock_hash(const char *key, size_t len);
  * sleepers of another key share the word; all = 1 wakes every sleeper (a
  * handoff to one given waiter).  A waiter woken (wait_end answered
  * SHMLOCK_OK) that leaves without the key, its deadline passed, must call
- * wake_waiters(all = 0) to pass the wake-up on; shmlock_lock_release
+ * wake_waiters(all = 0) to pass the wake-up on; shmlock_slot_release
  * wakes one.
  */
 SHMLOCK_API uint32_t shmlock_wait_begin(shmlock_zone_t *zone, uint32_t hash);
@@ -419,9 +419,11 @@ SHMLOCK_API void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash,
 SHMLOCK_API uint32_t shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash);
 
 
-/* ---- locks: the uncontended path of the Lua lock in one call each ---- */
+/* ---- locks as dictionary entries, in one call each ---- */
 
 /*
+ * The dictionary-entry lock primitives: the Lua lock used them before
+ * its locks moved to the lock slots (below), and no longer calls them.
  * Takes key for the owner token tok: an add of the string tok with
  * exptime_ms (so pinned: never evicted while live).  now_ms: the caller's
  * reading of the zone clock (CLOCK_MONOTONIC, ms; 0: read it here): inside
@@ -448,13 +450,15 @@ SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
 /* ---- lock slots (issue 22): a lock pair in one 16-byte CAS each way ---- */
 
 /*
- * Each shard of a zone (layout 8) ends with a table of 64-byte lock
+ * Each shard of a zone (layout 9) ends with a table of 64-byte lock
  * slots, memory for locks only (src/slot.h draws it): one slot per key,
  * made at the key's first acquire and kept after its release, so that a
  * pair is one compare-and-swap each way, without the shard's mutex.
  * Slots are not dictionary entries: the dictionary calls do not see
- * them, nor they the dictionary's keys.  (The Lua lock does not use them
- * yet: its locks are still dictionary entries, shmlock_lock_*.)
+ * them, nor they the dictionary's keys.  The Lua lock on a zone
+ * (lua/resty/shmlock/lock/zone.lua) keeps its locks here; the
+ * dictionary-entry primitives above (shmlock_lock_*) stay in the ABI but
+ * it no longer calls them.
  *
  * A slot's state is two words, changed together by one 16-byte CAS:
  * owner (0: free; else the holder: its pid << 32 | an id of the caller's

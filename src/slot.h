@@ -6,11 +6,12 @@
  * CAS on an ordinary chunk would be unsafe (a freed chunk can become
  * another entry's data), a slot is only ever a slot.
  *
- * Each shard of a zone ends with one table (zone.h, layout 8); the ABI
- * is shmlock_slot_* (shmlock_slot.c).  Tested on its own by
+ * Each shard of a zone ends with one table (zone.h: since layout 8;
+ * layout 9 sizes it for every lock of the zone, about 1/16 of the shard);
+ * the ABI is shmlock_slot_* (shmlock_slot.c).  Tested on its own by
  * ctest/slot_test.c (semantics, 4 processes x 200k locked increments, a
  * crash before every write, the mutex fallback) and through the ABI by
- * ctest/shmlock_test.c.  The Lua lock does not use it yet: see "Next" at
+ * ctest/shmlock_test.c.  The Lua lock lives here: see "The Lua lock" at
  * the end.
  *
  *   slot_t (64 bytes, 64-aligned)
@@ -92,9 +93,17 @@
  * mark that may be half written is dropped; its waiter marks again) and
  * makes seq even.
  *
- * Next (not built): the Lua lock on the slots (the token becomes the
- * owner word; the handle keeps the ticket), inspect and the CLI listing
- * slots.
+ * The Lua lock (lua/resty/shmlock/lock/zone.lua) keeps every lock of a
+ * zone in these slots, none in the dictionary: the owner word is the
+ * holder's pid with an owner id of the acquisition (token.next_id, from
+ * shmlock_owner_ids), the handle of the lock object keeps the ticket,
+ * unlock and expire are a release and an extend from it, a starving
+ * waiter marks the slot (slot_mark_locked) and the holder's release,
+ * answered CHANGED, hands the lock over by a swap to the mark's owner.
+ * A waiter asks whether a holder lives with the process hint
+ * (shmlock_slot_alive).  resty_lock.inspect looks at a key's slot, and
+ * `shmlock locks` walks the table (shmlock_slot_scan); the semaphores'
+ * holder groups (group.h) are slots too.
  */
 
 #ifndef SLOT_H
