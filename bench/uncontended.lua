@@ -34,9 +34,9 @@ end)
 do
     local lock = assert(resty_lock:new("bench_uncont"))
     assert(lock:lock(KEY) == 0)
-    assert(zone:get(KEY), "the lock is not in the zone")
+    assert(resty_lock.inspect(zone, KEY), "the lock is not in the zone")
     assert(lock:unlock() == 1)
-    assert(zone:get(KEY) == nil)
+    assert(resty_lock.inspect(zone, KEY) == nil)
 end
 
 local reused = assert(resty_lock:new("bench_uncont"))
