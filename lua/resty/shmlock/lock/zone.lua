@@ -75,8 +75,12 @@
 -- looks at the key (shmlock_wait_begin), so a release in between cuts the
 -- sleep short; a release bumps the word only when a waiter is counted, so
 -- an uncontended unlock makes no further write.  A release wakes one
--- sleeper, not the herd (only one can take the key); a handoff wakes them
--- all, so that the starver it is for is among them.  A waiter woken that
+-- sleeper, not the herd (only one can take the key).  A marked waiter
+-- sleeps on a wait word of its own (the key's hash, salted: marked_hash),
+-- and a handoff wakes the sleepers of that word only: the starver it is
+-- for, not the herd.  A waiter that finds its mark gone looks again at
+-- once rather than sleep on that word, where a release would not wake
+-- it.  A waiter woken that
 -- leaves without the key (its deadline, stop(), an error) passes the
 -- wake-up on to the next sleeper, so that none is lost while the key is
 -- free; one lost all the same (a woken waiter killed before it looked)
@@ -119,6 +123,7 @@ local max = math.max
 local band = bit.band
 local bor = bit.bor
 local bnot = bit.bnot
+local bxor = bit.bxor
 local rshift = bit.rshift
 local ms = options.ms
 local cached_ms = clock.cached_ms
@@ -291,10 +296,24 @@ local function starver_ok(now)
 end
 
 
--- all: a handoff, which must reach the one waiter it is for; else one
--- sleeper is woken (see "Waking")
-local function wake(zone, hash, all)
-    C.shmlock_wake_waiters(zone, hash, all and 1 or 0)
+-- The wait word a marked waiter sleeps on: the key's hash with this
+-- salt, so that a handoff wakes the marked waiter (and whoever shares that
+-- word), not every waiter of the key (see "Waking").
+local MARKED_SALT = 0x5bd1e995
+
+local function marked_hash(hash)
+    return band(bxor(hash, MARKED_SALT), 0xffffffff) % 4294967296
+end
+
+
+-- handoff: the lock went to the marked waiter: wake it on its own word;
+-- else one sleeper of the key is woken (see "Waking")
+local function wake(zone, hash, handoff)
+    if handoff then
+        C.shmlock_wake_waiters(zone, marked_hash(hash), 1)
+    else
+        C.shmlock_wake_waiters(zone, hash, 0)
+    end
 end
 
 
@@ -667,22 +686,23 @@ function _M.block(zone, key, klen, cd, exp_ms, timeout, step, ratio,
     local marked = false
     local check = true      -- false: the last sleep was cut by a wake-up
 
+    local on = hash         -- the word this round sleeps on
     while true do
         -- counted as a waiter before looking: see shmlock_wait_begin
-        local seq = C.shmlock_wait_begin(zone, hash)
+        local seq = C.shmlock_wait_begin(zone, on)
         local now = now_us()
         local starving = now >= starve_at
         local got, err = look(zone, key, klen, cd, exp_ms, check,
                               starving and since or nil,
                               starving and till or nil)
         if got == ACQUIRED then
-            C.shmlock_wait_end(zone, hash, seq, 0)
+            C.shmlock_wait_end(zone, on, seq, 0)
             return (now_us() - start) / 1000000
         end
         if got == FAILED then
             -- a mark of ours goes stale at our deadline: see "Giving up"
-            C.shmlock_wait_end(zone, hash, seq, 0)
-            if not check then
+            C.shmlock_wait_end(zone, on, seq, 0)
+            if not check and on == hash then
                 C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
             end
             return nil, err
@@ -694,8 +714,8 @@ function _M.block(zone, key, klen, cd, exp_ms, timeout, step, ratio,
         now = now_us()
         local stopped = stop and stop()
         if stopped or now >= deadline then
-            C.shmlock_wait_end(zone, hash, seq, 0)
-            if not check then
+            C.shmlock_wait_end(zone, on, seq, 0)
+            if not check and on == hash then
                 C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
             end
             if marked and _M.withdraw(zone, key, klen, cd) then
@@ -704,11 +724,23 @@ function _M.block(zone, key, klen, cd, exp_ms, timeout, step, ratio,
             return nil, stopped or "timeout"
         end
 
+        local next_on = got == MARKED and marked_hash(hash) or hash
+        if next_on ~= on then
+            -- marked now, or no longer: the next round waits on the other
+            -- word, looking first (a wake-up meant for us may have gone to
+            -- the word we leave)
+            C.shmlock_wait_end(zone, on, seq, 0)
+            on = next_on
+            check = false
+            goto continue
+        end
+
         -- at least 1 us: 0 would not sleep at all
         local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
                             CHECK_EVERY_US))
-        check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
+        check = C.shmlock_wait_end(zone, on, seq, us) == TIMEOUT
         step = next_step(step, ratio, max_step)
+        ::continue::
     end
 end
 
