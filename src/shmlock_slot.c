@@ -85,8 +85,12 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     hash = hash_bytes(key, key_len);
     shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
     sh = &zone->shard[shard];
-    rc = slot_acquire(&sh->slots, key, key_len, hash, owner, self, expiry,
-                      now_ms, &tk);
+    rc = slot_acquire_fast(&sh->slots, key, key_len, hash, owner, self,
+                           expiry, &tk);
+    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
+        rc = slot_acquire(&sh->slots, key, key_len, hash, owner, self,
+                          expiry, now_ms, &tk);
+    }
     if (__builtin_expect(rc == SLOT_SLOW, 0)) {
         shard_lock(sh);
         rc = slot_acquire_locked(&sh->slots, key, key_len, hash, owner, self,
@@ -142,7 +146,7 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
     if (sh == NULL) {
         return SHMLOCK_NOT_FOUND;
     }
-    rc = slot_release(&sh->slots, &tk);
+    rc = slot_release_fast(&sh->slots, &tk);
     if (__builtin_expect(rc == SLOT_SLOW, 0)) {
         shard_lock(sh);
         rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));

@@ -102,6 +102,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "hash.h"
+#include "wordstore.h"
 
 #define SLOT_KEY_INLINE      32
 #define SLOT_KEY_PREFIX      24
@@ -261,5 +265,176 @@ uint32_t slot_reclaim_locked(slots_t *t, int64_t now);
 void slot_recover_locked(slots_t *t);
 /* 0, or -1 with msg saying what is broken. */
 int slot_verify_locked(slots_t *t, char *msg, size_t msg_size);
+
+
+/* ---- inline: the state's primitives (slot.c's too) and the fast paths
+ * of an uncontended pair, for shmlock_slot.c ---- */
+
+/*
+ * The stamp first, then the owner: every change moves the stamp (its
+ * serial, or its MARKED flag), so two reads with equal stamps saw no
+ * change between them, and the owner read in between is that state's.
+ */
+static inline slot_state_t
+slot_load(const slot_t *s)
+{
+    slot_state_t  st;
+
+    st.stamp = __atomic_load_n(&s->state.stamp, __ATOMIC_ACQUIRE);
+    st.owner = __atomic_load_n(&s->state.owner, __ATOMIC_ACQUIRE);
+    return st;
+}
+
+static inline uint64_t
+slot_stamp(uint64_t flags, int64_t expiry, uint64_t old_stamp)
+{
+    uint64_t  e = expiry <= 0 ? SLOT_NEVER : (uint64_t) expiry;
+
+    if (e > SLOT_NEVER) {
+        e = SLOT_NEVER;
+    }
+    return e << SLOT_EXPIRY_SHIFT | flags
+           | ((old_stamp + 1) & SLOT_SERIAL_MASK);
+}
+
+/* The one CAS of a state (lock-free callers, and locked ones when others
+ * may be lock-free at the same time); *expect gets the state found. */
+static inline int
+slot_cas(slot_t *s, slot_state_t *expect, slot_state_t want)
+{
+#if defined(__x86_64__)
+    unsigned char  ok;
+
+    wordstore_before();
+    __asm__ __volatile__ ("lock cmpxchg16b %1\n\tsetz %0"
+                          : "=q" (ok), "+m" (s->state),
+                            "+a" (expect->owner), "+d" (expect->stamp)
+                          : "b" (want.owner), "c" (want.stamp)
+                          : "memory", "cc");
+    return ok;
+#else
+    (void) s;
+    (void) expect;
+    (void) want;
+    return 0;                               /* never called: cas16 is 0 */
+#endif
+}
+
+/* Before a CAS that makes `process` the holder's, and after it (a racer
+ * may have written its own in between); a store only if it differs, so a
+ * slot taken again and again by one process is not written twice. */
+static inline void
+slot_hint(slot_t *s, uint64_t process)
+{
+    if (__atomic_load_n(&s->process, __ATOMIC_RELAXED) != process) {
+        WORDSTORE64(s->process, process);
+    }
+}
+
+/* Whether slot s holds key (its hash and length already compared). */
+static inline int
+slot_key_is(const slot_t *s, const char *key, size_t klen)
+{
+    uint64_t  fp;
+
+    if (klen <= SLOT_KEY_INLINE) {
+        return hash_equal(s->key, key, klen);
+    }
+    if (!hash_equal(s->key, key, SLOT_KEY_PREFIX)) {
+        return 0;
+    }
+    memcpy(&fp, s->key + SLOT_KEY_PREFIX, 8);
+    return fp == slot_fingerprint(key, klen);
+}
+
+static inline void
+slot_ticket(slot_ticket_t *tk, uint32_t i, slot_state_t st,
+    uint64_t process)
+{
+    tk->index = i;
+    tk->pad = 0;
+    tk->state = st;
+    tk->process = process;
+}
+
+/* A release or extend whose CAS failed: the holder's state but for the
+ * MARKED flag is the caller's slow path; anything else is gone. */
+static inline int
+slot_not_ours(slot_state_t found, const slot_ticket_t *tk)
+{
+    if (found.owner == tk->state.owner
+        && found.stamp == (tk->state.stamp | SLOT_MARKED))
+    {
+        return SLOT_MARKED_STATE;
+    }
+    return SLOT_GONE;
+}
+
+/*
+ * slot_acquire's common case, inline: the key's slot is its home slot,
+ * LIVE, free and unmarked.  SLOT_OK (tk: the caller's state), or
+ * SLOT_SLOW for anything else (another slot, held, marked, a CAS lost,
+ * no 16-byte CAS): then slot_acquire, which starts over.
+ *
+ * One read of the state, not slot_find's two around the key compare:
+ * the CAS from that first read validates the key too.  A slot's key is
+ * rewritten only while its state is not LIVE (reclaim moves it LIVE ->
+ * DEAD by CAS first; the CAS that makes it LIVE again comes after the
+ * key), and every change of a state bumps its serial.  So if the key read
+ * here overlapped a rewrite, the state changed between our read and our
+ * CAS and cannot have come back to the very state read (serial caveat
+ * above): the CAS fails.  If the CAS succeeds, the state was `st` from
+ * the read to the CAS and the key compared was the slot's key all along.
+ * (x86-64 only: the loads of the key are not moved before the acquire
+ * load of the stamp nor after the locked cmpxchg16b; the rewriter's key
+ * stores become visible only after its LIVE -> DEAD CAS.)  A key that
+ * does not match proves nothing (it may be torn): slot_acquire decides.
+ */
+static inline int
+slot_acquire_fast(slots_t *t, const char *key, size_t klen, uint32_t hash,
+    uint64_t owner, uint64_t process, int64_t expiry, slot_ticket_t *tk)
+{
+    uint32_t      i = hash & t->mask;
+    slot_t       *s = &t->slots[i];
+    slot_state_t  st = slot_load(s), want;
+
+    if (!t->cas16 || st.owner != 0
+        || (st.stamp & SLOT_FLAGS) != SLOT_LIVE
+        || __atomic_load_n(&s->hash, __ATOMIC_RELAXED) != hash
+        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != klen
+        || !slot_key_is(s, key, klen))
+    {
+        return SLOT_SLOW;
+    }
+    want.owner = owner;
+    want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
+    slot_hint(s, process);
+    if (!slot_cas(s, &st, want)) {
+        return SLOT_SLOW;
+    }
+    slot_hint(s, process);
+    slot_ticket(tk, i, want, process);
+    return SLOT_OK;
+}
+
+/* slot_release itself, inline. */
+static inline int
+slot_release_fast(slots_t *t, const slot_ticket_t *tk)
+{
+    slot_state_t  st = tk->state, want;
+
+    if (!t->cas16) {
+        return SLOT_SLOW;
+    }
+    if (tk->index > t->mask) {
+        return SLOT_GONE;
+    }
+    want.owner = 0;
+    want.stamp = slot_stamp(SLOT_LIVE, 0, st.stamp);
+    if (slot_cas(&t->slots[tk->index], &st, want)) {
+        return SLOT_OK;
+    }
+    return slot_not_ours(st, tk);
+}
 
 #endif /* SLOT_H */
