@@ -57,9 +57,13 @@ shmlock_slot_expiry(int64_t exptime_ms, int64_t now_ms)
     return exptime_ms == 0 ? 0 : now_ms + exptime_ms;
 }
 
-int
-shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
-    uint32_t id, int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t)
+/* shmlock_slot_acquire but for its fast path: every other case (a bad
+ * argument, a zone gone, the key not at its home slot, held, marked, a
+ * CAS lost, no slot yet, no 16-byte CAS).  now_ms: the clock, read. */
+static __attribute__((noinline)) int
+shmlock_slot_acquire_slow(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
+    shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
     shard_t       *sh;
@@ -68,7 +72,6 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     int64_t        expiry;
     int            rc;
 
-    /* one clock reading: the expiry's, and the watch's gate */
     rc = shm_watch_now(zone, &now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
@@ -85,13 +88,9 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     hash = hash_bytes(key, key_len);
     shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
     sh = &zone->shard[shard];
-    rc = slot_acquire_fast(&sh->slots, key, key_len, hash, owner, self,
-                           expiry, &tk);
-    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
-        rc = slot_acquire(&sh->slots, key, key_len, hash, owner, self,
-                          expiry, now_ms, &tk);
-    }
-    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
+    rc = slot_acquire(&sh->slots, key, key_len, hash, owner, self, expiry,
+                      now_ms, &tk);
+    if (rc == SLOT_SLOW) {
         shard_lock(sh);
         rc = slot_acquire_locked(&sh->slots, key, key_len, hash, owner, self,
                                  expiry, now_ms, &tk);
@@ -115,6 +114,46 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     }
 }
 
+/*
+ * The uncontended acquire (the key's slot is its home slot, free): one
+ * clock reading (the expiry's, and the watch's gate), the hash, the
+ * inline slot_acquire_fast; anything else goes to the slow function above,
+ * which starts over but for the clock.
+ */
+int
+shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
+    uint32_t id, int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+    uint32_t       hash, shard;
+    uint64_t       self;
+    int64_t        expiry;
+
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    expiry = shmlock_slot_expiry(exptime_ms, now_ms);
+    if (__builtin_expect(shm_watch_at(zone, now_ms) == SHMLOCK_OK
+                         && key_len - 1 < SHMLOCK_KEY_MAX && expiry >= 0, 1))
+    {
+        self = sys_self();
+        hash = hash_bytes(key, key_len);
+        shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
+        sh = &zone->shard[shard];
+        if (__builtin_expect(
+                slot_acquire_fast(&sh->slots, key, key_len, hash,
+                                  (uint64_t) (uint32_t) self << 32 | id, self,
+                                  expiry, &tk) == SLOT_OK, 1))
+        {
+            shmlock_slot_out(t, shard, hash, &tk);
+            return SHMLOCK_OK;
+        }
+    }
+    return shmlock_slot_acquire_slow(zone, key, key_len, id, exptime_ms,
+                                     now_ms, t);
+}
+
 /* The answers of release, extend and swap. */
 static inline int
 shmlock_slot_rc(int rc)
@@ -128,8 +167,10 @@ shmlock_slot_rc(int rc)
     }
 }
 
-int
-shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
+/* shmlock_slot_release but for its fast path: a zone gone, a ticket of
+ * no shard, a CAS that failed (marked, gone), no 16-byte CAS. */
+static __attribute__((noinline)) int
+shmlock_slot_release_slow(shmlock_zone_t *zone, const shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
     shard_t       *sh;
@@ -137,17 +178,15 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
 
     /* the dead word only: the file itself is looked at by the acquires
      * (a release writes nothing but its own slot's state) */
-    if (__builtin_expect(__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE)
-                         != 0, 0))
-    {
+    if (__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE) != 0) {
         return shm_watch_dead_status(zone);
     }
     sh = shmlock_slot_in(zone, t, &tk);
     if (sh == NULL) {
         return SHMLOCK_NOT_FOUND;
     }
-    rc = slot_release_fast(&sh->slots, &tk);
-    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
+    rc = slot_release(&sh->slots, &tk);
+    if (rc == SLOT_SLOW) {
         shard_lock(sh);
         rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
     }
@@ -155,6 +194,29 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
         wait_wake(zone, t->hash, 0);
     }
     return shmlock_slot_rc(rc);
+}
+
+/* The release of a ticket whose state is still the slot's: the inline
+ * slot_release_fast, then the waiters' word (one load when none waits). */
+int
+shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+
+    if (__builtin_expect(__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE)
+                         == 0, 1))
+    {
+        sh = shmlock_slot_in(zone, t, &tk);
+        if (__builtin_expect(sh != NULL, 1)
+            && __builtin_expect(slot_release_fast(&sh->slots, &tk)
+                                == SLOT_OK, 1))
+        {
+            wait_wake(zone, t->hash, 0);
+            return SHMLOCK_OK;
+        }
+    }
+    return shmlock_slot_release_slow(zone, t);
 }
 
 int
