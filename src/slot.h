@@ -33,7 +33,15 @@
  * that a waiter can tell a dead holder from a pid reused.  An acquirer
  * writes it just before its CAS (and again after, if a racer overwrote
  * it), a handoff for the waiter it names; it is the holder's only while
- * its pid is the owner's (slot_holder_process), else unknown.
+ * its pid is the owner's (slot_holder_process), else unknown.  Before:
+ * written after the CAS only, a slot last held by a dead process whose
+ * pid we reuse would, between our CAS and that write, name the dead one
+ * (our pid, its start time) as our process, and a waiter would take a
+ * live holder for dead.  After: a racer of another process may have
+ * written its own meanwhile (another pid: unknown, never dead, but our
+ * process would be lost to the waiters).  Each is a load and a compare,
+ * and a store only when the hint differs: none when one process takes a
+ * slot again and again.
  *
  * Every change of the state bumps the serial, so a state read once names
  * one moment of the slot: a CAS from it fails if anything happened since.
@@ -50,11 +58,13 @@
  * mutex: read the state (acquire), then the key, then the state again; a
  * key compared while it was being rewritten is caught by the second read,
  * since a slot's key changes only after its state left LIVE (reclaim) and
- * before it becomes LIVE again.  Creating a key's slot, reclaiming free
- * slots (LIVE -> DEAD: the state moves first, with a CAS, so a lock-free
- * acquirer either took the slot first or fails its CAS) and turning a run
- * of tombstones that ends at an EMPTY slot back to EMPTY happen under the
- * caller's mutex.  A held slot is never reclaimed: its index stays valid
+ * before it becomes LIVE again.  (The uncontended acquire,
+ * slot_acquire_fast, reads the state once: its CAS from that read
+ * validates the key too; see there.)  Creating a key's slot, reclaiming
+ * free slots (LIVE -> DEAD: the state moves first, with a CAS, so a
+ * lock-free acquirer either took the slot first or fails its CAS) and
+ * turning a run of tombstones that ends at an EMPTY slot back to EMPTY
+ * happen under the caller's mutex.  A held slot is never reclaimed: its index stays valid
  * for the holder's ticket.
  *
  * Crash safety: each change of a state is one CAS (old or new, nothing
