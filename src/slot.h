@@ -64,8 +64,8 @@
  * free slots (LIVE -> DEAD: the state moves first, with a CAS, so a
  * lock-free acquirer either took the slot first or fails its CAS) and
  * turning a run of tombstones that ends at an EMPTY slot back to EMPTY
- * happen under the caller's mutex.  A held slot is never reclaimed: its index stays valid
- * for the holder's ticket.
+ * happen under the caller's mutex.  A held slot is never reclaimed: its
+ * index stays valid for the holder's ticket.
  *
  * Crash safety: each change of a state is one CAS (old or new, nothing
  * between); a key is written into a slot that is EMPTY or DEAD, and only
