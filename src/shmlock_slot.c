@@ -57,43 +57,36 @@ shmlock_slot_expiry(int64_t exptime_ms, int64_t now_ms)
     return exptime_ms == 0 ? 0 : now_ms + exptime_ms;
 }
 
-/* shmlock_slot_acquire but for its fast path: every other case (a bad
- * argument, a zone gone, the key not at its home slot, held, marked, a
- * CAS lost, no slot yet, no 16-byte CAS).  now_ms: the clock, read. */
+/* An acquire's arguments, checked, and what it computed from them. */
+typedef struct {
+    const char  *key;
+    size_t       key_len;
+    uint32_t     hash;
+    uint32_t     shard;
+    uint64_t     owner;
+    uint64_t     self;
+    int64_t      expiry;
+    int64_t      now_ms;
+} shmlock_slot_req_t;
+
+/* shmlock_slot_acquire when its fast path did not apply (the key not at
+ * its home slot, held, marked, a CAS lost, no slot yet, no 16-byte CAS):
+ * the lock-free slot_acquire, then the shard's mutex. */
 static __attribute__((noinline)) int
-shmlock_slot_acquire_slow(shmlock_zone_t *zone, const char *key,
-    size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
+shmlock_slot_acquire_slow(shmlock_zone_t *zone, const shmlock_slot_req_t *r,
     shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
-    shard_t       *sh;
-    uint32_t       hash, shard;
-    uint64_t       self, owner;
-    int64_t        expiry;
+    shard_t       *sh = &zone->shard[r->shard];
     int            rc;
 
-    rc = shm_watch_now(zone, &now_ms);
-    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
-        return rc;
-    }
-    if (__builtin_expect(key_len - 1 >= SHMLOCK_KEY_MAX, 0)) {
-        return SHMLOCK_BAD_KEY;
-    }
-    expiry = shmlock_slot_expiry(exptime_ms, now_ms);
-    if (expiry < 0) {
-        return SHMLOCK_BAD_VALUE;
-    }
-    self = sys_self();
-    owner = (uint64_t) (uint32_t) self << 32 | id;
-    hash = hash_bytes(key, key_len);
-    shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
-    sh = &zone->shard[shard];
-    rc = slot_acquire(&sh->slots, key, key_len, hash, owner, self, expiry,
-                      now_ms, &tk);
+    rc = slot_acquire(&sh->slots, r->key, r->key_len, r->hash, r->owner,
+                      r->self, r->expiry, r->now_ms, &tk);
     if (rc == SLOT_SLOW) {
         shard_lock(sh);
-        rc = slot_acquire_locked(&sh->slots, key, key_len, hash, owner, self,
-                                 expiry, now_ms, &tk);
+        rc = slot_acquire_locked(&sh->slots, r->key, r->key_len, r->hash,
+                                 r->owner, r->self, r->expiry, r->now_ms,
+                                 &tk);
         rc = shard_unlock(sh, rc);
         if (rc == SHMLOCK_CORRUPT) {
             return rc;
@@ -101,11 +94,11 @@ shmlock_slot_acquire_slow(shmlock_zone_t *zone, const char *key,
     }
     switch (rc) {
     case SLOT_OK:
-        shmlock_slot_out(t, shard, hash, &tk);
+        shmlock_slot_out(t, r->shard, r->hash, &tk);
         return SHMLOCK_OK;
     case SLOT_HELD:
     case SLOT_MARKED_STATE:
-        shmlock_slot_out(t, shard, hash, &tk);
+        shmlock_slot_out(t, r->shard, r->hash, &tk);
         return SHMLOCK_EXISTS;
     case SLOT_FULL:
         return SHMLOCK_NO_MEMORY;
@@ -115,43 +108,45 @@ shmlock_slot_acquire_slow(shmlock_zone_t *zone, const char *key,
 }
 
 /*
- * The uncontended acquire (the key's slot is its home slot, free): one
- * clock reading (the expiry's, and the watch's gate), the hash, the
- * inline slot_acquire_fast; anything else goes to the slow function above,
- * which starts over but for the clock.
+ * One clock reading (the expiry's, and the watch's gate), the checks, the
+ * hash; then the uncontended case inline (slot_acquire_fast: the key's
+ * slot is its home slot, free), anything else out of line.
  */
 int
 shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     uint32_t id, int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t)
 {
-    slot_ticket_t  tk;
-    shard_t       *sh;
-    uint32_t       hash, shard;
-    uint64_t       self;
-    int64_t        expiry;
+    shmlock_slot_req_t  r;
+    slot_ticket_t       tk;
+    int                 rc;
 
-    if (now_ms <= 0) {
-        now_ms = sys_now_ms();
+    rc = shm_watch_now(zone, &now_ms);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
     }
-    expiry = shmlock_slot_expiry(exptime_ms, now_ms);
-    if (__builtin_expect(shm_watch_at(zone, now_ms) == SHMLOCK_OK
-                         && key_len - 1 < SHMLOCK_KEY_MAX && expiry >= 0, 1))
+    if (__builtin_expect(key_len - 1 >= SHMLOCK_KEY_MAX, 0)) {
+        return SHMLOCK_BAD_KEY;
+    }
+    r.expiry = shmlock_slot_expiry(exptime_ms, now_ms);
+    if (__builtin_expect(r.expiry < 0, 0)) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    r.self = sys_self();
+    r.owner = (uint64_t) (uint32_t) r.self << 32 | id;
+    r.hash = hash_bytes(key, key_len);
+    r.shard = (uint32_t) ((uint64_t) r.hash >> zone->shard_shift);
+    if (__builtin_expect(
+            slot_acquire_fast(&zone->shard[r.shard].slots, key, key_len,
+                              r.hash, r.owner, r.self, r.expiry, &tk)
+            == SLOT_OK, 1))
     {
-        self = sys_self();
-        hash = hash_bytes(key, key_len);
-        shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
-        sh = &zone->shard[shard];
-        if (__builtin_expect(
-                slot_acquire_fast(&sh->slots, key, key_len, hash,
-                                  (uint64_t) (uint32_t) self << 32 | id, self,
-                                  expiry, &tk) == SLOT_OK, 1))
-        {
-            shmlock_slot_out(t, shard, hash, &tk);
-            return SHMLOCK_OK;
-        }
+        shmlock_slot_out(t, r.shard, r.hash, &tk);
+        return SHMLOCK_OK;
     }
-    return shmlock_slot_acquire_slow(zone, key, key_len, id, exptime_ms,
-                                     now_ms, t);
+    r.key = key;
+    r.key_len = key_len;
+    r.now_ms = now_ms;
+    return shmlock_slot_acquire_slow(zone, &r, t);
 }
 
 /* The answers of release, extend and swap. */
