@@ -13,9 +13,13 @@
  *               through a small table (creation, reclaim, tombstones
  *               under the lock-free paths); the counter must be exact
  *   crash       a process SIGKILLed before each write of a key's
- *               creation, a reclaim, a release and a mark, in turn: the
- *               table recovers, verifies, and every key is held by
- *               exactly its last holder or free
+ *               creation, a reclaim, a release, a mark, and of the
+ *               fast paths' pair (no mutex: nothing to recover), in
+ *               turn: the table recovers, verifies, and every key is
+ *               held by exactly its last holder or free
+ *
+ * The lock-free acquire is tried as shmlock_slot.c tries it: the inline
+ * home-slot fast path (slot_acquire_fast) first, then slot_acquire.
  *
  * usage: slot_test             the phases
  *        slot_test pairs N     N acquire+release pairs of one key (for
@@ -34,6 +38,7 @@ typedef struct {
     uint32_t    mutex;          /* 0 free, else the holder's pid */
     uint32_t    pad;
     uint64_t    counter;
+    uint64_t    fast;           /* acquires the fast path made */
     slot_hdr_t  hdr;
 } shared_t;
 
@@ -96,7 +101,9 @@ verify(void)
     mutex_unlock();
 }
 
-/* The calls as a lock would make them: lock-free first, then locked. */
+/* The calls as a lock would make them: the fast path (a free key in its
+ * home slot), lock-free, then locked.  (The fast path takes no clock: a
+ * free slot is taken whatever its expiry.) */
 static int
 acquire(const char *key, uint64_t owner, int64_t expiry, int64_t now,
     slot_ticket_t *tk)
@@ -105,6 +112,13 @@ acquire(const char *key, uint64_t owner, int64_t expiry, int64_t now,
     uint32_t  hash = hash_bytes(key, klen);
     int       rc;
 
+    rc = slot_acquire_fast(&tab, key, klen, hash, owner, owner >> 32 | 0x100,
+                           expiry, tk);
+    if (rc == SLOT_OK) {
+        shm->fast++;
+        return rc;
+    }
+    CHECK(rc == SLOT_SLOW);
     rc = slot_acquire(&tab, key, klen, hash, owner, owner >> 32 | 0x100,
                       expiry, now, tk);
     if (rc != SLOT_SLOW) {
@@ -204,6 +218,35 @@ test_semantics(int cas16)
     CHECK(b.index == a.index);              /* the slot stayed */
     CHECK_RC(release(&a), SLOT_GONE);       /* 1's old ticket: not 2's */
     CHECK_RC(release(&b), SLOT_OK);
+
+    /* the fast path: a free key in its home slot only (else SLOT_SLOW,
+     * and slot_acquire decides) */
+    if (cas16) {
+        uint32_t  hk = hash_bytes("k", 1);
+        uint64_t  fast = shm->fast;
+
+        CHECK_RC(acquire("k", 3, 0, 100, &a), SLOT_OK);
+        CHECK(shm->fast == fast + 1 && a.index == (hk & tab.mask));
+        CHECK_RC(slot_acquire_fast(&tab, "k", 1, hk, 4, 0x100, 0, &b),
+                 SLOT_SLOW);                    /* held */
+        CHECK_RC(release(&a), SLOT_OK);
+        /* a key whose home slot is k's: its own slot is further on */
+        for (i = 0; ; i++) {
+            snprintf(key, sizeof(key), "c%d", i);
+            if ((hash_bytes(key, strlen(key)) & tab.mask) == (hk & tab.mask)) {
+                break;
+            }
+        }
+        CHECK_RC(acquire(key, 3, 0, 100, &a), SLOT_OK);     /* made */
+        CHECK_RC(release(&a), SLOT_OK);
+        CHECK_RC(slot_acquire_fast(&tab, key, strlen(key),
+                                   hash_bytes(key, strlen(key)), 4, 0x100,
+                                   0, &b), SLOT_SLOW);
+        CHECK_RC(acquire(key, 4, 0, 100, &b), SLOT_OK);
+        CHECK(shm->fast == fast + 1 && b.index == a.index
+              && b.index != (hk & tab.mask));
+        CHECK_RC(release(&b), SLOT_OK);
+    }
 
     /* expiry: taken at once when expired; the old holder touches nothing */
     CHECK_RC(acquire("e", 1, 110, 100, &a), SLOT_OK);
@@ -363,16 +406,19 @@ test_exact(int cas16, int rounds)
         CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
     CHECK(shm->counter == (uint64_t) 4 * rounds);
+    CHECK(!cas16 || shm->fast > 0);
     verify();
 }
 
 
 /* ---- crashes ---- */
 
-enum { SC_CREATE, SC_RECLAIM, SC_RELEASE, SC_MARK, SC_COUNT };
+#define FAST_OWNER  ((uint64_t) 0x200 << 32 | 9)
+
+enum { SC_CREATE, SC_RECLAIM, SC_RELEASE, SC_MARK, SC_FAST, SC_COUNT };
 
 static const char  *scenario_name[] = { "create", "reclaim", "release",
-                                        "mark" };
+                                        "mark", "fast" };
 
 /* The table before: "held" held by 1, "free" free, "gone" free, and the
  * slot of "d" DEAD. */
@@ -404,6 +450,17 @@ crash_run(int sc, const slot_ticket_t *held)
     slot_mark_t    mark2 = { 0, 0, 78, 0x100, 1000, 0, 2, 0 };
     const char    *k = "new";
 
+    if (sc == SC_FAST) {
+        /* the fast paths take no mutex: "free" acquired by FAST_OWNER, of
+         * another process (its hint written before the CAS), released */
+        if (slot_acquire_fast(&tab, "free", 4, hash_bytes("free", 4),
+                              FAST_OWNER, 0x200, 0, &tk) != SLOT_OK
+            || slot_release_fast(&tab, &tk) != SLOT_OK)
+        {
+            _exit(2);
+        }
+        return;
+    }
     mutex_lock();
     switch (sc) {
     case SC_CREATE:
@@ -428,11 +485,12 @@ static void
 test_crash(int cas16)
 {
     slot_ticket_t  held, tk;
-    int            sc, n, status, done;
+    int            sc, n, status, done, rc;
     pid_t          pid;
     char           msg[256];
 
-    for (sc = 0; sc < SC_COUNT; sc++) {
+    /* (without a 16-byte CAS there is no fast path) */
+    for (sc = 0; sc < (cas16 ? SC_COUNT : SC_FAST); sc++) {
         for (n = 1, done = 0; !done; n++) {
             CHECK(n < 100);
             crash_setup(cas16, &held);
@@ -445,10 +503,13 @@ test_crash(int cas16)
             }
             CHECK(waitpid(pid, &status, 0) == pid);
             done = WIFEXITED(status);
-            CHECK(done || (WIFSIGNALED(status)
-                           && WTERMSIG(status) == SIGKILL));
-            /* the dead child's mutex, taken over as shmtx would */
-            if (!done) {
+            CHECK((done && WEXITSTATUS(status) == 0)
+                  || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+            /* the dead child's mutex, taken over as shmtx would (the
+             * fast paths die without it: nothing to recover) */
+            if (sc == SC_FAST) {
+                CHECK(shm->mutex == 0);
+            } else if (!done) {
                 CHECK(shm->mutex == (uint32_t) pid);
                 shm->mutex = (uint32_t) getpid();
                 slot_recover_locked(&tab);
@@ -477,6 +538,17 @@ test_crash(int cas16)
                           || (got.owner == 78 && got.since == 0));
                     CHECK(got.expiry == 1000 && got.until == 2);
                 }
+            }
+            if (sc == SC_FAST) {
+                /* free (killed before the acquire's CAS, or after the
+                 * release's), or FAST_OWNER's, and then its process is
+                 * known: the hint went in before the CAS */
+                rc = acquire("free", 5, 0, 100, &tk);
+                CHECK(done ? rc == SLOT_OK
+                           : rc == SLOT_OK
+                             || (rc == SLOT_HELD
+                                 && tk.state.owner == FAST_OWNER
+                                 && tk.process == 0x200));
             }
             if (sc == SC_CREATE) {
                 int  made = look("new", &tk) == SLOT_OK

@@ -57,40 +57,36 @@ shmlock_slot_expiry(int64_t exptime_ms, int64_t now_ms)
     return exptime_ms == 0 ? 0 : now_ms + exptime_ms;
 }
 
-int
-shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
-    uint32_t id, int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t)
+/* An acquire's arguments, checked, and what it computed from them. */
+typedef struct {
+    const char  *key;
+    size_t       key_len;
+    uint32_t     hash;
+    uint32_t     shard;
+    uint64_t     owner;
+    uint64_t     self;
+    int64_t      expiry;
+    int64_t      now_ms;
+} shmlock_slot_req_t;
+
+/* shmlock_slot_acquire when its fast path did not apply (the key not at
+ * its home slot, held, marked, a CAS lost, no slot yet, no 16-byte CAS):
+ * the lock-free slot_acquire, then the shard's mutex. */
+static __attribute__((noinline)) int
+shmlock_slot_acquire_slow(shmlock_zone_t *zone, const shmlock_slot_req_t *r,
+    shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
-    shard_t       *sh;
-    uint32_t       hash, shard;
-    uint64_t       self, owner;
-    int64_t        expiry;
+    shard_t       *sh = &zone->shard[r->shard];
     int            rc;
 
-    /* one clock reading: the expiry's, and the watch's gate */
-    rc = shm_watch_now(zone, &now_ms);
-    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
-        return rc;
-    }
-    if (__builtin_expect(key_len - 1 >= SHMLOCK_KEY_MAX, 0)) {
-        return SHMLOCK_BAD_KEY;
-    }
-    expiry = shmlock_slot_expiry(exptime_ms, now_ms);
-    if (expiry < 0) {
-        return SHMLOCK_BAD_VALUE;
-    }
-    self = sys_self();
-    owner = (uint64_t) (uint32_t) self << 32 | id;
-    hash = hash_bytes(key, key_len);
-    shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
-    sh = &zone->shard[shard];
-    rc = slot_acquire(&sh->slots, key, key_len, hash, owner, self, expiry,
-                      now_ms, &tk);
-    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
+    rc = slot_acquire(&sh->slots, r->key, r->key_len, r->hash, r->owner,
+                      r->self, r->expiry, r->now_ms, &tk);
+    if (rc == SLOT_SLOW) {
         shard_lock(sh);
-        rc = slot_acquire_locked(&sh->slots, key, key_len, hash, owner, self,
-                                 expiry, now_ms, &tk);
+        rc = slot_acquire_locked(&sh->slots, r->key, r->key_len, r->hash,
+                                 r->owner, r->self, r->expiry, r->now_ms,
+                                 &tk);
         rc = shard_unlock(sh, rc);
         if (rc == SHMLOCK_CORRUPT) {
             return rc;
@@ -98,17 +94,59 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     }
     switch (rc) {
     case SLOT_OK:
-        shmlock_slot_out(t, shard, hash, &tk);
+        shmlock_slot_out(t, r->shard, r->hash, &tk);
         return SHMLOCK_OK;
     case SLOT_HELD:
     case SLOT_MARKED_STATE:
-        shmlock_slot_out(t, shard, hash, &tk);
+        shmlock_slot_out(t, r->shard, r->hash, &tk);
         return SHMLOCK_EXISTS;
     case SLOT_FULL:
         return SHMLOCK_NO_MEMORY;
     default:
         return SHMLOCK_CORRUPT;         /* a table no crash can leave */
     }
+}
+
+/*
+ * One clock reading (the expiry's, and the watch's gate), the checks, the
+ * hash; then the uncontended case inline (slot_acquire_fast: the key's
+ * slot is its home slot, free), anything else out of line.
+ */
+int
+shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
+    uint32_t id, int64_t exptime_ms, int64_t now_ms, shmlock_ticket_t *t)
+{
+    shmlock_slot_req_t  r;
+    slot_ticket_t       tk;
+    int                 rc;
+
+    rc = shm_watch_now(zone, &now_ms);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    if (__builtin_expect(key_len - 1 >= SHMLOCK_KEY_MAX, 0)) {
+        return SHMLOCK_BAD_KEY;
+    }
+    r.expiry = shmlock_slot_expiry(exptime_ms, now_ms);
+    if (__builtin_expect(r.expiry < 0, 0)) {
+        return SHMLOCK_BAD_VALUE;
+    }
+    r.self = sys_self();
+    r.owner = (uint64_t) (uint32_t) r.self << 32 | id;
+    r.hash = hash_bytes(key, key_len);
+    r.shard = (uint32_t) ((uint64_t) r.hash >> zone->shard_shift);
+    if (__builtin_expect(
+            slot_acquire_fast(&zone->shard[r.shard].slots, key, key_len,
+                              r.hash, r.owner, r.self, r.expiry, &tk)
+            == SLOT_OK, 1))
+    {
+        shmlock_slot_out(t, r.shard, r.hash, &tk);
+        return SHMLOCK_OK;
+    }
+    r.key = key;
+    r.key_len = key_len;
+    r.now_ms = now_ms;
+    return shmlock_slot_acquire_slow(zone, &r, t);
 }
 
 /* The answers of release, extend and swap. */
@@ -124,8 +162,10 @@ shmlock_slot_rc(int rc)
     }
 }
 
-int
-shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
+/* shmlock_slot_release but for its fast path: a zone gone, a ticket of
+ * no shard, a CAS that failed (marked, gone), no 16-byte CAS. */
+static __attribute__((noinline)) int
+shmlock_slot_release_slow(shmlock_zone_t *zone, const shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
     shard_t       *sh;
@@ -133,9 +173,7 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
 
     /* the dead word only: the file itself is looked at by the acquires
      * (a release writes nothing but its own slot's state) */
-    if (__builtin_expect(__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE)
-                         != 0, 0))
-    {
+    if (__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE) != 0) {
         return shm_watch_dead_status(zone);
     }
     sh = shmlock_slot_in(zone, t, &tk);
@@ -143,7 +181,7 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
         return SHMLOCK_NOT_FOUND;
     }
     rc = slot_release(&sh->slots, &tk);
-    if (__builtin_expect(rc == SLOT_SLOW, 0)) {
+    if (rc == SLOT_SLOW) {
         shard_lock(sh);
         rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
     }
@@ -151,6 +189,29 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
         wait_wake(zone, t->hash, 0);
     }
     return shmlock_slot_rc(rc);
+}
+
+/* The release of a ticket whose state is still the slot's: the inline
+ * slot_release_fast, then the waiters' word (one load when none waits). */
+int
+shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+
+    if (__builtin_expect(__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE)
+                         == 0, 1))
+    {
+        sh = shmlock_slot_in(zone, t, &tk);
+        if (__builtin_expect(sh != NULL, 1)
+            && __builtin_expect(slot_release_fast(&sh->slots, &tk)
+                                == SLOT_OK, 1))
+        {
+            wait_wake(zone, t->hash, 0);
+            return SHMLOCK_OK;
+        }
+    }
+    return shmlock_slot_release_slow(zone, t);
 }
 
 int

@@ -26,37 +26,10 @@ slot_cas16(void)
 #endif
 }
 
-/*
- * The stamp first, then the owner: every change moves the stamp (its
- * serial, or its MARKED flag), so two reads with equal stamps saw no
- * change between them, and the owner read in between is that state's.
- */
-static inline slot_state_t
-slot_load(const slot_t *s)
-{
-    slot_state_t  st;
-
-    st.stamp = __atomic_load_n(&s->state.stamp, __ATOMIC_ACQUIRE);
-    st.owner = __atomic_load_n(&s->state.owner, __ATOMIC_ACQUIRE);
-    return st;
-}
-
 static inline int
 slot_same(slot_state_t a, slot_state_t b)
 {
     return a.owner == b.owner && a.stamp == b.stamp;
-}
-
-static inline uint64_t
-slot_stamp(uint64_t flags, int64_t expiry, uint64_t old_stamp)
-{
-    uint64_t  e = expiry <= 0 ? SLOT_NEVER : (uint64_t) expiry;
-
-    if (e > SLOT_NEVER) {
-        e = SLOT_NEVER;
-    }
-    return e << SLOT_EXPIRY_SHIFT | flags
-           | ((old_stamp + 1) & SLOT_SERIAL_MASK);
 }
 
 static inline int
@@ -65,29 +38,6 @@ slot_expired(uint64_t stamp, int64_t now)
     uint64_t  e = stamp >> SLOT_EXPIRY_SHIFT;
 
     return e != SLOT_NEVER && (int64_t) e <= now;
-}
-
-/* The one CAS of a state (lock-free callers, and locked ones when others
- * may be lock-free at the same time); *expect gets the state found. */
-static inline int
-slot_cas(slot_t *s, slot_state_t *expect, slot_state_t want)
-{
-#if defined(__x86_64__)
-    unsigned char  ok;
-
-    wordstore_before();
-    __asm__ __volatile__ ("lock cmpxchg16b %1\n\tsetz %0"
-                          : "=q" (ok), "+m" (s->state),
-                            "+a" (expect->owner), "+d" (expect->stamp)
-                          : "b" (want.owner), "c" (want.stamp)
-                          : "memory", "cc");
-    return ok;
-#else
-    (void) s;
-    (void) expect;
-    (void) want;
-    return 0;                               /* never called: cas16 is 0 */
-#endif
 }
 
 /*
@@ -129,17 +79,6 @@ slot_process_of(uint64_t owner, uint64_t process)
            ? process : 0;
 }
 
-/* Before a CAS that makes `process` the holder's, and after it (a racer
- * may have written its own in between); a store only if it differs, so a
- * slot taken again and again by one process is not written twice. */
-static inline void
-slot_hint(slot_t *s, uint64_t process)
-{
-    if (__atomic_load_n(&s->process, __ATOMIC_RELAXED) != process) {
-        WORDSTORE64(s->process, process);
-    }
-}
-
 
 /* ---- keys ---- */
 
@@ -157,22 +96,6 @@ slot_fingerprint(const char *key, size_t len)
     h ^= h >> 31;
     h *= 0x94d049bb133111ebULL;
     return h ^ (h >> 29);
-}
-
-/* Whether slot s holds key (its hash and length already compared). */
-static inline int
-slot_key_is(const slot_t *s, const char *key, size_t klen)
-{
-    uint64_t  fp;
-
-    if (klen <= SLOT_KEY_INLINE) {
-        return hash_equal(s->key, key, klen);
-    }
-    if (!hash_equal(s->key, key, SLOT_KEY_PREFIX)) {
-        return 0;
-    }
-    memcpy(&fp, s->key + SLOT_KEY_PREFIX, 8);
-    return fp == slot_fingerprint(key, klen);
 }
 
 static void
@@ -256,16 +179,6 @@ slot_find(slots_t *t, const char *key, size_t klen, uint32_t hash,
     return FIND_ABSENT;
 }
 
-static inline void
-slot_ticket(slot_ticket_t *tk, uint32_t i, slot_state_t st,
-    uint64_t process)
-{
-    tk->index = i;
-    tk->pad = 0;
-    tk->state = st;
-    tk->process = process;
-}
-
 
 /* ---- lock-free ---- */
 
@@ -334,36 +247,10 @@ slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
     return SLOT_SLOW;
 }
 
-/* A release or extend whose CAS failed: the holder's state but for the
- * MARKED flag is the caller's slow path; anything else is gone. */
-static inline int
-slot_not_ours(slot_state_t found, const slot_ticket_t *tk)
-{
-    if (found.owner == tk->state.owner
-        && found.stamp == (tk->state.stamp | SLOT_MARKED))
-    {
-        return SLOT_MARKED_STATE;
-    }
-    return SLOT_GONE;
-}
-
 int
 slot_release(slots_t *t, const slot_ticket_t *tk)
 {
-    slot_state_t  st = tk->state, want;
-
-    if (!t->cas16) {
-        return SLOT_SLOW;
-    }
-    if (tk->index > t->mask) {
-        return SLOT_GONE;
-    }
-    want.owner = 0;
-    want.stamp = slot_stamp(SLOT_LIVE, 0, st.stamp);
-    if (slot_cas(&t->slots[tk->index], &st, want)) {
-        return SLOT_OK;
-    }
-    return slot_not_ours(st, tk);
+    return slot_release_fast(t, tk);
 }
 
 int

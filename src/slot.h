@@ -34,7 +34,15 @@
  * that a waiter can tell a dead holder from a pid reused.  An acquirer
  * writes it just before its CAS (and again after, if a racer overwrote
  * it), a handoff for the waiter it names; it is the holder's only while
- * its pid is the owner's (slot_holder_process), else unknown.
+ * its pid is the owner's (slot_holder_process), else unknown.  Before:
+ * written after the CAS only, a slot last held by a dead process whose
+ * pid we reuse would, between our CAS and that write, name the dead one
+ * (our pid, its start time) as our process, and a waiter would take a
+ * live holder for dead.  After: a racer of another process may have
+ * written its own meanwhile (another pid: unknown, never dead, but our
+ * process would be lost to the waiters).  Each is a load and a compare,
+ * and a store only when the hint differs: none when one process takes a
+ * slot again and again.
  *
  * Every change of the state bumps the serial, so a state read once names
  * one moment of the slot: a CAS from it fails if anything happened since.
@@ -51,12 +59,14 @@
  * mutex: read the state (acquire), then the key, then the state again; a
  * key compared while it was being rewritten is caught by the second read,
  * since a slot's key changes only after its state left LIVE (reclaim) and
- * before it becomes LIVE again.  Creating a key's slot, reclaiming free
- * slots (LIVE -> DEAD: the state moves first, with a CAS, so a lock-free
- * acquirer either took the slot first or fails its CAS) and turning a run
- * of tombstones that ends at an EMPTY slot back to EMPTY happen under the
- * caller's mutex.  A held slot is never reclaimed: its index stays valid
- * for the holder's ticket.
+ * before it becomes LIVE again.  (The uncontended acquire,
+ * slot_acquire_fast, reads the state once: its CAS from that read
+ * validates the key too; see there.)  Creating a key's slot, reclaiming
+ * free slots (LIVE -> DEAD: the state moves first, with a CAS, so a
+ * lock-free acquirer either took the slot first or fails its CAS) and
+ * turning a run of tombstones that ends at an EMPTY slot back to EMPTY
+ * happen under the caller's mutex.  A held slot is never reclaimed: its
+ * index stays valid for the holder's ticket.
  *
  * Crash safety: each change of a state is one CAS (old or new, nothing
  * between); a key is written into a slot that is EMPTY or DEAD, and only
@@ -111,6 +121,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "hash.h"
+#include "wordstore.h"
 
 #define SLOT_KEY_INLINE      32
 #define SLOT_KEY_PREFIX      24
@@ -270,5 +284,176 @@ uint32_t slot_reclaim_locked(slots_t *t, int64_t now);
 void slot_recover_locked(slots_t *t);
 /* 0, or -1 with msg saying what is broken. */
 int slot_verify_locked(slots_t *t, char *msg, size_t msg_size);
+
+
+/* ---- inline: the state's primitives (slot.c's too) and the fast paths
+ * of an uncontended pair, for shmlock_slot.c ---- */
+
+/*
+ * The stamp first, then the owner: every change moves the stamp (its
+ * serial, or its MARKED flag), so two reads with equal stamps saw no
+ * change between them, and the owner read in between is that state's.
+ */
+static inline slot_state_t
+slot_load(const slot_t *s)
+{
+    slot_state_t  st;
+
+    st.stamp = __atomic_load_n(&s->state.stamp, __ATOMIC_ACQUIRE);
+    st.owner = __atomic_load_n(&s->state.owner, __ATOMIC_ACQUIRE);
+    return st;
+}
+
+static inline uint64_t
+slot_stamp(uint64_t flags, int64_t expiry, uint64_t old_stamp)
+{
+    uint64_t  e = expiry <= 0 ? SLOT_NEVER : (uint64_t) expiry;
+
+    if (e > SLOT_NEVER) {
+        e = SLOT_NEVER;
+    }
+    return e << SLOT_EXPIRY_SHIFT | flags
+           | ((old_stamp + 1) & SLOT_SERIAL_MASK);
+}
+
+/* The one CAS of a state (lock-free callers, and locked ones when others
+ * may be lock-free at the same time); *expect gets the state found. */
+static inline int
+slot_cas(slot_t *s, slot_state_t *expect, slot_state_t want)
+{
+#if defined(__x86_64__)
+    unsigned char  ok;
+
+    wordstore_before();
+    __asm__ __volatile__ ("lock cmpxchg16b %1\n\tsetz %0"
+                          : "=q" (ok), "+m" (s->state),
+                            "+a" (expect->owner), "+d" (expect->stamp)
+                          : "b" (want.owner), "c" (want.stamp)
+                          : "memory", "cc");
+    return ok;
+#else
+    (void) s;
+    (void) expect;
+    (void) want;
+    return 0;                               /* never called: cas16 is 0 */
+#endif
+}
+
+/* Before a CAS that makes `process` the holder's, and after it (a racer
+ * may have written its own in between); a store only if it differs, so a
+ * slot taken again and again by one process is not written twice. */
+static inline void
+slot_hint(slot_t *s, uint64_t process)
+{
+    if (__atomic_load_n(&s->process, __ATOMIC_RELAXED) != process) {
+        WORDSTORE64(s->process, process);
+    }
+}
+
+/* Whether slot s holds key (its hash and length already compared). */
+static inline int
+slot_key_is(const slot_t *s, const char *key, size_t klen)
+{
+    uint64_t  fp;
+
+    if (klen <= SLOT_KEY_INLINE) {
+        return hash_equal(s->key, key, klen);
+    }
+    if (!hash_equal(s->key, key, SLOT_KEY_PREFIX)) {
+        return 0;
+    }
+    memcpy(&fp, s->key + SLOT_KEY_PREFIX, 8);
+    return fp == slot_fingerprint(key, klen);
+}
+
+static inline void
+slot_ticket(slot_ticket_t *tk, uint32_t i, slot_state_t st,
+    uint64_t process)
+{
+    tk->index = i;
+    tk->pad = 0;
+    tk->state = st;
+    tk->process = process;
+}
+
+/* A release or extend whose CAS failed: the holder's state but for the
+ * MARKED flag is the caller's slow path; anything else is gone. */
+static inline int
+slot_not_ours(slot_state_t found, const slot_ticket_t *tk)
+{
+    if (found.owner == tk->state.owner
+        && found.stamp == (tk->state.stamp | SLOT_MARKED))
+    {
+        return SLOT_MARKED_STATE;
+    }
+    return SLOT_GONE;
+}
+
+/*
+ * slot_acquire's common case, inline: the key's slot is its home slot,
+ * LIVE, free and unmarked.  SLOT_OK (tk: the caller's state), or
+ * SLOT_SLOW for anything else (another slot, held, marked, a CAS lost,
+ * no 16-byte CAS): then slot_acquire, which starts over.
+ *
+ * One read of the state, not slot_find's two around the key compare:
+ * the CAS from that first read validates the key too.  A slot's key is
+ * rewritten only while its state is not LIVE (reclaim moves it LIVE ->
+ * DEAD by CAS first; the CAS that makes it LIVE again comes after the
+ * key), and every change of a state bumps its serial.  So if the key read
+ * here overlapped a rewrite, the state changed between our read and our
+ * CAS and cannot have come back to the very state read (serial caveat
+ * above): the CAS fails.  If the CAS succeeds, the state was `st` from
+ * the read to the CAS and the key compared was the slot's key all along.
+ * (x86-64 only: the loads of the key are not moved before the acquire
+ * load of the stamp nor after the locked cmpxchg16b; the rewriter's key
+ * stores become visible only after its LIVE -> DEAD CAS.)  A key that
+ * does not match proves nothing (it may be torn): slot_acquire decides.
+ */
+static inline int
+slot_acquire_fast(slots_t *t, const char *key, size_t klen, uint32_t hash,
+    uint64_t owner, uint64_t process, int64_t expiry, slot_ticket_t *tk)
+{
+    uint32_t      i = hash & t->mask;
+    slot_t       *s = &t->slots[i];
+    slot_state_t  st = slot_load(s), want;
+
+    if (!t->cas16 || st.owner != 0
+        || (st.stamp & SLOT_FLAGS) != SLOT_LIVE
+        || __atomic_load_n(&s->hash, __ATOMIC_RELAXED) != hash
+        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != klen
+        || !slot_key_is(s, key, klen))
+    {
+        return SLOT_SLOW;
+    }
+    want.owner = owner;
+    want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
+    slot_hint(s, process);
+    if (!slot_cas(s, &st, want)) {
+        return SLOT_SLOW;
+    }
+    slot_hint(s, process);
+    slot_ticket(tk, i, want, process);
+    return SLOT_OK;
+}
+
+/* slot_release itself, inline. */
+static inline int
+slot_release_fast(slots_t *t, const slot_ticket_t *tk)
+{
+    slot_state_t  st = tk->state, want;
+
+    if (!t->cas16) {
+        return SLOT_SLOW;
+    }
+    if (tk->index > t->mask) {
+        return SLOT_GONE;
+    }
+    want.owner = 0;
+    want.stamp = slot_stamp(SLOT_LIVE, 0, st.stamp);
+    if (slot_cas(&t->slots[tk->index], &st, want)) {
+        return SLOT_OK;
+    }
+    return slot_not_ours(st, tk);
+}
 
 #endif /* SLOT_H */
