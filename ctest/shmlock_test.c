@@ -909,8 +909,16 @@ test_slot_calls(shmlock_zone_t *z)
         CHECK(seen.owner >> 32 == (uint64_t) pid
               && (uint32_t) seen.process == (uint32_t) pid);
         CHECK(shmlock_slot_alive(&seen) == 0);
+        /* the same owner (an expiry moved, a mark cleared) keeps its
+         * process, whoever swaps: still the dead child's */
         CHECK_RC(shmlock_slot_swap(z, &seen, seen.owner, 0, 0, 5000, 0, &u),
-                 SHMLOCK_BAD_VALUE);        /* not of our process */
+                 SHMLOCK_OK);
+        CHECK(u.owner == seen.owner && u.process == seen.process);
+        CHECK(shmlock_slot_alive(&u) == 0);
+        seen = u;
+        /* a new owner must be of the process named */
+        CHECK_RC(shmlock_slot_swap(z, &seen, (uint64_t) 1 << 32 | 7, 0, 0,
+                                   5000, 0, &u), SHMLOCK_BAD_VALUE);
         CHECK_RC(shmlock_slot_swap(z, &seen, OWN(12), 0, 0, 5000, 0, &u),
                  SHMLOCK_OK);
         CHECK(u.process == t.process);
