@@ -522,8 +522,9 @@ SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
  * SHMLOCK_NOT_FOUND: not t's any more (expired and taken, released).
  * A lock that expired but is still in t's state (nobody took it) is
  * released: SHMLOCK_OK.  Refused (SHMLOCK_DESTROYED, SHMLOCK_REMOVED)
- * once the zone is known dead; it does not look at the zone's file
- * itself (acquires do).
+ * once the zone is destroyed or its file removed (looked at as by every
+ * call, at most every SHMLOCK_WATCH_MS): the holder learns that its lock
+ * is no longer the name's.
  */
 SHMLOCK_API int shmlock_slot_release(shmlock_zone_t *zone,
     const shmlock_ticket_t *t);

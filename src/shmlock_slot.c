@@ -171,10 +171,12 @@ shmlock_slot_release_slow(shmlock_zone_t *zone, const shmlock_ticket_t *t)
     shard_t       *sh;
     int            rc;
 
-    /* the dead word only: the file itself is looked at by the acquires
-     * (a release writes nothing but its own slot's state) */
-    if (__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE) != 0) {
-        return shm_watch_dead_status(zone);
+    /* a zone destroyed, or its file removed (looked at, as by every
+     * call, at most every SHMLOCK_WATCH_MS): a holder must learn that
+     * its lock is no longer the name's */
+    rc = shm_watch(zone);
+    if (rc != SHMLOCK_OK) {
+        return rc;
     }
     sh = shmlock_slot_in(zone, t, &tk);
     if (sh == NULL) {
@@ -199,9 +201,7 @@ shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
     slot_ticket_t  tk;
     shard_t       *sh;
 
-    if (__builtin_expect(__atomic_load_n(&zone->hdr->dead, __ATOMIC_ACQUIRE)
-                         == 0, 1))
-    {
+    if (__builtin_expect(shm_watch(zone) == SHMLOCK_OK, 1)) {
         sh = shmlock_slot_in(zone, t, &tk);
         if (__builtin_expect(sh != NULL, 1)
             && __builtin_expect(slot_release_fast(&sh->slots, &tk)

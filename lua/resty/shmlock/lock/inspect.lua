@@ -74,7 +74,11 @@ local function of_ticket(zone, tk)
         -- 0: no expiry, as ngx.shared.DICT's ttl says
         ttl = expiry == NEVER and 0 or (expiry - now) / 1000,
         marked = is_marked and marked(zone, tk, now) or nil,
-        waiters = tonumber(C.shmlock_wait_count(zone, tk.hash)),
+        -- asleep on the key's word, and on a marked waiter's own
+        -- (resty.shmlock.lock.zone, "Waking")
+        waiters = tonumber(C.shmlock_wait_count(zone, tk.hash))
+                  + tonumber(C.shmlock_wait_count(zone,
+                                 zone_backend.marked_hash(tk.hash))),
     }
 end
 _M.ticket = of_ticket

@@ -304,6 +304,7 @@ local MARKED_SALT = 0x5bd1e995
 local function marked_hash(hash)
     return band(bxor(hash, MARKED_SALT), 0xffffffff) % 4294967296
 end
+_M.marked_hash = marked_hash
 
 
 -- handoff: the lock went to the marked waiter: wake it on its own word;
