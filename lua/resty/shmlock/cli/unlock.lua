@@ -23,7 +23,7 @@ local _M = {}
 
 -- syntax: status = unlock.unlock(ctx, cmd)
 -- Exit 0 and "released KEY (held by pid P)"; 5 when KEY holds no lock
--- (absent, expired, or a value that is no lock of ours); the zone's
+-- (absent, or expired; a dictionary value is no lock); the zone's
 -- errors as the other commands.
 function _M.unlock(ctx, cmd)
     local name, key = cmd.operands[1], cmd.operands[2]
@@ -34,11 +34,8 @@ function _M.unlock(ctx, cmd)
     local shown = output.printable(key)
     local info, err = inspect.key(dict, key, dict._zone)
     if not info then
-        if err == "not locked" or err == "not a lock" then
-            return fail(ctx, EXIT.NO_KEY, format('no lock "%s" in zone "%s"'
-                                                 .. (err == "not a lock"
-                                                     and " (a value that is "
-                                                         .. "no lock)" or ""),
+        if err == "not locked" then
+            return fail(ctx, EXIT.NO_KEY, format('no lock "%s" in zone "%s"',
                                                  shown, name))
         end
         local bad_key = err == "empty key" or err == "key too long"

@@ -155,8 +155,9 @@ local IDS = ffi and C.SHMLOCK_OWNER_IDS or 4096
 local owner_ids = ffi and C.shmlock_owner_ids or core.owner_ids
 
 function _M.next_id()
-    if id_at == id_end or id_pid ~= _M.self() then
-        id_pid = _M.self()
+    local p = _M.self()
+    if id_at == id_end or id_pid ~= p then
+        id_pid = p
         id_at = owner_ids()
         id_end = id_at - id_at % IDS + IDS
     end

@@ -276,6 +276,12 @@ local function gone_owner(pid, id)
 end
 
 
+-- whether the mark read last is cd's (a waiter of this process)
+local function marked_by(cd)
+    return mark_w[M_ID] == cd.id and mark_w[M_PID] == self_pid()
+end
+
+
 -- whether the starver of the mark read last is alive
 local function starver_alive()
     probe.owner = mark.owner
@@ -526,9 +532,7 @@ end
 -- (has_mark: the mark was read).  An operator may want to know of a dead
 -- holder (a notice).
 local function take_over(zone, key, cd, exp_ms, has_mark, dead)
-    local to_starver = has_mark
-                       and not (mark_w[M_ID] == cd.id
-                                and mark_w[M_PID] == self_pid())
+    local to_starver = has_mark and not marked_by(cd)
                        and starver_ok(now_ms())
     local rc
     if to_starver then
@@ -613,7 +617,7 @@ local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
     if (check and C.shmlock_slot_alive(seen) == 0) or gone_owner(pid, id) then
         return take_over(zone, key, cd, exp_ms, has_mark, true)
     end
-    if has_mark and mark_w[M_ID] == cd.id and mark_w[M_PID] == self_pid() then
+    if has_mark and marked_by(cd) then
         return MARKED
     end
     if since and (is_marked and not has_mark) then
@@ -651,8 +655,7 @@ function _M.withdraw(zone, key, klen, cd)
         end
         local rc = C.shmlock_slot_read_mark(zone, seen, mark)
         if rc == OK then
-            if not (mark_w[M_ID] == cd.id and mark_w[M_PID] == self_pid())
-            then
+            if not marked_by(cd) then
                 return false
             end
             rc = C.shmlock_slot_swap(zone, seen, seen.owner, 0, 0, KEEP_TTL,
