@@ -64,7 +64,7 @@ describe("the soak test (spec/soak.lua)", function()
                 assert.is_true(t.ok, t.desc .. "\n" .. r.output)
             end
         end
-        assert.same({ 0, 0 }, { r.violations, r.hangs })
+        assert.same({ 0, 0 }, { r.violations, r.hangs }, r.output)
         assert.is_true(by_desc(r, "^every scenario ran").ok)
     end)
 
@@ -74,8 +74,8 @@ describe("the soak test (spec/soak.lua)", function()
         assert.equal(1, r.exit, r.output)
         assert.is_false(by_desc(r, "^counters exact").ok, r.output)
         assert.is_false(by_desc(r, "^no violations").ok, r.output)
-        assert.is_true(r.violations > 0)
-        assert.equal(0, r.hangs)
+        assert.is_true(r.violations > 0, r.output)
+        assert.equal(0, r.hangs, r.output)
     end)
 
     it("fails when a worker stops inside a round (SOAK_BREAK=hang)",
@@ -84,8 +84,8 @@ describe("the soak test (spec/soak.lua)", function()
                          SOAK_HANG_AFTER = 3 })
         assert.equal(1, r.exit, r.output)
         assert.is_false(by_desc(r, "^no hangs").ok, r.output)
-        assert.is_true(r.hangs >= 1)
-        assert.equal(0, r.violations)
+        assert.is_true(r.hangs >= 1, r.output)
+        assert.equal(0, r.violations, r.output)
         -- the hung worker was killed: its lock went to the others
         assert.is_true(by_desc(r, "^counters exact").ok, r.output)
     end)

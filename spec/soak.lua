@@ -80,8 +80,13 @@ local CFG = {
     die_rounds = 200,           -- ... in one of their first that many
     hang_after = num_env("SOAK_HANG_AFTER", 10),    -- seconds without
                                 -- progress that make a hang
-    takeover_limit = 2,         -- seconds the others may stall after a
-                                -- kill inside the mutex
+    takeover_limit = 8,         -- seconds the others may stall after a
+                                -- kill inside the mutex: a takeover that
+                                -- does not happen at once waits forever
+                                -- (the mutex) or the locks' exptime (30 s),
+                                -- so 8 s tells it apart without judging
+                                -- the machine's load (a loaded 2-core box
+                                -- has stalled a run past 2 s)
     grace = 20,                 -- seconds to stop at the end
     progress_every = 10,        -- seconds (a quarter of a short run)
     -- the soak's self-test: "lock" makes the counter workers' locks skip
