@@ -41,8 +41,10 @@ for i = 1, NKEYS do
            "not an L1 hit")
 end
 
--- 0.1.0's get() up to its L1 hit, on an lrucache of our own (the module
--- the cache loaded: outside nginx it needs the cache's ngx.now shim)
+-- An unchecked get() up to its L1 hit (the cache's argument checks and an
+-- lrucache get, with no look at the key's generation word: what an L1 hit
+-- costs without coherence), on an lrucache of our own (the module the
+-- cache loaded: outside nginx it needs the cache's ngx.now shim)
 local lrucache = getmetatable(c.lru).__index
 local old_lru = lrucache.new(NKEYS)
 for i = 1, NKEYS do
@@ -52,7 +54,7 @@ local old_mt = { __index = {} }
 local old = setmetatable({ lru = old_lru }, old_mt)
 local NIL = {}
 
--- (a vararg function, as 0.1.0's get: the loader's arguments)
+-- (a vararg function, as the cache's get: the loader's arguments)
 local function old_get(self, key, opts, loader_fn, ...) -- luacheck: ignore 212
     if getmetatable(self) ~= old_mt then
         error("bad cache object (use c:method(), not c.method())", 2)
@@ -87,7 +89,7 @@ local variants = {
             c:get(keys[j], nil, loader)
         end
     end },
-    { "unchecked", "0.1.0's L1 hit, no coherence", function(n)
+    { "unchecked", "an L1 hit without coherence", function(n)
         local j = 0
         for _ = 1, n do
             j = j < NKEYS and j + 1 or 1

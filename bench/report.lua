@@ -176,7 +176,7 @@ target("one key under load (section 7): p99 latency ≤ 0.5 s",
 target("one key under load (section 7): req/s ≥ 0.75× resty.lock's",
        get("load_w2", "ours_rps"), get("load_w2", "peer_rps"), "keeps",
        0.75, num)
-target("the cache's coherent L1 hit vs 0.1.0's unchecked L1 hit",
+target("the cache's coherent L1 hit vs an unchecked L1 hit",
        get("cache_l1", "coherent"), get("cache_l1", "unchecked"), "within",
        1.3, ns)
 for _, w in ipairs{ 1, 2 } do
@@ -538,13 +538,13 @@ put("## 8. The cache's L1 hit, outside nginx (LuaJIT, JIT on)")
 put("")
 put("`get()` of 1000 keys in turn, every one an L1 hit. Coherent: this",
     " version (lrucache get, then one load of the key's generation word).",
-    " Unchecked: 0.1.0's hit (the same argument checks and lrucache get, no",
-    " coherence). lrucache: lua-resty-lrucache's get alone.")
+    " Unchecked: the same argument checks and lrucache get, with no look at",
+    " the generation word (no coherence). lrucache: lua-resty-lrucache's get alone.")
 put("")
 header({ "L1 hit", "ns per get", "vs unchecked" }, { "---", "---:", "---:" })
 local unchecked = get("cache_l1", "unchecked")
 for _, x in ipairs{ { "coherent", "resty.shmlock.cache, coherent" },
-                    { "unchecked", "0.1.0's L1 hit, unchecked" },
+                    { "unchecked", "L1 hit, unchecked (no coherence)" },
                     { "lrucache", "lua-resty-lrucache get" } } do
     local r = get("cache_l1", x[1])
     row({ x[2], span(r, ns), (r and unchecked)
