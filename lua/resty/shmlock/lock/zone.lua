@@ -132,6 +132,7 @@ local now_ms = clock.now_ms
 local self_pid = core.self_pid
 local start32 = require("resty.shmlock.internal.token").start32
 local owner = slots.owner
+local ticket_start32 = slots.start32
 local expiry_of = slots.expiry
 local marked_in = slots.marked
 local copy = slots.copy
@@ -430,10 +431,9 @@ _M.seen = seen
 -- reuses a pid never takes its earlier owner's lock for its own (a
 -- handoff writes the waiter's process into the slot: a hint not written
 -- yet is not ours, and the next look sees it)
-local function ours_in_seen(cd)
-    local pid, id = owner(seen)
+local function ours_in_seen(cd, pid, id)
     return id == cd.id and pid == self_pid()
-           and slots.start32(seen) == start32()
+           and ticket_start32(seen) == start32()
 end
 
 
@@ -442,7 +442,7 @@ function _M.holds(zone, key, klen, cd)
     if look_at(zone, key, klen) ~= OK then
         return false
     end
-    return ours_in_seen(cd) and expiry_of(seen) > now_ms()
+    return ours_in_seen(cd, owner(seen)) and expiry_of(seen) > now_ms()
 end
 
 
@@ -535,7 +535,7 @@ local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
     if pid == 0 and id == 0 then
         return again(zone, key, klen, cd, exp_ms)
     end
-    if ours_in_seen(cd) then
+    if ours_in_seen(cd, pid, id) then
         -- handed over to us (and maybe marked by the next starver already)
         copy(cd.tk, seen, false)
         return ACQUIRED
@@ -581,7 +581,7 @@ function _M.withdraw(zone, key, klen, cd)
         if look_at(zone, key, klen) ~= OK then
             return false
         end
-        if ours_in_seen(cd) then
+        if ours_in_seen(cd, owner(seen)) then
             copy(cd.tk, seen, false)
             return true
         end
