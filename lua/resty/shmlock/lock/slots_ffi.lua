@@ -33,9 +33,9 @@
 
 local ffi = require "ffi"
 local bit = require "bit"
+local C = require "resty.shmlock.lib"
 local core = require "resty.shmlock.internal.core"
 
-local C = core.C
 local ffi_new = ffi.new
 local ffi_cast = ffi.cast
 local ffi_copy = ffi.copy
