@@ -4,7 +4,7 @@
 -- in another process, a holder killed with SIGKILL taken over at once, a
 -- starving waiter's mark and the handoff to it, the release of a
 -- collected lock object, a lock object copied into a forked child
--- (where luaposix loads).  Prints "ok" (with a note for a part skipped)
+-- (where luaposix loads); under PUC Lua, the C module's holder-group calls.  Prints "ok" (with a note for a part skipped)
 -- or raises.  Waits only for signals (a waiter counted on the key's word,
 -- a value in the zone, a process gone), each bounded by a deadline.
 --
@@ -176,6 +176,31 @@ collectgarbage()
 eq("not locked", select(2, resty_lock.inspect(d, "g")), "released by GC")
 eq(0, other:trylock("g"), "g is free")
 eq(1, other:unlock(), "unlock g")
+
+-- the C module's holder-group calls (resty.shmlock.semaphore's, bound to
+-- the module ahead of the semaphore itself under PUC Lua)
+if not core.ffi then
+    local mod, K = core.mod, core.mod.K
+    local t1, t2, t3 = mod.ticket(), mod.ticket(), mod.ticket()
+    local sem = K.SEMAPHORE
+    eq(K.OK, mod.group_acquire(d._zone, sem, "s", 1, 11, 2, 0, t1), "permit 1")
+    eq(K.OK, mod.group_acquire(d._zone, sem, "s", 1, 12, 2, 60000, t2),
+       "permit 2")
+    eq(K.EXISTS, mod.group_acquire(d._zone, sem, "s", 1, 13, 2, 0, t3),
+       "full")
+    local rc, count = mod.group_reclaim(d._zone, sem, "s", 1)
+    eq(K.OK, rc, "reclaim") eq(2, count, "two holders")
+    local holders
+    rc, count, holders = mod.group_holders(d._zone, sem, "s", 1, 8)
+    eq(K.OK, rc, "holders") eq(2, count, "holders' count")
+    eq(core.self_pid(), (mod.ticket_state(holders[1])), "a holder's pid")
+    eq(K.OK, mod.group_extend(d._zone, sem, "s", 1, t2, 1000), "extend")
+    eq(K.OK, mod.group_release(d._zone, sem, "s", 1, t1), "release 1")
+    eq(K.OK, mod.group_acquire(d._zone, sem, "s", 1, 13, 2, 0, t3), "again")
+    eq(K.OK, mod.group_release(d._zone, sem, "s", 1, t2), "release 2")
+    eq(K.OK, mod.group_release(d._zone, sem, "s", 1, t3), "release 3")
+    eq(0, select(2, mod.group_reclaim(d._zone, sem, "s", 1)), "none left")
+end
 
 -- a lock object copied into a forked child holds nothing there
 local has_posix, unistd = pcall(require, "posix.unistd")

@@ -27,6 +27,7 @@ static const struct { const char *name; double value; } CONSTANTS[] = {
     K(NAME_MAX), K(KEEP_TTL), K(KEY_MAX), K(MIN_SIZE), K(GEN_WORDS),
     K(LAYOUT), K(WATCH_MS), K(LEFT), K(RIGHT),
     K(SLOT_MARKED), K(SLOT_EXPIRY_SHIFT), K(OWNER_IDS),
+    K(SEMAPHORE), K(SHARED), K(GROUP_MAX),
     { NULL, 0 }
 };
 

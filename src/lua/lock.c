@@ -7,7 +7,8 @@
  * (ticket_state, mark_state), and a swap names its new owner by a ticket,
  * a mark or an id of this process.  Each slot call is one call of the
  * core, its arguments in the FFI's order (the key's length checked
- * against the string), answering the core's status.
+ * against the string), answering the core's status.  The holder groups'
+ * calls (shmlock_group_*: a semaphore's permits, shared holds) likewise.
  */
 #include <string.h>
 
@@ -301,6 +302,94 @@ static int owner_ids(lua_State *L)
     return 1;
 }
 
+/* ---- holder groups (shmlock_group_*): a semaphore's permits, shared
+ * holds; kind: SHMLOCK_SEMAPHORE or SHMLOCK_SHARED ---- */
+
+/* rc = core.group_acquire(zone, kind, key, klen, id, permits, exptime_ms,
+ *                         tk) */
+static int group_acquire(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    int kind = (int) core_num(L, 2);
+    size_t klen;
+    const char *key = key_arg(L, 3, &klen);
+
+    return push_rc(L, shmlock_group_acquire(zone, kind, key, klen,
+                                            (uint32_t) core_num(L, 5),
+                                            (uint32_t) core_num(L, 6),
+                                            (int64_t) core_num(L, 7),
+                                            ticket_at(L, 8)));
+}
+
+/* rc = core.group_release(zone, kind, key, klen, tk) */
+static int group_release(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    int kind = (int) core_num(L, 2);
+    size_t klen;
+    const char *key = key_arg(L, 3, &klen);
+
+    return push_rc(L, shmlock_group_release(zone, kind, key, klen,
+                                            ticket_at(L, 5)));
+}
+
+/* rc = core.group_extend(zone, kind, key, klen, tk, exptime_ms) */
+static int group_extend(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    int kind = (int) core_num(L, 2);
+    size_t klen;
+    const char *key = key_arg(L, 3, &klen);
+
+    return push_rc(L, shmlock_group_extend(zone, kind, key, klen,
+                                           ticket_at(L, 5),
+                                           (int64_t) core_num(L, 6)));
+}
+
+/* rc, count = core.group_reclaim(zone, kind, key, klen) */
+static int group_reclaim(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    int kind = (int) core_num(L, 2);
+    size_t klen;
+    const char *key = key_arg(L, 3, &klen);
+    uint32_t count = 0;
+    int rc = shmlock_group_reclaim(zone, kind, key, klen, &count);
+
+    core_push_number(L, rc);
+    core_push_number(L, count);
+    return 2;
+}
+
+/* rc, count, tickets = core.group_holders(zone, kind, key, klen, max):
+ * at most max (1 .. 256) holders' tickets; count: how many there are */
+static int group_holders(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    int kind = (int) core_num(L, 2);
+    size_t klen;
+    const char *key = key_arg(L, 3, &klen);
+    int max = (int) core_num(L, 5);
+    shmlock_ticket_t *out;
+    int count = 0, rc, i;
+
+    if (max < 1 || max > SCAN_MAX) {
+        return luaL_argerror(L, 5, "from 1 to 256");
+    }
+    out = lua_newuserdata(L, sizeof(*out) * (size_t) max);
+    rc = shmlock_group_holders(zone, kind, key, klen, out, max, &count);
+    core_push_number(L, rc);
+    core_push_number(L, count);
+    lua_newtable(L);
+    for (i = 0; (rc == SHMLOCK_OK || rc == SHMLOCK_AGAIN) && i < count
+                && i < max; i++) {
+        *(shmlock_ticket_t *) new_box(L, sizeof(shmlock_ticket_t),
+                                      TICKET_MT) = out[i];
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 3;
+}
+
 const luaL_Reg core_lock_funcs[] = {
     { "ticket", ticket_new },
     { "mark", mark_new },
@@ -318,5 +407,10 @@ const luaL_Reg core_lock_funcs[] = {
     { "slot_hash", slot_hash },
     { "slot_scan", slot_scan },
     { "owner_ids", owner_ids },
+    { "group_acquire", group_acquire },
+    { "group_release", group_release },
+    { "group_extend", group_extend },
+    { "group_reclaim", group_reclaim },
+    { "group_holders", group_holders },
     { NULL, NULL }
 };
