@@ -4,9 +4,10 @@
 -- in another process, a holder killed with SIGKILL taken over at once, a
 -- starving waiter's mark and the handoff to it, the release of a
 -- collected lock object, a lock object copied into a forked child
--- (where luaposix loads); under PUC Lua, the C module's holder-group calls.  Prints "ok" (with a note for a part skipped)
--- or raises.  Waits only for signals (a waiter counted on the key's word,
--- a value in the zone, a process gone), each bounded by a deadline.
+-- (where luaposix loads); under PUC Lua, the C module's holder-group
+-- calls.  Prints "ok" (with a note for a part skipped) or raises.  Waits
+-- only for signals (a waiter counted on the key's word, a value in the
+-- zone, a process gone), each bounded by a deadline.
 --
 --     lua lock.lua DIR              the checks
 --     lua lock.lua DIR hold KEY     (a child) holds KEY until killed
