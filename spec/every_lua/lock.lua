@@ -144,6 +144,9 @@ local zone = require "resty.shmlock.lock.zone"
 local handle = core.ffi and require "resty.shmlock.lock.handle"
                or require "resty.shmlock.lock.handle_capi"
 local token = require "resty.shmlock.internal.token"
+-- (the word a marked waiter sleeps on is the same for every interpreter:
+-- a LuaJIT process's handoff wakes a Lua 5.1 process's waiter)
+eq(4034013619, zone.marked_hash(core.hash("a")), "the marked waiter's word")
 eq(0, lock:lock("m"), "lock m")
 local w = handle.zone(d._zone, token.next_id())
 local now = clock.now_ms()
