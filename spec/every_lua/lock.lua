@@ -9,9 +9,11 @@
 -- only for signals (a waiter counted on the key's word, a value in the
 -- zone, a process gone), each bounded by a deadline.
 --
---     lua lock.lua DIR              the checks
+--     lua lock.lua DIR [PEER]       the checks; the other processes run
+--                                   under PEER (default: this interpreter)
 --     lua lock.lua DIR hold KEY     (a child) holds KEY until killed
---     lua lock.lua DIR wait KEY     (a child) waits for KEY, takes it
+--     lua lock.lua DIR wait KEY     (a child) waits for KEY, holds it until
+--                                   the zone's "go" says so
 -- luacheck: ignore 311 (each answer is read into the same locals)
 local dir, role, key = assert(arg[1], "usage: lock.lua DIR"), arg[2], arg[3]
 local shdict = require "resty.shmlock.shdict"
@@ -47,20 +49,34 @@ if role == "hold" then
     return
 elseif role == "wait" then
     local lock = assert(resty_lock:new(d, { timeout = 60 }))
+    assert(d:set("waiter_pid", core.self_pid()))
     local elapsed, err = lock:lock(key)
     eq(nil, err, "the waiter's lock")
     assert(elapsed > 0, "it waited")
-    assert(d:set("waited", true))
+    assert(d:set("waited", key))
+    until_true(function() return d:get("go") == key end, "go")
     eq(1, lock:unlock(), "the waiter's unlock")
     print("ok")
     return
 end
 
-local lua, script = arg[-1], arg[0]
+local lua, script = role or arg[-1], arg[0]     -- (role: PEER here)
 local function spawn(what, k)
     assert(os.execute(lua .. " '" .. script .. "' '" .. dir .. "' " .. what
-                      .. " " .. k .. " > '" .. dir .. "/" .. what .. ".out' "
-                      .. "2>&1 &"))
+                      .. " " .. k .. " > '" .. dir .. "/" .. what .. k
+                      .. ".out' 2>&1 &"))
+end
+
+-- the output of the waiter on k, once it is there
+local function waiter_said(k)
+    local out
+    until_true(function()
+        local f = io.open(dir .. "/wait" .. k .. ".out")
+        out = f and f:read("*a")
+        if f then f:close() end
+        return out and out ~= ""
+    end, "the waiter's output")
+    return out
 end
 local notes = {}
 
@@ -115,16 +131,24 @@ until_true(function()
     return i and i.waiters >= 1
 end, "the waiter counted on the key's word")
 eq(1, lock:unlock(), "the release")
-until_true(function() return d:get("waited") == true end, "the waiter's turn")
+until_true(function() return d:get("waited") == "w" end, "the waiter's turn")
+assert(d:set("go", "w"))
+eq("ok\n", waiter_said("w"), "the waiter")
+
+-- a starving waiter in another process marks the lock: the release hands
+-- it over, the key never free in between
+eq(0, lock:lock("x"), "lock x")
+spawn("wait", "x")
 until_true(function()
-    local f = io.open(dir .. "/wait.out")
-    local out = f and f:read("*a")
-    if f then f:close() end
-    return out and out ~= ""
-end, "the waiter's output")
-local f = assert(io.open(dir .. "/wait.out"))
-eq("ok\n", f:read("*a"), "the waiter")
-f:close()
+    local i = resty_lock.inspect(d, "x")
+    return i and i.marked and i.marked.pid == d:get("waiter_pid")
+end, "the waiter's mark")
+eq(1, lock:unlock(), "the release hands over")
+eq("timeout", select(2, lock:trylock("x")), "handed over, never free")
+until_true(function() return d:get("waited") == "x" end, "the waiter's turn")
+eq(d:get("waiter_pid"), assert(resty_lock.inspect(d, "x")).pid, "its holder")
+assert(d:set("go", "x"))
+eq("ok\n", waiter_said("x"), "the waiter")
 
 -- a holder killed with SIGKILL: its lock is taken at once
 spawn("hold", "h")
