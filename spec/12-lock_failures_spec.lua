@@ -177,7 +177,7 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         end })
         -- the zone backend and its slots' primitives, over failing
         local names = { "resty.shmlock.lock.zone", "resty.shmlock.lock.slots",
-                        "resty.shmlock.lock.slots_ffi" }
+                        "resty.shmlock.lock.slots.ffi" }
         local saved = {}
         for _, name in ipairs(names) do
             saved[name] = package.loaded[name]

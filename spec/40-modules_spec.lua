@@ -101,8 +101,8 @@ describe("the module tree", function()
         -- (the C module's side loads under PUC Lua only: spec/60)
         local puc_only = { ["resty.shmlock.internal.core.capi"] = true,
                            ["resty.shmlock.shdict.capi"] = true,
-                           ["resty.shmlock.lock.slots_capi"] = true,
-                           ["resty.shmlock.lock.handle_capi"] = true }
+                           ["resty.shmlock.lock.slots.capi"] = true,
+                           ["resty.shmlock.lock.handle.capi"] = true }
         for _, name in ipairs(modules()) do
             if puc_only[name] then
                 goto continue

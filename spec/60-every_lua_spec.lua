@@ -21,13 +21,13 @@ local ALL = { "luajit", "lua5.1", "lua5.2", "lua5.3", "lua5.4" }
 -- loads
 local LUAJIT_ONLY = {
     "^resty%.shmlock%.lib$", "^resty%.shmlock%.internal%.core%.ffi$",
-    "^resty%.shmlock%.lock%.slots_ffi$", "^resty%.shmlock%.lock%.handle$",
+    "^resty%.shmlock%.lock%.slots%.ffi$", "^resty%.shmlock%.lock%.handle$",
     "^resty%.shmlock%.lock%.ngx_shared$", "^resty%.shmlock%.lock%.shared$",
     "^resty%.shmlock%.cli%.",
 }
 local PUC_ONLY = {
     "^resty%.shmlock%.internal%.core%.capi$", "^resty%.shmlock%.shdict%.capi$",
-    "^resty%.shmlock%.lock%.slots_capi$", "^resty%.shmlock%.lock%.handle_capi$",
+    "^resty%.shmlock%.lock%.slots%.capi$", "^resty%.shmlock%.lock%.handle%.capi$",
 }
 
 local function matches(name, patterns)

@@ -58,7 +58,7 @@
 
 -- Under PUC Lua (no FFI), C is the C module's slot calls under the same
 -- names (resty.shmlock.lock.slots) and the handle is
--- resty.shmlock.lock.handle_capi's; ngx.shared dicts exist only inside
+-- resty.shmlock.lock.handle.capi's; ngx.shared dicts exist only inside
 -- nginx, under LuaJIT (docs/every-lua.md).
 local has_ffi = require("resty.shmlock.internal.core").ffi
 
@@ -71,7 +71,7 @@ local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
 local handle = has_ffi and require "resty.shmlock.lock.handle"
-               or require "resty.shmlock.lock.handle_capi"
+               or require "resty.shmlock.lock.handle.capi"
 local zone_backend = require "resty.shmlock.lock.zone"
 local ngx_shared = has_ffi and require "resty.shmlock.lock.ngx_shared"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"

@@ -166,7 +166,7 @@ eq(1, lock:unlock(), "unlock h")
 -- a starving waiter marks the lock; the release hands it over
 local zone = require "resty.shmlock.lock.zone"
 local handle = core.ffi and require "resty.shmlock.lock.handle"
-               or require "resty.shmlock.lock.handle_capi"
+               or require "resty.shmlock.lock.handle.capi"
 local token = require "resty.shmlock.internal.token"
 -- (the word a marked waiter sleeps on is the same for every interpreter:
 -- a LuaJIT process's handoff wakes a Lua 5.1 process's waiter)

@@ -1,4 +1,4 @@
--- resty.shmlock.lock.handle_capi (internal): resty.shmlock.lock.handle's
+-- resty.shmlock.lock.handle.capi (internal): resty.shmlock.lock.handle's
 -- interface for a zone's locks under PUC Lua (the C module binding): the
 -- handle a lock object carries while it holds a lock, so that an object
 -- collected while holding releases it.

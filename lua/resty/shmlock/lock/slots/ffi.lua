@@ -1,6 +1,6 @@
--- resty.shmlock.lock.slots_ffi (internal): the lock slots' primitives over
+-- resty.shmlock.lock.slots.ffi (internal): the lock slots' primitives over
 -- LuaJIT's FFI, for resty.shmlock.lock.zone (the algorithm, written once)
--- and resty.shmlock.lock.inspect.  resty.shmlock.lock.slots_capi gives the
+-- and resty.shmlock.lock.inspect.  resty.shmlock.lock.slots.capi gives the
 -- same over the C module (PUC Lua); resty.shmlock.lock.slots picks one.
 --
 -- The interface:

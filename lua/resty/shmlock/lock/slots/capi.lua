@@ -1,5 +1,5 @@
--- resty.shmlock.lock.slots_capi (internal): the lock slots' primitives
--- (the interface: resty.shmlock.lock.slots_ffi) over the C module
+-- resty.shmlock.lock.slots.capi (internal): the lock slots' primitives
+-- (the interface: resty.shmlock.lock.slots.ffi) over the C module
 -- resty.shmlock.core (src/lua/lock.c), for PUC Lua 5.1 to 5.4.  Tickets
 -- and marks are userdata holding the core's structs: their 64-bit owner
 -- words never pass through a Lua number (pid << 32 | id does not fit the
