@@ -390,6 +390,42 @@ static int group_holders(lua_State *L)
     return 3;
 }
 
+#ifdef SHMLOCK_TESTING
+/*
+ * The test build only (make test-every-lua's ASan module): fork, _exit and
+ * waitpid, for spec/every_lua/lock.lua's forked child under a Lua that has
+ * no luaposix (Debian packages none for 5.4).
+ */
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* pid = core.test_fork() (0 in the child) */
+static int test_fork(lua_State *L)
+{
+    core_push_number(L, fork());
+    return 1;
+}
+
+/* core.test_exit(status): _exit, no finalizer run */
+static int test_exit(lua_State *L)
+{
+    _exit((int) core_num(L, 1));
+    return 0;
+}
+
+/* status = core.test_wait(pid): its exit status, -1 if it did not exit */
+static int test_wait(lua_State *L)
+{
+    int status = 0;
+
+    if (waitpid((pid_t) core_num(L, 1), &status, 0) < 0
+        || !WIFEXITED(status)) {
+        return push_rc(L, -1);
+    }
+    return push_rc(L, WEXITSTATUS(status));
+}
+#endif
+
 const luaL_Reg core_lock_funcs[] = {
     { "ticket", ticket_new },
     { "mark", mark_new },
@@ -412,5 +448,10 @@ const luaL_Reg core_lock_funcs[] = {
     { "group_extend", group_extend },
     { "group_reclaim", group_reclaim },
     { "group_holders", group_holders },
+#ifdef SHMLOCK_TESTING
+    { "test_fork", test_fork },
+    { "test_exit", test_exit },
+    { "test_wait", test_wait },
+#endif
     { NULL, NULL }
 };
