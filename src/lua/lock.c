@@ -11,6 +11,10 @@
  * calls (shmlock_group_*: a semaphore's permits, shared holds) likewise.
  */
 #include <string.h>
+#ifdef SHMLOCK_TESTING
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
 
 #include "core.h"
 
@@ -396,9 +400,6 @@ static int group_holders(lua_State *L)
  * waitpid, for spec/every_lua/lock.lua's forked child under a Lua that has
  * no luaposix (Debian packages none for 5.4).
  */
-#include <sys/wait.h>
-#include <unistd.h>
-
 /* pid = core.test_fork() (0 in the child) */
 static int test_fork(lua_State *L)
 {
