@@ -175,12 +175,20 @@ describe("resty.shmlock when a zone call fails (injected)", function()
                 return real[name](...)
             end
         end })
-        local saved = package.loaded["resty.shmlock.lock.zone"]
+        -- the zone backend and its slots' primitives, over failing
+        local names = { "resty.shmlock.lock.zone", "resty.shmlock.lock.slots",
+                        "resty.shmlock.lock.slots.ffi" }
+        local saved = {}
+        for _, name in ipairs(names) do
+            saved[name] = package.loaded[name]
+            package.loaded[name] = nil
+        end
         package.loaded["resty.shmlock.lib"] = failing
-        package.loaded["resty.shmlock.lock.zone"] = nil
         zl = require "resty.shmlock.lock.zone"
         package.loaded["resty.shmlock.lib"] = real
-        package.loaded["resty.shmlock.lock.zone"] = saved
+        for _, name in ipairs(names) do
+            package.loaded[name] = saved[name]
+        end
     end)
 
     before_each(function()

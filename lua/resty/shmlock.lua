@@ -56,22 +56,24 @@
 -- nginx worker forked after init_by_lua locked) holds nothing, whichever
 -- method is called (held()).
 
--- Without the FFI (PUC Lua) the lock is not bound yet: resty.shmlock.lock.unbound.
-if not require("resty.shmlock.internal.core").ffi then
-    return require "resty.shmlock.lock.unbound"
-end
+-- Under PUC Lua (no FFI), C is the C module's slot calls under the same
+-- names (resty.shmlock.lock.slots) and the handle is
+-- resty.shmlock.lock.handle.capi's; ngx.shared dicts exist only inside
+-- nginx, under LuaJIT (docs/every-lua.md).
+local has_ffi = require("resty.shmlock.internal.core").ffi
 
-local ffi = require "ffi"
-local C = require "resty.shmlock.lib"
+local ffi = has_ffi and require "ffi"
+local C = require("resty.shmlock.lock.slots").C
 local shdict = require "resty.shmlock.shdict"
 local version = require "resty.shmlock.version"
 local nginx = require "resty.shmlock.internal.nginx"
 local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
-local handle = require "resty.shmlock.lock.handle"
+local handle = has_ffi and require "resty.shmlock.lock.handle"
+               or require "resty.shmlock.lock.handle.capi"
 local zone_backend = require "resty.shmlock.lock.zone"
-local ngx_shared = require "resty.shmlock.lock.ngx_shared"
+local ngx_shared = has_ffi and require "resty.shmlock.lock.ngx_shared"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"
 local inspect = require "resty.shmlock.lock.inspect"
 local log = require "resty.shmlock.internal.log"
@@ -79,7 +81,7 @@ local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
 
-local ffi_str = ffi.string
+local ffi_str = has_ffi and ffi.string
 local type = type
 local tostring = tostring
 local error = error

@@ -1,14 +1,12 @@
--- spec/every_lua/cache.lua DIR: the cache's paths that need no lock, under
--- whichever interpreter runs this (spec/60): set, peek, get's L1 and L2
--- hits (L1 coherent with another cache object's set), delete, purge,
--- stats, the L1's LRU and its expiry; a miss answers why it cannot load
--- where the lock has no binding.  Prints "ok" or raises.  No FFI, no
--- busted: plain Lua 5.1 to 5.4 and LuaJIT alike.
+-- spec/every_lua/cache.lua DIR: the cache under whichever interpreter runs
+-- this (spec/60): set, peek, get's L1 and L2 hits (L1 coherent with
+-- another cache object's set), delete, purge, stats, the L1's LRU and its
+-- expiry, a miss loaded under the lock, a loader's error.  Prints "ok" or
+-- raises.  No FFI, no busted: plain Lua 5.1 to 5.4 and LuaJIT alike.
 -- luacheck: ignore 311 (each answer is read into the same locals)
 local dir = assert(arg[1], "usage: cache.lua DIR")
 local shdict = require "resty.shmlock.shdict"
 local cache = require "resty.shmlock.cache"
-local has_ffi = require("resty.shmlock.internal.core").ffi
 
 local function eq(want, got, what)
     if want ~= got then
@@ -86,21 +84,24 @@ eq(true, (zone:set("not-ours", 1)), "a key of no cache")
 eq(true, (c:purge()), "purge again")
 eq(1, zone:get("not-ours"), "purge keeps other keys")
 
--- a miss needs the lock: loads, or says why not
-v, err = c:get("miss", nil, function() return "loaded" end)
-if has_ffi then
-    eq("loaded", v, "a miss loads")
-else
-    eq(nil, v, "no load without the lock")
-    eq(true, err:find("^could not create lock: resty%.shmlock: the lock is "
-                      .. "not available under Lua 5%.%d yet") ~= nil, err)
-end
+-- a miss loads under the lock, once: then L1 and L2 have it
+local loads = 0
+local function load() loads = loads + 1 return { "loaded" } end
+v, err, level = c:get("miss", nil, load)
+eq("loaded", v and v[1], "a miss loads") eq(nil, err, "the load's err")
+eq(3, level, "from the loader")
+eq("loaded", (c:get("miss", nil, load))[1], "then an L1 hit")
+eq("loaded", (other:get("miss", nil, load))[1], "and an L2 hit")
+eq(1, loads, "one load")
+v, err = c:get("fails", nil, function() error("no such user") end)
+eq(nil, v, "a loader's error")
+eq(true, err:find("no such user", 1, true) ~= nil, err)
 
 -- stats: each object's counts reach the zone at its stats()
 assert(c:stats())
 local st = assert(other:stats())
 eq(true, st.hits_l1 >= 1, "hits_l1") eq(true, st.hits_l2 >= 1, "hits_l2")
-eq(1, st.misses, "misses")
+eq(2, st.misses, "misses: \"miss\" and \"fails\"")
 
 -- the L1: at most l1_size items, the least recently used one goes
 local small = assert(cache.new("el_small", { dict = zone, l1_size = 2 }))

@@ -54,13 +54,7 @@ describe("an application's use of resty.shmlock", function()
 
     it("calls the loader once for 8 processes missing at once", function()
         assert(shdict.open("locks"))
-        local lock, why = resty_lock:new("locks")
-        if not lock then
-            -- under PUC Lua until the lock is bound there
-            -- (docs/every-lua.md)
-            pending(why)
-            return
-        end
+        assert(resty_lock:new("locks"))
         local results = testing.processes(8, [[
             local cache = require "resty.shmlock.cache"
             local d = assert(require("resty.shmlock.shdict").open("counts"))

@@ -1,7 +1,7 @@
 /*
  * luaopen_resty_shmlock_core: the module table, every area's functions
  * (core.h) and the core's constants, named as in shmlock.h without the
- * SHMLOCK_ prefix (core.K.NOT_FOUND).  A new area (the lock's, say) is one
+ * SHMLOCK_ prefix (core.K.NOT_FOUND).  A new area is one
  * more file with one more luaL_Reg list, added to AREAS below.
  */
 #include <math.h>
@@ -10,7 +10,7 @@
 #include "core.h"
 
 static const luaL_Reg *const AREAS[] = {
-    core_zone_funcs, core_dict_funcs, core_sys_funcs, NULL,
+    core_zone_funcs, core_dict_funcs, core_sys_funcs, core_lock_funcs, NULL,
 };
 
 #define K(name) { #name, SHMLOCK_##name }
@@ -26,6 +26,8 @@ static const struct { const char *name; double value; } CONSTANTS[] = {
     K(OP_SET), K(OP_ADD), K(OP_REPLACE), K(OP_SAFE),
     K(NAME_MAX), K(KEEP_TTL), K(KEY_MAX), K(MIN_SIZE), K(GEN_WORDS),
     K(LAYOUT), K(WATCH_MS), K(LEFT), K(RIGHT),
+    K(SLOT_MARKED), K(SLOT_EXPIRY_SHIFT), K(OWNER_IDS),
+    K(SEMAPHORE), K(SHARED), K(GROUP_MAX),
     { NULL, 0 }
 };
 

@@ -24,6 +24,7 @@
 extern const luaL_Reg core_zone_funcs[];
 extern const luaL_Reg core_dict_funcs[];
 extern const luaL_Reg core_sys_funcs[];
+extern const luaL_Reg core_lock_funcs[];
 
 /* the zone at index i, raises on anything else or a closed one */
 shmlock_zone_t *core_zone(lua_State *L, int i);

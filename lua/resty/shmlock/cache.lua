@@ -102,9 +102,7 @@ local function resolve_dict(dict, what)
 end
 
 -- the value zone and the lock zone; nil, err if one cannot be opened or
--- the lock cannot be made there.  Where the lock has no binding yet (PUC
--- Lua: docs/every-lua.md) the cache is made all the same: its loads
--- answer why.
+-- the lock cannot be made there.
 local function open_dicts(name, opts)
     local dict, err = resolve_dict(opts.dict == nil and name or opts.dict,
                                    "opts.dict")
@@ -118,7 +116,7 @@ local function open_dicts(name, opts)
             return nil, err
         end
     end
-    if not opts.lock and not resty_lock.UNBOUND then
+    if not opts.lock then
         -- a bad lock_dict or lock_opts shows now, not at the first miss
         local lock
         lock, err = resty_lock:new(lock_dict, opts.lock_opts)

@@ -7,17 +7,18 @@
 -- and ttl through the dict's own methods, an owner number or a compact
 -- token whose pid resty.shmlock.lock.ngx_shared reads (holder_pid).
 
-local ffi = require "ffi"
-local C = require "resty.shmlock.lib"
+local slots = require "resty.shmlock.lock.slots"
 local zone_backend = require "resty.shmlock.lock.zone"
-local holder_pid = require("resty.shmlock.lock.ngx_shared").holder_pid
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
 local errors = require "resty.shmlock.errors"
-local proc_alive = require("resty.shmlock.internal.core").proc_alive
+local core = require "resty.shmlock.internal.core"
+-- (ngx.shared dicts exist only inside nginx, under LuaJIT)
+local holder_pid = core.ffi
+                   and require("resty.shmlock.lock.ngx_shared").holder_pid
+local proc_alive = core.proc_alive
 
-local ffi_new = ffi.new
-local ffi_str = ffi.string
+local C = slots.C
 local tonumber = tonumber
 local byte = string.byte
 local sub = string.sub
@@ -76,9 +77,9 @@ local function of_ticket(zone, tk)
         marked = is_marked and marked(zone, tk, now) or nil,
         -- asleep on the key's word, and on a marked waiter's own
         -- (resty.shmlock.lock.zone, "Waking")
-        waiters = tonumber(C.shmlock_wait_count(zone, tk.hash))
+        waiters = tonumber(C.shmlock_wait_count(zone, slots.hash(tk)))
                   + tonumber(C.shmlock_wait_count(zone,
-                                 zone_backend.marked_hash(tk.hash))),
+                                 zone_backend.marked_hash(slots.hash(tk)))),
     }
 end
 _M.ticket = of_ticket
@@ -136,8 +137,8 @@ function _M.key(dict, key, zone)
         return nil, errors[rc]
     end
     -- a copy: the scratch ticket is the next look's
-    local tk = ffi_new(zone_backend.ticket_t)
-    ffi.copy(tk, zone_backend.seen, zone_backend.TICKET_SIZE)
+    local tk = slots.ticket()
+    slots.copy(tk, zone_backend.seen)
     return of_ticket(zone, tk)
 end
 
@@ -170,26 +171,23 @@ end
 -- more: key_len tells) and key_len; nil and the zone's error.  A lock
 -- taken or released during the walk may be missing.
 function _M.locks(zone)
-    local out = ffi_new("shmlock_slot_info_t[?]", STEP)
-    local count = ffi_new("int[1]")
-    local cursor = ffi_new("uint64_t[1]")
     local list = {}
     local at = 0
     repeat
-        local rc = C.shmlock_slot_scan(zone, at, out, STEP, count, cursor)
+        local rc, next_at, step = slots.scan(zone, at, STEP)
         if rc ~= OK then
             return nil, errors[rc]
         end
-        for i = 0, count[0] - 1 do
-            local kind, key, len = key_of(ffi_str(out[i].key, out[i].shown),
-                                          tonumber(out[i].key_len))
-            local info = kind and of_ticket(zone, out[i].ticket)
+        for i = 1, #step do
+            local slot = step[i]
+            local kind, key, len = key_of(slot.key, slot.key_len)
+            local info = kind and of_ticket(zone, slot.ticket)
             if info then
                 info.kind, info.key, info.key_len = kind, key, len
                 list[#list + 1] = info
             end
         end
-        at = cursor[0]
+        at = next_at
     until at == 0
     return list
 end

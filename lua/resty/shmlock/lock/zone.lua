@@ -100,10 +100,16 @@
 -- elsewhere it answers false): such an owner is treated as a dead
 -- process's, as holder (taken over) and as starver (not handed to,
 -- replaced).
+--
+-- Bindings.  The algorithm is written once, here, over the slots'
+-- primitives of this interpreter's binding (resty.shmlock.lock.slots: the
+-- FFI's or the C module's).  Its calls keep the ABI's names and argument
+-- order (C.shmlock_slot_acquire ...): under LuaJIT, C is the library
+-- itself, so the hot paths (add, a release's first try) are the FFI calls
+-- they always were; under PUC Lua, the C module's functions of the same
+-- names.  Tickets and marks are read and made through the primitives.
 
-local ffi = require "ffi"
-local bit = require "bit"
-local C = require "resty.shmlock.lib"
+local slots = require "resty.shmlock.lock.slots"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
@@ -112,25 +118,26 @@ local options = require "resty.shmlock.internal.options"
 local backoff = require "resty.shmlock.internal.backoff"
 local log_event = require("resty.shmlock.internal.log").event
 
-local ffi_new = ffi.new
-local ffi_cast = ffi.cast
-local ffi_copy = ffi.copy
-local tonumber = tonumber
+local C = slots.C
 local floor = math.floor
 local ceil = math.ceil
 local min = math.min
 local max = math.max
-local band = bit.band
-local bor = bit.bor
-local bnot = bit.bnot
-local bxor = bit.bxor
-local rshift = bit.rshift
+local band = core.bit.band
+local bxor = core.bit.bxor
 local ms = options.ms
 local cached_ms = clock.cached_ms
 local now_us = clock.now_us
 local now_ms = clock.now_ms
 local self_pid = core.self_pid
 local start32 = require("resty.shmlock.internal.token").start32
+local owner = slots.owner
+local ticket_start32 = slots.start32
+local expiry_of = slots.expiry
+local marked_in = slots.marked
+local copy = slots.copy
+local mark_owner = slots.mark_owner
+local mark_times = slots.mark_times
 local next_step = backoff.next
 local MIN_SLEEP = backoff.MIN_SLEEP
 
@@ -160,67 +167,23 @@ local _M = {
 }
 
 
--- ---------------------------------------------------------------------
--- Tickets and marks, as 32-bit words (a uint64_t field read from Lua is
--- a boxed number; its halves are plain ones).
-
-local ticket_t = ffi.typeof("shmlock_ticket_t")
-local mark_t = ffi.typeof("shmlock_mark_t")
-local U32P = ffi.typeof("uint32_t *")
-local U64 = ffi.typeof("uint64_t")
-local TICKET_SIZE = ffi.sizeof(ticket_t)
-
-local LE = ffi.abi("le")
--- ticket: slot, hash, owner (id, pid), stamp (low, high), process (pid,
--- start time's low 32 bits)
-local T_ID, T_PID = LE and 2 or 3, LE and 3 or 2
-local T_LO, T_HI = LE and 4 or 5, LE and 5 or 4
-local T_START = LE and 7 or 6
--- mark: owner (id, pid) first
-local M_ID, M_PID = LE and 0 or 1, LE and 1 or 0
-
-local SLOT_MARKED = C.SHMLOCK_SLOT_MARKED
 local NEVER = 2 ^ 40 - 1        -- the expiry of a lock without one
-local TWO32 = 2 ^ 32
 
-_M.ticket_t = ticket_t
-_M.TICKET_SIZE = TICKET_SIZE
+_M.ticket_t = slots.ticket_t            -- (FFI only)
+_M.TICKET_SIZE = slots.TICKET_SIZE
 
 -- scratch space for the C calls, allocated once; each is filled right
 -- before its call (no allocation in between, so no GC finalizer can run
 -- and reuse it)
-local seen = ffi_new(ticket_t)          -- a look's: the slot's state
-local seen_w = ffi_cast(U32P, seen)
-local moved = ffi_new(ticket_t)         -- a swap's result we do not keep
-local mark = ffi_new(mark_t)            -- a mark read
-local mark_w = ffi_cast(U32P, mark)
-local want = ffi_new(mark_t)            -- a mark we place
-local probe = ffi_new(ticket_t)         -- a starver, to ask if it lives
-
-
--- the expiry (ms of the zone clock; NEVER) of the state in words w
-local function expiry_of(w)
-    return w[T_HI] * 256 + rshift(w[T_LO], 24)
-end
-
--- whether the state in words w is marked
-local function marked_in(w)
-    return band(w[T_LO], SLOT_MARKED) ~= 0
-end
-
--- the owner word of id in this process
-local function owner_word(id)
-    return U64(self_pid()) * TWO32 + id
-end
+local seen = slots.ticket()             -- a look's: the slot's state
+local moved = slots.ticket()            -- a swap's result we do not keep
+local mark = slots.mark()               -- a mark read
 
 
 -- syntax: pid, id, expiry, marked = zone.state(tk)
 -- A ticket's state, as numbers: the owner's pid and id (0, 0: free), the
 -- expiry (ms of the zone clock; zone.NEVER: none), whether it is marked.
-function _M.state(tk)
-    local w = ffi_cast(U32P, tk)
-    return w[T_PID], w[T_ID], expiry_of(w), marked_in(w)
-end
+_M.state = slots.state
 _M.NEVER = NEVER
 
 
@@ -228,8 +191,7 @@ _M.NEVER = NEVER
 -- The mark zone.read_mark read last, as numbers (the starver's pid and
 -- id, the exptime it asks for, when it began to wait, its deadline).
 function _M.mark_of()
-    return mark_w[M_PID], mark_w[M_ID], tonumber(mark.exptime_ms),
-           tonumber(mark.since_ms), tonumber(mark.until_ms)
+    return slots.mark_state(mark)
 end
 
 
@@ -243,17 +205,8 @@ end
 
 -- whether the starver of the mark read last may still be waiting
 local function waiting(now)
-    return tonumber(mark.until_ms) > now
-end
-
-
--- the whole ticket tk with its MARKED flag set or cleared
-local function set_marked(w, on)
-    if on then
-        w[T_LO] = bor(w[T_LO], SLOT_MARKED)
-    else
-        w[T_LO] = band(w[T_LO], bnot(SLOT_MARKED))
-    end
+    local _, till = mark_times(mark)
+    return till > now
 end
 
 
@@ -262,9 +215,8 @@ end
 -- ticket (without the MARKED flag): a release with it is the holder's,
 -- handing a marked lock over (`shmlock unlock`).
 function _M.holders_ticket()
-    local tk = ffi_new(ticket_t)
-    ffi_copy(tk, seen, TICKET_SIZE)
-    set_marked(ffi_cast(U32P, tk), false)
+    local tk = slots.ticket()
+    copy(tk, seen, false)
     return tk
 end
 
@@ -278,15 +230,14 @@ end
 
 -- whether the mark read last is cd's (a waiter of this process)
 local function marked_by(cd)
-    return mark_w[M_ID] == cd.id and mark_w[M_PID] == self_pid()
+    local pid, id = mark_owner(mark)
+    return id == cd.id and pid == self_pid()
 end
 
 
 -- whether the starver of the mark read last is alive
 local function starver_alive()
-    probe.owner = mark.owner
-    probe.process = mark.process
-    return C.shmlock_slot_alive(probe) ~= 0
+    return slots.mark_alive(mark)
 end
 
 
@@ -297,7 +248,7 @@ _M.mark_alive = starver_alive
 
 -- whether the lock may go to the starver of the mark read last
 local function starver_ok(now)
-    return waiting(now) and not gone_owner(mark_w[M_PID], mark_w[M_ID])
+    return waiting(now) and not gone_owner(mark_owner(mark))
            and starver_alive()
 end
 
@@ -380,22 +331,18 @@ local function release(zone, tk)
             return nil, errors[rc]
         end
         -- marked: our state with the flag
-        ffi_copy(seen, tk, TICKET_SIZE)
-        set_marked(seen_w, true)
+        copy(seen, tk, true)
         rc = C.shmlock_slot_read_mark(zone, seen, mark)
         if rc == OK then
             if starver_ok(now_ms()) then
-                rc = C.shmlock_slot_swap(zone, seen, mark.owner,
-                                         mark.process, 0, mark.exptime_ms,
-                                         0, moved)
+                rc = slots.swap_to_mark(zone, seen, mark, moved)
                 if rc == OK then
-                    wake(zone, seen.hash, true)
+                    wake(zone, slots.hash(seen), true)
                     return 1
                 end
             else
                 -- a stale mark: cleared, which gives our state back
-                rc = C.shmlock_slot_swap(zone, seen, seen.owner, 0, 0,
-                                         KEEP_TTL, 0, moved)
+                rc = slots.swap_keep(zone, seen, false, KEEP_TTL, moved)
             end
         end
         if rc ~= OK and rc ~= CHANGED then
@@ -411,13 +358,10 @@ _M.release = release
 -- A marked lock of ours gets a new expiry: the marked state's, keeping
 -- the mark; our ticket follows (without the flag).  The codes.
 local function extend_marked(zone, cd, exp_ms)
-    ffi_copy(seen, cd.tk, TICKET_SIZE)
-    set_marked(seen_w, true)
-    local rc = C.shmlock_slot_swap(zone, seen, seen.owner, 0, SLOT_MARKED,
-                                   exp_ms, 0, moved)
+    copy(seen, cd.tk, true)
+    local rc = slots.swap_keep(zone, seen, true, exp_ms, moved)
     if rc == OK then
-        ffi_copy(cd.tk, moved, TICKET_SIZE)
-        set_marked(ffi_cast(U32P, cd.tk), false)
+        copy(cd.tk, moved, false)
     end
     return rc
 end
@@ -487,9 +431,9 @@ _M.seen = seen
 -- reuses a pid never takes its earlier owner's lock for its own (a
 -- handoff writes the waiter's process into the slot: a hint not written
 -- yet is not ours, and the next look sees it)
-local function ours_in_seen(cd)
-    return seen_w[T_ID] == cd.id and seen_w[T_PID] == self_pid()
-           and seen_w[T_START] == start32()
+local function ours_in_seen(cd, pid, id)
+    return id == cd.id and pid == self_pid()
+           and ticket_start32(seen) == start32()
 end
 
 
@@ -498,7 +442,7 @@ function _M.holds(zone, key, klen, cd)
     if look_at(zone, key, klen) ~= OK then
         return false
     end
-    return ours_in_seen(cd) and expiry_of(seen_w) > now_ms()
+    return ours_in_seen(cd, owner(seen)) and expiry_of(seen) > now_ms()
 end
 
 
@@ -508,8 +452,8 @@ function _M.here(zone, key, klen)
     if look_at(zone, key, klen) ~= OK then
         return false
     end
-    return seen_w[T_PID] == self_pid() and seen_w[T_ID] ~= 0
-           and expiry_of(seen_w) > now_ms()
+    local pid, id = owner(seen)
+    return pid == self_pid() and id ~= 0 and expiry_of(seen) > now_ms()
 end
 
 
@@ -536,11 +480,9 @@ local function take_over(zone, key, cd, exp_ms, has_mark, dead)
                        and starver_ok(now_ms())
     local rc
     if to_starver then
-        rc = C.shmlock_slot_swap(zone, seen, mark.owner, mark.process, 0,
-                                 mark.exptime_ms, 0, moved)
+        rc = slots.swap_to_mark(zone, seen, mark, moved)
     else
-        rc = C.shmlock_slot_swap(zone, seen, owner_word(cd.id), 0, 0, exp_ms,
-                                 0, cd.tk)
+        rc = slots.swap_to(zone, seen, cd.id, exp_ms, cd.tk)
     end
     if rc ~= OK then
         if rc == CHANGED then
@@ -548,10 +490,10 @@ local function take_over(zone, key, cd, exp_ms, has_mark, dead)
         end
         return FAILED, errors[rc]
     end
-    wake(zone, seen.hash, to_starver)
+    wake(zone, slots.hash(seen), to_starver)
     if dead then
-        local pid = seen_w[T_PID]
-        local aborted = gone_owner(pid, seen_w[T_ID])
+        local pid, id = owner(seen)
+        local aborted = gone_owner(pid, id)
         log_event("notice", 'lock "' .. key .. '": '
                   .. (aborted and "an aborted waiter of process "
                       or "holder process ")
@@ -565,12 +507,7 @@ end
 
 
 local function place_mark(zone, cd, ask, since, till)
-    want.owner = owner_word(cd.id)
-    want.process = 0
-    want.exptime_ms = ask
-    want.since_ms = since
-    want.until_ms = till
-    if C.shmlock_slot_mark(zone, seen, want, moved) == OK then
+    if slots.place_mark(zone, seen, cd.id, ask, since, till, moved) == OK then
         return MARKED
     end
     return BUSY
@@ -594,18 +531,17 @@ local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
     if rc ~= OK then
         return FAILED, errors[rc]
     end
-    local pid, id = seen_w[T_PID], seen_w[T_ID]
+    local pid, id = owner(seen)
     if pid == 0 and id == 0 then
         return again(zone, key, klen, cd, exp_ms)
     end
-    if ours_in_seen(cd) then
+    if ours_in_seen(cd, pid, id) then
         -- handed over to us (and maybe marked by the next starver already)
-        ffi_copy(cd.tk, seen, TICKET_SIZE)
-        set_marked(ffi_cast(U32P, cd.tk), false)
+        copy(cd.tk, seen, false)
         return ACQUIRED
     end
-    local is_marked = marked_in(seen_w)
-    if expiry_of(seen_w) <= now_ms() then
+    local is_marked = marked_in(seen)
+    if expiry_of(seen) <= now_ms() then
         -- expired: free; a mark on it is dropped (its waiter marks again)
         if is_marked then
             return take_over(zone, key, cd, exp_ms, false, false)
@@ -624,9 +560,9 @@ local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
         return BUSY     -- a mark being written: look again
     end
     if since
-       and (not has_mark or tonumber(mark.since_ms) > since
+       and (not has_mark or mark_times(mark) > since
             or not waiting(now_ms())
-            or gone_owner(mark_w[M_PID], mark_w[M_ID])
+            or gone_owner(mark_owner(mark))
             or (check and not starver_alive()))
     then
         return place_mark(zone, cd, ask or exp_ms, since, till)
@@ -645,12 +581,11 @@ function _M.withdraw(zone, key, klen, cd)
         if look_at(zone, key, klen) ~= OK then
             return false
         end
-        if ours_in_seen(cd) then
-            ffi_copy(cd.tk, seen, TICKET_SIZE)
-            set_marked(ffi_cast(U32P, cd.tk), false)
+        if ours_in_seen(cd, owner(seen)) then
+            copy(cd.tk, seen, false)
             return true
         end
-        if not marked_in(seen_w) then
+        if not marked_in(seen) then
             return false
         end
         local rc = C.shmlock_slot_read_mark(zone, seen, mark)
@@ -658,8 +593,7 @@ function _M.withdraw(zone, key, klen, cd)
             if not marked_by(cd) then
                 return false
             end
-            rc = C.shmlock_slot_swap(zone, seen, seen.owner, 0, 0, KEEP_TTL,
-                                     0, moved)
+            rc = slots.swap_keep(zone, seen, false, KEEP_TTL, moved)
         end
         if rc ~= CHANGED then
             return false
@@ -736,15 +670,13 @@ function _M.block(zone, key, klen, cd, exp_ms, timeout, step, ratio,
             C.shmlock_wait_end(zone, on, seq, 0)
             on = next_on
             check = false
-            goto continue
+        else
+            -- at least 1 us: 0 would not sleep at all
+            local us = ceil(min(max(step, MIN_SLEEP) * 1000000,
+                                deadline - now, CHECK_EVERY_US))
+            check = C.shmlock_wait_end(zone, on, seq, us) == TIMEOUT
+            step = next_step(step, ratio, max_step)
         end
-
-        -- at least 1 us: 0 would not sleep at all
-        local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
-                            CHECK_EVERY_US))
-        check = C.shmlock_wait_end(zone, on, seq, us) == TIMEOUT
-        step = next_step(step, ratio, max_step)
-        ::continue::
     end
 end
 

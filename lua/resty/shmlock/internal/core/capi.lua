@@ -66,7 +66,8 @@ for _, name in ipairs {
     "hash", "self_pid", "proc_start", "proc_alive", "zone_open",
     "zone_destroy", "zone_name_ok", "zone_dead", "zone_shards",
     "zone_gen_add", "wait_count", "getgrnam", "getgrgid", "getpwuid",
-    "sleep", "setenv", "pack_double", "unpack_double",
+    "sleep", "setenv", "pack_double", "unpack_double", "token_block",
+    "owner_ids",
 } do
     _M[name] = mod[name]
 end

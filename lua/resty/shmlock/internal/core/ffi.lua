@@ -56,6 +56,19 @@ function _M.self_pid()
     return C.shmlock_self_pid()
 end
 
+-- syntax: digits = core.token_block(): a fresh block of token serials,
+-- its 13 high hex digits (resty.shmlock.internal.token)
+local block_buf = ffi_new("char[32]")
+function _M.token_block()
+    C.shmlock_token_block(block_buf)
+    return ffi_str(block_buf, 13)
+end
+
+-- syntax: first = core.owner_ids(): SHMLOCK_OWNER_IDS fresh owner ids
+function _M.owner_ids()
+    return C.shmlock_owner_ids()
+end
+
 function _M.proc_start(pid)
     return tonumber(C.shmlock_proc_start(pid))
 end

@@ -1,0 +1,197 @@
+-- resty.shmlock.lock.slots.ffi (internal): the lock slots' primitives over
+-- LuaJIT's FFI, for resty.shmlock.lock.zone (the algorithm, written once)
+-- and resty.shmlock.lock.inspect.  resty.shmlock.lock.slots.capi gives the
+-- same over the C module (PUC Lua); resty.shmlock.lock.slots picks one.
+--
+-- The interface:
+--
+--     C                  the slot calls by their ABI names, in its
+--                        argument order (shmlock_slot_acquire, _release,
+--                        _extend, _look, _read_mark, _alive,
+--                        shmlock_wait_begin, _end, shmlock_wake_waiters,
+--                        shmlock_wait_count, shmlock_hash): here the
+--                        library itself, so that a hot path calling
+--                        C.shmlock_slot_acquire is the FFI call, nothing
+--                        in between
+--     tk = ticket()      a ticket (zeroed); m = mark(): a mark
+--     copy(dst, src, marked)      dst = src, its MARKED flag set (true)
+--                                 cleared (false) or kept (nil)
+--     pid, id = owner(tk); start32(tk); expiry(tk) (zone clock ms,
+--         NEVER: none); marked(tk); hash(tk)
+--     pid, id, expiry, marked = state(tk)
+--     pid, id = mark_owner(m); since, till = mark_times(m)
+--     pid, id, exptime, since, till = mark_state(m)
+--     alive = mark_alive(m)       the starver of m may be alive
+--     rc = swap_keep(zone, seen, marked, exp_ms, out)   the same owner
+--     rc = swap_to_mark(zone, seen, m, out)             a handoff to m
+--     rc = swap_to(zone, seen, id, exp_ms, out)         to our waiter id
+--     rc = place_mark(zone, seen, id, ask, since, till, out)
+--     rc, next, list = scan(zone, cursor, max)  { ticket, key, key_len }
+--
+-- Tickets' 64-bit words are read as 32-bit halves (a uint64_t field read
+-- from Lua is a boxed number; its halves are plain ones).
+
+local ffi = require "ffi"
+local bit = require "bit"
+local C = require "resty.shmlock.lib"
+local core = require "resty.shmlock.internal.core"
+
+local ffi_new = ffi.new
+local ffi_cast = ffi.cast
+local ffi_copy = ffi.copy
+local ffi_str = ffi.string
+local tonumber = tonumber
+local band = bit.band
+local bor = bit.bor
+local bnot = bit.bnot
+local rshift = bit.rshift
+local self_pid = core.self_pid
+
+local ticket_t = ffi.typeof("shmlock_ticket_t")
+local mark_t = ffi.typeof("shmlock_mark_t")
+local U32P = ffi.typeof("uint32_t *")
+local U64 = ffi.typeof("uint64_t")
+local TICKET_SIZE = ffi.sizeof(ticket_t)
+
+local LE = ffi.abi("le")
+-- ticket: slot, hash, owner (id, pid), stamp (low, high), process (pid,
+-- start time's low 32 bits)
+local T_ID, T_PID = LE and 2 or 3, LE and 3 or 2
+local T_LO, T_HI = LE and 4 or 5, LE and 5 or 4
+local T_START = LE and 7 or 6
+-- mark: owner (id, pid) first
+local M_ID, M_PID = LE and 0 or 1, LE and 1 or 0
+
+local SLOT_MARKED = C.SHMLOCK_SLOT_MARKED
+local TWO32 = 2 ^ 32
+
+local _M = {
+    C = C,
+    ticket_t = ticket_t,
+    TICKET_SIZE = TICKET_SIZE,
+}
+
+-- scratch space, filled right before its call
+local want = ffi_new(mark_t)            -- a mark we place
+local probe = ffi_new(ticket_t)         -- a starver, to ask if it lives
+
+
+function _M.ticket()
+    return ffi_new(ticket_t)
+end
+
+function _M.mark()
+    return ffi_new(mark_t)
+end
+
+
+function _M.copy(dst, src, marked)
+    ffi_copy(dst, src, TICKET_SIZE)
+    local w = ffi_cast(U32P, dst)
+    if marked == nil then
+        return
+    elseif marked then
+        w[T_LO] = bor(w[T_LO], SLOT_MARKED)
+    else
+        w[T_LO] = band(w[T_LO], bnot(SLOT_MARKED))
+    end
+end
+
+
+function _M.owner(tk)
+    local w = ffi_cast(U32P, tk)
+    return w[T_PID], w[T_ID]
+end
+
+function _M.start32(tk)
+    return ffi_cast(U32P, tk)[T_START]
+end
+
+local function expiry(tk)
+    local w = ffi_cast(U32P, tk)
+    return w[T_HI] * 256 + rshift(w[T_LO], 24)
+end
+_M.expiry = expiry
+
+local function marked(tk)
+    return band(ffi_cast(U32P, tk)[T_LO], SLOT_MARKED) ~= 0
+end
+_M.marked = marked
+
+function _M.hash(tk)
+    return tk.hash
+end
+
+function _M.state(tk)
+    local w = ffi_cast(U32P, tk)
+    return w[T_PID], w[T_ID], expiry(tk), marked(tk)
+end
+
+
+function _M.mark_owner(m)
+    local w = ffi_cast(U32P, m)
+    return w[M_PID], w[M_ID]
+end
+
+function _M.mark_times(m)
+    return tonumber(m.since_ms), tonumber(m.until_ms)
+end
+
+function _M.mark_state(m)
+    local w = ffi_cast(U32P, m)
+    return w[M_PID], w[M_ID], tonumber(m.exptime_ms), tonumber(m.since_ms),
+           tonumber(m.until_ms)
+end
+
+function _M.mark_alive(m)
+    probe.owner = m.owner
+    probe.process = m.process
+    return C.shmlock_slot_alive(probe) ~= 0
+end
+
+
+function _M.swap_keep(zone, seen, is_marked, exp_ms, out)
+    return C.shmlock_slot_swap(zone, seen, seen.owner, 0,
+                               is_marked and SLOT_MARKED or 0, exp_ms, 0, out)
+end
+
+function _M.swap_to_mark(zone, seen, m, out)
+    return C.shmlock_slot_swap(zone, seen, m.owner, m.process, 0,
+                               m.exptime_ms, 0, out)
+end
+
+function _M.swap_to(zone, seen, id, exp_ms, out)
+    return C.shmlock_slot_swap(zone, seen, U64(self_pid()) * TWO32 + id, 0, 0,
+                               exp_ms, 0, out)
+end
+
+function _M.place_mark(zone, seen, id, ask, since, till, out)
+    want.owner = U64(self_pid()) * TWO32 + id
+    want.process = 0
+    want.exptime_ms = ask
+    want.since_ms = since
+    want.until_ms = till
+    return C.shmlock_slot_mark(zone, seen, want, out)
+end
+
+
+function _M.scan(zone, cursor, max)
+    local out = ffi_new("shmlock_slot_info_t[?]", max)
+    local count = ffi_new("int[1]")
+    local next_at = ffi_new("uint64_t[1]")
+    local rc = C.shmlock_slot_scan(zone, cursor, out, max, count, next_at)
+    local list = {}
+    if rc == 0 then
+        for i = 0, count[0] - 1 do
+            local tk = ffi_new(ticket_t)
+            ffi_copy(tk, out[i].ticket, TICKET_SIZE)
+            list[i + 1] = { ticket = tk,
+                            key = ffi_str(out[i].key, out[i].shown),
+                            key_len = tonumber(out[i].key_len) }
+        end
+    end
+    return rc, tonumber(next_at[0]), list
+end
+
+
+return _M
