@@ -47,6 +47,7 @@ local clock = require "resty.shmlock.internal.clock"
 local backoff = require "resty.shmlock.internal.backoff"
 local zone_backend = require "resty.shmlock.lock.zone"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"
+local inspect = require "resty.shmlock.lock.inspect"
 local bit = require "bit"
 
 local ffi_new = ffi.new
@@ -247,6 +248,9 @@ local SLOT_MARKED = C.SHMLOCK_SLOT_MARKED
 local KEEP_TTL = C.SHMLOCK_KEEP_TTL
 local TWO32 = 2 ^ 32
 
+local moved = ffi_new("shmlock_ticket_t")     -- a swap's, not kept
+local unghost
+
 local ACQUIRED = zone_backend.ACQUIRED
 local BUSY = zone_backend.BUSY
 local MARKED = zone_backend.MARKED
@@ -280,10 +284,19 @@ function sem_backend.add(sem, key, klen, w)
     return nil, errors[rc]
 end
 
--- the head seen (w.tk, a refused add's) as 32-bit words: whether marked
-local function head_marked(w)
-    local words = ffi_cast(U32P, w.tk)
+-- whether the head in state seen (a refused acquire's ticket) is marked
+local function head_marked(seen)
+    local words = ffi_cast(U32P, seen)
     return band(words[T_LO], SLOT_MARKED) ~= 0
+end
+
+-- the mark of the head in state seen cleared (its owner kept): true, or
+-- false if the head moved meanwhile
+local function clear_mark(sem, seen, out)
+    local words = ffi_cast(U32P, seen)
+    return C.shmlock_slot_swap(sem.zone, seen,
+                               U64(words[T_PID]) * TWO32 + words[T_ID], 0,
+                               0, KEEP_TTL, 0, out) == OK
 end
 
 -- the mark on the head seen is w's, or w may replace it: its waiter came
@@ -340,7 +353,7 @@ function sem_backend.look(sem, key, klen, w, _, check, since, till)
         return BUSY
     end
     local now = now_ms()
-    if not head_marked(w) then
+    if not head_marked(w.tk) then
         return place(sem, w, since, till, now)
     end
     if read_mark(sem.zone, w.tk) ~= OK then
@@ -370,7 +383,7 @@ function sem_backend.withdraw(sem, key, klen, w)
         if ok then
             return true
         end
-        if ok == nil or not head_marked(w)
+        if ok == nil or not head_marked(w.tk)
            or read_mark(sem.zone, w.tk) ~= OK
         then
             return false
@@ -379,15 +392,24 @@ function sem_backend.withdraw(sem, key, klen, w)
         if pid ~= C.shmlock_self_pid() or id ~= w.id then
             return false
         end
-        local words = ffi_cast(U32P, w.tk)
-        if C.shmlock_slot_swap(sem.zone, w.tk,
-                               U64(words[T_PID]) * TWO32 + words[T_ID], 0,
-                               0, KEEP_TTL, 0, w.moved) == OK
-        then
+        if clear_mark(sem, w.tk, w.moved) then
             return false
         end
     end
     return false
+end
+
+-- The head seen (a refused acquire's ticket, seen) is marked by a waiter
+-- of this worker that nginx aborted: its mark cleared (no waiter is left
+-- to come in on it).
+function unghost(sem, seen)
+    if not head_marked(seen) or read_mark(sem.zone, seen) ~= OK then
+        return
+    end
+    local pid, id = mark_of()
+    if pid == C.shmlock_self_pid() and zone_backend.gone(id) then
+        clear_mark(sem, seen, moved)
+    end
 end
 
 -- syntax: here = here(sem, key, klen)
@@ -509,7 +531,11 @@ function _M.acquire(self, key, timeout)
     local rc = try(self, key, klen, next_id(), tk)
     local elapsed = 0
     if rc == EXISTS then
-        -- a dead holder's permit is back at once
+        -- a dead holder's permit is back at once, and inside nginx the
+        -- turn of a waiter of this worker that nginx aborted
+        if in_nginx then
+            unghost(self, tk)
+        end
         reclaim(self.zone, key, klen)
         rc = try(self, key, klen, next_id(), tk)
     end
@@ -587,6 +613,28 @@ function _M.count(self, key)
         return nil, err
     end
     return reclaim(self.zone, key, #key)
+end
+
+-- syntax: info, err = semaphore.inspect(dict_name_or_dict, key)
+-- What holds the permits of key, read without changing anything
+-- (docs/semaphore.md): { count, holders = { { pid, alive, ttl }, ... },
+-- marked = { pid, alive, deadline, waited } or nil, waiters }; nil, "not
+-- locked"; nil, "dictionary not found"; the key's errors.
+function _M.inspect(a, b, c)
+    local dict_name, key = a, b
+    if a == _M then
+        dict_name, key = b, c
+    end
+    local dict = find(dict_name)
+    if not dict then
+        return nil, "dictionary not found"
+    end
+    local err
+    key, err = key_check(key)
+    if not key then
+        return nil, err
+    end
+    return inspect.semaphore(dict._zone, key)
 end
 
 -- syntax: holding = sem:owned()
