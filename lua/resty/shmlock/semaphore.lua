@@ -51,7 +51,6 @@ local inspect = require "resty.shmlock.lock.inspect"
 local bit = require "bit"
 
 local ffi_new = ffi.new
-local ffi_str = ffi.string
 local ffi_cast = ffi.cast
 local ffi_gc = ffi.gc
 local ffi_copy = ffi.copy
@@ -89,10 +88,11 @@ local mt = { __index = _M }
 ffi.cdef([[
 typedef struct {
     shmlock_zone_t    *zone;    /* NULL: holds nothing */
+    shmlock_zone_t    *ref;     /* the zone this handle keeps mapped */
     int32_t            pid;     /* the process that acquired */
     int32_t            kind;
     uint32_t           key_len;
-    uint32_t           pad;
+    uint32_t           cap;     /* bytes of key[] */
     shmlock_ticket_t   ticket;
     char               key[?];
 } shmlock_lua_permit_t;
@@ -115,19 +115,39 @@ local function give_back(cd)
         return nil
     end
     cd.zone = nil
-    local rc
     -- a forked child's copy releases nothing: the permit is the parent's
     if ours(cd.pid) then
-        rc = C.shmlock_group_release(zone, cd.kind, cd.key, cd.key_len,
-                                     cd.ticket)
+        return C.shmlock_group_release(zone, cd.kind, cd.key, cd.key_len,
+                                       cd.ticket)
     end
-    C.shmlock_zone_close(zone)
-    return rc
+    return nil
 end
 
-local function handle(zone, kind, key, klen)
-    local cd = ffi_gc(ffi_new(permit_t, klen), give_back)
-    C.shmlock_zone_retain(zone)
+-- the finalizer: the permit given back, then the zone let go (at exit,
+-- finalizers run in any order: the zone object may go first)
+local function collect(cd)
+    give_back(cd)
+    local ref = cd.ref
+    if ref ~= nil then
+        cd.ref = nil
+        C.shmlock_zone_close(ref)
+    end
+end
+
+-- The handle of a permit just taken (ticket tk).  An object keeps its
+-- handle after a release (zone NULL: holding nothing) and takes it again
+-- at its next acquire if the key fits: a reused object allocates nothing,
+-- leaves no finalizer behind and retains its zone once (ref, let go when
+-- the handle is collected), not per acquire+release.  A handle still
+-- holding (a forked child's copy of the parent's) is never reused.
+local function handle(self, zone, kind, key, klen)
+    local cd = self.permit
+    if cd == nil or cd.zone ~= nil or cd.cap < klen or cd.ref ~= zone then
+        cd = ffi_gc(ffi_new(permit_t, klen), collect)
+        cd.cap = klen
+        C.shmlock_zone_retain(zone)
+        cd.ref = zone
+    end
     cd.zone = zone
     cd.pid = C.shmlock_self_pid()
     cd.kind = kind
@@ -187,6 +207,7 @@ function _M.new(a, b, c)
         dict = dict, zone = dict._zone, permits = permits,
         exptime = exptime, timeout = timeout, step = step, ratio = ratio,
         max_step = max_step, blocking_timeout = blocking, permit = nil,
+        key = false,
     }, mt)
 end
 
@@ -550,7 +571,8 @@ function _M.acquire(self, key, timeout)
         rc = OK
     end
     if rc == OK then
-        self.permit = handle(self.zone, SEMAPHORE, key, klen)
+        self.permit = handle(self, self.zone, SEMAPHORE, key, klen)
+        self.key = key
         return elapsed
     end
     return nil, errors[rc]
@@ -562,15 +584,13 @@ end
 -- syntax: ok, err = sem:release()
 function _M.release(self)
     local cd = held(self)
-    self.permit = nil
     if not cd then
         return nil, "unlocked"
     end
     local rc = give_back(cd)
-    ffi_gc(cd, nil)
     if in_nginx then
         -- this worker's queued waiters of the key look again
-        released(ffi_str(cd.key, cd.key_len), SPACE)
+        released(self.key, SPACE)
     end
     if rc == OK then
         return 1
