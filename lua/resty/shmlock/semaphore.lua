@@ -18,10 +18,11 @@
 --
 -- Waiting: outside nginx, on the zone's wait word of the key (a release
 -- wakes a sleeper at once), in steps that look for dead holders between
--- them; inside nginx, ngx.sleep steps (resty.lock's step, ratio,
--- max_step) on a monotonic deadline; where the phase cannot yield, nil,
--- "cannot wait in <phase> phase", unless blocking_timeout lets the worker
--- block that long.
+-- them; inside nginx, the lock's one wait (resty.shmlock.lock.nginx_wait:
+-- resty.lock's steps, then the worker's queue, where the oldest queued
+-- waiter's turn keeps everyone else out: a bounded wait); where the phase
+-- cannot yield, nil, "cannot wait in <phase> phase", unless
+-- blocking_timeout lets the worker block that long.
 
 -- Without the FFI (PUC Lua) the semaphore is not bound yet: the module
 -- loads, and new() answers nil and why, as the lock's does.
@@ -96,6 +97,14 @@ typedef struct {
     shmlock_ticket_t   ticket;
     char               key[?];
 } shmlock_lua_permit_t;
+
+typedef struct {
+    shmlock_ticket_t   tk;      /* ours once acquired; else the head seen */
+    shmlock_ticket_t   moved;   /* a mark's or swap's result */
+    shmlock_mark_t     want;    /* the mark we place */
+    uint64_t           owner;   /* pid << 32 | id */
+    uint32_t           id;
+} shmlock_lua_sem_wait_t;
 ]])
 
 local permit_t = ffi.typeof("shmlock_lua_permit_t")
@@ -207,7 +216,7 @@ function _M.new(a, b, c)
         dict = dict, zone = dict._zone, permits = permits,
         exptime = exptime, timeout = timeout, step = step, ratio = ratio,
         max_step = max_step, blocking_timeout = blocking, permit = nil,
-        key = false,
+        key = false, exp_ms = ms(exptime),
     }, mt)
 end
 
@@ -218,7 +227,7 @@ end
 -- EXISTS the head's state, which a queued waiter marks)
 local function try(self, key, klen, id, out)
     return C.shmlock_group_acquire(self.zone, SEMAPHORE, key, klen, id,
-                                   self.permits, ms(self.exptime), out)
+                                   self.permits, self.exp_ms, out)
 end
 
 -- dead holders and expired leases dropped; the permits held now
@@ -250,15 +259,7 @@ end
 local SPACE = "\0semaphore\0"
 local sem_backend = { space = SPACE }
 
-local wait_t = ffi.typeof([[
-struct {
-    shmlock_ticket_t  tk;       /* ours once acquired; else the head seen */
-    shmlock_ticket_t  moved;    /* a mark's or swap's result */
-    shmlock_mark_t    want;     /* the mark we place */
-    uint64_t          owner;    /* pid << 32 | id */
-    uint32_t          id;
-}
-]])
+local wait_t = ffi.typeof("shmlock_lua_sem_wait_t")
 local U32P = ffi.typeof("uint32_t *")
 local U64 = ffi.typeof("uint64_t")
 local TICKET_SIZE = ffi.sizeof("shmlock_ticket_t")
@@ -512,12 +513,12 @@ local function wait(self, key, klen, timeout)
         local phase = get_phase()
         if YIELDABLE[phase] then
             elapsed, err = nginx_wait.sleep(sem_backend, self, key, klen, w,
-                                            ms(self.exptime), timeout,
+                                            self.exp_ms, timeout,
                                             self.step, self.ratio,
                                             self.max_step)
         elseif self.blocking_timeout > 0 then
             elapsed, err = nginx_wait.block(sem_backend, self, key, klen, w,
-                                            ms(self.exptime),
+                                            self.exp_ms,
                                             min(timeout,
                                                 self.blocking_timeout),
                                             self.step, self.ratio,
