@@ -1318,4 +1318,69 @@ describe("resty.shmlock.semaphore when a process dies at every write",
             assert.is_true(crashes < 200, sc.name .. ": never completed")
         end)
     end
+    -- A queued waiter's turn (inside nginx: nginx_wait's mark on the key's
+    -- head, src/group.h) across a crash of the holder's release at each
+    -- of its writes: the turn stays, the waiter comes in, nobody else.
+    it("keeps a waiter's turn when the releasing holder dies at any write",
+       function()
+        local ffi = require "ffi"
+        local SEM = lib.SHMLOCK_SEMAPHORE
+        local OK, EXISTS = lib.SHMLOCK_OK, lib.SHMLOCK_EXISTS
+        local me = proc.getpid()
+        local WAITER_ID = 4242
+        local crashes = 0
+        for n = 1, 100 do
+            seq = seq + 1
+            local name = "semturn" .. seq
+            local dict = assert(shdict.open(name, { dir = fx.dir,
+                                                    size = "64k" }))
+            local zone = dict._zone
+            local r = exit_of(proc.wait(proc.spawn(function()
+                local s = sem(dict, { permits = 1 })
+                assert(s:acquire("k", 0) == 0)
+                -- the parent's waiter marks the full key (its turn)
+                local seen = ffi.new("shmlock_ticket_t")
+                assert(lib.shmlock_group_acquire(zone, SEM, "k", 1, 1, 1,
+                                                 30000, seen) == EXISTS)
+                local m = ffi.new("shmlock_mark_t")
+                m.owner = ffi.cast("uint64_t", me) * 2 ^ 32 + WAITER_ID
+                m.process = me
+                m.since_ms = lib.shmlock_now_ms()
+                m.until_ms = m.since_ms + 600000
+                assert(lib.shmlock_slot_mark(zone, seen, m,
+                                             ffi.new("shmlock_ticket_t"))
+                       == OK)
+                lib.shmlock_test_crash_at(n)
+                assert(s:release() == 1)
+                lib.shmlock_test_crash_at(0)
+            end), 10))
+            local where = "a release under a turn, killed at write " .. n
+            local done = r.how == "exit"
+            if done then
+                assert.same(CLEAN, r, where)
+            else
+                assert.same(KILLED, r, where)
+                crashes = crashes + 1
+            end
+            assert.same({ true }, { dict:verify() }, where)
+            -- the dead holder dropped; still nobody but the waiter
+            local other = sem(dict, { permits = 1 })
+            assert.same({ nil, "timeout" }, { other:acquire("k", 0) }, where)
+            local tk = ffi.new("shmlock_ticket_t")
+            assert.equal(OK, lib.shmlock_group_acquire(zone, SEM, "k", 1,
+                                                       WAITER_ID, 1, 30000,
+                                                       tk), where)
+            assert.equal(OK, lib.shmlock_group_release(zone, SEM, "k", 1, tk),
+                         where)
+            assert.same({ 0 }, { other:acquire("k", 0) }, where)
+            assert.same({ 1 }, { other:release() }, where)
+            assert.same({ true }, { dict:verify() }, where)
+            assert.is_true((shdict.destroy(name, { dir = fx.dir })))
+            if done then
+                break
+            end
+        end
+        assert.is_true(crashes > 0, "no write to crash at")
+        assert.is_true(crashes < 100, "never completed")
+    end)
 end)
