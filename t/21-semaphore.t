@@ -258,6 +258,38 @@ EOF
                 ngx.say(T.fmt(elapsed ~= nil, err))
             }
         }
+        # docs/semaphore.md's limit.conn-style recipe: a permit per request
+        # taken in access (503 over the limit), released in log
+        location = /conn {
+            access_by_lua_block {
+                local sem = assert(T.semaphore:new("sem", { permits = 2,
+                                                            exptime = 60 }))
+                local elapsed, err = sem:acquire("conn-client", 0)
+                if not elapsed then
+                    if err == "timeout" then
+                        return ngx.exit(503)
+                    end
+                    ngx.log(ngx.ERR, "conn limit: ", err)
+                    return
+                end
+                ngx.ctx.conn_permit = sem
+            }
+            content_by_lua_block {
+                for _ = 1, 3000 do
+                    if T.zone:get("conn-go") then
+                        break
+                    end
+                    ngx.sleep(0.01)
+                end
+                ngx.say("served")
+            }
+            log_by_lua_block {
+                local sem = ngx.ctx.conn_permit
+                if sem then
+                    sem:release()
+                end
+            }
+        }
         # holds a permit until the zone's key release-<key> is set
         location = /hold_until {
             content_by_lua_block {
@@ -454,6 +486,19 @@ subtest "a client abort of a queued waiter, the release in a LuaJIT "
        "0 nil\n", "the next acquirer gets the permit");
     is($t->get("/count?key=abort")->{body}, "0\n", "no permit left held");
     $t->check_log("client abort", nested => 1);
+};
+
+subtest "limit.conn-style (docs/semaphore.md): over the limit a request "
+        . "gets 503, and every permit is back after the log phase" => sub {
+    my @held = map { spawn(sub { $t->get("/conn")->{body} }) } 1 .. 2;
+    is(wait_for("/count?key=conn-client", qr/^2\n/), "2\n",
+       "2 requests hold the 2 permits");
+    is($t->get("/conn")->{status}, 503, "a third one is refused");
+    is($t->get("/set?key=conn-go")->{body}, "ok\n", "the holders go on");
+    is($_->join(40), "served\n", "a holder was served") for @held;
+    is(wait_for("/count?key=conn-client", qr/^0\n/), "0\n",
+       "released in the log phase: nothing leaked");
+    $t->check_log("limit.conn", nested => 1);
 };
 
 subtest "nginx -s reload: an old worker's permit stays counted until its "
