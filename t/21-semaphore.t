@@ -174,8 +174,10 @@ EOF
                     local sem = assert(T.semaphore:new("sem", {
                         permits = permits, timeout = 20 }))
                     local elapsed, err = sem:acquire(key)
+                    if elapsed then
+                        assert(sem:release() == 1)
+                    end
                     T.zone:set("result-" .. key, T.fmt(elapsed ~= nil, err))
-                    if elapsed then sem:release() end
                 end
                 T.zone:delete("result-" .. ngx.var.arg_key)
                 assert(ngx.timer.at(0, run, ngx.var.arg_key,
