@@ -18,7 +18,13 @@
 --
 -- Raw samples (µs, one per line) go to $BENCH_DATA/handoff_<variant>.dat.
 --
--- usage: luajit handoff.lua path/to/floor_futex
+-- With "semaphore" as its second argument (section 11), it runs instead,
+-- in one run and the same way, the handoff of a semaphore's permit
+-- (resty.shmlock.semaphore, permits = 1: the waiter sleeps on the key's
+-- wait word and wakes on release) and the lock's (shmlock), their
+-- repetitions taking turns, under section "sem_handoff".
+--
+-- usage: luajit handoff.lua path/to/floor_futex [semaphore]
 
 local bench = require "bench"
 local shdict = require "resty.shmlock.shdict"
@@ -26,7 +32,10 @@ local resty_lock = require "resty.shmlock"
 local flock_lock = require "flock_lock"
 local polling_lock = require "polling_lock"
 
-local SECTION = "handoff"
+local semaphore = require "resty.shmlock.semaphore"
+
+local SEMAPHORE = arg[2] == "semaphore"
+local SECTION = SEMAPHORE and "sem_handoff" or "handoff"
 local KEY = "bench-handoff"
 local HOLD_NS = 100e3
 local REPS = bench.quick and 3 or 5
@@ -116,15 +125,29 @@ local function c_rep(rounds)
     return us
 end
 
-local function run(variant, rounds, make)
-    local med, p99, all = {}, {}, {}
-    for i = 1, REPS do
-        local us = make and one_rep(rounds, make) or c_rep(rounds)
-        local s = bench.sorted(us)
-        med[i] = bench.median(s)
-        p99[i] = bench.percentile(s, 99)
-        for j = 1, #us do all[#all + 1] = us[j] end
+-- variants: { name, rounds, make } measured together, their
+-- repetitions taking turns (one of each, then again)
+local function run_together(variants)
+    local acc = {}
+    for _, v in ipairs(variants) do
+        acc[v[1]] = { med = {}, p99 = {}, all = {} }
     end
+    for i = 1, REPS do
+        for _, v in ipairs(variants) do
+            local a = acc[v[1]]
+            local us = v[3] and one_rep(v[2], v[3]) or c_rep(v[2])
+            local s = bench.sorted(us)
+            a.med[i] = bench.median(s)
+            a.p99[i] = bench.percentile(s, 99)
+            for j = 1, #us do a.all[#a.all + 1] = us[j] end
+        end
+    end
+    return acc
+end
+
+local function run(variant, rounds, make, acc)
+    acc = acc or run_together({ { variant, rounds, make } })[variant]
+    local med, p99, all = acc.med, acc.p99, acc.all
     local note = rounds .. " handoffs per repetition, hold "
                  .. HOLD_NS / 1e3 .. " us"
     local m, lo, hi = bench.summary(med)
@@ -132,23 +155,45 @@ local function run(variant, rounds, make)
     m, lo, hi = bench.summary(p99)
     bench.result(SECTION, variant .. "_p99", "us", m, lo, hi, REPS, note)
 
-    local f = assert(io.open(data_dir .. "/handoff_" .. variant .. ".dat",
-                             "w"))
+    local f = assert(io.open(data_dir .. "/" .. SECTION .. "_" .. variant
+                             .. ".dat", "w"))
     table.sort(all)
     for i = 1, #all do f:write(string.format("%.3f\n", all[i])) end
     f:close()
 end
 
-bench.log("(3) handoff latency between 2 processes, µs (median and p99"
-          .. " of each repetition)")
-
 assert(shdict.open("bench_handoff", { size = "1m" }))
 
-run("shmlock", ROUNDS, function()
+local function make_lock()
     local l = assert(resty_lock:new("bench_handoff", { timeout = 10 }))
     return function() return l:lock(KEY) end,
            function() return l:unlock() end
-end)
+end
+
+if SEMAPHORE then
+    bench.log("(11) handoff of a semaphore's permit vs the lock's, between"
+              .. " 2 processes, µs (median and p99 of each repetition)")
+    local variants = {
+        { "semaphore", ROUNDS, function()
+            local s = assert(semaphore:new("bench_handoff",
+                                           { permits = 1, timeout = 10 }))
+            return function() return s:acquire(KEY) end,
+                   function() return s:release() end
+        end },
+        { "shmlock", ROUNDS, make_lock },
+    }
+    local acc = run_together(variants)
+    for _, v in ipairs(variants) do
+        run(v[1], v[2], nil, acc[v[1]])
+    end
+    shdict.destroy("bench_handoff")
+    return
+end
+
+bench.log("(3) handoff latency between 2 processes, µs (median and p99"
+          .. " of each repetition)")
+
+run("shmlock", ROUNDS, make_lock)
 
 run("flock", ROUNDS, function()
     local l = flock_lock.new(dir .. "/bench-handoff.lock")

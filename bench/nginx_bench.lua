@@ -11,8 +11,11 @@
 -- (7) 2 workers only: wrk -t2 -c100 on /load/ours and /load/peer, one lock
 --     key, a ~1 ms critical section (timeout 30 s).
 --
+-- (11) GET /run?bench=sem_ours and sem_incr: a semaphore's acquire+release
+--     and limit.conn's incr(1)+incr(-1), one key for every worker.
+--
 -- usage: luajit nginx_bench.lua port workers wrk_script
--- BENCH_SECTIONS (set by run.sh): which of 5, 6, 7 run (default: all).
+-- BENCH_SECTIONS (set by run.sh): which of 5, 6, 7, 11 run (default: 5 6 7).
 
 local bench = require "bench"
 
@@ -111,6 +114,16 @@ if wants(5) then
         loop_bench(section, "get_big_ours")
         loop_bench(section, "get_big_ngx")
     end
+end
+
+
+-- (11) a semaphore's acquire+release against limit.conn's incr/incr(-1),
+-- their repetitions taking turns
+if wants(11) then
+    bench.log("(11) inside nginx, %d worker(s): a semaphore's acquire+release"
+              .. " vs incr(1)+incr(-1) on ngx.shared.DICT, one key, ns per"
+              .. " pair", workers)
+    loop_bench("semaphore_w" .. workers, { "sem_ours", "sem_incr" })
 end
 
 

@@ -578,6 +578,42 @@ for _, x in ipairs(INSTR) do
 end
 put("")
 
+-- (11)
+put("## 11. Semaphore (issue 25): its count and its handoff")
+put("")
+put("Inside nginx: a tight loop in a timer of every worker (with 2 workers,")
+put("both at once), one key for every worker, as a per-client limit is: a")
+put("semaphore's `acquire`+`release` (resty.shmlock.semaphore on a zone,")
+put("one object reused, `permits` high enough that nobody waits) against")
+put("limit.conn's count, `incr(key, 1, 0)`+`incr(key, -1)` on a")
+put("lua_shared_dict; their repetitions take turns. ns per pair, mean over")
+put("the workers.")
+put("")
+header({ "workers", "semaphore acquire+release", "incr + incr(-1)",
+         "the semaphore costs" }, { "---:", "---:", "---:", "---:" })
+for _, w in ipairs{ 1, 2 } do
+    local o = get("semaphore_w" .. w, "sem_acquire_release")
+    local p = get("semaphore_w" .. w, "incr_pair_ngx")
+    if o or p then
+        row({ tostring(w), span(o, ns), span(p, ns),
+              (o and p) and (ratio(o.med / p.med) .. " the pair's") or "–" })
+    end
+end
+put("")
+put("Handoff between 2 processes (as section 3: the waiter asleep, the")
+put("holder's release timestamped), a semaphore of one permit against the")
+put("lock, their repetitions taking turns in one run.")
+put("")
+header({ "", "median", "p99" }, { "---", "---:", "---:" })
+for _, x in ipairs{
+    { "semaphore", "a permit (resty.shmlock.semaphore, permits = 1)" },
+    { "shmlock", "the lock (resty.shmlock)" },
+} do
+    row({ x[2], span(get("sem_handoff", x[1] .. "_p50"), us),
+          span(get("sem_handoff", x[1] .. "_p99"), us) })
+end
+put("")
+
 local md = concat(lines, "\n") .. "\n"
 local f = assert(io.open(out_dir .. "/RESULTS.md", "w"))
 f:write(md)

@@ -8,7 +8,8 @@
 # Environment:
 #   BENCH_QUICK=1        quick mode
 #   BENCH_RESULTS_DIR    where RESULTS.md and the PNGs go (default bench/)
-#   BENCH_ONLY="1 3"     run only these sections (1..10; 5, 6 and 7 share nginx)
+#   BENCH_ONLY="1 3"     run only these sections (1..11; 5, 6, 7 and 11's
+#                        nginx loops share nginx)
 #   BENCH_KEEP=1         keep the work directory (raw data, nginx logs)
 #   BENCH_COMMIT=...     what to call the code measured (default: git HEAD)
 #
@@ -22,7 +23,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$ROOT/bench
 RESULTS_DIR=${BENCH_RESULTS_DIR:-$BENCH}
 case $RESULTS_DIR in /*) ;; *) RESULTS_DIR=$PWD/$RESULTS_DIR ;; esac
-ONLY=${BENCH_ONLY:-1 2 3 4 5 6 7 8 9 10}
+ONLY=${BENCH_ONLY:-1 2 3 4 5 6 7 8 9 10 11}
 export BENCH_SECTIONS=$ONLY
 export BENCH_QUICK=${BENCH_QUICK:-0}
 
@@ -223,6 +224,8 @@ wants 4 && section "4 fairness" step luajit fairness.lua
 wants 8 && section "8 cache L1 hit" step luajit cache_l1.lua
 wants 9 && section "9 contended" step luajit contended.lua
 wants 10 && section "10 instructions" step luajit instructions.lua
+wants 11 && section "11 semaphore handoff" \
+    step luajit handoff.lua "$WORK/floor_futex" semaphore
 
 # ---- (5) and (6) inside nginx ----
 
@@ -265,11 +268,11 @@ nginx_run() {
     return $rc
 }
 
-if wants 5 || wants 6; then
-    section "5+6 nginx, 1 worker" nginx_run 1
+if wants 5 || wants 6 || wants 11; then
+    section "5+6+11 nginx, 1 worker" nginx_run 1
 fi
-if wants 5 || wants 6 || wants 7; then
-    section "5+6+7 nginx, 2 workers" nginx_run 2
+if wants 5 || wants 6 || wants 7 || wants 11; then
+    section "5+6+7+11 nginx, 2 workers" nginx_run 2
 fi
 
 echo "load at end	$(cut -d' ' -f1-3 /proc/loadavg)" >> "$WORK/machine.tsv"

@@ -8,7 +8,8 @@
  *   semantics   permits, callers with different limits, leases, extend,
  *               a sweep, shared holds against the key's exclusive lock
  *               (both ways), a marked exclusive waiter keeping readers
- *               out and the last reader's handoff, a holder killed with
+ *               out and the last reader's handoff, a semaphore's marked
+ *               waiter keeping its turn, a holder killed with
  *               SIGKILL dropped by its ticket, bad input
  *   exact       4 processes x GROUP_TEST_ROUNDS (default 20000): at most
  *               3 inside at once (limits 2 and 3 on one key; the
@@ -16,8 +17,9 @@
  *               a plain counter exact under permits 1, and readers and
  *               writers of one key never inside together
  *   crash       a process SIGKILLed before each write of an acquire, a
- *               release, an extend, a sweep, a shared acquire and a
- *               handoff, in turn: the table recovers and verifies, and
+ *               release, an extend, a sweep, a shared acquire, a
+ *               handoff and a semaphore's turn (the holder's release
+ *               under a waiter's mark, then the waiter's acquire), in turn: the table recovers and verifies, and
  *               the group then admits exactly `permits` holders
  *
  * usage: group_test            the phases
@@ -355,6 +357,47 @@ test_semantics(int cas16)
     CHECK_RC(release(GROUP_SEM, "k", &list[0], 100, NULL), SLOT_GONE);
     CHECK_RC(release(GROUP_SEM, "k", &a, 100, NULL), SLOT_OK);
 
+    /* a semaphore's marked waiter (the nginx queue): its mark keeps the
+     * others out while its deadline is ahead, even with permits free
+     * (the head stays, counting none); the waiter itself comes in and
+     * drops the mark; a stale mark is cleared by anyone */
+    {
+        slot_mark_t  turn = { 0, 0, O(9), 0x100, 0, 100, 400, 0 };
+
+        CHECK_RC(acquire(GROUP_SEM, "t", O(1), 1, 0, 100, &a), SLOT_OK);
+        CHECK_RC(acquire(GROUP_SEM, "t", O(2), 1, 0, 100, &x), SLOT_HELD);
+        mutex_lock();
+        CHECK_RC(slot_mark_locked(&tab, &x, &turn, &m), SLOT_OK);
+        mutex_unlock();
+        CHECK_RC(release(GROUP_SEM, "t", &a, 100, NULL), SLOT_OK);
+        CHECK(holders(GROUP_SEM, "t", 100, list, 8) == 0);
+        CHECK_RC(acquire(GROUP_SEM, "t", O(2), 3, 0, 100, &b), SLOT_HELD);
+        CHECK(b.state.stamp & SLOT_MARKED);
+        CHECK(group_is_head(b.state.owner));
+        CHECK(sweep(GROUP_SEM, "t", 100) == 0);
+        CHECK_RC(acquire(GROUP_SEM, "t", O(2), 3, 0, 100, &b), SLOT_HELD);
+        verify();
+        CHECK_RC(acquire(GROUP_SEM, "t", O(9), 1, 0, 100, &c), SLOT_OK);
+        CHECK_RC(acquire(GROUP_SEM, "t", O(2), 3, 0, 100, &b), SLOT_OK);
+        CHECK_RC(release(GROUP_SEM, "t", &c, 100, NULL), SLOT_OK);
+        CHECK_RC(release(GROUP_SEM, "t", &b, 100, NULL), SLOT_OK);
+        /* a mark that is not the waiter's turn yet (count >= its limit)
+         * stays; a stale one is cleared and the key is free again */
+        CHECK_RC(acquire(GROUP_SEM, "t", O(1), 1, 0, 100, &a), SLOT_OK);
+        CHECK_RC(acquire(GROUP_SEM, "t", O(2), 1, 0, 100, &x), SLOT_HELD);
+        mutex_lock();
+        CHECK_RC(slot_mark_locked(&tab, &x, &turn, &m), SLOT_OK);
+        mutex_unlock();
+        CHECK_RC(acquire(GROUP_SEM, "t", O(9), 1, 0, 100, &c), SLOT_HELD);
+        CHECK(c.state.stamp & SLOT_MARKED);
+        CHECK_RC(release(GROUP_SEM, "t", &a, 100, NULL), SLOT_OK);
+        CHECK_RC(acquire(GROUP_SEM, "t", O(2), 1, 0, 399, &b), SLOT_HELD);
+        CHECK_RC(acquire(GROUP_SEM, "t", O(2), 1, 0, 400, &b), SLOT_OK);
+        CHECK(!(b.state.stamp & SLOT_MARKED));
+        CHECK_RC(release(GROUP_SEM, "t", &b, 400, NULL), SLOT_OK);
+        verify();
+    }
+
     /* long keys (records keep a prefix and a fingerprint) */
     memset(kbuf, 0, sizeof(kbuf));
     {
@@ -483,15 +526,21 @@ test_exact(int cas16, int rounds)
 /* ---- crashes ---- */
 
 enum { SC_ACQUIRE, SC_RELEASE, SC_EXTEND, SC_SWEEP, SC_SHARED, SC_HANDOFF,
-       SC_COUNT };
+       SC_TURN, SC_COUNT };
 
 static const char  *scenario_name[] = { "acquire", "release", "extend",
-                                        "sweep", "shared", "handoff" };
+                                        "sweep", "shared", "handoff",
+                                        "turn" };
+
+/* "m": a semaphore of one permit, held by O(1) (turn_held), its marked
+ * waiter O(9) (deadline 900) */
+static slot_ticket_t  turn_held;
 
 #define PERMITS  3
 
 /* Before: "g" has holders 1 (live, index 0), 2 (expired at 150), and a
- * free record; "rw" has one reader, marked by an exclusive waiter. */
+ * free record; "rw" has one reader, marked by an exclusive waiter; "m"
+ * (turn_held). */
 static void
 crash_setup(int cas16, slot_ticket_t *held, slot_ticket_t *reader)
 {
@@ -507,6 +556,13 @@ crash_setup(int cas16, slot_ticket_t *held, slot_ticket_t *reader)
     CHECK_RC(release(GROUP_SEM, "g", &tk, 100, NULL), SLOT_OK);
     CHECK_RC(acquire(GROUP_SHARED, "rw", O(4), 0, 0, 100, reader), SLOT_OK);
     CHECK_RC(lock("rw", O(9), 100, &x), SLOT_HELD);
+    mutex_lock();
+    CHECK_RC(slot_mark_locked(&tab, &x, &mark, &m), SLOT_OK);
+    mutex_unlock();
+    CHECK_RC(acquire(GROUP_SEM, "m", O(1), 1, 1000, 100, &turn_held),
+             SLOT_OK);
+    CHECK_RC(acquire(GROUP_SEM, "m", O(2), 1, 1000, 100, &x), SLOT_HELD);
+    mark.until = 900;
     mutex_lock();
     CHECK_RC(slot_mark_locked(&tab, &x, &mark, &m), SLOT_OK);
     mutex_unlock();
@@ -542,8 +598,44 @@ crash_run(int sc, slot_ticket_t *held, const slot_ticket_t *reader)
         g = group(GROUP_SHARED, "rw");
         group_release_locked(&g, reader, 100, &handed);
         break;
+    case SC_TURN:
+        /* the holder leaves, its marked waiter comes in */
+        g = group(GROUP_SEM, "m");
+        group_release_locked(&g, &turn_held, 100, &handed);
+        group_acquire_locked(&g, O(9), 0x100, 1, 0, 100, &tk, &h);
+        break;
     }
     mutex_unlock();
+}
+
+/* After a crash in SC_TURN: one holder at most, the waiter's once done;
+ * while its mark lasts nobody else comes in, the waiter does (unless it
+ * holds, or O(1) still does); after its deadline, anyone. */
+static void
+turn_check(int done, int64_t now)
+{
+    slot_ticket_t  tk, list[4];
+    int            n = holders(GROUP_SEM, "m", now, list, 4);
+    int            mine = n == 1 && list[0].state.owner == O(9), rc;
+
+    CHECK(n <= 1);
+    CHECK(!done || mine);
+    /* the waiter was the one killed: once its acquire dropped the mark
+     * (the head's write), its turn is spent */
+    rc = acquire(GROUP_SEM, "m", O(21), 1, 0, now, &tk);
+    if (rc == SLOT_OK) {
+        CHECK(n == 0);
+        CHECK_RC(release(GROUP_SEM, "m", &tk, now, NULL), SLOT_OK);
+    } else {
+        CHECK_RC(rc, SLOT_HELD);
+    }
+    CHECK_RC(acquire(GROUP_SEM, "m", O(9), 1, 0, now, &tk),
+             n == 0 ? SLOT_OK : SLOT_HELD);
+    n = holders(GROUP_SEM, "m", now, list, 4);
+    CHECK(n == 1);
+    CHECK_RC(release(GROUP_SEM, "m", &list[0], now, NULL), SLOT_OK);
+    CHECK_RC(acquire(GROUP_SEM, "m", O(21), 1, 0, 900, &tk), SLOT_OK);
+    CHECK(holders(GROUP_SEM, "m", 900, list, 4) == 1);
 }
 
 /* After: the group admits new holders up to exactly PERMITS (an
@@ -580,6 +672,9 @@ crash_check(int sc, int done, int64_t now)
         if (tk.state.owner == O(9)) {
             CHECK(!(tk.state.stamp & SLOT_MARKED));
         }
+    }
+    if (sc == SC_TURN) {
+        turn_check(done, now);
     }
 }
 

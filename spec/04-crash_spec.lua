@@ -1149,3 +1149,238 @@ describe("resty.shmlock.shdict when a process dies", function()
         end)
     end)
 end)
+
+
+-- A semaphore's permits (resty.shmlock.semaphore; src/group.h) when the
+-- process that changes them dies at each of its writes in turn (the lock
+-- slots' CASes and the records' fields tick the test build's countdown):
+-- an acquire, a release, an expire, the reclaim of a dead holder's permit
+-- and of an expired lease.  After each death the zone verifies, the dead
+-- process holds nothing (its permit, if it got one, is back at once), the
+-- permits held by the survivors are still held, and the key admits
+-- exactly `permits` holders again.
+describe("resty.shmlock.semaphore when a process dies at every write",
+         function()
+    local semaphore = require "resty.shmlock.semaphore"
+    local fx = fixture.new { children = "assert" }
+    local PERMITS = 3
+    local seq = 0
+
+    local function exit_of(r)
+        return { how = r.how, code = r.code, sig = r.sig, msg = r.msg }
+    end
+    local CLEAN = { how = "exit", code = 0, msg = "" }
+    local KILLED = { how = "signal", sig = proc.SIGKILL, msg = "" }
+
+    local function sem(dict, opts)
+        opts = opts or {}
+        opts.permits = opts.permits or PERMITS
+        return assert(semaphore:new(dict, opts))
+    end
+
+    -- a process that takes a permit of key and dies without releasing
+    local function dead_holder(dict, key)
+        local r = proc.wait(proc.spawn(function()
+            assert(sem(dict):acquire(key, 0) == 0)
+            proc.kill(proc.getpid(), proc.SIGKILL)
+        end), 10)
+        assert.same(KILLED, exit_of(r))
+    end
+
+    -- each scenario: setup(dict) -> the survivors' objects holding
+    -- permits of "k"; op(dict) in the child, whose writes are counted
+    -- from arm() on (what it does before is not crashed)
+    local scenarios = {
+        { name = "acquire of a free permit",
+          setup = function(dict)
+              local a = sem(dict)
+              assert(a:acquire("k") == 0)
+              return { a }
+          end,
+          op = function(dict, arm)
+              local s = sem(dict)
+              arm()
+              assert(s:acquire("k", 0) == 0)
+          end },
+        { name = "release",
+          setup = function(dict)
+              local a = sem(dict)
+              assert(a:acquire("k") == 0)
+              return { a }
+          end,
+          op = function(dict, arm)
+              local s = sem(dict)
+              assert(s:acquire("k", 0) == 0)
+              arm()
+              assert(s:release() == 1)
+          end },
+        { name = "expire",
+          setup = function()
+              return {}
+          end,
+          op = function(dict, arm)
+              local s = sem(dict)
+              assert(s:acquire("k", 0) == 0)
+              arm()
+              assert(s:expire(100) == true)
+          end },
+        { name = "acquire that reclaims a dead holder's permit",
+          setup = function(dict)
+              local a, b = sem(dict), sem(dict)
+              assert(a:acquire("k") == 0)
+              assert(b:acquire("k") == 0)
+              dead_holder(dict, "k")
+              return { a, b }
+          end,
+          op = function(dict, arm)
+              local s = sem(dict)
+              arm()
+              assert(s:acquire("k", 0) == 0)
+          end },
+        { name = "acquire that sweeps an expired lease",
+          setup = function(dict)
+              local a, b = sem(dict), sem(dict)
+              assert(a:acquire("k") == 0)
+              assert(b:acquire("k") == 0)
+              local short = sem(dict, { exptime = 0.001 })
+              assert(short:acquire("k") == 0)
+              proc.sleep(0.01)
+              return { a, b, short }
+          end,
+          op = function(dict, arm)
+              local s = sem(dict)
+              arm()
+              assert(s:acquire("k", 0) == 0)
+          end },
+    }
+
+    -- the survivors' permits still held (but an expired lease), the key
+    -- admitting exactly the rest, nothing left after
+    local function check(dict, held, where)
+        assert.same({ true }, { dict:verify() }, where)
+        local live = 0
+        for _, s in ipairs(held) do
+            if s:owned() and s:expire() == true then
+                live = live + 1
+            end
+        end
+        local probe = sem(dict)
+        assert.equal(live, probe:count("k"), where .. ": count")
+        local extra = {}
+        for i = 1, PERMITS + 1 do
+            local s = sem(dict)
+            local elapsed, err = s:acquire("k", 0)
+            if not elapsed then
+                assert.equal("timeout", err, where)
+                break
+            end
+            extra[i] = s
+        end
+        assert.equal(PERMITS - live, #extra, where .. ": admitted")
+        for _, s in ipairs(extra) do
+            assert.same({ 1 }, { s:release() }, where)
+        end
+        for _, s in ipairs(held) do
+            s:release()
+        end
+        assert.equal(0, probe:count("k"), where .. ": left")
+        assert.same({ true }, { dict:verify() }, where)
+    end
+
+    for _, sc in ipairs(scenarios) do
+        it("leaves the permits exact: " .. sc.name, function()
+            local crashes = 0
+            for n = 1, 200 do
+                seq = seq + 1
+                local name = "semcrash" .. seq
+                local dict = assert(shdict.open(name, { dir = fx.dir,
+                                                        size = "64k" }))
+                local held = sc.setup(dict)
+                local r = exit_of(proc.wait(proc.spawn(function()
+                    sc.op(dict, function() lib.shmlock_test_crash_at(n) end)
+                    lib.shmlock_test_crash_at(0)
+                end), 10))
+                local where = sc.name .. ", killed at write " .. n
+                local done = r.how == "exit"
+                if done then
+                    assert.same(CLEAN, r, where)
+                else
+                    assert.same(KILLED, r, where)
+                    crashes = crashes + 1
+                end
+                check(dict, held, where)
+                assert.is_true((shdict.destroy(name, { dir = fx.dir })))
+                if done then
+                    break
+                end
+            end
+            assert.is_true(crashes > 0, sc.name .. ": no write to crash at")
+            assert.is_true(crashes < 200, sc.name .. ": never completed")
+        end)
+    end
+    -- A queued waiter's turn (inside nginx: nginx_wait's mark on the key's
+    -- head, src/group.h) across a crash of the holder's release at each
+    -- of its writes: the turn stays, the waiter comes in, nobody else.
+    it("keeps a waiter's turn when the releasing holder dies at any write",
+       function()
+        local ffi = require "ffi"
+        local SEM = lib.SHMLOCK_SEMAPHORE
+        local OK, EXISTS = lib.SHMLOCK_OK, lib.SHMLOCK_EXISTS
+        local me = proc.getpid()
+        local WAITER_ID = 4242
+        local crashes = 0
+        for n = 1, 100 do
+            seq = seq + 1
+            local name = "semturn" .. seq
+            local dict = assert(shdict.open(name, { dir = fx.dir,
+                                                    size = "64k" }))
+            local zone = dict._zone
+            local r = exit_of(proc.wait(proc.spawn(function()
+                local s = sem(dict, { permits = 1 })
+                assert(s:acquire("k", 0) == 0)
+                -- the parent's waiter marks the full key (its turn)
+                local seen = ffi.new("shmlock_ticket_t")
+                assert(lib.shmlock_group_acquire(zone, SEM, "k", 1, 1, 1,
+                                                 30000, seen) == EXISTS)
+                local m = ffi.new("shmlock_mark_t")
+                m.owner = ffi.cast("uint64_t", me) * 2 ^ 32 + WAITER_ID
+                m.process = me
+                m.since_ms = lib.shmlock_now_ms()
+                m.until_ms = m.since_ms + 600000
+                assert(lib.shmlock_slot_mark(zone, seen, m,
+                                             ffi.new("shmlock_ticket_t"))
+                       == OK)
+                lib.shmlock_test_crash_at(n)
+                assert(s:release() == 1)
+                lib.shmlock_test_crash_at(0)
+            end), 10))
+            local where = "a release under a turn, killed at write " .. n
+            local done = r.how == "exit"
+            if done then
+                assert.same(CLEAN, r, where)
+            else
+                assert.same(KILLED, r, where)
+                crashes = crashes + 1
+            end
+            assert.same({ true }, { dict:verify() }, where)
+            -- the dead holder dropped; still nobody but the waiter
+            local other = sem(dict, { permits = 1 })
+            assert.same({ nil, "timeout" }, { other:acquire("k", 0) }, where)
+            local tk = ffi.new("shmlock_ticket_t")
+            assert.equal(OK, lib.shmlock_group_acquire(zone, SEM, "k", 1,
+                                                       WAITER_ID, 1, 30000,
+                                                       tk), where)
+            assert.equal(OK, lib.shmlock_group_release(zone, SEM, "k", 1, tk),
+                         where)
+            assert.same({ 0 }, { other:acquire("k", 0) }, where)
+            assert.same({ 1 }, { other:release() }, where)
+            assert.same({ true }, { dict:verify() }, where)
+            assert.is_true((shdict.destroy(name, { dir = fx.dir })))
+            if done then
+                break
+            end
+        end
+        assert.is_true(crashes > 0, "no write to crash at")
+        assert.is_true(crashes < 100, "never completed")
+    end)
+end)

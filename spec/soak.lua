@@ -291,6 +291,7 @@ local MAINS = {
     fill = fill.conduct,
     phoenix = phoenix.conduct,
     forker = forkers.forker,
+    sem = require("helpers.soak_sem").conduct,
 }
 
 local serial = 0
@@ -752,6 +753,7 @@ local function setup()
         slot("locker")
     end
     slot("fill")
+    slot("sem")
     slot("phoenix")
     for _ = 1, CFG.forkers do
         slot("forker")

@@ -132,11 +132,12 @@ group_head_locked(group_t *g, int64_t now, group_head_t *h)
 }
 
 /* The head from h's state to count and top (0: free), expiry (0: never),
- * the mark kept.  SLOT_OK; SLOT_GONE (the head moved: read it again);
+ * marked: SLOT_MARKED to keep h's mark, 0 to drop it (its waiter is the
+ * acquirer).  SLOT_OK; SLOT_GONE (the head moved: read it again);
  * SLOT_FULL (no slot for a new head). */
 static int
 group_head_set(group_t *g, const group_head_t *h, uint32_t count,
-    uint32_t top, int64_t expiry, int64_t now)
+    uint32_t top, int64_t expiry, int64_t now, uint64_t marked)
 {
     size_t          len;
     const char     *key = group_head_key(g, &len);
@@ -155,8 +156,7 @@ group_head_set(group_t *g, const group_head_t *h, uint32_t count,
     if (owner == 0 && h->tk.state.owner == 0) {
         return SLOT_OK;
     }
-    return slot_swap_locked(g->t, &h->tk, owner, 0,
-                            h->tk.state.stamp & SLOT_MARKED, expiry, &tk);
+    return slot_swap_locked(g->t, &h->tk, owner, 0, marked, expiry, &tk);
 }
 
 /*
@@ -189,10 +189,24 @@ static int
 group_head_count(group_t *g, const group_head_t *h, uint32_t count,
     uint32_t top, int64_t expiry, int64_t now, int *handed)
 {
-    if (count == 0 && (h->tk.state.stamp & SLOT_MARKED)) {
+    uint64_t       marked = h->tk.state.stamp & SLOT_MARKED;
+    slot_mark_t    m;
+    slot_ticket_t  tk;
+
+    if (count > 0 || !marked) {
+        return group_head_set(g, h, count, top, expiry, now, marked);
+    }
+    if (g->kind == GROUP_SHARED) {
         return group_head_handoff(g, h, now, handed);
     }
-    return group_head_set(g, h, count, top, expiry, now);
+    /* a semaphore's marked waiter keeps its turn: the head stays, counting
+     * none (a marked slot has an owner), until the waiter comes
+     * (group_marked) or its mark goes stale */
+    if (slot_mark_read(g->t, &h->tk, &m) == SLOT_OK && m.until > now) {
+        return slot_swap_locked(g->t, &h->tk, GROUP_TAG << 32, 0, marked,
+                                expiry, &tk);
+    }
+    return slot_swap_locked(g->t, &h->tk, 0, 0, 0, 0, &tk);
 }
 
 /* h's expiry, as the slot calls take it */
@@ -202,29 +216,38 @@ group_head_expiry(const group_head_t *h)
     return group_abs(group_expiry_of(h->tk.state.stamp));
 }
 
-/* A mark on the shared holds' head: 1 while it keeps readers out (its
- * waiter's deadline ahead); a stale one is cleared here. */
+/*
+ * A mark on g's head: the shared holds' exclusive waiter, or a
+ * semaphore's waiter whose turn is next (issue 25: the nginx queue).
+ * GROUP_MARK_OUT while it keeps `owner` out (its deadline ahead, and
+ * owner not its waiter); GROUP_MARK_MINE: owner is its waiter (the
+ * acquire drops it); 0: none (a stale one is cleared here).
+ */
+enum { GROUP_MARK_OUT = 1, GROUP_MARK_MINE };
+
 static int
-group_marked(group_t *g, group_head_t *h, int64_t now)
+group_marked(group_t *g, group_head_t *h, uint64_t owner, int64_t now)
 {
     slot_mark_t    m;
     slot_ticket_t  tk;
+    int            rc;
 
     if (!h->found || !(h->tk.state.stamp & SLOT_MARKED)) {
         return 0;
     }
-    if (g->kind != GROUP_SHARED
-        || (slot_mark_read(g->t, &h->tk, &m) == SLOT_OK && m.until <= now))
-    {
-        if (slot_swap_locked(g->t, &h->tk, h->tk.state.owner, 0, 0,
-                             group_abs(group_expiry_of(h->tk.state.stamp)),
-                             &tk) == SLOT_OK)
-        {
-            h->tk = tk;
-            return 0;
-        }
+    rc = slot_mark_read(g->t, &h->tk, &m);
+    if (rc != SLOT_OK || m.until > now) {
+        return rc == SLOT_OK && m.owner == owner ? GROUP_MARK_MINE
+                                                 : GROUP_MARK_OUT;
     }
-    return 1;
+    if (slot_swap_locked(g->t, &h->tk, h->tk.state.owner, 0, 0,
+                         group_abs(group_expiry_of(h->tk.state.stamp)), &tk)
+        == SLOT_OK)
+    {
+        h->tk = tk;
+        return 0;
+    }
+    return GROUP_MARK_OUT;
 }
 
 
@@ -259,13 +282,16 @@ group_acquire_locked(group_t *g, uint64_t owner, uint64_t process,
     uint32_t  limit = permits == 0 || permits > GROUP_MAX ? GROUP_MAX
                                                           : permits;
     uint32_t  i, top, rh;
-    int       n, rc, swept = 0, handed;
+    uint64_t  keep;
+    int       n, rc, swept = 0, handed, mark;
 
     for (n = 0; n < GROUP_TRIES; n++) {
         group_head_locked(g, now, h);
-        if (h->exclusive || group_marked(g, h, now)) {
+        mark = h->exclusive ? GROUP_MARK_OUT : group_marked(g, h, owner, now);
+        if (mark == GROUP_MARK_OUT) {
             return SLOT_HELD;
         }
+        keep = mark == GROUP_MARK_MINE ? 0 : h->tk.state.stamp & SLOT_MARKED;
         if (h->count >= limit) {
             if (swept++) {
                 return SLOT_HELD;
@@ -281,7 +307,7 @@ group_acquire_locked(group_t *g, uint64_t owner, uint64_t process,
         rc = group_head_set(g, h, h->count + 1, top,
                             h->count == 0 ? expiry
                                 : group_later(h->tk.state.stamp, expiry),
-                            now);
+                            now, keep);
         if (rc == SLOT_GONE) {
             continue;
         }
@@ -352,7 +378,8 @@ group_extend_locked(group_t *g, slot_ticket_t *tk, int64_t expiry,
         }
         later = group_later(h.tk.state.stamp, expiry);
         if (group_head_expiry(&h) == later
-            || group_head_set(g, &h, h.count, h.top, later, now) == SLOT_OK)
+            || group_head_set(g, &h, h.count, h.top, later, now,
+                              h.tk.state.stamp & SLOT_MARKED) == SLOT_OK)
         {
             return slot_extend_locked(g->t, tk, expiry);
         }

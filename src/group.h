@@ -56,6 +56,15 @@
  * deadline passes, and the last reader out hands the slot to the marked
  * waiter.
  *
+ * A semaphore's waiter whose turn is next (inside nginx, the queued
+ * waiter of resty.shmlock.lock.nginx_wait) marks the semaphore's head the
+ * same way: until the mark's deadline nobody else is let in, even with
+ * permits free, and the marked waiter comes in (dropping the mark in the
+ * head's CAS) as soon as fewer than its `permits` are held.  So that the
+ * mark survives the last holder's release, a marked head counting none
+ * keeps an owner (GROUP_TAG << 32: a marked slot always has one) until
+ * its waiter comes or its mark goes stale; then it is freed as any head.
+ *
  * The dead are judged outside this file (it reads no /proc): the caller
  * lists the records (group_holders_locked), asks whether each holder
  * lives without the mutex, and drops the dead ones (group_release_locked

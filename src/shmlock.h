@@ -638,7 +638,11 @@ SHMLOCK_API int shmlock_slot_alive(const shmlock_ticket_t *t);
  * (shmlock_slot_mark): new shared holds are then refused until the mark's
  * deadline (until_ms) passes, and the last shared holder's release hands
  * the key to the marked waiter (swapped to its owner, process and
- * exptime_ms, every sleeper of the key woken), as a handoff.
+ * exptime_ms, every sleeper of the key woken), as a handoff.  A
+ * semaphore's waiter whose turn is next marks its head (the state a
+ * refused acquire answers) the same way: nobody else is let in until the
+ * mark's deadline, and the marked waiter's acquire drops the mark (the
+ * head stays through the last release while the mark lasts).
  */
 enum {
     SHMLOCK_SEMAPHORE = 0,
@@ -692,6 +696,14 @@ SHMLOCK_API int shmlock_group_reclaim(shmlock_zone_t *zone, int kind,
 SHMLOCK_API int shmlock_group_holders(shmlock_zone_t *zone, int kind,
     const char *key, size_t key_len, shmlock_ticket_t *out, int max,
     int *count);
+/*
+ * The state of the key's head (t: to look at, and to read its mark with
+ * shmlock_slot_read_mark: a semaphore's queued waiter whose turn is next,
+ * a shared holds' exclusive waiter): SHMLOCK_OK; SHMLOCK_NOT_FOUND (no
+ * head: no holder, no mark).  Writes nothing.
+ */
+SHMLOCK_API int shmlock_group_head(shmlock_zone_t *zone, int kind,
+    const char *key, size_t key_len, shmlock_ticket_t *t);
 
 /* ---- generation words: change counters for the zone's users ---- */
 

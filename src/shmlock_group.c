@@ -335,3 +335,24 @@ shmlock_group_holders(shmlock_zone_t *zone, int kind, const char *key,
     *count = n;
     return rc == SHMLOCK_OK && n > max ? SHMLOCK_AGAIN : rc;
 }
+
+int
+shmlock_group_head(shmlock_zone_t *zone, int kind, const char *key,
+    size_t key_len, shmlock_ticket_t *t)
+{
+    shmlock_group_key_t  k;
+    group_head_t         h;
+    int                  rc;
+
+    rc = shmlock_group_open(zone, kind, key, key_len, &k);
+    if (rc != SHMLOCK_OK) {
+        return rc;
+    }
+    shard_lock(k.sh);
+    group_head_locked(&k.g, sys_now_ms(), &h);
+    if (h.found) {
+        shmlock_group_out(t, &k, &h.tk);
+    }
+    rc = shmlock_group_rc(&k, SHMLOCK_OK);
+    return rc == SHMLOCK_OK && !h.found ? SHMLOCK_NOT_FOUND : rc;
+}

@@ -1,4 +1,5 @@
--- bench_inside: the nginx side of `make bench`, sections (5) and (6).
+-- bench_inside: the nginx side of `make bench`, sections (5), (6), (7)
+-- and (11)'s loops (a semaphore's acquire+release against incr/incr(-1)).
 --
 -- (5) Tight loops, timed inside nginx.  The lock loops run three locks:
 -- ours on a zone (*_ours), resty.lock's algorithm on a lua_shared_dict
@@ -263,6 +264,34 @@ end
 B.add_delete_ngx = function(n)
     local a, d = add_delete_loop(ngx_dict, n)
     return { add_ngx = a, delete_ngx = d }
+end
+
+
+-- (11) a semaphore's acquire+release against limit.conn's count: incr(1)
+-- then incr(-1) on a lua_shared_dict.  Both on one key for every worker
+-- (a per-client key is host-wide: that is the point), one object reused;
+-- permits high enough that nobody waits (the cost of the count itself).
+local semaphore = require "resty.shmlock.semaphore"
+local SEM_KEY = "conn:127.0.0.1"
+
+B.sem_ours = function(n)
+    local sem = assert(semaphore:new("bench_locks", { permits = 1000 }))
+    local t0 = now()
+    for _ = 1, n do
+        sem:acquire(SEM_KEY)
+        sem:release()
+    end
+    return { sem_acquire_release = now() - t0 }
+end
+
+B.sem_incr = function(n)
+    local dict = ngx_dict
+    local t0 = now()
+    for _ = 1, n do
+        dict:incr(SEM_KEY, 1, 0)
+        dict:incr(SEM_KEY, -1)
+    end
+    return { incr_pair_ngx = now() - t0 }
 end
 
 

@@ -258,6 +258,8 @@ int shmlock_group_reclaim(shmlock_zone_t *zone, int kind, const char *key,
     size_t key_len, uint32_t *count);
 int shmlock_group_holders(shmlock_zone_t *zone, int kind, const char *key,
     size_t key_len, shmlock_ticket_t *out, int max, int *count);
+int shmlock_group_head(shmlock_zone_t *zone, int kind, const char *key,
+    size_t key_len, shmlock_ticket_t *t);
 
 volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
 uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,

@@ -18,10 +18,11 @@
 --
 -- Waiting: outside nginx, on the zone's wait word of the key (a release
 -- wakes a sleeper at once), in steps that look for dead holders between
--- them; inside nginx, ngx.sleep steps (resty.lock's step, ratio,
--- max_step) on a monotonic deadline; where the phase cannot yield, nil,
--- "cannot wait in <phase> phase", unless blocking_timeout lets the worker
--- block that long.
+-- them; inside nginx, the lock's one wait (resty.shmlock.lock.nginx_wait:
+-- resty.lock's steps, then the worker's queue, where the oldest queued
+-- waiter's turn keeps everyone else out: a bounded wait); where the phase
+-- cannot yield, nil, "cannot wait in <phase> phase", unless
+-- blocking_timeout lets the worker block that long.
 
 -- Without the FFI (PUC Lua) the semaphore is not bound yet: the module
 -- loads, and new() answers nil and why, as the lock's does.
@@ -45,8 +46,13 @@ local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
 local clock = require "resty.shmlock.internal.clock"
 local backoff = require "resty.shmlock.internal.backoff"
+local zone_backend = require "resty.shmlock.lock.zone"
+local nginx_wait = require "resty.shmlock.lock.nginx_wait"
+local inspect = require "resty.shmlock.lock.inspect"
+local bit = require "bit"
 
 local ffi_new = ffi.new
+local ffi_cast = ffi.cast
 local ffi_gc = ffi.gc
 local ffi_copy = ffi.copy
 local type = type
@@ -56,11 +62,12 @@ local setmetatable = setmetatable
 local getmetatable = getmetatable
 local floor = math.floor
 local min = math.min
-local max = math.max
 local tonumber = tonumber
+local band = bit.band
 local now_ms = clock.now_ms
 local next_step = backoff.next
-local MIN_SLEEP = backoff.MIN_SLEEP
+local next_id = token.next_id
+local released = nginx_wait.released
 local ours = token.ours
 local ms = options.ms
 
@@ -82,13 +89,22 @@ local mt = { __index = _M }
 ffi.cdef([[
 typedef struct {
     shmlock_zone_t    *zone;    /* NULL: holds nothing */
+    shmlock_zone_t    *ref;     /* the zone this handle keeps mapped */
     int32_t            pid;     /* the process that acquired */
     int32_t            kind;
     uint32_t           key_len;
-    uint32_t           pad;
+    uint32_t           cap;     /* bytes of key[] */
     shmlock_ticket_t   ticket;
     char               key[?];
 } shmlock_lua_permit_t;
+
+typedef struct {
+    shmlock_ticket_t   tk;      /* ours once acquired; else the head seen */
+    shmlock_ticket_t   moved;   /* a mark's or swap's result */
+    shmlock_mark_t     want;    /* the mark we place */
+    uint64_t           owner;   /* pid << 32 | id */
+    uint32_t           id;
+} shmlock_lua_sem_wait_t;
 ]])
 
 local permit_t = ffi.typeof("shmlock_lua_permit_t")
@@ -98,7 +114,6 @@ local tk = ticket_t()           -- acquire's out-parameter
 local count_out = count_t()
 
 local ATTACH = { create = false }
-local ids = 0                   -- owner ids of this VM's acquisitions
 
 
 -- ---- the handle: a permit held, released when collected ----
@@ -109,19 +124,39 @@ local function give_back(cd)
         return nil
     end
     cd.zone = nil
-    local rc
     -- a forked child's copy releases nothing: the permit is the parent's
     if ours(cd.pid) then
-        rc = C.shmlock_group_release(zone, cd.kind, cd.key, cd.key_len,
-                                     cd.ticket)
+        return C.shmlock_group_release(zone, cd.kind, cd.key, cd.key_len,
+                                       cd.ticket)
     end
-    C.shmlock_zone_close(zone)
-    return rc
+    return nil
 end
 
-local function handle(zone, kind, key, klen)
-    local cd = ffi_gc(ffi_new(permit_t, klen), give_back)
-    C.shmlock_zone_retain(zone)
+-- the finalizer: the permit given back, then the zone let go (at exit,
+-- finalizers run in any order: the zone object may go first)
+local function collect(cd)
+    give_back(cd)
+    local ref = cd.ref
+    if ref ~= nil then
+        cd.ref = nil
+        C.shmlock_zone_close(ref)
+    end
+end
+
+-- The handle of a permit just taken (ticket tk).  An object keeps its
+-- handle after a release (zone NULL: holding nothing) and takes it again
+-- at its next acquire if the key fits: a reused object allocates nothing,
+-- leaves no finalizer behind and retains its zone once (ref, let go when
+-- the handle is collected), not per acquire+release.  A handle still
+-- holding (a forked child's copy of the parent's) is never reused.
+local function handle(self, zone, kind, key, klen)
+    local cd = self.permit
+    if cd == nil or cd.zone ~= nil or cd.cap < klen or cd.ref ~= zone then
+        cd = ffi_gc(ffi_new(permit_t, klen), collect)
+        cd.cap = klen
+        C.shmlock_zone_retain(zone)
+        cd.ref = zone
+    end
     cd.zone = zone
     cd.pid = C.shmlock_self_pid()
     cd.kind = kind
@@ -181,16 +216,18 @@ function _M.new(a, b, c)
         dict = dict, zone = dict._zone, permits = permits,
         exptime = exptime, timeout = timeout, step = step, ratio = ratio,
         max_step = max_step, blocking_timeout = blocking, permit = nil,
+        key = false, exp_ms = ms(exptime),
     }, mt)
 end
 
 
 -- ---- acquire ----
 
-local function try(self, key, klen)
-    ids = ids >= 0xffffffff and 1 or ids + 1
-    return C.shmlock_group_acquire(self.zone, SEMAPHORE, key, klen, ids,
-                                   self.permits, ms(self.exptime), tk)
+-- One try for a permit, as owner id; out: the ticket (ours on OK; on
+-- EXISTS the head's state, which a queued waiter marks)
+local function try(self, key, klen, id, out)
+    return C.shmlock_group_acquire(self.zone, SEMAPHORE, key, klen, id,
+                                   self.permits, self.exp_ms, out)
 end
 
 -- dead holders and expired leases dropped; the permits held now
@@ -202,73 +239,299 @@ local function reclaim(zone, key, klen)
     return tonumber(count_out[0])
 end
 
--- outside nginx (or blocking where the phase cannot yield): sleeps on the
--- key's wait word, woken by a release, at most a step at a time
-local function block(self, key, klen, timeout)
-    local zone = self.zone
+
+-- ---- waiting: the backend nginx_wait drives ----
+--
+-- Inside nginx the semaphore waits as the lock does, in the lock's one
+-- wait (resty.shmlock.lock.nginx_wait: resty.lock's steps, then the
+-- worker's queue, the phase rules, blocking_timeout), through this
+-- backend (the interface: resty.shmlock).  The store is the semaphore
+-- object; `tok` is the wait (w: its owner id, its ticket, its owner
+-- word).  A queued waiter marks the semaphore's head when its turn is
+-- next (the oldest live queued waiter: src/group.h): nobody else is let in
+-- until the mark's deadline, and the marked waiter comes in at its next
+-- look after a permit is free.  Its mark's deadline is at most ACCEPT
+-- ahead, moved on while it waits, so that a waiter nginx aborted in
+-- another worker holds the others back for at most ACCEPT; in its own
+-- worker it is known gone at once (nginx_wait.gone).
+
+-- nginx_wait keeps this backend's waiters apart from the lock's
+local SPACE = "\0semaphore\0"
+local sem_backend = { space = SPACE }
+
+local wait_t = ffi.typeof("shmlock_lua_sem_wait_t")
+local U32P = ffi.typeof("uint32_t *")
+local U64 = ffi.typeof("uint64_t")
+local TICKET_SIZE = ffi.sizeof("shmlock_ticket_t")
+local LE = ffi.abi("le")
+local T_ID, T_PID = LE and 2 or 3, LE and 3 or 2
+local T_LO = LE and 4 or 5
+local SLOT_MARKED = C.SHMLOCK_SLOT_MARKED
+local KEEP_TTL = C.SHMLOCK_KEEP_TTL
+local TWO32 = 2 ^ 32
+
+local moved = ffi_new("shmlock_ticket_t")     -- a swap's, not kept
+local unghost
+
+local ACQUIRED = zone_backend.ACQUIRED
+local BUSY = zone_backend.BUSY
+local MARKED = zone_backend.MARKED
+local FAILED = zone_backend.FAILED
+local mark_of = zone_backend.mark_of
+local mark_alive = zone_backend.mark_alive
+local read_mark = zone_backend.read_mark
+
+local function new_wait()
+    local w = ffi_new(wait_t)
+    w.id = next_id()
+    w.owner = U64(C.shmlock_self_pid()) * TWO32 + w.id
+    return w
+end
+
+sem_backend.expiry = ms
+
+function sem_backend.ident(w)
+    return w.id
+end
+
+-- syntax: ok, err = add(sem, key, klen, w, _, exp_ms)
+function sem_backend.add(sem, key, klen, w)
+    local rc = try(sem, key, klen, w.id, w.tk)
+    if rc == OK then
+        return true
+    end
+    if rc == EXISTS then
+        return false
+    end
+    return nil, errors[rc]
+end
+
+-- whether the head in state seen (a refused acquire's ticket) is marked
+local function head_marked(seen)
+    local words = ffi_cast(U32P, seen)
+    return band(words[T_LO], SLOT_MARKED) ~= 0
+end
+
+-- the mark of the head in state seen cleared (its owner kept): true, or
+-- false if the head moved meanwhile
+local function clear_mark(sem, seen, out)
+    local words = ffi_cast(U32P, seen)
+    return C.shmlock_slot_swap(sem.zone, seen,
+                               U64(words[T_PID]) * TWO32 + words[T_ID], 0,
+                               0, KEEP_TTL, 0, out) == OK
+end
+
+-- the mark on the head seen is w's, or w may replace it: its waiter came
+-- later, stopped waiting, was aborted in this worker or (check) is dead
+local function may_mark(w, since, now, check)
+    local pid, id, _, m_since, m_till = mark_of()
+    if pid == C.shmlock_self_pid() and id == w.id then
+        return "ours", m_till
+    end
+    if m_since > since or m_till <= now
+       or (pid == C.shmlock_self_pid() and zone_backend.gone(id))
+       or (check and not mark_alive())
+    then
+        return "replace"
+    end
+    return nil
+end
+
+-- w's turn: its mark on the head seen, lasting at most ACCEPT
+local function place(sem, w, since, till, now)
+    local want = w.want
+    want.owner = w.owner
+    want.process = 0
+    want.exptime_ms = 0
+    want.since_ms = since
+    want.until_ms = min(till, now + floor(nginx_wait.ACCEPT * 1000))
+    if C.shmlock_slot_mark(sem.zone, w.tk, want, w.moved) == OK then
+        return MARKED
+    end
+    return BUSY
+end
+
+-- syntax: outcome, err = look(sem, key, klen, w, exp_ms, check, since,
+--                             till)
+-- After a refused add: check drops the dead holders first (a /proc read
+-- per holder) and tries again; a queued waiter (since, till: its wait's
+-- start and deadline, ms) marks the head when its turn is next.
+function sem_backend.look(sem, key, klen, w, _, check, since, till)
+    if check then
+        local n, err = reclaim(sem.zone, key, klen)
+        if not n then
+            return FAILED, err
+        end
+        local ok
+        ok, err = sem_backend.add(sem, key, klen, w)
+        if ok then
+            return ACQUIRED
+        end
+        if ok == nil then
+            return FAILED, err
+        end
+    end
+    if not since then
+        return BUSY
+    end
+    local now = now_ms()
+    if not head_marked(w.tk) then
+        return place(sem, w, since, till, now)
+    end
+    if read_mark(sem.zone, w.tk) ~= OK then
+        return BUSY             -- being written: look again
+    end
+    local verdict, m_till = may_mark(w, since, now, check)
+    if verdict == "ours" then
+        -- moved on while half its time is left
+        if m_till - now < nginx_wait.ACCEPT * 500 and m_till < till then
+            return place(sem, w, since, till, now)
+        end
+        return MARKED
+    end
+    if verdict == "replace" then
+        return place(sem, w, since, till, now)
+    end
+    return BUSY
+end
+
+-- syntax: got = withdraw(sem, key, klen, w)
+-- A queued waiter stopping: a last try (true: the permit is ours after
+-- all), else its mark removed, so that the others need not wait for its
+-- deadline.
+function sem_backend.withdraw(sem, key, klen, w)
+    for _ = 1, 4 do
+        local ok = sem_backend.add(sem, key, klen, w)
+        if ok then
+            return true
+        end
+        if ok == nil or not head_marked(w.tk)
+           or read_mark(sem.zone, w.tk) ~= OK
+        then
+            return false
+        end
+        local pid, id = mark_of()
+        if pid ~= C.shmlock_self_pid() or id ~= w.id then
+            return false
+        end
+        if clear_mark(sem, w.tk, w.moved) then
+            return false
+        end
+    end
+    return false
+end
+
+-- The head seen (a refused acquire's ticket, seen) is marked by a waiter
+-- of this worker that nginx aborted: its mark cleared (no waiter is left
+-- to come in on it).
+function unghost(sem, seen)
+    if not head_marked(seen) or read_mark(sem.zone, seen) ~= OK then
+        return
+    end
+    local pid, id = mark_of()
+    if pid == C.shmlock_self_pid() and zone_backend.gone(id) then
+        clear_mark(sem, seen, moved)
+    end
+end
+
+-- syntax: here = here(sem, key, klen)
+-- Every live holder of key is this process, and they fill the permits:
+-- a worker blocked in a phase that cannot yield would wait for itself.
+local holders_t = ffi.typeof("shmlock_ticket_t[?]")
+local HOLDERS_MAX = 64
+local holders_out = holders_t(HOLDERS_MAX)
+local holders_n = ffi.new("int[1]")
+
+function sem_backend.here(sem, key, klen)
+    local n = reclaim(sem.zone, key, klen)
+    if not n or n < sem.permits then
+        return false
+    end
+    if C.shmlock_group_holders(sem.zone, SEMAPHORE, key, klen, holders_out,
+                               HOLDERS_MAX, holders_n) ~= OK
+    then
+        return false
+    end
+    local me = C.shmlock_self_pid()
+    for i = 0, holders_n[0] - 1 do
+        local words = ffi_cast(U32P, holders_out + i)
+        if words[T_PID] ~= me then
+            return false
+        end
+    end
+    return holders_n[0] > 0
+end
+
+-- syntax: elapsed, err = block(sem, key, klen, w, exp_ms, timeout, step,
+--                              ratio, max_step, stop?)
+-- Outside nginx (or blocking where the phase cannot yield): sleeps on the
+-- key's wait word, woken by a release, at most a step at a time; dead
+-- holders are dropped after every step no release cut short.
+function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
+                           max_step, stop)
+    local zone = sem.zone
     local start = now_ms()
     local deadline = start + timeout * 1000
-    local step = self.step
     local hash = C.shmlock_hash(key, klen)
     while true do
         local seq = C.shmlock_wait_begin(zone, hash)
-        local rc = try(self, key, klen)
-        if rc ~= EXISTS then
+        local ok, err = sem_backend.add(sem, key, klen, w)
+        if ok ~= false then
             C.shmlock_wait_end(zone, hash, seq, 0)
-            return rc, (now_ms() - start) / 1000
+            if not ok then
+                return nil, err
+            end
+            return (now_ms() - start) / 1000
         end
         local left = deadline - now_ms()
-        if left <= 0 then
+        err = left > 0 and stop and stop()
+        if left <= 0 or err then
             C.shmlock_wait_end(zone, hash, seq, 0)
-            return TIMEOUT
+            -- pass a wake-up we may have taken on to the next sleeper
+            C.shmlock_wake_waiters(zone, hash, 0)
+            return nil, err or "timeout"
         end
         local woke = C.shmlock_wait_end(zone, hash, seq,
                                         min(step * 1000, left) * 1000)
         if woke == TIMEOUT then
             -- nobody released: a holder may have died
             reclaim(zone, key, klen)
-            step = next_step(step, self.ratio, self.max_step)
+            step = next_step(step, ratio, max_step)
         end
     end
 end
 
--- inside nginx: ngx.sleep steps to a monotonic deadline
-local function sleep_steps(self, key, klen, timeout)
-    local zone = self.zone
-    local start = now_ms()
-    local deadline = start + timeout * 1000
-    local step = self.step
-    while true do
-        local left = (deadline - now_ms()) / 1000
-        if left < MIN_SLEEP then
-            return TIMEOUT
-        end
-        ngx.sleep(max(MIN_SLEEP, min(step, left)))
-        local rc = try(self, key, klen)
-        if rc ~= EXISTS then
-            return rc, (now_ms() - start) / 1000
-        end
-        reclaim(zone, key, klen)
-        rc = try(self, key, klen)
-        if rc ~= EXISTS then
-            return rc, (now_ms() - start) / 1000
-        end
-        step = next_step(step, self.ratio, self.max_step)
-    end
-end
 
+-- the wait, after the first tries found the key full
 local function wait(self, key, klen, timeout)
+    local w = new_wait()
+    local elapsed, err
     if not in_nginx then
-        return block(self, key, klen, timeout)
+        elapsed, err = sem_backend.block(self, key, klen, w, nil, timeout,
+                                         self.step, self.ratio, self.max_step)
+    else
+        local phase = get_phase()
+        if YIELDABLE[phase] then
+            elapsed, err = nginx_wait.sleep(sem_backend, self, key, klen, w,
+                                            self.exp_ms, timeout,
+                                            self.step, self.ratio,
+                                            self.max_step)
+        elseif self.blocking_timeout > 0 then
+            elapsed, err = nginx_wait.block(sem_backend, self, key, klen, w,
+                                            self.exp_ms,
+                                            min(timeout,
+                                                self.blocking_timeout),
+                                            self.step, self.ratio,
+                                            self.max_step, phase)
+        else
+            return nil, "cannot wait in " .. tostring(phase) .. " phase"
+        end
     end
-    local phase = get_phase()
-    if YIELDABLE[phase] then
-        return sleep_steps(self, key, klen, timeout)
+    if not elapsed then
+        return nil, err
     end
-    if self.blocking_timeout > 0 then
-        return block(self, key, klen, min(timeout, self.blocking_timeout))
-    end
-    return nil, "cannot wait in " .. tostring(phase) .. " phase"
+    ffi_copy(tk, w.tk, TICKET_SIZE)
+    return elapsed
 end
 
 -- syntax: elapsed, err = sem:acquire(key, timeout?)
@@ -287,28 +550,31 @@ function _M.acquire(self, key, timeout)
         timeout = options.timeout(timeout, self.exptime, 2)
     end
     local klen = #key
-    local rc = try(self, key, klen)
+    local rc = try(self, key, klen, next_id(), tk)
     local elapsed = 0
     if rc == EXISTS then
-        -- a dead holder's permit is back at once
+        -- a dead holder's permit is back at once, and inside nginx the
+        -- turn of a waiter of this worker that nginx aborted
+        if in_nginx then
+            unghost(self, tk)
+        end
         reclaim(self.zone, key, klen)
-        rc = try(self, key, klen)
+        rc = try(self, key, klen, next_id(), tk)
     end
     if rc == EXISTS then
         if timeout == 0 then
             return nil, "timeout"
         end
-        rc, elapsed = wait(self, key, klen, timeout)
-        if rc == nil then
-            return nil, elapsed
+        elapsed, err = wait(self, key, klen, timeout)
+        if not elapsed then
+            return nil, err
         end
+        rc = OK
     end
     if rc == OK then
-        self.permit = handle(self.zone, SEMAPHORE, key, klen)
+        self.permit = handle(self, self.zone, SEMAPHORE, key, klen)
+        self.key = key
         return elapsed
-    end
-    if rc == TIMEOUT then
-        return nil, "timeout"
     end
     return nil, errors[rc]
 end
@@ -319,12 +585,14 @@ end
 -- syntax: ok, err = sem:release()
 function _M.release(self)
     local cd = held(self)
-    self.permit = nil
     if not cd then
         return nil, "unlocked"
     end
     local rc = give_back(cd)
-    ffi_gc(cd, nil)
+    if in_nginx then
+        -- this worker's queued waiters of the key look again
+        released(self.key, SPACE)
+    end
     if rc == OK then
         return 1
     end
@@ -366,6 +634,28 @@ function _M.count(self, key)
         return nil, err
     end
     return reclaim(self.zone, key, #key)
+end
+
+-- syntax: info, err = semaphore.inspect(dict_name_or_dict, key)
+-- What holds the permits of key, read without changing anything
+-- (docs/semaphore.md): { count, holders = { { pid, alive, ttl }, ... },
+-- marked = { pid, alive, deadline, waited } or nil, waiters }; nil, "not
+-- locked"; nil, "dictionary not found"; the key's errors.
+function _M.inspect(a, b, c)
+    local dict_name, key = a, b
+    if a == _M then
+        dict_name, key = b, c
+    end
+    local dict = find(dict_name)
+    if not dict then
+        return nil, "dictionary not found"
+    end
+    local err
+    key, err = key_check(key)
+    if not key then
+        return nil, err
+    end
+    return inspect.semaphore(dict._zone, key)
 end
 
 -- syntax: holding = sem:owned()

@@ -143,6 +143,49 @@ function _M.key(dict, key, zone)
 end
 
 
+-- syntax: info, err = inspect.semaphore(zone, key)
+-- The permits of a semaphore's key (resty.shmlock.semaphore.inspect;
+-- docs/semaphore.md): { count, holders = { inspect's table of each
+-- permit }, marked (the queued waiter whose turn is next, as a lock's
+-- marked), waiters }; nil, "not locked" when no permit is held and no
+-- waiter marked.  Dead holders are listed (alive = false) until an
+-- acquirer drops them.
+local GROUP_BATCH = 64
+
+function _M.semaphore(zone, key)
+    local klen = #key
+    local out = ffi_new("shmlock_ticket_t[?]", GROUP_BATCH)
+    local n = ffi_new("int[1]")
+    local rc = C.shmlock_group_holders(zone, C.SHMLOCK_SEMAPHORE, key, klen,
+                                       out, GROUP_BATCH, n)
+    if rc == codes.AGAIN then
+        out = ffi_new("shmlock_ticket_t[?]", n[0])
+        rc = C.shmlock_group_holders(zone, C.SHMLOCK_SEMAPHORE, key, klen,
+                                     out, n[0], n)
+    end
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    local holders = {}
+    for i = 0, n[0] - 1 do
+        holders[#holders + 1] = of_ticket(zone, out[i])
+    end
+    local info = { count = #holders, holders = holders, waiters = 0 }
+    local tk = ffi_new(zone_backend.ticket_t)
+    if C.shmlock_group_head(zone, C.SHMLOCK_SEMAPHORE, key, klen, tk) == OK
+    then
+        local _, _, _, is_marked = state(tk)
+        info.marked = is_marked and marked(zone, tk, now_ms()) or nil
+    end
+    info.waiters = tonumber(C.shmlock_wait_count(zone,
+                                                 C.shmlock_hash(key, klen)))
+    if info.count == 0 and not info.marked then
+        return nil, "not locked"
+    end
+    return info
+end
+
+
 -- a slot's key: the key of a lock, or of a semaphore's permit or a shared
 -- hold (src/group.h: "\0", 's' or 'r', two bytes of index, the key; the
 -- group's head, index 0xffff, counts holders and is no holder itself)

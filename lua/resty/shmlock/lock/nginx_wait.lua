@@ -1,6 +1,10 @@
 -- resty.shmlock.lock.nginx_wait (internal): every wait inside nginx, in
--- one place: the lock's wait for a held key, and the cache's wait for a
--- key being loaded (resty.shmlock.cache).  Every entry takes the timeout
+-- one place: the lock's wait for a held key, the cache's wait for a key
+-- being loaded (resty.shmlock.cache), and the semaphore's wait for a
+-- permit (resty.shmlock.semaphore: a backend of its own, whose waiters
+-- are kept apart from the lock's by backend.space; a queued waiter marks
+-- the semaphore's head when its turn is next, and the permit freed stays
+-- for it: src/group.h).  Every entry takes the timeout
 -- of the wait as an argument (the lock object's, or a per-call one).
 --
 -- The deadline rule, for every wait here: a wait of `timeout` seconds
@@ -313,10 +317,17 @@ local function leave(tok, rec)
 end
 
 
--- syntax: nginx_wait.released(key)
+-- syntax: nginx_wait.released(key, space?)
 -- This worker released key: wake its queued waiters on it (they look at
 -- the key again; the one the lock was handed to, if any, runs with it).
-function _M.released(key)
+-- space: the backend's (nil: the lock's; resty.shmlock.semaphore's own).
+function _M.released(key, space)
+    if n_live == 0 then
+        return
+    end
+    if space then
+        key = space .. key
+    end
     local set = by_key[key]
     if not set then
         return
@@ -334,11 +345,15 @@ function _M.released(key)
 end
 
 
--- syntax: n = nginx_wait.queued(key)
--- How many live waiters of this worker are queued on key (nil: all keys).
-function _M.queued(key)
+-- syntax: n = nginx_wait.queued(key, space?)
+-- How many live waiters of this worker are queued on key (nil: all keys;
+-- space as for released).
+function _M.queued(key, space)
     if key == nil then
         return n_live
+    end
+    if space then
+        key = space .. key
     end
     local n = 0
     local set = by_key[key]
@@ -409,9 +424,11 @@ local function queue(backend, store, key, klen, tok, expiry, deadline, since,
         ask = expiry
     end
     local marked = false
-    -- the registry's name of this waiter (a zone: its owner id)
+    -- the registry's name of this waiter (a zone: its owner id), and of
+    -- its key (a backend with a space of its own: the semaphore's)
     local ident = backend.ident(tok)
-    local rec = join(key, ident, till)
+    local space = backend.space
+    local rec = join(space and space .. key or key, ident, till)
 
     local function took()
         leave(ident, rec)
