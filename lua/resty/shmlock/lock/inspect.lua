@@ -151,6 +151,8 @@ end
 -- waiter marked.  Dead holders are listed (alive = false) until an
 -- acquirer drops them.
 local GROUP_BATCH = 64
+-- (the semaphore is bound through the FFI only: docs/every-lua.md)
+local ffi_new = core.ffi and require("ffi").new
 
 function _M.semaphore(zone, key)
     local klen = #key
