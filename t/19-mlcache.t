@@ -214,6 +214,8 @@ for my $large (0, 1) {
     $t->block("a full lua_shared_dict (large set: $large): lock() succeeds"
               . " wherever resty.lock's add does",
         request => "GET /full?large=$large",
+        # (1200 fills of the dict: seconds on a loaded box)
+        timeout => 120,
         body    => <<'EOF');
 resty.lock's add took some: true
 ours took as many: true

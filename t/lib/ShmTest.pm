@@ -435,10 +435,14 @@ sub post { my ($self, $uri, $body) = @_; $self->request("POST $uri", $body) }
 # $t->block($name, request => "GET /t" | [requests...], body => "..." |
 #           qr/.../ | [per request], status => 200, headers => {..},
 #           error_log => [qr/.../ | "substring"], no_error_log => [...],
-#           max_time => seconds)
+#           max_time => seconds, timeout => seconds)
+# timeout: the client's, for a request that does much work (default
+# $HTTP_TIMEOUT): a loaded machine must not fail a request that is slow,
+# not stuck.
 # Returns the last response.
 sub block {
     my ($self, $name, %b) = @_;
+    local $HTTP_TIMEOUT = $b{timeout} // $HTTP_TIMEOUT;
     my @reqs = ref $b{request} eq 'ARRAY' ? @{ $b{request} } : ($b{request});
     my @bodies = ref $b{body} eq 'ARRAY' ? @{ $b{body} } : (($b{body}) x @reqs);
     my $status = $b{status} // 200;
