@@ -50,7 +50,9 @@ local setmetatable = setmetatable
 local getmetatable = getmetatable
 local floor = math.floor
 local min = math.min
+local ceil = math.ceil
 local now_ms = clock.now_ms
+local now_us = clock.now_us
 local next_step = backoff.next
 local next_id = token.next_id
 local released = nginx_wait.released
@@ -349,8 +351,8 @@ end
 function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
                            max_step, stop)
     local zone = sem.zone
-    local start = now_ms()
-    local deadline = start + timeout * 1000
+    local start = now_us()
+    local deadline = start + timeout * 1000000
     local hash = C.shmlock_hash(key, klen)
     while true do
         local seq = C.shmlock_wait_begin(zone, hash)
@@ -360,9 +362,9 @@ function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
             if not ok then
                 return nil, err
             end
-            return (now_ms() - start) / 1000
+            return (now_us() - start) / 1000000
         end
-        local left = deadline - now_ms()
+        local left = deadline - now_us()
         err = left > 0 and stop and stop()
         if left <= 0 or err then
             C.shmlock_wait_end(zone, hash, seq, 0)
@@ -370,8 +372,9 @@ function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
             C.shmlock_wake_waiters(zone, hash, 0)
             return nil, err or "timeout"
         end
+        -- (at least 1 us: 0 would not sleep at all)
         local woke = C.shmlock_wait_end(zone, hash, seq,
-                                        min(step * 1000, left) * 1000)
+                                        ceil(min(step * 1000000, left)))
         if woke == TIMEOUT then
             -- nobody released: a holder may have died
             reclaim(zone, key, klen)
