@@ -243,11 +243,11 @@ describe("every Lua", function()
         end
         -- every round counted, nobody over the limit, nothing left held
         local got = trim(sh("cd /tmp && LUA_PATH='" .. LUA_PATH .. "' luajit "
-            .. "-e "local d = require('resty.shmlock.shdict').open("
+            .. "-e \"local d = require('resty.shmlock.shdict').open("
             .. "'el_sem', { dir = '" .. dir .. "', create = false }); "
             .. "local s = require('resty.shmlock.semaphore'):new(d); "
             .. "print(d:get('rounds'), d:get('violations'), d:get('inside'),"
-            .. " s:count('board'))""))
+            .. " s:count('board'))\""))
         assert.equal(2 * #ALL * N .. "\tnil\t0\t0", got)
     end)
 

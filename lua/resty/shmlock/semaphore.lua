@@ -11,10 +11,17 @@
 -- the C core under the key's shard mutex (src/group.h): never more
 -- holders than the acquirer's `permits`, a dead process's permit back at
 -- the next acquire that finds the key full, a lease (`exptime`) per
--- permit.  While the object holds a permit, a handle (a cdata with a
--- finalizer) keeps what the release needs, so that a collected object
--- gives its permit back; a copy of the object in a forked child holds
--- nothing (the handle keeps the pid that acquired, token.ours).
+-- permit.  While the object holds a permit, a handle keeps what the
+-- release needs, so that a collected object gives its permit back; a copy
+-- of the object in a forked child holds nothing (the handle keeps the pid
+-- that acquired, token.ours).
+--
+-- Bindings.  The logic is written once, here, over the binding's holder
+-- group calls (resty.shmlock.lock.slots: under LuaJIT C is the library
+-- itself, so acquire and release are the FFI calls, nothing in between;
+-- under PUC Lua the C module's functions of the same names) and its
+-- permit handle (resty.shmlock.semaphore.permit: a cdata with a
+-- finalizer; .permit.capi: a table with __gc, or a proxy under Lua 5.1).
 --
 -- Waiting: outside nginx, on the zone's wait word of the key (a release
 -- wakes a sleeper at once), in steps that look for dead holders between
