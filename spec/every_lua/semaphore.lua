@@ -169,6 +169,18 @@ eq(1, s2:release(), "release 2")
 eq(1, s3:release(), "release 3")
 eq("not locked", select(2, semaphore.inspect(d, "k")), "all back")
 
+-- inspect lists every holder, more than its first batch (64) too
+local many = {}
+for i = 1, 70 do
+    many[i] = assert(semaphore:new(d, { permits = 100 }))
+    eq(0, many[i]:acquire("many"), "permit " .. i)
+end
+info = assert(semaphore.inspect(d, "many"))
+eq(70, info.count, "70 holders") eq(70, #info.holders, "70 listed")
+for i = 1, 70 do
+    eq(1, many[i]:release(), "release " .. i)
+end
+
 -- a lease that runs out: the permit is free for another, and the late
 -- holder is told
 local short = assert(semaphore:new(d, { permits = 1, exptime = 0.001 }))
