@@ -1,7 +1,8 @@
 -- spec/every_lua/semaphore.lua DIR: the semaphore (resty.shmlock.semaphore)
 -- under whichever interpreter runs this (spec/60; make test-every-lua,
 -- under valgrind and ASan): every method's returns and errors, inspect,
--- leases, a waiter in another process woken by the release, a holder
+-- leases, a waiter in another process woken by the release (its steps
+-- too long for anything else to end its sleep in time), a holder
 -- killed with SIGKILL whose permit is back at once, the release of a
 -- collected semaphore object, an object copied into a forked child
 -- (luaposix's fork, or the C module's test build's).  Prints "ok" (with a
@@ -55,7 +56,10 @@ if role == "hold" then
     clock.sleep(600)
     return
 elseif role == "wait" then
-    local sem = assert(semaphore:new(d, { permits = 1, timeout = 60 }))
+    -- steps of 300 s: within the check's 60 s only the release's wake-up
+    -- ends its sleep
+    local sem = assert(semaphore:new(d, { permits = 1, timeout = 300,
+                                          step = 300, max_step = 300 }))
     assert(d:set("waiter_pid", core.self_pid()))
     local elapsed, err = sem:acquire(key)
     eq(nil, err, "the waiter's acquire")
