@@ -206,8 +206,8 @@ eq("not locked", select(2, resty_lock.inspect(d, "g")), "released by GC")
 eq(0, other:trylock("g"), "g is free")
 eq(1, other:unlock(), "unlock g")
 
--- the C module's holder-group calls (resty.shmlock.semaphore's, bound to
--- the module ahead of the semaphore itself under PUC Lua)
+-- the C module's holder-group calls themselves (resty.shmlock.semaphore's
+-- under PUC Lua: spec/every_lua/semaphore.lua runs the semaphore)
 if not core.ffi then
     local mod, K = core.mod, core.mod.K
     local t1, t2, t3 = mod.ticket(), mod.ticket(), mod.ticket()
@@ -217,6 +217,11 @@ if not core.ffi then
        "permit 2")
     eq(K.EXISTS, mod.group_acquire(d._zone, sem, "s", 1, 13, 2, 0, t3),
        "full")
+    local head = mod.ticket()
+    eq(K.OK, mod.group_head(d._zone, sem, "s", 1, head), "the head")
+    eq(false, select(4, mod.ticket_state(head)), "the head unmarked")
+    eq(K.NOT_FOUND, mod.group_head(d._zone, sem, "none", 4, head),
+       "no head")
     local rc, count = mod.group_reclaim(d._zone, sem, "s", 1)
     eq(K.OK, rc, "reclaim") eq(2, count, "two holders")
     local holders
@@ -229,6 +234,9 @@ if not core.ffi then
     eq(K.OK, mod.group_release(d._zone, sem, "s", 1, t2), "release 2")
     eq(K.OK, mod.group_release(d._zone, sem, "s", 1, t3), "release 3")
     eq(0, select(2, mod.group_reclaim(d._zone, sem, "s", 1)), "none left")
+    -- room for up to GROUP_MAX holders (semaphore.inspect lists them all)
+    eq(K.OK, (mod.group_holders(d._zone, sem, "s", 1, K.GROUP_MAX)),
+       "holders, GROUP_MAX of room")
 end
 
 -- a lock object copied into a forked child holds nothing there

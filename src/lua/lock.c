@@ -366,7 +366,8 @@ static int group_reclaim(lua_State *L)
 }
 
 /* rc, count, tickets = core.group_holders(zone, kind, key, klen, max):
- * at most max (1 .. 256) holders' tickets; count: how many there are */
+ * at most max (1 .. SHMLOCK_GROUP_MAX) holders' tickets; count: how many
+ * there are (rc SHMLOCK_AGAIN: more than max) */
 static int group_holders(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
@@ -377,8 +378,8 @@ static int group_holders(lua_State *L)
     shmlock_ticket_t *out;
     int count = 0, rc, i;
 
-    if (max < 1 || max > SCAN_MAX) {
-        return luaL_argerror(L, 5, "from 1 to 256");
+    if (max < 1 || max > SHMLOCK_GROUP_MAX) {
+        return luaL_argerror(L, 5, "from 1 to 65535");
     }
     out = lua_newuserdata(L, sizeof(*out) * (size_t) max);
     rc = shmlock_group_holders(zone, kind, key, klen, out, max, &count);
@@ -392,6 +393,18 @@ static int group_holders(lua_State *L)
         lua_rawseti(L, -2, i + 1);
     }
     return 3;
+}
+
+/* rc = core.group_head(zone, kind, key, klen, tk): the head's state */
+static int group_head(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    int kind = (int) core_num(L, 2);
+    size_t klen;
+    const char *key = key_arg(L, 3, &klen);
+
+    return push_rc(L, shmlock_group_head(zone, kind, key, klen,
+                                         ticket_at(L, 5)));
 }
 
 #ifdef SHMLOCK_TESTING
@@ -449,6 +462,7 @@ const luaL_Reg core_lock_funcs[] = {
     { "group_extend", group_extend },
     { "group_reclaim", group_reclaim },
     { "group_holders", group_holders },
+    { "group_head", group_head },
 #ifdef SHMLOCK_TESTING
     { "test_fork", test_fork },
     { "test_exit", test_exit },

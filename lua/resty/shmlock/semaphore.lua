@@ -11,10 +11,17 @@
 -- the C core under the key's shard mutex (src/group.h): never more
 -- holders than the acquirer's `permits`, a dead process's permit back at
 -- the next acquire that finds the key full, a lease (`exptime`) per
--- permit.  While the object holds a permit, a handle (a cdata with a
--- finalizer) keeps what the release needs, so that a collected object
--- gives its permit back; a copy of the object in a forked child holds
--- nothing (the handle keeps the pid that acquired, token.ours).
+-- permit.  While the object holds a permit, a handle keeps what the
+-- release needs, so that a collected object gives its permit back; a copy
+-- of the object in a forked child holds nothing (the handle keeps the pid
+-- that acquired, token.ours).
+--
+-- Bindings.  The logic is written once, here, over the binding's holder
+-- group calls (resty.shmlock.lock.slots: under LuaJIT C is the library
+-- itself, so acquire and release are the FFI calls, nothing in between;
+-- under PUC Lua the C module's functions of the same names) and its
+-- permit handle (resty.shmlock.semaphore.permit: a cdata with a
+-- finalizer; .permit.capi: a table with __gc, or a proxy under Lua 5.1).
 --
 -- Waiting: outside nginx, on the zone's wait word of the key (a release
 -- wakes a sleeper at once), in steps that look for dead holders between
@@ -24,22 +31,14 @@
 -- cannot yield, nil, "cannot wait in <phase> phase", unless
 -- blocking_timeout lets the worker block that long.
 
--- Without the FFI (PUC Lua) the semaphore is not bound yet: the module
--- loads, and new() answers nil and why, as the lock's does.
-if not require("resty.shmlock.internal.core").ffi then
-    local why = "resty.shmlock.semaphore: not available under " .. _VERSION
-                .. " yet (LuaJIT only for now: docs/every-lua.md)"
-    return {
-        _VERSION = require "resty.shmlock.version",
-        new = function() return nil, why end,
-    }
-end
-
-local ffi = require "ffi"
-local C = require "resty.shmlock.lib"
+local slots = require "resty.shmlock.lock.slots"
+local core = require "resty.shmlock.internal.core"
+local permit = core.ffi and require "resty.shmlock.semaphore.permit"
+               or require "resty.shmlock.semaphore.permit.capi"
 local shdict = require "resty.shmlock.shdict"
 local version = require "resty.shmlock.version"
 local errors = require "resty.shmlock.errors"
+local codes = require "resty.shmlock.internal.codes"
 local nginx = require "resty.shmlock.internal.nginx"
 local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
@@ -49,12 +48,8 @@ local backoff = require "resty.shmlock.internal.backoff"
 local zone_backend = require "resty.shmlock.lock.zone"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"
 local inspect = require "resty.shmlock.lock.inspect"
-local bit = require "bit"
 
-local ffi_new = ffi.new
-local ffi_cast = ffi.cast
-local ffi_gc = ffi.gc
-local ffi_copy = ffi.copy
+local C = slots.C
 local type = type
 local tostring = tostring
 local error = error
@@ -62,21 +57,27 @@ local setmetatable = setmetatable
 local getmetatable = getmetatable
 local floor = math.floor
 local min = math.min
-local tonumber = tonumber
-local band = bit.band
+local ceil = math.ceil
 local now_ms = clock.now_ms
+local now_us = clock.now_us
 local next_step = backoff.next
 local next_id = token.next_id
 local released = nginx_wait.released
-local ours = token.ours
+local self_pid = core.self_pid
 local ms = options.ms
+local take = permit.take
+local held = permit.held
+local give_back = permit.give_back
+local marked_in = slots.marked
+local group_reclaim = slots.group_reclaim
 
-local OK = C.SHMLOCK_OK
-local EXISTS = C.SHMLOCK_EXISTS
-local NOT_FOUND = C.SHMLOCK_NOT_FOUND
-local TIMEOUT = C.SHMLOCK_TIMEOUT
-local SEMAPHORE = C.SHMLOCK_SEMAPHORE
-local PERMITS_MAX = C.SHMLOCK_GROUP_MAX
+local OK = codes.OK
+local EXISTS = codes.EXISTS
+local NOT_FOUND = codes.NOT_FOUND
+local TIMEOUT = codes.TIMEOUT
+local KEEP_TTL = codes.KEEP_TTL
+local SEMAPHORE = codes.SEMAPHORE
+local PERMITS_MAX = codes.GROUP_MAX
 
 local ngx = nginx.api()
 local in_nginx = ngx ~= nil
@@ -86,94 +87,9 @@ local YIELDABLE = nginx.YIELDABLE
 local _M = { _VERSION = version }
 local mt = { __index = _M }
 
-ffi.cdef([[
-typedef struct {
-    shmlock_zone_t    *zone;    /* NULL: holds nothing */
-    shmlock_zone_t    *ref;     /* the zone this handle keeps mapped */
-    int32_t            pid;     /* the process that acquired */
-    int32_t            kind;
-    uint32_t           key_len;
-    uint32_t           cap;     /* bytes of key[] */
-    shmlock_ticket_t   ticket;
-    char               key[?];
-} shmlock_lua_permit_t;
-
-typedef struct {
-    shmlock_ticket_t   tk;      /* ours once acquired; else the head seen */
-    shmlock_ticket_t   moved;   /* a mark's or swap's result */
-    shmlock_mark_t     want;    /* the mark we place */
-    uint64_t           owner;   /* pid << 32 | id */
-    uint32_t           id;
-} shmlock_lua_sem_wait_t;
-]])
-
-local permit_t = ffi.typeof("shmlock_lua_permit_t")
-local ticket_t = ffi.typeof("shmlock_ticket_t[1]")
-local count_t = ffi.typeof("uint32_t[1]")
-local tk = ticket_t()           -- acquire's out-parameter
-local count_out = count_t()
+local tk = slots.ticket()       -- acquire's out-parameter
 
 local ATTACH = { create = false }
-
-
--- ---- the handle: a permit held, released when collected ----
-
-local function give_back(cd)
-    local zone = cd.zone
-    if zone == nil then
-        return nil
-    end
-    cd.zone = nil
-    -- a forked child's copy releases nothing: the permit is the parent's
-    if ours(cd.pid) then
-        return C.shmlock_group_release(zone, cd.kind, cd.key, cd.key_len,
-                                       cd.ticket)
-    end
-    return nil
-end
-
--- the finalizer: the permit given back, then the zone let go (at exit,
--- finalizers run in any order: the zone object may go first)
-local function collect(cd)
-    give_back(cd)
-    local ref = cd.ref
-    if ref ~= nil then
-        cd.ref = nil
-        C.shmlock_zone_close(ref)
-    end
-end
-
--- The handle of a permit just taken (ticket tk).  An object keeps its
--- handle after a release (zone NULL: holding nothing) and takes it again
--- at its next acquire if the key fits: a reused object allocates nothing,
--- leaves no finalizer behind and retains its zone once (ref, let go when
--- the handle is collected), not per acquire+release.  A handle still
--- holding (a forked child's copy of the parent's) is never reused.
-local function handle(self, zone, kind, key, klen)
-    local cd = self.permit
-    if cd == nil or cd.zone ~= nil or cd.cap < klen or cd.ref ~= zone then
-        cd = ffi_gc(ffi_new(permit_t, klen), collect)
-        cd.cap = klen
-        C.shmlock_zone_retain(zone)
-        cd.ref = zone
-    end
-    cd.zone = zone
-    cd.pid = C.shmlock_self_pid()
-    cd.kind = kind
-    cd.key_len = klen
-    ffi_copy(cd.key, key, klen)
-    cd.ticket = tk[0]
-    return cd
-end
-
--- the handle of self's permit, if this process holds one
-local function held(self)
-    local cd = self.permit
-    if cd == nil or cd.zone == nil or not ours(cd.pid) then
-        return nil
-    end
-    return cd
-end
 
 
 -- ---- new ----
@@ -232,11 +148,11 @@ end
 
 -- dead holders and expired leases dropped; the permits held now
 local function reclaim(zone, key, klen)
-    local rc = C.shmlock_group_reclaim(zone, SEMAPHORE, key, klen, count_out)
+    local rc, n = group_reclaim(zone, SEMAPHORE, key, klen)
     if rc ~= OK then
         return nil, errors[rc]
     end
-    return tonumber(count_out[0])
+    return n
 end
 
 
@@ -259,18 +175,7 @@ end
 local SPACE = "\0semaphore\0"
 local sem_backend = { space = SPACE }
 
-local wait_t = ffi.typeof("shmlock_lua_sem_wait_t")
-local U32P = ffi.typeof("uint32_t *")
-local U64 = ffi.typeof("uint64_t")
-local TICKET_SIZE = ffi.sizeof("shmlock_ticket_t")
-local LE = ffi.abi("le")
-local T_ID, T_PID = LE and 2 or 3, LE and 3 or 2
-local T_LO = LE and 4 or 5
-local SLOT_MARKED = C.SHMLOCK_SLOT_MARKED
-local KEEP_TTL = C.SHMLOCK_KEEP_TTL
-local TWO32 = 2 ^ 32
-
-local moved = ffi_new("shmlock_ticket_t")     -- a swap's, not kept
+local moved = slots.ticket()    -- a swap's, not kept
 local unghost
 
 local ACQUIRED = zone_backend.ACQUIRED
@@ -281,11 +186,10 @@ local mark_of = zone_backend.mark_of
 local mark_alive = zone_backend.mark_alive
 local read_mark = zone_backend.read_mark
 
+-- a wait: its owner id, its ticket (ours once acquired; else the head
+-- seen), a mark's or swap's result
 local function new_wait()
-    local w = ffi_new(wait_t)
-    w.id = next_id()
-    w.owner = U64(C.shmlock_self_pid()) * TWO32 + w.id
-    return w
+    return { id = next_id(), tk = slots.ticket(), moved = slots.ticket() }
 end
 
 sem_backend.expiry = ms
@@ -306,30 +210,21 @@ function sem_backend.add(sem, key, klen, w)
     return nil, errors[rc]
 end
 
--- whether the head in state seen (a refused acquire's ticket) is marked
-local function head_marked(seen)
-    local words = ffi_cast(U32P, seen)
-    return band(words[T_LO], SLOT_MARKED) ~= 0
-end
-
 -- the mark of the head in state seen cleared (its owner kept): true, or
 -- false if the head moved meanwhile
 local function clear_mark(sem, seen, out)
-    local words = ffi_cast(U32P, seen)
-    return C.shmlock_slot_swap(sem.zone, seen,
-                               U64(words[T_PID]) * TWO32 + words[T_ID], 0,
-                               0, KEEP_TTL, 0, out) == OK
+    return slots.swap_keep(sem.zone, seen, false, KEEP_TTL, out) == OK
 end
 
 -- the mark on the head seen is w's, or w may replace it: its waiter came
 -- later, stopped waiting, was aborted in this worker or (check) is dead
 local function may_mark(w, since, now, check)
     local pid, id, _, m_since, m_till = mark_of()
-    if pid == C.shmlock_self_pid() and id == w.id then
+    if pid == self_pid() and id == w.id then
         return "ours", m_till
     end
     if m_since > since or m_till <= now
-       or (pid == C.shmlock_self_pid() and zone_backend.gone(id))
+       or (pid == self_pid() and zone_backend.gone(id))
        or (check and not mark_alive())
     then
         return "replace"
@@ -339,13 +234,10 @@ end
 
 -- w's turn: its mark on the head seen, lasting at most ACCEPT
 local function place(sem, w, since, till, now)
-    local want = w.want
-    want.owner = w.owner
-    want.process = 0
-    want.exptime_ms = 0
-    want.since_ms = since
-    want.until_ms = min(till, now + floor(nginx_wait.ACCEPT * 1000))
-    if C.shmlock_slot_mark(sem.zone, w.tk, want, w.moved) == OK then
+    if slots.place_mark(sem.zone, w.tk, w.id, 0, since,
+                        min(till, now + floor(nginx_wait.ACCEPT * 1000)),
+                        w.moved) == OK
+    then
         return MARKED
     end
     return BUSY
@@ -375,7 +267,7 @@ function sem_backend.look(sem, key, klen, w, _, check, since, till)
         return BUSY
     end
     local now = now_ms()
-    if not head_marked(w.tk) then
+    if not marked_in(w.tk) then
         return place(sem, w, since, till, now)
     end
     if read_mark(sem.zone, w.tk) ~= OK then
@@ -405,13 +297,13 @@ function sem_backend.withdraw(sem, key, klen, w)
         if ok then
             return true
         end
-        if ok == nil or not head_marked(w.tk)
+        if ok == nil or not marked_in(w.tk)
            or read_mark(sem.zone, w.tk) ~= OK
         then
             return false
         end
         local pid, id = mark_of()
-        if pid ~= C.shmlock_self_pid() or id ~= w.id then
+        if pid ~= self_pid() or id ~= w.id then
             return false
         end
         if clear_mark(sem, w.tk, w.moved) then
@@ -425,11 +317,11 @@ end
 -- of this worker that nginx aborted: its mark cleared (no waiter is left
 -- to come in on it).
 function unghost(sem, seen)
-    if not head_marked(seen) or read_mark(sem.zone, seen) ~= OK then
+    if not marked_in(seen) or read_mark(sem.zone, seen) ~= OK then
         return
     end
     local pid, id = mark_of()
-    if pid == C.shmlock_self_pid() and zone_backend.gone(id) then
+    if pid == self_pid() and zone_backend.gone(id) then
         clear_mark(sem, seen, moved)
     end
 end
@@ -437,29 +329,25 @@ end
 -- syntax: here = here(sem, key, klen)
 -- Every live holder of key is this process, and they fill the permits:
 -- a worker blocked in a phase that cannot yield would wait for itself.
-local holders_t = ffi.typeof("shmlock_ticket_t[?]")
 local HOLDERS_MAX = 64
-local holders_out = holders_t(HOLDERS_MAX)
-local holders_n = ffi.new("int[1]")
 
 function sem_backend.here(sem, key, klen)
     local n = reclaim(sem.zone, key, klen)
     if not n or n < sem.permits then
         return false
     end
-    if C.shmlock_group_holders(sem.zone, SEMAPHORE, key, klen, holders_out,
-                               HOLDERS_MAX, holders_n) ~= OK
-    then
+    local rc, count, list = slots.group_holders(sem.zone, SEMAPHORE, key,
+                                                klen, HOLDERS_MAX)
+    if rc ~= OK then
         return false
     end
-    local me = C.shmlock_self_pid()
-    for i = 0, holders_n[0] - 1 do
-        local words = ffi_cast(U32P, holders_out + i)
-        if words[T_PID] ~= me then
+    local me = self_pid()
+    for i = 1, count do
+        if slots.owner(list[i]) ~= me then
             return false
         end
     end
-    return holders_n[0] > 0
+    return count > 0
 end
 
 -- syntax: elapsed, err = block(sem, key, klen, w, exp_ms, timeout, step,
@@ -470,8 +358,8 @@ end
 function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
                            max_step, stop)
     local zone = sem.zone
-    local start = now_ms()
-    local deadline = start + timeout * 1000
+    local start = now_us()
+    local deadline = start + timeout * 1000000
     local hash = C.shmlock_hash(key, klen)
     while true do
         local seq = C.shmlock_wait_begin(zone, hash)
@@ -481,9 +369,9 @@ function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
             if not ok then
                 return nil, err
             end
-            return (now_ms() - start) / 1000
+            return (now_us() - start) / 1000000
         end
-        local left = deadline - now_ms()
+        local left = deadline - now_us()
         err = left > 0 and stop and stop()
         if left <= 0 or err then
             C.shmlock_wait_end(zone, hash, seq, 0)
@@ -491,8 +379,9 @@ function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
             C.shmlock_wake_waiters(zone, hash, 0)
             return nil, err or "timeout"
         end
+        -- (at least 1 us: 0 would not sleep at all)
         local woke = C.shmlock_wait_end(zone, hash, seq,
-                                        min(step * 1000, left) * 1000)
+                                        ceil(min(step * 1000000, left)))
         if woke == TIMEOUT then
             -- nobody released: a holder may have died
             reclaim(zone, key, klen)
@@ -530,13 +419,13 @@ local function wait(self, key, klen, timeout)
     if not elapsed then
         return nil, err
     end
-    ffi_copy(tk, w.tk, TICKET_SIZE)
+    slots.copy(tk, w.tk)
     return elapsed
 end
 
 -- syntax: elapsed, err = sem:acquire(key, timeout?)
 function _M.acquire(self, key, timeout)
-    if held(self) then
+    if held(self.permit) then
         return nil, "locked"
     end
     local err
@@ -572,7 +461,7 @@ function _M.acquire(self, key, timeout)
         rc = OK
     end
     if rc == OK then
-        self.permit = handle(self, self.zone, SEMAPHORE, key, klen)
+        self.permit = take(self.permit, self.zone, SEMAPHORE, key, klen, tk)
         self.key = key
         return elapsed
     end
@@ -584,7 +473,7 @@ end
 
 -- syntax: ok, err = sem:release()
 function _M.release(self)
-    local cd = held(self)
+    local cd = held(self.permit)
     if not cd then
         return nil, "unlocked"
     end
@@ -609,12 +498,11 @@ function _M.expire(self, seconds)
     else
         seconds = options.seconds(seconds, "seconds", 2)
     end
-    local cd = held(self)
+    local cd = held(self.permit)
     if not cd then
         return nil, "unlocked"
     end
-    local rc = C.shmlock_group_extend(cd.zone, cd.kind, cd.key, cd.key_len,
-                                      cd.ticket, ms(seconds))
+    local rc = permit.extend(cd, ms(seconds))
     if rc == OK then
         return true
     end
@@ -661,7 +549,7 @@ end
 -- syntax: holding = sem:owned()
 -- Whether this object holds a permit (false in a forked child).
 function _M.owned(self)
-    return held(self) ~= nil
+    return held(self.permit) ~= nil
 end
 
 return _M

@@ -21,6 +21,8 @@ local NAMES = {
     "LEFT", "RIGHT",
     -- limits: cas keeps the entry's expiry; bytes of a key
     "KEEP_TTL", "KEY_MAX", "MIN_SIZE", "GEN_WORDS", "LAYOUT",
+    -- holder groups: their kinds, the holders of a key at most
+    "SEMAPHORE", "SHARED", "GROUP_MAX",
 }
 
 local codes = {}

@@ -20,6 +20,7 @@ local proc_alive = core.proc_alive
 
 local C = slots.C
 local tonumber = tonumber
+local min = math.min
 local byte = string.byte
 local sub = string.sub
 local now_ms = clock.now_ms
@@ -28,6 +29,7 @@ local NEVER = zone_backend.NEVER
 
 local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
+local GROUP_MAX = codes.GROUP_MAX
 
 local _M = {}
 
@@ -151,31 +153,31 @@ end
 -- waiter marked.  Dead holders are listed (alive = false) until an
 -- acquirer drops them.
 local GROUP_BATCH = 64
--- (the semaphore is bound through the FFI only: docs/every-lua.md)
-local ffi_new = core.ffi and require("ffi").new
+local SEMAPHORE = codes.SEMAPHORE
 
 function _M.semaphore(zone, key)
     local klen = #key
-    local out = ffi_new("shmlock_ticket_t[?]", GROUP_BATCH)
-    local n = ffi_new("int[1]")
-    local rc = C.shmlock_group_holders(zone, C.SHMLOCK_SEMAPHORE, key, klen,
-                                       out, GROUP_BATCH, n)
-    if rc == codes.AGAIN then
-        out = ffi_new("shmlock_ticket_t[?]", n[0])
-        rc = C.shmlock_group_holders(zone, C.SHMLOCK_SEMAPHORE, key, klen,
-                                     out, n[0], n)
+    local rc, n, list = slots.group_holders(zone, SEMAPHORE, key, klen,
+                                            GROUP_BATCH)
+    -- more holders than the batch: again, with room for them all (bounded:
+    -- a key has at most GROUP_MAX holders)
+    for _ = 1, 4 do
+        if rc ~= codes.AGAIN then
+            break
+        end
+        rc, n, list = slots.group_holders(zone, SEMAPHORE, key, klen,
+                                          min(n + GROUP_BATCH, GROUP_MAX))
     end
-    if rc ~= OK then
+    if rc ~= OK and rc ~= codes.AGAIN then
         return nil, errors[rc]
     end
     local holders = {}
-    for i = 0, n[0] - 1 do
-        holders[#holders + 1] = of_ticket(zone, out[i])
+    for i = 1, #list do
+        holders[#holders + 1] = of_ticket(zone, list[i])
     end
     local info = { count = #holders, holders = holders, waiters = 0 }
-    local tk = ffi_new(zone_backend.ticket_t)
-    if C.shmlock_group_head(zone, C.SHMLOCK_SEMAPHORE, key, klen, tk) == OK
-    then
+    local tk = slots.ticket()
+    if C.shmlock_group_head(zone, SEMAPHORE, key, klen, tk) == OK then
         local _, _, _, is_marked = state(tk)
         info.marked = is_marked and marked(zone, tk, now_ms()) or nil
     end

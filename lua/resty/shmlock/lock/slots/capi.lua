@@ -28,11 +28,17 @@ local _M = {
         shmlock_wait_end = mod.wait_end,
         shmlock_wake_waiters = mod.wake_waiters,
         shmlock_wait_count = mod.wait_count,
+        shmlock_group_acquire = mod.group_acquire,
+        shmlock_group_release = mod.group_release,
+        shmlock_group_extend = mod.group_extend,
+        shmlock_group_head = mod.group_head,
     },
     ticket = mod.ticket,
     mark = mod.mark,
     copy = mod.ticket_copy,
     scan = mod.slot_scan,
+    group_reclaim = mod.group_reclaim,
+    group_holders = mod.group_holders,
 }
 
 

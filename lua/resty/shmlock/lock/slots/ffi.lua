@@ -9,7 +9,9 @@
 --                        argument order (shmlock_slot_acquire, _release,
 --                        _extend, _look, _read_mark, _alive,
 --                        shmlock_wait_begin, _end, shmlock_wake_waiters,
---                        shmlock_wait_count, shmlock_hash): here the
+--                        shmlock_wait_count, shmlock_hash) and the
+--                        holder groups' (shmlock_group_acquire,
+--                        _release, _extend, _head): here the
 --                        library itself, so that a hot path calling
 --                        C.shmlock_slot_acquire is the FFI call, nothing
 --                        in between
@@ -27,6 +29,10 @@
 --     rc = swap_to(zone, seen, id, exp_ms, out)         to our waiter id
 --     rc = place_mark(zone, seen, id, ask, since, till, out)
 --     rc, next, list = scan(zone, cursor, max)  { ticket, key, key_len }
+--     rc, count = group_reclaim(zone, kind, key, klen)   the holders left
+--     rc, count, list = group_holders(zone, kind, key, klen, max)
+--         at most max holders' tickets (list: 1 .. at most max); count:
+--         how many there are (rc AGAIN: more than max)
 --
 -- Tickets' 64-bit words are read as 32-bit halves (a uint64_t field read
 -- from Lua is a boxed number; its halves are plain ones).
@@ -74,6 +80,7 @@ local _M = {
 -- scratch space, filled right before its call
 local want = ffi_new(mark_t)            -- a mark we place
 local probe = ffi_new(ticket_t)         -- a starver, to ask if it lives
+local count_out = ffi_new("uint32_t[1]")
 
 
 function _M.ticket()
@@ -191,6 +198,28 @@ function _M.scan(zone, cursor, max)
         end
     end
     return rc, tonumber(next_at[0]), list
+end
+
+
+function _M.group_reclaim(zone, kind, key, klen)
+    local rc = C.shmlock_group_reclaim(zone, kind, key, klen, count_out)
+    return rc, tonumber(count_out[0])
+end
+
+function _M.group_holders(zone, kind, key, klen, max)
+    local out = ffi_new("shmlock_ticket_t[?]", max)
+    local count = ffi_new("int[1]")
+    local rc = C.shmlock_group_holders(zone, kind, key, klen, out, max, count)
+    local n = count[0]
+    local list = {}
+    if rc == 0 or rc == C.SHMLOCK_AGAIN then
+        for i = 0, (n < max and n or max) - 1 do
+            local tk = ffi_new(ticket_t)
+            ffi_copy(tk, out + i, TICKET_SIZE)
+            list[i + 1] = tk
+        end
+    end
+    return rc, n, list
 end
 
 
