@@ -94,6 +94,12 @@
 -- after every wait that no release cut short (those are at most
 -- CHECK_EVERY_US long outside nginx; inside, every ngx.sleep step).  A
 -- release does not hand the key to a starver whose process is gone.
+-- Shared holds (resty.shmlock.lock.shared) keep a head in the key's slot
+-- whose pid is no process (0xffffffff): never taken over as a dead
+-- holder; at those same checks the key's dead readers are dropped
+-- (shmlock_group_reclaim), the last of them handing the key to our mark.
+-- A starver marks a head as any holder, and the last reader out hands the
+-- key over as a release does.
 --
 -- Aborted waiters (inside nginx).  _M.gone(id) says whether the id of
 -- this process is a queued waiter that nginx aborted (nginx_wait sets it;
@@ -180,6 +186,8 @@ local T_START = LE and 7 or 6
 local M_ID, M_PID = LE and 0 or 1, LE and 1 or 0
 
 local SLOT_MARKED = C.SHMLOCK_SLOT_MARKED
+local SHARED = C.SHMLOCK_SHARED
+local GROUP_PID = 0xffffffff     -- a shared holds' head (src/group.h)
 local NEVER = 2 ^ 40 - 1        -- the expiry of a lock without one
 local TWO32 = 2 ^ 32
 
@@ -196,6 +204,7 @@ local mark = ffi_new(mark_t)            -- a mark read
 local mark_w = ffi_cast(U32P, mark)
 local want = ffi_new(mark_t)            -- a mark we place
 local probe = ffi_new(ticket_t)         -- a starver, to ask if it lives
+local reclaimed = ffi_new("uint32_t[1]") -- shmlock_group_reclaim's count
 
 
 -- the expiry (ms of the zone clock; NEVER) of the state in words w
@@ -597,6 +606,13 @@ local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
     local pid, id = seen_w[T_PID], seen_w[T_ID]
     if pid == 0 and id == 0 then
         return again(zone, key, klen, cd, exp_ms)
+    end
+    if pid == GROUP_PID and check then
+        -- shared holds (resty.shmlock.lock.shared): their head is no
+        -- process; dead readers are dropped (the last hands the key to our
+        -- mark, or frees it), then we look again
+        C.shmlock_group_reclaim(zone, SHARED, key, klen, reclaimed)
+        return _M.look(zone, key, klen, cd, exp_ms, false, since, till, ask)
     end
     if ours_in_seen(cd) then
         -- handed over to us (and maybe marked by the next starver already)

@@ -1,0 +1,399 @@
+-- resty.shmlock.lock.shared (internal): shared (reader) holds of a lock
+-- key, lock:lock_shared(key, timeout?) of resty.shmlock (docs/lock.md).
+--
+-- The holds are the C core's holder groups of kind SHMLOCK_SHARED
+-- (src/group.h draws them; the ABI: shmlock_group_* in src/shmlock.h):
+-- one record slot per reader, counted by a head that is the key's own
+-- lock slot, so that the exclusive lock (resty.shmlock.lock.zone) and the
+-- readers each find the other held.  Any number of readers; none while an
+-- exclusive holder holds; an exclusive waiter that marks the slot
+-- (zone.lua's starvation mode) keeps new readers out, and the last reader
+-- out hands the key to it.  Readers never mark: a stream of writers may
+-- keep a reader waiting (to its timeout), never the other way round.
+--
+-- This file is also a lock backend, as resty.shmlock.lock.zone is (the
+-- interface: see resty.shmlock), so that resty.shmlock.lock.nginx_wait
+-- waits for a shared hold with the lock's own rules (resty.lock's steps,
+-- then the queue; blocking_timeout where the phase cannot yield).  Its
+-- `tok` is the hold's handle below; readers place no mark, so it has no
+-- accept or withdraw.
+--
+-- The handle: a cdata with a finalizer, kept in the lock object's `sh`
+-- field while it holds (a collected object releases its hold); it keeps
+-- the pid that took the hold, so that a copy in a forked child holds
+-- nothing there (token.ours), and a reference to its zone.
+--
+-- Waking.  Outside nginx a shared waiter sleeps on the key's wait word,
+-- as the exclusive lock's waiters do: an exclusive release wakes one, and
+-- a reader that gets in wakes the next (shmlock_group_acquire).  A reader
+-- release wakes one sleeper of the key, every one after a handoff; and,
+-- here, the marked word of the key (zone.marked_hash), where a marked
+-- exclusive waiter sleeps (one load when nobody sleeps there).  A waiter
+-- whose sleep no release cut short drops dead holders
+-- (shmlock_group_reclaim: dead readers, and a dead exclusive holder).
+
+local ffi = require "ffi"
+local C = require "resty.shmlock.lib"
+local errors = require "resty.shmlock.errors"
+local codes = require "resty.shmlock.internal.codes"
+local clock = require "resty.shmlock.internal.clock"
+local token = require "resty.shmlock.internal.token"
+local backoff = require "resty.shmlock.internal.backoff"
+local options = require "resty.shmlock.internal.options"
+local zone_backend = require "resty.shmlock.lock.zone"
+
+local ffi_new = ffi.new
+local ffi_gc = ffi.gc
+local ffi_copy = ffi.copy
+local tonumber = tonumber
+local ceil = math.ceil
+local min = math.min
+local max = math.max
+local now_us = clock.now_us
+local ours = token.ours
+local self_pid = token.self
+local next_id = token.next_id
+local next_step = backoff.next
+local MIN_SLEEP = backoff.MIN_SLEEP
+local marked_hash = zone_backend.marked_hash
+
+local OK = codes.OK
+local NOT_FOUND = codes.NOT_FOUND
+local EXISTS = codes.EXISTS
+local TIMEOUT = codes.TIMEOUT
+local SHARED = C.SHMLOCK_SHARED
+local ACQUIRED = zone_backend.ACQUIRED
+local BUSY = zone_backend.BUSY
+local FAILED = zone_backend.FAILED
+
+-- a waiter sleeps at most this long between looks for dead holders
+local CHECK_EVERY_US = 100000
+
+local _M = {}
+
+ffi.cdef([[
+typedef struct {
+    shmlock_zone_t    *zone;    /* NULL: holds nothing */
+    int32_t            pid;     /* the process that took the hold */
+    uint32_t           id;      /* the acquisition's owner id */
+    uint32_t           key_len;
+    uint32_t           pad;
+    shmlock_ticket_t   tk;      /* the hold's ticket */
+    char               key[?];
+} shmlock_lua_shared_t;
+]])
+
+local shared_t = ffi.typeof("shmlock_lua_shared_t")
+local count_out = ffi_new("uint32_t[1]")
+
+
+-- the finalizer, and the release: the codes (nil: nothing held here)
+local function give_back(cd)
+    local zone = cd.zone
+    if zone == nil then
+        return nil
+    end
+    cd.zone = nil
+    local rc
+    -- a forked child's copy releases nothing: the hold is the parent's
+    if ours(cd.pid) then
+        rc = C.shmlock_group_release(zone, SHARED, cd.key, cd.key_len, cd.tk)
+        -- a marked exclusive waiter sleeps on a word of its own
+        C.shmlock_wake_waiters(zone, marked_hash(cd.tk.hash), 1)
+    end
+    C.shmlock_zone_close(zone)
+    return rc
+end
+
+
+-- a handle for a hold of key, before it is ours (zone: NULL)
+local function new_handle(key, klen)
+    local cd = ffi_new(shared_t, klen)
+    cd.pid = self_pid()
+    cd.id = next_id()
+    cd.key_len = klen
+    ffi_copy(cd.key, key, klen)
+    return cd
+end
+
+
+-- the hold of cd is ours now: the handle keeps the zone, and releases
+-- the hold when collected
+local function keep(cd, zone)
+    C.shmlock_zone_retain(zone)
+    cd.zone = zone
+    return ffi_gc(cd, give_back)
+end
+
+
+-- ---------------------------------------------------------------------
+-- The backend's interface (see resty.shmlock), for nginx_wait.
+
+-- syntax: ok, err = shared.add(zone, key, klen, cd, _, exp_ms)
+-- true: a shared hold is ours (cd.tk); false: the key is held exclusive
+-- (or marked for an exclusive waiter); nil, err: the zone said no.
+local function add(zone, key, klen, cd, _, exp_ms)
+    local rc = C.shmlock_group_acquire(zone, SHARED, key, klen, cd.id, 0,
+                                       exp_ms, cd.tk)
+    if rc == OK then
+        return true
+    end
+    if rc == EXISTS then
+        return false
+    end
+    return nil, errors[rc]
+end
+_M.add = add
+
+
+-- dead readers and a dead exclusive holder dropped (expired ones too)
+local function reclaim(zone, key, klen)
+    local rc = C.shmlock_group_reclaim(zone, SHARED, key, klen, count_out)
+    if rc ~= OK then
+        return nil, errors[rc]
+    end
+    return tonumber(count_out[0])
+end
+
+
+-- syntax: outcome, err = shared.look(zone, key, klen, cd, exp_ms, check)
+-- One look at a key our add found held: check, drop its dead holders
+-- first; then add again.  ACQUIRED, BUSY, or FAILED with the zone's error.
+-- (No mark: since, till and ask, zone.look's, are not used.)
+function _M.look(zone, key, klen, cd, exp_ms, check)
+    if check then
+        local _, err = reclaim(zone, key, klen)
+        if err then
+            return FAILED, err
+        end
+    end
+    local ok, err = add(zone, key, klen, cd, nil, exp_ms)
+    if ok then
+        return ACQUIRED
+    end
+    if ok == nil then
+        return FAILED, err
+    end
+    return BUSY
+end
+
+
+-- syntax: here = shared.here(zone, key, klen)
+-- Whether key is held exclusive by this very process (a blocking wait
+-- for it would wait for itself).
+_M.here = zone_backend.here
+
+
+-- syntax: ident = shared.ident(cd)
+function _M.ident(cd)
+    return cd.id
+end
+
+
+-- syntax: elapsed, err = shared.block(zone, key, klen, cd, exp_ms, timeout,
+--                                     step, ratio, max_step, stop?)
+-- Waits outside nginx (or blocking, where the phase cannot yield): sleeps
+-- on the key's wait word, woken by a release, at most one backoff step
+-- and CHECK_EVERY_US at a time; a sleep no release cut short is followed
+-- by a look for dead holders.  stop: as zone.block's.
+function _M.block(zone, key, klen, cd, exp_ms, timeout, step, ratio,
+                  max_step, stop)
+    local hash = C.shmlock_hash(key, klen)
+    local start = now_us()
+    local deadline = start + timeout * 1000000
+    local check = true
+    while true do
+        local seq = C.shmlock_wait_begin(zone, hash)
+        local got, err = _M.look(zone, key, klen, cd, exp_ms, check)
+        if got ~= BUSY then
+            C.shmlock_wait_end(zone, hash, seq, 0)
+            if got == ACQUIRED then
+                return (now_us() - start) / 1000000
+            end
+            return nil, err
+        end
+        local now = now_us()
+        local stopped = stop and stop()
+        if stopped or now >= deadline then
+            C.shmlock_wait_end(zone, hash, seq, 0)
+            if not check then
+                C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
+            end
+            return nil, stopped or "timeout"
+        end
+        local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
+                            CHECK_EVERY_US))
+        check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
+        step = next_step(step, ratio, max_step)
+    end
+end
+
+
+-- ---------------------------------------------------------------------
+-- The lock object's side (resty.shmlock calls these; self is its lock
+-- object: target, the zone; expiry, exptime and the wait options).
+
+-- syntax: cd = shared.held(self)
+-- The handle of self's shared hold, or nil.  A copy of the object in a
+-- forked child holds nothing: it forgets the parent's hold (which stays
+-- the parent's).
+local function held(self)
+    local cd = self.sh
+    if not cd then
+        return nil
+    end
+    if cd.zone == nil or not ours(cd.pid) then
+        if cd.zone ~= nil then
+            -- the parent's: not released here, the zone reference dropped
+            C.shmlock_zone_close(cd.zone)
+            cd.zone = nil
+        end
+        self.sh = false
+        return nil
+    end
+    return cd
+end
+_M.held = held
+
+
+-- syntax: elapsed, err = shared.lock(self, key, klen, wait)
+-- A shared hold of key (checked; klen: its length) for the lock object
+-- self, which holds nothing.  wait(self, backend, key, klen, tok, ...):
+-- resty.shmlock's wait after a failed add (outside or inside nginx).
+function _M.lock(self, key, klen, wait, timeout)
+    local zone = self.target
+    local cd = new_handle(key, klen)
+    local ok, err = add(zone, key, klen, cd, nil, self.expiry)
+    local elapsed = 0
+    if ok == false then
+        -- a dead exclusive holder's key is ours at once, as a reader's
+        elapsed, err = wait(self, _M, key, klen, cd, true, timeout)
+        ok = elapsed ~= nil
+    end
+    if not ok then
+        return nil, err
+    end
+    self.sh = keep(cd, zone)
+    self.key = key
+    return elapsed
+end
+
+
+-- syntax: ok, err = shared.unlock(self)
+-- As resty.shmlock's unlock: 1; 1, "expired" (the lease ran out);
+-- nil, "unlocked".
+function _M.unlock(self)
+    local cd = held(self)
+    if not cd then
+        return nil, "unlocked"
+    end
+    self.sh = false
+    self.key = false
+    local rc = give_back(cd)
+    ffi_gc(cd, nil)
+    if rc == OK then
+        return 1
+    end
+    if rc == NOT_FOUND then
+        return 1, "expired"
+    end
+    return nil, errors[rc]
+end
+
+
+-- syntax: ok, err = shared.expire(self, seconds?)
+-- A new lease for self's shared hold (nil: the object's exptime; 0:
+-- never): true; nil, "unlocked"; nil, "expired" (the object no longer
+-- holds it).
+function _M.expire(self, seconds)
+    if seconds == nil then
+        seconds = self.exptime
+    elseif not options.seconds_ok(seconds) then
+        error('bad "exptime" argument', 3)
+    end
+    local cd = held(self)
+    if not cd then
+        return nil, "unlocked"
+    end
+    local rc = C.shmlock_group_extend(cd.zone, SHARED, cd.key, cd.key_len,
+                                      cd.tk, options.ms(seconds))
+    if rc == OK then
+        return true
+    end
+    if rc == NOT_FOUND then
+        -- gone already: nothing to release
+        self.sh = false
+        self.key = false
+        local zone = cd.zone
+        cd.zone = nil
+        ffi_gc(cd, nil)
+        C.shmlock_zone_close(zone)
+        return nil, "expired"
+    end
+    return nil, errors[rc]
+end
+
+
+-- syntax: yes = shared.owned(self)
+-- Whether self's shared hold is still a holder of its key.
+function _M.owned(self)
+    local cd = held(self)
+    if not cd then
+        return false
+    end
+    -- a zero lease extension would change it: ask the holders instead
+    local n = 64
+    while true do
+        local out = ffi_new("shmlock_ticket_t[?]", n)
+        local count = ffi_new("int[1]")
+        local rc = C.shmlock_group_holders(cd.zone, SHARED, cd.key,
+                                           cd.key_len, out, n, count)
+        if rc == OK then
+            for i = 0, count[0] - 1 do
+                if out[i].owner == cd.tk.owner then
+                    return true
+                end
+            end
+            return false
+        end
+        if rc ~= codes.AGAIN then
+            return false
+        end
+        n = count[0] + 16
+    end
+end
+
+
+-- syntax: holders = shared.holders(zone, key)
+-- The shared holders of key now: a list of { pid, alive, ttl } (ttl 0: no
+-- expiry), for inspect.  nil, err when the zone failed.
+function _M.holders(zone, key)
+    local n = 64
+    while true do
+        local out = ffi_new("shmlock_ticket_t[?]", n)
+        local count = ffi_new("int[1]")
+        local rc = C.shmlock_group_holders(zone, SHARED, key, #key, out, n,
+                                           count)
+        if rc == OK then
+            local list = {}
+            local now = clock.now_ms()
+            for i = 0, count[0] - 1 do
+                local pid, _, expiry = zone_backend.state(out + i)
+                list[#list + 1] = {
+                    pid = pid,
+                    alive = C.shmlock_slot_alive(out + i) ~= 0,
+                    ttl = expiry == zone_backend.NEVER and 0
+                          or (expiry - now) / 1000,
+                }
+            end
+            return list
+        end
+        if rc ~= codes.AGAIN then
+            return nil, errors[rc]
+        end
+        n = count[0] + 16
+    end
+end
+
+
+return _M
