@@ -79,7 +79,7 @@ local zone_backend = require "resty.shmlock.lock.zone"
 local ngx_shared = require "resty.shmlock.lock.ngx_shared"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"
 local inspect = require "resty.shmlock.lock.inspect"
-local shared = require "resty.shmlock.lock.shared"
+local shared_hold = require "resty.shmlock.lock.shared"
 local log = require "resty.shmlock.internal.log"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
@@ -373,7 +373,7 @@ local function acquire(self, key, may_wait, timeout, done)
     if not key then
         return nil, "nil key"
     end
-    if held(self) or (self.sh and shared.held(self)) then
+    if held(self) or (self.sh and shared_hold.held(self)) then
         return nil, "locked"
     end
     local err
@@ -444,7 +444,7 @@ function _M.lock_shared(self, key, timeout)
     if not key then
         return nil, "nil key"
     end
-    if held(self) or (self.sh and shared.held(self)) then
+    if held(self) or (self.sh and shared_hold.held(self)) then
         return nil, "locked"
     end
     local err
@@ -460,14 +460,14 @@ function _M.lock_shared(self, key, timeout)
         return nil, "shared holds need a zone: this lock's store is an "
                     .. "ngx.shared dict"
     end
-    return shared.lock(self, key, #key, wait, timeout)
+    return shared_hold.lock(self, key, #key, wait, timeout)
 end
 
 
 -- unlock() of an object holding a shared hold (or nothing)
 local function unlock_shared(self)
     local key = self.key
-    local ok, err = shared.unlock(self)
+    local ok, err = shared_hold.unlock(self)
     if ok and in_nginx then
         released(key)           -- wakes this worker's queued waiters
     end
@@ -543,7 +543,7 @@ function _M.expire(self, time)
     local cd = held(self)
     if not cd then
         if self.sh then
-            return shared.expire(self, time)
+            return shared_hold.expire(self, time)
         end
         return nil, "unlocked"
     end
@@ -581,7 +581,7 @@ function _M.owned(self)
     local cd = held(self)
     if not cd then
         if self.sh then
-            return shared.owned(self)
+            return shared_hold.owned(self)
         end
         return false
     end
