@@ -10,6 +10,7 @@
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 local zone_backend = require "resty.shmlock.lock.zone"
+local shared_hold = require "resty.shmlock.lock.shared"
 local holder_pid = require("resty.shmlock.lock.ngx_shared").holder_pid
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
@@ -21,6 +22,7 @@ local ffi_str = ffi.string
 local tonumber = tonumber
 local byte = string.byte
 local sub = string.sub
+local ipairs = ipairs
 local now_ms = clock.now_ms
 local state = zone_backend.state
 local NEVER = zone_backend.NEVER
@@ -35,6 +37,9 @@ local TRIES = 8
 
 -- slots read per step of a listing
 local STEP = 64
+
+-- the pid field of a shared holds' head (src/group.h): no process
+local HEAD_PID = 0xffffffff
 
 
 -- { pid, alive, deadline, waited } of the starving waiter marked on the
@@ -58,7 +63,8 @@ end
 -- syntax: info, err = inspect.ticket(zone, tk)
 -- The lock in the state of ticket tk (a look's or a listing's): the table
 -- documented in docs/lock.md (inspect), or nil, "not locked" (free or
--- expired).
+-- expired).  A shared holds' head gives pid 0xffffffff (no process):
+-- inspect.key lists its holders instead.
 local function of_ticket(zone, tk)
     local pid, id, expiry, is_marked = state(tk)
     if pid == 0 and id == 0 then
@@ -114,7 +120,7 @@ local function shared_key(dict, key)
     if not pid then
         return nil, "not a lock"
     end
-    return { pid = pid, alive = proc_alive(pid), ttl = ttl }
+    return { kind = "lock", pid = pid, alive = proc_alive(pid), ttl = ttl }
 end
 
 
@@ -138,7 +144,27 @@ function _M.key(dict, key, zone)
     -- a copy: the scratch ticket is the next look's
     local tk = ffi_new(zone_backend.ticket_t)
     ffi.copy(tk, zone_backend.seen, zone_backend.TICKET_SIZE)
-    return of_ticket(zone, tk)
+    local info, err = of_ticket(zone, tk)
+    if not info then
+        return nil, err
+    end
+    if info.pid ~= HEAD_PID then
+        info.kind = "lock"
+        return info
+    end
+    -- shared holds: the head counts them; each holder's record says who
+    local holders
+    holders, err = shared_hold.holders(zone, key)
+    if not holders then
+        return nil, err
+    end
+    if #holders == 0 then
+        return nil, "not locked"
+    end
+    info.kind = "shared"
+    info.pid, info.alive = nil, nil
+    info.holders = holders
+    return info
 end
 
 
@@ -174,6 +200,7 @@ function _M.locks(zone)
     local count = ffi_new("int[1]")
     local cursor = ffi_new("uint64_t[1]")
     local list = {}
+    local heads = {}        -- key -> the shared holds' head's info
     local at = 0
     repeat
         local rc = C.shmlock_slot_scan(zone, at, out, STEP, count, cursor)
@@ -184,13 +211,23 @@ function _M.locks(zone)
             local kind, key, len = key_of(ffi_str(out[i].key, out[i].shown),
                                           tonumber(out[i].key_len))
             local info = kind and of_ticket(zone, out[i].ticket)
-            if info then
+            if info and info.pid == HEAD_PID then
+                -- a shared holds' head is no holder: its mark and waiters
+                -- go to the key's shared holders, listed one by one
+                heads[key] = info
+            elseif info then
                 info.kind, info.key, info.key_len = kind, key, len
                 list[#list + 1] = info
             end
         end
         at = cursor[0]
     until at == 0
+    for _, info in ipairs(list) do
+        local head = info.kind == "shared" and heads[info.key]
+        if head then
+            info.marked, info.waiters = head.marked, head.waiters
+        end
+    end
     return list
 end
 

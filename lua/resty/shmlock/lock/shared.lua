@@ -61,6 +61,7 @@ local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
 local EXISTS = codes.EXISTS
 local TIMEOUT = codes.TIMEOUT
+local AGAIN = codes.AGAIN
 local SHARED = C.SHMLOCK_SHARED
 local ACQUIRED = zone_backend.ACQUIRED
 local BUSY = zone_backend.BUSY
@@ -334,6 +335,25 @@ function _M.expire(self, seconds)
 end
 
 
+-- the tickets of key's shared holders now, and how many; nil, err
+local function tickets(zone, key, klen)
+    local n = 64
+    while true do
+        local out = ffi_new("shmlock_ticket_t[?]", n)
+        local count = ffi_new("int[1]")
+        local rc = C.shmlock_group_holders(zone, SHARED, key, klen, out, n,
+                                           count)
+        if rc == OK then
+            return out, count[0]
+        end
+        if rc ~= AGAIN then
+            return nil, errors[rc]
+        end
+        n = count[0] + 16
+    end
+end
+
+
 -- syntax: yes = shared.owned(self)
 -- Whether self's shared hold is still a holder of its key.
 function _M.owned(self)
@@ -341,26 +361,16 @@ function _M.owned(self)
     if not cd then
         return false
     end
-    -- a zero lease extension would change it: ask the holders instead
-    local n = 64
-    while true do
-        local out = ffi_new("shmlock_ticket_t[?]", n)
-        local count = ffi_new("int[1]")
-        local rc = C.shmlock_group_holders(cd.zone, SHARED, cd.key,
-                                           cd.key_len, out, n, count)
-        if rc == OK then
-            for i = 0, count[0] - 1 do
-                if out[i].owner == cd.tk.owner then
-                    return true
-                end
-            end
-            return false
-        end
-        if rc ~= codes.AGAIN then
-            return false
-        end
-        n = count[0] + 16
+    local out, n = tickets(cd.zone, cd.key, cd.key_len)
+    if not out then
+        return false
     end
+    for i = 0, n - 1 do
+        if out[i].owner == cd.tk.owner then
+            return true
+        end
+    end
+    return false
 end
 
 
@@ -368,32 +378,45 @@ end
 -- The shared holders of key now: a list of { pid, alive, ttl } (ttl 0: no
 -- expiry), for inspect.  nil, err when the zone failed.
 function _M.holders(zone, key)
-    local n = 64
-    while true do
-        local out = ffi_new("shmlock_ticket_t[?]", n)
-        local count = ffi_new("int[1]")
-        local rc = C.shmlock_group_holders(zone, SHARED, key, #key, out, n,
-                                           count)
-        if rc == OK then
-            local list = {}
-            local now = clock.now_ms()
-            for i = 0, count[0] - 1 do
-                local pid, _, expiry = zone_backend.state(out + i)
-                list[#list + 1] = {
-                    pid = pid,
-                    alive = C.shmlock_slot_alive(out + i) ~= 0,
-                    ttl = expiry == zone_backend.NEVER and 0
-                          or (expiry - now) / 1000,
-                }
-            end
-            return list
-        end
-        if rc ~= codes.AGAIN then
-            return nil, errors[rc]
-        end
-        n = count[0] + 16
+    local out, n = tickets(zone, key, #key)
+    if not out then
+        return nil, n
     end
+    local list = {}
+    local now = clock.now_ms()
+    for i = 0, n - 1 do
+        local pid, _, expiry = zone_backend.state(out + i)
+        list[#list + 1] = {
+            pid = pid,
+            alive = C.shmlock_slot_alive(out + i) ~= 0,
+            ttl = expiry == zone_backend.NEVER and 0 or (expiry - now) / 1000,
+        }
+    end
+    return list
 end
 
+
+-- syntax: n, err = shared.release_all(zone, key)
+-- Releases every shared hold of key, whoever holds it (`shmlock unlock`):
+-- how many were released (each as its holder's release: the last hands
+-- the key to a marked exclusive waiter); nil and the zone's error.
+function _M.release_all(zone, key)
+    local klen = #key
+    local out, n = tickets(zone, key, klen)
+    if not out then
+        return nil, n
+    end
+    local done = 0
+    for i = 0, n - 1 do
+        local rc = C.shmlock_group_release(zone, SHARED, key, klen, out + i)
+        C.shmlock_wake_waiters(zone, marked_hash(out[i].hash), 1)
+        if rc == OK then
+            done = done + 1
+        elseif rc ~= NOT_FOUND then
+            return nil, errors[rc]
+        end
+    end
+    return done
+end
 
 return _M
