@@ -272,9 +272,10 @@ describe("lock:lock_shared", function()
 
     it("lets a writer in past a stream of readers that never leaves the "
        .. "key free on its own", function()
-        -- each reader leaves only once another reader is in, or once a
-        -- writer has marked the key: without the mark (and new readers
-        -- kept out by it) the key never falls to 0 readers
+        -- a reader leaves only while another reader is in (its decrement
+        -- of `inside` leaves 1 or more: the others counted there still
+        -- hold), or once a writer has marked the key: without the mark,
+        -- and new readers kept out by it, the key never has 0 readers
         local start = proc.pipe()
         local pids = {}
         for i = 1, 3 do
@@ -285,16 +286,19 @@ describe("lock:lock_shared", function()
                 while not dict:get("stop") do
                     assert(l:lock_shared("k"))
                     assert(dict:incr("reads", 1, 0))
-                    local inside = assert(dict:incr("inside", 1, 0))
-                    while inside < 2 and not dict:get("stop") do
+                    assert(dict:incr("inside", 1, 0))
+                    while true do
                         local info = resty_lock.inspect(dict, "k")
-                        if info and info.marked then
+                        if dict:get("stop") or (info and info.marked) then
+                            assert(dict:incr("inside", -1))
                             break
                         end
+                        if assert(dict:incr("inside", -1)) >= 1 then
+                            break
+                        end
+                        assert(dict:incr("inside", 1))
                         proc.sleep(0.0002)
-                        inside = dict:get("inside")
                     end
-                    assert(dict:incr("inside", -1))
                     assert(l:unlock() == 1)
                 end
             end)
