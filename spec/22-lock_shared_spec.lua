@@ -319,6 +319,76 @@ describe("lock:lock_shared", function()
         children.expect_clean_exits(pids, 60)
     end)
 
+    it("shows in inspect and `shmlock locks` one row per shared holder, "
+       .. "which `shmlock unlock` releases", function()
+        local checkout = require "helpers.checkout"
+        local jd = require "helpers.json_decode"
+        local function shmlock(...)
+            local out = fx.dir .. "/.out"
+            local status = checkout.sh("cd / && env -u LUA_PATH -u SHMLOCK_DIR "
+                                       .. checkout.ROOT .. "/bin/shmlock --dir "
+                                       .. fx.dir .. " " .. table.concat({ ... },
+                                                                        " ")
+                                       .. " >" .. out .. " 2>&1; echo $?")
+            local o = checkout.read_file(out)
+            os.remove(out)
+            return tonumber(status), o
+        end
+        local held = proc.pipe()
+        local pid = proc.spawn(function()
+            held:close_read()
+            local l = assert(resty_lock:new(dict, { exptime = 0 }))
+            assert(l:lock_shared("k") == 0)
+            held:notify()
+            proc.sleep(30)
+        end)
+        held:close_write()
+        assert.is_true(held:await(20))
+        local l = assert(resty_lock:new(dict))
+        assert.same({ 0 }, { l:lock_shared("k") })
+        local info = assert(resty_lock.inspect(dict, "k"))
+        assert.equal("shared", info.kind)
+        assert.is_nil(info.pid)
+        table.sort(info.holders, function(x, y) return x.pid < y.pid end)
+        local mine = { pid = proc.getpid(), alive = true }
+        local child = { pid = pid, alive = true, ttl = 0 }
+        local want = pid < mine.pid and { child, mine } or { mine, child }
+        for i, h in ipairs(info.holders) do
+            assert.equal(want[i].pid, h.pid)
+            assert.equal(want[i].alive, h.alive)
+            if want[i].ttl then
+                assert.equal(0, h.ttl)
+            else
+                assert.is_true(h.ttl > 0 and h.ttl <= 30)
+            end
+        end
+
+        local status, out = shmlock("--json", "locks", "shared")
+        assert.equal(0, status, out)
+        local rows = jd.decode(out)
+        assert.equal(2, #rows)
+        for _, row in ipairs(rows) do
+            assert.equal("shared", row.kind)
+            assert.equal("k", row.key)
+            assert.is_true(row.pid == pid or row.pid == mine.pid)
+        end
+        status, out = shmlock("locks", "shared")
+        assert.equal(0, status, out)
+        assert.equal(2, select(2, out:gsub("k %(shared%)", "")))
+
+        proc.kill(pid, 9)
+        assert.equal("signal", proc.wait(pid, 20).how)
+        info = assert(resty_lock.inspect(dict, "k"))
+        assert.equal(2, #info.holders)     -- inspect drops nobody
+        status, out = shmlock("unlock", "shared", "k")
+        assert.equal(0, status, out)
+        assert.equal("released k (2 shared holds)\n", out)
+        assert.same({ nil, "not locked" }, { resty_lock.inspect(dict, "k") })
+        assert.same({ 1, "expired" }, { l:unlock() })
+        status = shmlock("unlock", "shared", "k")
+        assert.equal(5, status)
+    end)
+
     describe("a shared holder SIGKILLed at every structural write", function()
         local lib = require "helpers.test_hooks"
 
