@@ -185,6 +185,32 @@ describe("lock:lock_shared", function()
         assert.same({ 1 }, { r:unlock() })
     end)
 
+    it("lets readers in at once past the mark of a writer SIGKILLed while "
+       .. "it waited", function()
+        local r = assert(resty_lock:new(dict))
+        assert.same({ 0 }, { r:lock_shared("k") })
+        local writer = proc.spawn(function()
+            local w = assert(resty_lock:new(dict, { timeout = 60 }))
+            w:lock("k")
+        end)
+        while true do
+            local info = resty_lock.inspect(dict, "k")
+            if info and info.marked then
+                break
+            end
+            proc.sleep(0.001)
+        end
+        local r2 = assert(resty_lock:new(dict))
+        assert.same({ nil, "timeout" }, { r2:lock_shared("k", 0) })
+        proc.kill(writer, 9)
+        assert.equal("signal", proc.wait(writer, 20).how)
+        -- its mark asked to keep readers out for 60 s
+        assert.same({ 0 }, { r2:lock_shared("k", 0) })
+        assert.is_nil(resty_lock.inspect(dict, "k").marked)
+        assert.same({ 1 }, { r2:unlock() })
+        assert.same({ 1 }, { r:unlock() })
+    end)
+
     it("lets 4 processes hold shared at once", function()
         local held, go = proc.pipe(), proc.pipe()
         local pids = {}

@@ -23,6 +23,11 @@
 -- the pid that took the hold, so that a copy in a forked child holds
 -- nothing there (token.ours), and a reference to its zone.
 --
+-- A writer that marked the key and then died (or, inside nginx, was
+-- aborted, or gave up without withdrawing its mark) would keep readers
+-- out until its deadline: a reader's look for dead holders clears such a
+-- mark (as a release or another writer would).
+--
 -- Waking.  Outside nginx a shared waiter sleeps on the key's wait word,
 -- as the exclusive lock's waiters do: an exclusive release wakes one, and
 -- a reader that gets in wakes the next (shmlock_group_acquire).  A reader
@@ -56,12 +61,20 @@ local next_id = token.next_id
 local next_step = backoff.next
 local MIN_SLEEP = backoff.MIN_SLEEP
 local marked_hash = zone_backend.marked_hash
+local look_at = zone_backend.look_at
+local seen = zone_backend.seen
+local state = zone_backend.state
+local read_mark = zone_backend.read_mark
+local mark_of = zone_backend.mark_of
+local mark_alive = zone_backend.mark_alive
+local now_ms = clock.now_ms
 
 local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
 local EXISTS = codes.EXISTS
 local TIMEOUT = codes.TIMEOUT
 local AGAIN = codes.AGAIN
+local KEEP_TTL = codes.KEEP_TTL
 local SHARED = C.SHMLOCK_SHARED
 local ACQUIRED = zone_backend.ACQUIRED
 local BUSY = zone_backend.BUSY
@@ -86,6 +99,7 @@ typedef struct {
 
 local shared_t = ffi.typeof("shmlock_lua_shared_t")
 local count_out = ffi_new("uint32_t[1]")
+local moved = ffi_new(zone_backend.ticket_t)     -- a swap's result
 
 
 -- the finalizer, and the release: the codes (nil: nothing held here)
@@ -157,16 +171,39 @@ local function reclaim(zone, key, klen)
 end
 
 
+-- A mark that keeps readers out for a writer that no longer waits (dead,
+-- aborted inside nginx, or past its deadline) is cleared: a swap from
+-- the state seen that keeps its holder, as a release clears a stale mark.
+local function clear_dead_mark(zone, key, klen)
+    if look_at(zone, key, klen) ~= OK then
+        return
+    end
+    local _, _, _, marked = state(seen)
+    if not marked or read_mark(zone, seen) ~= OK then
+        return
+    end
+    local pid, id, _, _, till = mark_of()
+    if till > now_ms() and mark_alive()
+       and not (pid == self_pid() and zone_backend.gone(id))
+    then
+        return
+    end
+    C.shmlock_slot_swap(zone, seen, seen.owner, 0, 0, KEEP_TTL, 0, moved)
+end
+
+
 -- syntax: outcome, err = shared.look(zone, key, klen, cd, exp_ms, check)
--- One look at a key our add found held: check, drop its dead holders
--- first; then add again.  ACQUIRED, BUSY, or FAILED with the zone's error.
--- (No mark: since, till and ask, zone.look's, are not used.)
+-- One look at a key our add found held: check, drop its dead holders and
+-- a dead writer's mark first; then add again.  ACQUIRED, BUSY, or FAILED
+-- with the zone's error.  (No mark: since, till and ask, zone.look's, are
+-- not used.)
 function _M.look(zone, key, klen, cd, exp_ms, check)
     if check then
         local _, err = reclaim(zone, key, klen)
         if err then
             return FAILED, err
         end
+        clear_dead_mark(zone, key, klen)
     end
     local ok, err = add(zone, key, klen, cd, nil, exp_ms)
     if ok then
