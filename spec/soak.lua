@@ -281,6 +281,7 @@ local function deaths(cfg, vms)
 end
 
 local MAINS = {
+    shared = require("helpers.soak_shared").conduct,   -- lock_shared
     counter = counter.main,
     locker = phoenix.locker,
     fill = fill.conduct,
@@ -747,6 +748,7 @@ local function setup()
         slot("locker")
     end
     slot("fill")
+    slot("shared")
     slot("phoenix")
     for _ = 1, CFG.forkers do
         slot("forker")
