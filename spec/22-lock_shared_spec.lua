@@ -135,12 +135,14 @@ describe("lock:lock_shared", function()
         assert.same({ 1 }, { l:unlock() })
     end)
 
-    it("answers nil and why on an ngx.shared dict (a stand-in ngx)",
+    it("answers nil and why on an ngx.shared dict, and keeps the phase "
+       .. "rule on a zone (a stand-in ngx)",
        function()
         local saved_ngx, saved = _G.ngx, package.loaded["resty.shmlock"]
         local store = {}
+        local phase = "content"
         _G.ngx = {
-            get_phase = function() return "content" end,
+            get_phase = function() return phase end,
             sleep = function() end,
             shared = { fallback = {
                 add = function(_, k, v)
@@ -161,6 +163,19 @@ describe("lock:lock_shared", function()
                           .. "is an ngx.shared dict" },
                         { l:lock_shared("k") })
             assert.same({ nil, "unlocked" }, { l:unlock() })
+            -- on a zone, the phase rule of lock()
+            phase = "log"
+            local w = assert(nginx_lock:new(dict))
+            assert.same({ 0 }, { w:lock("k") })
+            local r = assert(nginx_lock:new(dict))
+            assert.same({ nil, "cannot wait in log phase" },
+                        { r:lock_shared("k") })
+            r = assert(nginx_lock:new(dict, { blocking_timeout = 1 }))
+            assert.same({ nil, "cannot wait in log phase: held by this "
+                          .. "worker" }, { r:lock_shared("k") })
+            assert.same({ 1 }, { w:unlock() })
+            assert.same({ 0 }, { r:lock_shared("k") })
+            assert.same({ 1 }, { r:unlock() })
         end)
         package.loaded["resty.shmlock"] = saved
         _G.ngx = saved_ngx
