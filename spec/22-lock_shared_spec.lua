@@ -226,6 +226,34 @@ describe("lock:lock_shared", function()
         assert.same({ 1 }, { r:unlock() })
     end)
 
+    it("wakes the marked writer's own wait word when the last reader "
+       .. "releases", function()
+        -- a marked waiter sleeps on a word of its own (resty.shmlock.lock.
+        -- zone, "Waking"); counted as a sleeper there ourselves, we see
+        -- the word bumped by the release
+        local C = require "resty.shmlock.lib"
+        local zone_lock = require "resty.shmlock.lock.zone"
+        local zone = dict._zone
+        local word = zone_lock.marked_hash(C.shmlock_hash("k", 1))
+        local r = assert(resty_lock:new(dict))
+        assert.same({ 0 }, { r:lock_shared("k") })
+        local writer = proc.spawn(function()
+            local w = assert(resty_lock:new(dict, { timeout = 60 }))
+            assert(w:lock("k"))
+            assert(w:unlock() == 1)
+        end)
+        while not (resty_lock.inspect(dict, "k") or {}).marked do
+            proc.sleep(0.001)
+        end
+        local before = C.shmlock_wait_begin(zone, word)
+        assert.same({ 1 }, { r:unlock() })
+        local after = C.shmlock_wait_begin(zone, word)
+        C.shmlock_wait_end(zone, word, after, 0)
+        C.shmlock_wait_end(zone, word, before, 0)
+        assert.are_not.equal(before, after)
+        children.expect_clean_exits({ writer })
+    end)
+
     it("lets 4 processes hold shared at once", function()
         local held, go = proc.pipe(), proc.pipe()
         local pids = {}
