@@ -748,8 +748,8 @@ local function setup()
         slot("locker")
     end
     slot("fill")
-    slot("shared")
     slot("phoenix")
+    slot("shared")
     for _ = 1, CFG.forkers do
         slot("forker")
     end
