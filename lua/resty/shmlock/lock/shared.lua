@@ -37,6 +37,18 @@
 -- whose sleep no release cut short drops dead holders
 -- (shmlock_group_reclaim: dead readers, and a dead exclusive holder).
 
+-- Without the FFI (PUC Lua, through the C module) shared holds are not
+-- bound yet: the module loads, and a lock_shared() answers nil and why.
+if not require("resty.shmlock.internal.core").ffi then
+    local why = "shared holds: not available under " .. _VERSION
+                .. " yet (LuaJIT only for now: docs/every-lua.md)"
+    local function refuse()
+        return nil, why
+    end
+    return { held = function() return nil end, lock = refuse,
+             holders = refuse, release_all = refuse }
+end
+
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
 local errors = require "resty.shmlock.errors"
