@@ -19,9 +19,10 @@
 -- accept or withdraw.
 --
 -- The handle: a cdata with a finalizer, kept in the lock object's `sh`
--- field while it holds (a collected object releases its hold); it keeps
--- the pid that took the hold, so that a copy in a forked child holds
--- nothing there (token.ours), and a reference to its zone.
+-- field from its first shared hold on, and reused by the next (a
+-- collected object releases the hold it has); it keeps the pid that took
+-- the hold, so that a copy in a forked child holds nothing there
+-- (token.ours), and a reference to its zone.
 --
 -- A writer that marked the key and then died (or, inside nginx, was
 -- aborted, or gave up without withdrawing its mark) would keep readers
@@ -99,10 +100,12 @@ local _M = {}
 
 ffi.cdef([[
 typedef struct {
-    shmlock_zone_t    *zone;    /* NULL: holds nothing */
+    shmlock_zone_t    *zone;    /* retained while the handle lives */
+    int32_t            held;    /* 1 while the hold is ours */
     int32_t            pid;     /* the process that took the hold */
     uint32_t           id;      /* the acquisition's owner id */
     uint32_t           key_len;
+    uint32_t           key_cap;
     uint32_t           pad;
     shmlock_ticket_t   tk;      /* the hold's ticket */
     char               key[?];
@@ -112,44 +115,54 @@ typedef struct {
 local shared_t = ffi.typeof("shmlock_lua_shared_t")
 local count_out = ffi_new("uint32_t[1]")
 local moved = ffi_new(zone_backend.ticket_t)     -- a swap's result
+local KEY_CAP = 48              -- longer keys get a handle of their size
 
 
--- the finalizer, and the release: the codes (nil: nothing held here)
-local function give_back(cd)
+-- the hold of cd given back: the codes
+local function release(cd)
+    cd.held = 0
     local zone = cd.zone
-    if zone == nil then
-        return nil
-    end
-    cd.zone = nil
-    local rc
-    -- a forked child's copy releases nothing: the hold is the parent's
-    if ours(cd.pid) then
-        rc = C.shmlock_group_release(zone, SHARED, cd.key, cd.key_len, cd.tk)
-        -- a marked exclusive waiter sleeps on a word of its own
-        C.shmlock_wake_waiters(zone, marked_hash(cd.tk.hash), 1)
-    end
-    C.shmlock_zone_close(zone)
+    local rc = C.shmlock_group_release(zone, SHARED, cd.key, cd.key_len,
+                                       cd.tk)
+    -- a marked exclusive waiter sleeps on a word of its own
+    C.shmlock_wake_waiters(zone, marked_hash(cd.tk.hash), 1)
     return rc
 end
 
 
--- a handle for a hold of key, before it is ours (zone: NULL)
-local function new_handle(key, klen)
-    local cd = ffi_new(shared_t, klen)
+-- the finalizer; a forked child's copy releases nothing: the hold is the
+-- parent's
+local function finalize(cd)
+    if cd.held ~= 0 and ours(cd.pid) then
+        release(cd)
+    end
+    cd.held = 0
+    local zone = cd.zone
+    cd.zone = nil
+    if zone ~= nil then
+        C.shmlock_zone_close(zone)
+    end
+end
+
+
+-- The handle for a hold of key by the lock object self, before it is
+-- ours: the object's handle of an earlier hold, reused (no cdata, no
+-- finalizer and no zone retain per hold), or a new one.
+local function handle(self, zone, key, klen)
+    local cd = self.sh
+    if not cd or cd.key_cap < klen then
+        local cap = klen > KEY_CAP and klen or KEY_CAP
+        cd = ffi_gc(ffi_new(shared_t, cap), finalize)
+        cd.key_cap = cap
+        C.shmlock_zone_retain(zone)
+        cd.zone = zone
+        self.sh = cd
+    end
     cd.pid = self_pid()
     cd.id = next_id()
     cd.key_len = klen
     ffi_copy(cd.key, key, klen)
     return cd
-end
-
-
--- the hold of cd is ours now: the handle keeps the zone, and releases
--- the hold when collected
-local function keep(cd, zone)
-    C.shmlock_zone_retain(zone)
-    cd.zone = zone
-    return ffi_gc(cd, give_back)
 end
 
 
@@ -289,16 +302,12 @@ end
 -- the parent's).
 local function held(self)
     local cd = self.sh
-    if not cd then
+    if not cd or cd.held == 0 then
         return nil
     end
-    if cd.zone == nil or not ours(cd.pid) then
-        if cd.zone ~= nil then
-            -- the parent's: not released here, the zone reference dropped
-            C.shmlock_zone_close(cd.zone)
-            cd.zone = nil
-        end
-        self.sh = false
+    if not ours(cd.pid) then
+        cd.held = 0             -- this copy's: the parent still holds
+        self.key = false
         return nil
     end
     return cd
@@ -306,13 +315,14 @@ end
 _M.held = held
 
 
--- syntax: elapsed, err = shared.lock(self, key, klen, wait)
+-- syntax: elapsed, err = shared.lock(self, key, klen, wait, timeout)
 -- A shared hold of key (checked; klen: its length) for the lock object
--- self, which holds nothing.  wait(self, backend, key, klen, tok, ...):
--- resty.shmlock's wait after a failed add (outside or inside nginx).
+-- self, which holds nothing.  wait(self, backend, key, klen, tok,
+-- may_wait, timeout): resty.shmlock's wait after a failed add (outside or
+-- inside nginx).
 function _M.lock(self, key, klen, wait, timeout)
     local zone = self.target
-    local cd = new_handle(key, klen)
+    local cd = handle(self, zone, key, klen)
     local ok, err = add(zone, key, klen, cd, nil, self.expiry)
     local elapsed = 0
     if ok == false then
@@ -323,7 +333,7 @@ function _M.lock(self, key, klen, wait, timeout)
     if not ok then
         return nil, err
     end
-    self.sh = keep(cd, zone)
+    cd.held = 1
     self.key = key
     return elapsed
 end
@@ -337,10 +347,8 @@ function _M.unlock(self)
     if not cd then
         return nil, "unlocked"
     end
-    self.sh = false
     self.key = false
-    local rc = give_back(cd)
-    ffi_gc(cd, nil)
+    local rc = release(cd)
     if rc == OK then
         return 1
     end
@@ -356,14 +364,14 @@ end
 -- never): true; nil, "unlocked"; nil, "expired" (the object no longer
 -- holds it).
 function _M.expire(self, seconds)
+    local cd = held(self)
+    if not cd then
+        return nil, "unlocked"
+    end
     if seconds == nil then
         seconds = self.exptime
     elseif not options.seconds_ok(seconds) then
         error('bad "exptime" argument', 3)
-    end
-    local cd = held(self)
-    if not cd then
-        return nil, "unlocked"
     end
     local rc = C.shmlock_group_extend(cd.zone, SHARED, cd.key, cd.key_len,
                                       cd.tk, options.ms(seconds))
@@ -372,12 +380,8 @@ function _M.expire(self, seconds)
     end
     if rc == NOT_FOUND then
         -- gone already: nothing to release
-        self.sh = false
+        cd.held = 0
         self.key = false
-        local zone = cd.zone
-        cd.zone = nil
-        ffi_gc(cd, nil)
-        C.shmlock_zone_close(zone)
         return nil, "expired"
     end
     return nil, errors[rc]
