@@ -188,6 +188,20 @@ local function key_of(raw, len)
 end
 
 
+-- The head (of the list heads) of a shared hold's key, by its full
+-- length and the bytes both show (a long key's slot keeps its first
+-- bytes only, a record's 4 fewer than its head's)
+local function head_of(heads, info)
+    for _, head in ipairs(heads) do
+        if head.key_len == info.key_len
+           and sub(head.key, 1, #info.key) == sub(info.key, 1, #head.key)
+        then
+            return head
+        end
+    end
+end
+
+
 -- syntax: locks, err = inspect.locks(zone)
 -- Every lock held in the zone (a walk over its slots): a list of
 -- inspect's tables, each with kind ("lock", or "semaphore" and "shared"
@@ -200,7 +214,7 @@ function _M.locks(zone)
     local count = ffi_new("int[1]")
     local cursor = ffi_new("uint64_t[1]")
     local list = {}
-    local heads = {}        -- key -> the shared holds' head's info
+    local heads = {}        -- the shared holds' heads' infos
     local at = 0
     repeat
         local rc = C.shmlock_slot_scan(zone, at, out, STEP, count, cursor)
@@ -214,7 +228,8 @@ function _M.locks(zone)
             if info and info.pid == HEAD_PID then
                 -- a shared holds' head is no holder: its mark and waiters
                 -- go to the key's shared holders, listed one by one
-                heads[key] = info
+                info.key, info.key_len = key, len
+                heads[#heads + 1] = info
             elseif info then
                 info.kind, info.key, info.key_len = kind, key, len
                 list[#list + 1] = info
@@ -223,9 +238,11 @@ function _M.locks(zone)
         at = cursor[0]
     until at == 0
     for _, info in ipairs(list) do
-        local head = info.kind == "shared" and heads[info.key]
-        if head then
-            info.marked, info.waiters = head.marked, head.waiters
+        if info.kind == "shared" then
+            local head = head_of(heads, info)
+            if head then
+                info.marked, info.waiters = head.marked, head.waiters
+            end
         end
     end
     return list
