@@ -525,6 +525,9 @@ test_exact(int cas16, int rounds)
 
 /* ---- crashes ---- */
 
+/* the marked waiter's process: its pid (O(9)'s) and a start time */
+#define P9  ((uint64_t) 0x100 << 32 | 1009)
+
 enum { SC_ACQUIRE, SC_RELEASE, SC_EXTEND, SC_SWEEP, SC_SHARED, SC_HANDOFF,
        SC_TURN, SC_COUNT };
 
@@ -545,7 +548,7 @@ static void
 crash_setup(int cas16, slot_ticket_t *held, slot_ticket_t *reader)
 {
     slot_ticket_t  tk, x, m;
-    slot_mark_t    mark = { 0, 0, O(9), 0x100, 5000, 100, 900, 0 };
+    slot_mark_t    mark = { 0, 0, O(9), P9, 5000, 100, 900, 0 };
 
     table_new(64, cas16);
     CHECK_RC(acquire(GROUP_SEM, "g", O(1), PERMITS, 1000, 100, held),
@@ -671,6 +674,8 @@ crash_check(int sc, int done, int64_t now)
         CHECK(!done || tk.state.owner == O(9));
         if (tk.state.owner == O(9)) {
             CHECK(!(tk.state.stamp & SLOT_MARKED));
+            /* the waiter's process with it: the waiter knows it as its own */
+            CHECK(tk.process == P9);
         }
     }
     if (sc == SC_TURN) {

@@ -286,6 +286,7 @@ local function deaths(cfg, vms)
 end
 
 local MAINS = {
+    shared = require("helpers.soak_shared").conduct,   -- lock_shared
     counter = counter.main,
     locker = phoenix.locker,
     fill = fill.conduct,
@@ -755,6 +756,7 @@ local function setup()
     slot("fill")
     slot("sem")
     slot("phoenix")
+    slot("shared")
     for _ = 1, CFG.forkers do
         slot("forker")
     end

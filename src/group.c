@@ -175,6 +175,11 @@ group_head_handoff(group_t *g, const group_head_t *h, int64_t now,
     if (slot_mark_read(g->t, &h->tk, &m) == SLOT_OK && m.until > now
         && m.owner != 0)
     {
+        /* the waiter's process before its owner: killed between the two,
+         * a releaser would leave the waiter a slot it cannot tell for its
+         * own, nor for a dead holder's (a head's hint is read by nobody,
+         * so this store is harmless if the swap fails) */
+        slot_hint(&g->t->slots[h->tk.index], m.process);
         rc = slot_swap_locked(g->t, &h->tk, m.owner, m.process, 0,
                               m.expiry > 0 ? now + m.expiry : 0, &tk);
         *handed = rc == SLOT_OK;

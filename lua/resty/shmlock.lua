@@ -55,6 +55,11 @@
 -- a copy of the object in a child (fork, a raw fork or clone, _Fork; an
 -- nginx worker forked after init_by_lua locked) holds nothing, whichever
 -- method is called (held()).
+--
+-- Shared holds (lock_shared) are resty.shmlock.lock.shared's, which keeps
+-- their handle in the object's `sh` field (absent until the first one) and
+-- reads the object's target, expiry and wait options.  Here they cost the
+-- exclusive lock one field test, on the paths where it holds nothing.
 
 -- Under PUC Lua (no FFI), C is the C module's slot calls under the same
 -- names (resty.shmlock.lock.slots) and the handle is
@@ -76,6 +81,7 @@ local zone_backend = require "resty.shmlock.lock.zone"
 local ngx_shared = has_ffi and require "resty.shmlock.lock.ngx_shared"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"
 local inspect = require "resty.shmlock.lock.inspect"
+local shared_hold = require "resty.shmlock.lock.shared"
 local log = require "resty.shmlock.internal.log"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
@@ -106,6 +112,7 @@ local log_event = log.event
 local recoveries = log.recoveries
 local OK = codes.OK
 local EXISTS = codes.EXISTS
+local KEY_MAX = codes.KEY_MAX
 
 local ngx = nginx.api()
 local in_nginx = ngx ~= nil
@@ -368,7 +375,7 @@ local function acquire(self, key, may_wait, timeout, done)
     if not key then
         return nil, "nil key"
     end
-    if held(self) then
+    if held(self) or (self.sh and shared_hold.held(self)) then
         return nil, "locked"
     end
     local err
@@ -425,6 +432,54 @@ function _M.lock(self, key, timeout)
 end
 
 
+-- syntax: elapsed, err = lock:lock_shared(key, timeout?)
+-- A shared (reader) hold of key (resty.shmlock.lock.shared): as lock(),
+-- with the same returns and errors; shared with any number of other
+-- shared holders, never with an exclusive lock(key).  On an ngx.shared
+-- dict: nil, "shared holds need a zone ...".
+function _M.lock_shared(self, key, timeout)
+    if timeout == nil then
+        timeout = self.timeout
+    else
+        timeout = check_timeout(timeout, self.exptime, 2)
+    end
+    if not key then
+        return nil, "nil key"
+    end
+    if held(self) or (self.sh and shared_hold.held(self)) then
+        return nil, "locked"
+    end
+    local err
+    key, err = key_check(key)
+    if not key then
+        return nil, err
+    end
+    -- a shared hold's records add 4 bytes to the key (src/group.h)
+    if #key > KEY_MAX - 4 then
+        return nil, "key too long"
+    end
+    if self.number ~= 0 then
+        return nil, "shared holds need a zone: this lock's store is an "
+                    .. "ngx.shared dict"
+    end
+    return shared_hold.lock(self, key, #key, wait, timeout)
+end
+
+
+-- unlock() of an object holding a shared hold (or nothing)
+local function unlock_shared(self)
+    local key = self.key
+    local ok, err = shared_hold.unlock(self)
+    if ok and in_nginx then
+        released(key)           -- wakes this worker's queued waiters
+    end
+    if err then
+        return ok, err
+    end
+    return ok
+end
+
+
 -- syntax: elapsed, err = lock:_lock_unless(key, done)
 -- Internal (resty.shmlock.cache's wait for a key being loaded, inside
 -- nginx where the phase may yield): lock(key), but done() is called at
@@ -454,6 +509,9 @@ end
 function _M.unlock(self)
     local cd = held(self)
     if not cd then
+        if self.sh then
+            return unlock_shared(self)
+        end
         return nil, "unlocked"
     end
     local ok, err
@@ -486,6 +544,9 @@ end
 function _M.expire(self, time)
     local cd = held(self)
     if not cd then
+        if self.sh then
+            return shared_hold.expire(self, time)
+        end
         return nil, "unlocked"
     end
     if time == nil then
@@ -521,6 +582,9 @@ end
 function _M.owned(self)
     local cd = held(self)
     if not cd then
+        if self.sh then
+            return shared_hold.owned(self)
+        end
         return false
     end
     if self.number == 0 then

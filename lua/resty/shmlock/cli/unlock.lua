@@ -5,11 +5,13 @@
 -- would (resty.shmlock.lock.zone: one compare-and-swap from that very
 -- state, so a lock taken again meanwhile by someone else is left alone,
 -- and a starving waiter marked on the lock gets it handed over), and wakes
--- the waiters.
+-- the waiters.  A key held shared: every shared hold is released, each as
+-- its holder's release would.
 
 local commands = require "resty.shmlock.cli.commands"
 local zone_backend = require "resty.shmlock.lock.zone"
 local inspect = require "resty.shmlock.lock.inspect"
+local shared_hold = require "resty.shmlock.lock.shared"
 local output = require "resty.shmlock.cli.output"
 local codes = require "resty.shmlock.internal.codes"
 local errors = require "resty.shmlock.errors"
@@ -20,6 +22,24 @@ local EXIT = commands.EXIT
 local fail = commands.fail
 
 local _M = {}
+
+-- KEY's shared holds, every one (resty.shmlock.lock.shared.release_all)
+function _M.shared(ctx, cmd, dict, name, key, shown)
+    local n, err = shared_hold.release_all(dict._zone, key)
+    if not n then
+        return fail(ctx, commands.status_of(err), format('zone "%s": %s',
+                                                         name, err))
+    end
+    if n == 0 then
+        return fail(ctx, EXIT.NO_KEY, format('no lock "%s" in zone "%s"',
+                                             shown, name))
+    end
+    return commands.emit(ctx, cmd, { zone = name, key = key, shared = n,
+                                     released = true },
+                         format("released %s (%d shared hold%s)\n", shown,
+                                n, n == 1 and "" or "s"))
+end
+
 
 -- syntax: status = unlock.unlock(ctx, cmd)
 -- Exit 0 and "released KEY (held by pid P)"; 5 when KEY holds no lock
@@ -41,6 +61,9 @@ function _M.unlock(ctx, cmd)
         local bad_key = err == "empty key" or err == "key too long"
         return fail(ctx, bad_key and EXIT.USAGE or commands.status_of(err),
                     format('zone "%s": %s', name, err))
+    end
+    if info.kind == "shared" then
+        return _M.shared(ctx, cmd, dict, name, key, shown)
     end
     -- the state inspect saw, again (it may have moved since: the release
     -- then fails, or releases the newer holder's lock, which is as much

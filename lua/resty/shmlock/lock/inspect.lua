@@ -9,6 +9,7 @@
 
 local slots = require "resty.shmlock.lock.slots"
 local zone_backend = require "resty.shmlock.lock.zone"
+local shared_hold = require "resty.shmlock.lock.shared"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
 local errors = require "resty.shmlock.errors"
@@ -23,6 +24,7 @@ local tonumber = tonumber
 local min = math.min
 local byte = string.byte
 local sub = string.sub
+local ipairs = ipairs
 local now_ms = clock.now_ms
 local state = zone_backend.state
 local NEVER = zone_backend.NEVER
@@ -38,6 +40,9 @@ local TRIES = 8
 
 -- slots read per step of a listing
 local STEP = 64
+
+-- the pid field of a shared holds' head (src/group.h): no process
+local HEAD_PID = 0xffffffff
 
 
 -- { pid, alive, deadline, waited } of the starving waiter marked on the
@@ -61,7 +66,8 @@ end
 -- syntax: info, err = inspect.ticket(zone, tk)
 -- The lock in the state of ticket tk (a look's or a listing's): the table
 -- documented in docs/lock.md (inspect), or nil, "not locked" (free or
--- expired).
+-- expired).  A shared holds' head gives pid 0xffffffff (no process):
+-- inspect.key lists its holders instead.
 local function of_ticket(zone, tk)
     local pid, id, expiry, is_marked = state(tk)
     if pid == 0 and id == 0 then
@@ -117,7 +123,7 @@ local function shared_key(dict, key)
     if not pid then
         return nil, "not a lock"
     end
-    return { pid = pid, alive = proc_alive(pid), ttl = ttl }
+    return { kind = "lock", pid = pid, alive = proc_alive(pid), ttl = ttl }
 end
 
 
@@ -141,7 +147,27 @@ function _M.key(dict, key, zone)
     -- a copy: the scratch ticket is the next look's
     local tk = slots.ticket()
     slots.copy(tk, zone_backend.seen)
-    return of_ticket(zone, tk)
+    local info, err = of_ticket(zone, tk)
+    if not info then
+        return nil, err
+    end
+    if info.pid ~= HEAD_PID then
+        info.kind = "lock"
+        return info
+    end
+    -- shared holds: the head counts them; each holder's record says who
+    local holders
+    holders, err = shared_hold.holders(zone, key)
+    if not holders then
+        return nil, err
+    end
+    if #holders == 0 then
+        return nil, "not locked"
+    end
+    info.kind = "shared"
+    info.pid, info.alive = nil, nil
+    info.holders = holders
+    return info
 end
 
 
@@ -210,6 +236,20 @@ local function key_of(raw, len)
 end
 
 
+-- The head (of the list heads) of a shared hold's key, by its full
+-- length and the bytes both show (a long key's slot keeps its first
+-- bytes only, a record's 4 fewer than its head's)
+local function head_of(heads, info)
+    for _, head in ipairs(heads) do
+        if head.key_len == info.key_len
+           and sub(head.key, 1, #info.key) == sub(info.key, 1, #head.key)
+        then
+            return head
+        end
+    end
+end
+
+
 -- syntax: locks, err = inspect.locks(zone)
 -- Every lock held in the zone (a walk over its slots): a list of
 -- inspect's tables, each with kind ("lock", or "semaphore" and "shared"
@@ -219,6 +259,7 @@ end
 -- taken or released during the walk may be missing.
 function _M.locks(zone)
     local list = {}
+    local heads = {}        -- the shared holds' heads' infos
     local at = 0
     repeat
         local rc, next_at, step = slots.scan(zone, at, STEP)
@@ -229,13 +270,26 @@ function _M.locks(zone)
             local slot = step[i]
             local kind, key, len = key_of(slot.key, slot.key_len)
             local info = kind and of_ticket(zone, slot.ticket)
-            if info then
+            if info and info.pid == HEAD_PID then
+                -- a shared holds' head is no holder: its mark and waiters
+                -- go to the key's shared holders, listed one by one
+                info.key, info.key_len = key, len
+                heads[#heads + 1] = info
+            elseif info then
                 info.kind, info.key, info.key_len = kind, key, len
                 list[#list + 1] = info
             end
         end
         at = next_at
     until at == 0
+    for _, info in ipairs(list) do
+        if info.kind == "shared" then
+            local head = head_of(heads, info)
+            if head then
+                info.marked, info.waiters = head.marked, head.waiters
+            end
+        end
+    end
     return list
 end
 

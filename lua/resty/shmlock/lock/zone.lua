@@ -94,6 +94,12 @@
 -- after every wait that no release cut short (those are at most
 -- CHECK_EVERY_US long outside nginx; inside, every ngx.sleep step).  A
 -- release does not hand the key to a starver whose process is gone.
+-- Shared holds (resty.shmlock.lock.shared) keep a head in the key's slot
+-- whose pid is no process (0xffffffff): never taken over as a dead
+-- holder; at those same checks the key's dead readers are dropped
+-- (shmlock_group_reclaim), the last of them handing the key to our mark.
+-- A starver marks a head as any holder, and the last reader out hands the
+-- key over as a release does.
 --
 -- Aborted waiters (inside nginx).  _M.gone(id) says whether the id of
 -- this process is a queued waiter that nginx aborted (nginx_wait sets it;
@@ -167,6 +173,8 @@ local _M = {
 }
 
 
+local SHARED = codes.SHARED
+local GROUP_PID = 0xffffffff     -- a shared holds' head (src/group.h)
 local NEVER = 2 ^ 40 - 1        -- the expiry of a lock without one
 
 _M.ticket_t = slots.ticket_t            -- (FFI only)
@@ -534,6 +542,13 @@ local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
     local pid, id = owner(seen)
     if pid == 0 and id == 0 then
         return again(zone, key, klen, cd, exp_ms)
+    end
+    if pid == GROUP_PID and check then
+        -- shared holds (resty.shmlock.lock.shared): their head is no
+        -- process; dead readers are dropped (the last hands the key to our
+        -- mark, or frees it), then we look again
+        slots.group_reclaim(zone, SHARED, key, klen)
+        return _M.look(zone, key, klen, cd, exp_ms, false, since, till, ask)
     end
     if ours_in_seen(cd, pid, id) then
         -- handed over to us (and maybe marked by the next starver already)
