@@ -516,6 +516,16 @@ SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
     size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
     shmlock_ticket_t *t);
 /*
+ * shmlock_slot_acquire, t's slot tried first: t (in) is a ticket this
+ * zone handed out before, e.g. for the key a lock object took last (any
+ * bytes are safe: a slot that does not hold key, free, is passed over;
+ * keys of up to 32 bytes); the same answers, t (out) as there.  A hint
+ * that names key's slot saves hashing the key and finding its shard.
+ */
+SHMLOCK_API int shmlock_slot_acquire_hint(shmlock_zone_t *zone,
+    const char *key, size_t key_len, uint32_t id, int64_t exptime_ms,
+    int64_t now_ms, shmlock_ticket_t *t);
+/*
  * Releases the lock of ticket t and wakes one sleeper of its key
  * (shmlock_wake_waiters): SHMLOCK_OK; SHMLOCK_CHANGED: still t's but
  * marked (the caller hands it over, or clears the mark, by swap);

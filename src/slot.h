@@ -436,6 +436,49 @@ slot_acquire_fast(slots_t *t, const char *key, size_t klen, uint32_t hash,
     return SLOT_OK;
 }
 
+/*
+ * slot_acquire_fast at a slot the caller names (i: an earlier ticket's
+ * index, a hint of where key's slot is; any value is safe) instead of the
+ * key's home slot: the same one read of the state, and the key compared
+ * whole (keys of at most SLOT_KEY_INLINE bytes: a longer one would need
+ * its fingerprint, i.e. hashing, which the hint is there to avoid).  A
+ * key has at most one LIVE slot (made under the mutex after a probe,
+ * reclaimed only through DEAD), so a LIVE slot that holds key is key's
+ * slot wherever it sits.  *hash: the slot's hash, which is key's (written
+ * with the key, before the CAS that made the slot LIVE; validated by our
+ * CAS as the key is).  SLOT_OK, or SLOT_SLOW for anything else.
+ */
+static inline int
+slot_acquire_hint(slots_t *t, uint32_t i, const char *key, size_t klen,
+    uint64_t owner, uint64_t process, int64_t expiry, slot_ticket_t *tk,
+    uint32_t *hash)
+{
+    slot_t       *s;
+    slot_state_t  st, want;
+
+    if (i > t->mask || !t->cas16) {
+        return SLOT_SLOW;
+    }
+    s = &t->slots[i];
+    st = slot_load(s);
+    if (st.owner != 0 || (st.stamp & SLOT_FLAGS) != SLOT_LIVE
+        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != klen
+        || !hash_equal(s->key, key, klen))
+    {
+        return SLOT_SLOW;
+    }
+    *hash = __atomic_load_n(&s->hash, __ATOMIC_RELAXED);
+    want.owner = owner;
+    want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
+    slot_hint(s, process);
+    if (!slot_cas(s, &st, want)) {
+        return SLOT_SLOW;
+    }
+    slot_hint(s, process);
+    slot_ticket(tk, i, want, process);
+    return SLOT_OK;
+}
+
 /* slot_release itself, inline. */
 static inline int
 slot_release_fast(slots_t *t, const slot_ticket_t *tk)

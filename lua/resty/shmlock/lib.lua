@@ -213,6 +213,9 @@ enum {
 int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
     size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
     shmlock_ticket_t *t);
+int shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
+    shmlock_ticket_t *t);
 int shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t);
 int shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
     int64_t exptime_ms, int64_t now_ms);
