@@ -335,8 +335,11 @@ end
 local function acquire_zone(self, key, klen, may_wait, timeout, done)
     local zone = self.target
     local cd = zone_handle(zone, next_id())
-    local rc = C.shmlock_slot_acquire(zone, key, klen, cd.id, self.expiry,
-                                      cached_ms(), cd.tk)
+    -- (the handle's ticket is its last lock's: a hint of where key's slot
+    -- is, right when this object or the handle's last one locks the same
+    -- key again)
+    local rc = C.shmlock_slot_acquire_hint(zone, key, klen, cd.id,
+                                           self.expiry, cached_ms(), cd.tk)
     recoveries(self.dict.name)          -- report a shard recovered
     if rc == OK then
         cd.held = 1
