@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "chunk.h"
+#include "hash.h"
 #include "shmlock.h"
 #include "sys.h"
 
@@ -95,6 +96,31 @@ entry_deadline(int64_t *now, int64_t exptime_ms)
 /* Entry index of key (0: none). */
 uint32_t entry_lookup(const shard_t *sh, const char *key, size_t klen,
     uint32_t hash);
+
+/* entry_lookup itself, inline (the in-place set's; entry.c's wraps it). */
+static inline uint32_t
+entry_find(const shard_t *sh, const char *key, size_t klen, uint32_t hash)
+{
+    uint32_t   i, steps = 0;
+    entry_t   *e;
+
+    for (i = chunk_index(sh, sh->buckets[hash & sh->bucket_mask]); i != 0;
+         i = chunk_index(sh, e->hnext))
+    {
+        if (chunk_walk_over(sh, &steps)) {
+            return 0;
+        }
+        e = entry_at(sh, i);
+        if (e->hash == hash && e->key_len == klen
+            && (klen <= CHUNK_HEAD_DATA
+                ? hash_equal(e->data, key, klen)    /* all in the head */
+                : chunk_equal(sh, i, 0, key, klen)))
+        {
+            return i;
+        }
+    }
+    return 0;
+}
 /* The hash-chain word pointing at entry i. */
 uint32_t *entry_link(shard_t *sh, uint32_t i);
 

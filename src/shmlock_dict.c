@@ -96,7 +96,9 @@ shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
     size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
     int64_t now_ms, int *forcible)
 {
-    int  rc;
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc;
 
     *forcible = 0;
     /* an expiry to compute needs the clock anyway: read once, it gates the
@@ -109,8 +111,24 @@ shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
         return rc;
     }
     CHECK_KEY(key_len);
-    return shmlock_dict_put(zone, op, key, key_len, hash_bytes(key, key_len),
-                            val, exptime_ms, now_ms, forcible);
+    hash = hash_bytes(key, key_len);
+    /* a number over a number (issue 22): one word stored in place, the
+     * lookup inline; anything else under the same mutex, as below */
+    if (op == SHMLOCK_OP_SET && exptime_ms <= 0
+        && (val->type == SHMLOCK_TNUMBER || val->type == SHMLOCK_TBOOLEAN))
+    {
+        sh = zone_shard(zone, hash);
+        shard_write_lock(sh);
+        if (shdict_set_in_place(sh, key, key_len, hash, val)) {
+            rc = SHMLOCK_OK;
+        } else {
+            rc = shdict_store(sh, op, key, key_len, hash, val, exptime_ms,
+                              now_ms > 0 ? now_ms : 0, forcible);
+        }
+        return shard_write_unlock(sh, rc);
+    }
+    return shmlock_dict_put(zone, op, key, key_len, hash, val, exptime_ms,
+                            now_ms, forcible);
 }
 
 int
