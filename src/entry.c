@@ -131,17 +131,6 @@ entry_value_equal(const shard_t *sh, uint32_t i, const shmlock_value_t *v)
 }
 
 void
-entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out)
-{
-    const entry_t  *e = entry_at(sh, i);
-
-    out->type = e->vtype;
-    out->flags = e->user_flags;
-    out->len = e->value_len;
-    memcpy(&out->num, &e->num, sizeof(out->num));
-}
-
-void
 entry_each(shard_t *sh, entry_visit_pt fn, void *ctx)
 {
     entry_each_in(sh, 0, sh->bucket_mask + 1, fn, ctx);

@@ -228,7 +228,17 @@ entry_value_sane(const shard_t *sh, const entry_t *e)
 
 int entry_value_equal(const shard_t *sh, uint32_t i,
     const shmlock_value_t *v);
-void entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out);
+/* The value of entry i as the ABI hands it out (a string's bytes apart). */
+static inline void
+entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out)
+{
+    const entry_t  *e = entry_at(sh, i);
+
+    out->type = e->vtype;
+    out->flags = e->user_flags;
+    out->len = e->value_len;
+    memcpy(&out->num, &e->num, sizeof(out->num));
+}
 
 /* Calls fn for every entry, bucket by bucket; fn may remove the entry. */
 typedef int (*entry_visit_pt)(shard_t *sh, uint32_t i, void *ctx);

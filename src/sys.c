@@ -131,15 +131,6 @@ sys_random(void *buf, size_t n)
 /* The kernel's clock of the last tick (vDSO, no system call): the same
  * clock as sys_now_ms, at most one tick behind it, at a few loads. */
 int64_t
-sys_coarse_ms(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t
 sys_now_us(void)
 {
     struct timespec  ts;
