@@ -218,12 +218,18 @@ entry_publish(shard_t *sh, uint32_t c, uint32_t old, uint32_t hash,
  * chunks could hold (a caller sizes its buffer by the length).
  */
 static inline int
-entry_value_sane(const shard_t *sh, const entry_t *e)
+entry_value_sane_in(uint32_t nchunks, uint32_t vtype, uint32_t value_len)
 {
     /* the types we store: 1, 3, 4 and 5 (a list: value_len counts its
      * nodes, each a chunk at least), as a bit mask */
-    return e->vtype < 8 && ((0x3a >> e->vtype) & 1)
-           && e->value_len / CHUNK_CONT_DATA <= sh->nchunks;
+    return vtype < 8 && ((0x3a >> vtype) & 1)
+           && value_len / CHUNK_CONT_DATA <= nchunks;
+}
+
+static inline int
+entry_value_sane(const shard_t *sh, const entry_t *e)
+{
+    return entry_value_sane_in(sh->nchunks, e->vtype, e->value_len);
 }
 
 int entry_value_equal(const shard_t *sh, uint32_t i,
