@@ -185,7 +185,11 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
                                   (uint64_t) (uint32_t) self << 32 | id,
                                   self, expiry, &tk, &hash) == SLOT_OK, 1))
         {
-            shmlock_slot_out(t, shard, hash, &tk);
+            /* shmlock_slot_out, but t->slot: the hint was the slot */
+            t->hash = hash;
+            t->owner = tk.state.owner;
+            t->stamp = tk.state.stamp;
+            t->process = tk.process;
             return SHMLOCK_OK;
         }
     }

@@ -136,7 +136,7 @@ sys_now_us(void)
     struct timespec  ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return (int64_t) ts.tv_sec * 1000000 + (uint32_t) ts.tv_nsec / 1000u;
 }
 
 int

@@ -64,7 +64,8 @@ sys_now_ms(void)
     struct timespec  ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    /* (tv_nsec is below 10^9: an unsigned division, no sign fix-up) */
+    return (int64_t) ts.tv_sec * 1000 + (uint32_t) ts.tv_nsec / 1000000u;
 }
 
 int64_t sys_now_us(void);
@@ -76,7 +77,8 @@ sys_coarse_ms(void)
     struct timespec  ts;
 
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    /* (tv_nsec is below 10^9: an unsigned division, no sign fix-up) */
+    return (int64_t) ts.tv_sec * 1000 + (uint32_t) ts.tv_nsec / 1000000u;
 }
 int sys_ncpu(void);
 
