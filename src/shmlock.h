@@ -190,6 +190,15 @@ SHMLOCK_API void shmlock_zone_close(shmlock_zone_t *zone);
  * has it now.
  */
 SHMLOCK_API int shmlock_zone_dead(shmlock_zone_t *zone);
+/*
+ * The zone's dead word, for a caller that asks often: nonzero once the
+ * zone is destroyed, or its file was found removed, by any process
+ * (shmlock_zone_dead's 1 and 2); a load, without shmlock_zone_dead's look
+ * at the file when one is due.  Valid while the caller keeps a reference
+ * to the zone.
+ */
+SHMLOCK_API const volatile uint32_t *shmlock_zone_dead_word(
+    shmlock_zone_t *zone);
 SHMLOCK_API int shmlock_zone_destroy(const char *dir, const char *name,
     size_t name_len);
 SHMLOCK_API int shmlock_zone_name_ok(const char *name, size_t len);

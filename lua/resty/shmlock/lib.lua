@@ -106,6 +106,7 @@ unsigned shmlock_zone_shards(shmlock_zone_t *zone);
 void shmlock_zone_retain(shmlock_zone_t *zone);
 void shmlock_zone_close(shmlock_zone_t *zone);
 int shmlock_zone_dead(shmlock_zone_t *zone);
+const volatile uint32_t *shmlock_zone_dead_word(shmlock_zone_t *zone);
 int shmlock_zone_destroy(const char *dir, const char *name, size_t name_len);
 int shmlock_zone_name_ok(const char *name, size_t len);
 const volatile uint32_t *shmlock_recoveries(void);
