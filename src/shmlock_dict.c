@@ -118,6 +118,7 @@ shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
         && (val->type == SHMLOCK_TNUMBER || val->type == SHMLOCK_TBOOLEAN))
     {
         sh = zone_shard(zone, hash);
+        ZONE_PIN(sh);
         shard_write_lock(sh);
         if (shdict_set_in_place(sh, key, key_len, hash, val)) {
             rc = SHMLOCK_OK;
@@ -244,6 +245,7 @@ shmlock_dict_get_at(shmlock_zone_t *zone, const char *key, size_t key_len,
     }
     hash = hash_bytes(key, key_len);
     sh = zone_shard(zone, hash);
+    ZONE_PIN(sh);
     /* the shard's fields in locals, read once */
     seqp = &sh->hdr->seq;
     nchunks = sh->nchunks;
