@@ -2159,6 +2159,23 @@ test_processes(shmlock_zone_t *z)
     CHECK(shmlock_proc_alive(getpid(), start) == 1);
     CHECK(shmlock_proc_alive(getpid(), start + 1) == 0);
     CHECK(shmlock_proc_alive(0, 0) == 0);
+    {
+        /* a slot's holder of our pid: alive with our start time (low 32
+         * bits, the hint's), dead with another (an earlier process of our
+         * pid), told without /proc */
+        shmlock_ticket_t  t;
+
+        memset(&t, 0, sizeof(t));
+        t.owner = (uint64_t) (uint32_t) getpid() << 32 | 9;
+        t.process = (uint64_t) (uint32_t) getpid()
+                    | (uint64_t) (uint32_t) start << 32;
+        CHECK(shmlock_slot_alive(&t) == 1);
+        t.process = (uint64_t) (uint32_t) getpid()
+                    | (uint64_t) (uint32_t) (start + 1) << 32;
+        CHECK(shmlock_slot_alive(&t) == 0);
+        t.process = 0;
+        CHECK(shmlock_slot_alive(&t) == 1);
+    }
 
     pid = fork();
     CHECK(pid >= 0);

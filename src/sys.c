@@ -232,12 +232,22 @@ int
 sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask)
 {
     char      state;
-    uint64_t  now_start;
+    uint64_t  now_start, self_start;
 
     /* beyond the kernel's limit (PID_MAX_LIMIT) it is garbage, not a pid:
      * as a pid_t it might even be negative, a process group to kill() */
     if (pid == 0 || pid > SYS_PID_MAX) {
         return 0;
+    }
+    /* this very process (a lock of ours seen by a waiter of ours, a failed
+     * trylock): no /proc read; our start time tells us from an earlier
+     * process of our pid, as /proc would (where /proc told it) */
+    if (pid == sys_pid()) {
+        self_start = sys_self_start();
+        if (self_start != 0) {
+            return start == 0
+                   || (self_start & start_mask) == (start & start_mask);
+        }
     }
     if (kill((pid_t) pid, 0) != 0 && errno != EPERM) {
         return 0;
