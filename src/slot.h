@@ -321,7 +321,18 @@ slot_stamp(uint64_t flags, int64_t expiry, uint64_t old_stamp)
 static inline int
 slot_cas(slot_t *s, slot_state_t *expect, slot_state_t want)
 {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+    int  ok;
+
+    /* the zero flag as the asm's output: no setz and test after it */
+    wordstore_before();
+    __asm__ __volatile__ ("lock cmpxchg16b %1"
+                          : "=@ccz" (ok), "+m" (s->state),
+                            "+a" (expect->owner), "+d" (expect->stamp)
+                          : "b" (want.owner), "c" (want.stamp)
+                          : "memory");
+    return ok;
+#elif defined(__x86_64__)
     unsigned char  ok;
 
     wordstore_before();
