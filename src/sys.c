@@ -128,8 +128,6 @@ sys_random(void *buf, size_t n)
     return r == (ssize_t) n ? 0 : -1;
 }
 
-/* The kernel's clock of the last tick (vDSO, no system call): the same
- * clock as sys_now_ms, at most one tick behind it, at a few loads. */
 int64_t
 sys_now_us(void)
 {

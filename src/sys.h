@@ -69,8 +69,9 @@ sys_now_ms(void)
 }
 
 int64_t sys_now_us(void);
-/* CLOCK_MONOTONIC_COARSE in ms: the same clock, up to one tick behind;
- * inline: every call on a zone reads it (shm_watch.h). */
+/* CLOCK_MONOTONIC_COARSE in ms, the kernel's clock of the last tick (vDSO,
+ * no system call): the same clock as sys_now_ms, up to one tick behind it,
+ * at a few loads; inline: every call on a zone reads it (shm_watch.h). */
 static inline int64_t
 sys_coarse_ms(void)
 {
