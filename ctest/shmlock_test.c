@@ -1045,6 +1045,53 @@ test_slot_calls(shmlock_zone_t *z)
     CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
     CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
 
+    /* the hinted acquire: any ticket is only a hint, the answers are
+     * shmlock_slot_acquire's */
+    {
+        shmlock_ticket_t  h, v;
+
+        CHECK_RC(shmlock_slot_acquire(z, KEY("hint a"), 11, 5000, 0, &t),
+                 SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_acquire(z, KEY("hint b"), 12, 5000, 0, &u),
+                 SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+        /* the right slot */
+        h = t;
+        CHECK_RC(shmlock_slot_acquire_hint(z, KEY("hint a"), 13, 5000, 0,
+                                           &h), SHMLOCK_OK);
+        CHECK(h.slot == t.slot && h.hash == t.hash && h.owner == OWN(13));
+        /* held: refused, the holder's state as by shmlock_slot_acquire */
+        v = h;
+        CHECK_RC(shmlock_slot_acquire_hint(z, KEY("hint a"), 14, 5000, 0,
+                                           &v), SHMLOCK_EXISTS);
+        CHECK(v.owner == OWN(13) && v.stamp == h.stamp);
+        CHECK_RC(shmlock_slot_release(z, &h), SHMLOCK_OK);
+        /* another key's slot, a slot of no shard, garbage, zeroes: the
+         * key's own slot all the same */
+        v = u;
+        CHECK_RC(shmlock_slot_acquire_hint(z, KEY("hint a"), 15, 5000, 0,
+                                           &v), SHMLOCK_OK);
+        CHECK(v.slot == t.slot && v.hash == t.hash && v.owner == OWN(15));
+        CHECK_RC(shmlock_slot_release(z, &v), SHMLOCK_OK);
+        memset(&v, 0xa5, sizeof(v));
+        CHECK_RC(shmlock_slot_acquire_hint(z, KEY("hint a"), 16, 5000, 0,
+                                           &v), SHMLOCK_OK);
+        CHECK(v.slot == t.slot && v.owner == OWN(16));
+        CHECK_RC(shmlock_slot_release(z, &v), SHMLOCK_OK);
+        memset(&v, 0, sizeof(v));
+        CHECK_RC(shmlock_slot_acquire_hint(z, KEY("hint b"), 17, 5000, 0,
+                                           &v), SHMLOCK_OK);
+        CHECK(v.slot == u.slot && v.hash == u.hash && v.owner == OWN(17));
+        CHECK_RC(shmlock_slot_release(z, &v), SHMLOCK_OK);
+        /* bad arguments, as shmlock_slot_acquire answers them */
+        v = t;
+        CHECK_RC(shmlock_slot_acquire_hint(z, "", 0, 11, 5000, 0, &v),
+                 SHMLOCK_BAD_KEY);
+        CHECK_RC(shmlock_slot_acquire_hint(z, KEY("hint a"), 11, -5, 0, &v),
+                 SHMLOCK_BAD_VALUE);
+    }
+
     /* bad arguments, and tickets of no slot */
     CHECK_RC(shmlock_slot_acquire(z, "", 0, 11, 5000, 0, &t),
              SHMLOCK_BAD_KEY);
@@ -2159,6 +2206,23 @@ test_processes(shmlock_zone_t *z)
     CHECK(shmlock_proc_alive(getpid(), start) == 1);
     CHECK(shmlock_proc_alive(getpid(), start + 1) == 0);
     CHECK(shmlock_proc_alive(0, 0) == 0);
+    {
+        /* a slot's holder of our pid: alive with our start time (low 32
+         * bits, the hint's), dead with another (an earlier process of our
+         * pid), told without /proc */
+        shmlock_ticket_t  t;
+
+        memset(&t, 0, sizeof(t));
+        t.owner = (uint64_t) (uint32_t) getpid() << 32 | 9;
+        t.process = (uint64_t) (uint32_t) getpid()
+                    | (uint64_t) (uint32_t) start << 32;
+        CHECK(shmlock_slot_alive(&t) == 1);
+        t.process = (uint64_t) (uint32_t) getpid()
+                    | (uint64_t) (uint32_t) (start + 1) << 32;
+        CHECK(shmlock_slot_alive(&t) == 0);
+        t.process = 0;
+        CHECK(shmlock_slot_alive(&t) == 1);
+    }
 
     pid = fork();
     CHECK(pid >= 0);

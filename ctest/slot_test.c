@@ -415,10 +415,11 @@ test_exact(int cas16, int rounds)
 
 #define FAST_OWNER  ((uint64_t) 0x200 << 32 | 9)
 
-enum { SC_CREATE, SC_RECLAIM, SC_RELEASE, SC_MARK, SC_FAST, SC_COUNT };
+enum { SC_CREATE, SC_RECLAIM, SC_RELEASE, SC_MARK, SC_FAST, SC_HINT,
+       SC_COUNT };
 
 static const char  *scenario_name[] = { "create", "reclaim", "release",
-                                        "mark", "fast" };
+                                        "mark", "fast", "hint" };
 
 /* The table before: "held" held by 1, "free" free, "gone" free, and the
  * slot of "d" DEAD. */
@@ -461,6 +462,21 @@ crash_run(int sc, const slot_ticket_t *held)
         }
         return;
     }
+    if (sc == SC_HINT) {
+        uint32_t  hash;
+
+        /* the same through the slot an earlier ticket names (a look's,
+         * which writes nothing) */
+        if (look("free", &tk) != SLOT_OK
+            || slot_acquire_hint(&tab, tk.index, "free", 4, FAST_OWNER,
+                                 0x200, 0, &tk, &hash) != SLOT_OK
+            || hash != hash_bytes("free", 4)
+            || slot_release_fast(&tab, &tk) != SLOT_OK)
+        {
+            _exit(2);
+        }
+        return;
+    }
     mutex_lock();
     switch (sc) {
     case SC_CREATE:
@@ -489,7 +505,7 @@ test_crash(int cas16)
     pid_t          pid;
     char           msg[256];
 
-    /* (without a 16-byte CAS there is no fast path) */
+    /* (without a 16-byte CAS there is no fast path, hinted or not) */
     for (sc = 0; sc < (cas16 ? SC_COUNT : SC_FAST); sc++) {
         for (n = 1, done = 0; !done; n++) {
             CHECK(n < 100);
@@ -507,7 +523,7 @@ test_crash(int cas16)
                   || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
             /* the dead child's mutex, taken over as shmtx would (the
              * fast paths die without it: nothing to recover) */
-            if (sc == SC_FAST) {
+            if (sc == SC_FAST || sc == SC_HINT) {
                 CHECK(shm->mutex == 0);
             } else if (!done) {
                 CHECK(shm->mutex == (uint32_t) pid);
@@ -539,7 +555,7 @@ test_crash(int cas16)
                     CHECK(got.expiry == 1000 && got.until == 2);
                 }
             }
-            if (sc == SC_FAST) {
+            if (sc == SC_FAST || sc == SC_HINT) {
                 /* free (killed before the acquire's CAS, or after the
                  * release's), or FAST_OWNER's, and then its process is
                  * known: the hint went in before the CAS */

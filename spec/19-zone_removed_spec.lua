@@ -213,6 +213,44 @@ io.write(elapsed and "locked" or ("failed: " .. tostring(err)))
         assert.equal(2, fresh:get("x"))
     end)
 
+    -- new() remembers a name resolved to a zone and reads only the zone's
+    -- dead word: the look at the file is the calls' (lock() refuses), and
+    -- the next new() reaches the zone the name reaches now
+    it("a name resolved before: lock() refuses, then new() reaches the new "
+       .. "zone", function()
+        local dict = fx:zone("memo", { size = "64k" })
+        env.setenv("SHMLOCK_DIR", dir)
+        finally(function() env.setenv("SHMLOCK_DIR", nil) end)
+        local first = assert(resty_lock:new("memo"))
+        assert.equal(dict, first.dict)
+        assert.equal(0, first:lock("k"))
+        assert.equal(1, first:unlock())
+        assert(os.remove(path("memo")))
+        -- another process makes the zone anew and holds the key there
+        assert.equal("locked", fresh_locker("memo", "k"))
+        until_check_due(dict)
+        local again = assert(resty_lock:new("memo"))
+        assert.same({ nil, REMOVED }, { again:lock("k") })
+        local new = assert(resty_lock:new("memo"))
+        assert.not_equal(dict, new.dict)
+        assert.equal(0, lib.shmlock_zone_dead(new.dict._zone))
+        -- the key, held there by the fresh process (dead now): taken over
+        assert.equal(0, new:trylock("k"))
+        assert.equal(1, new:unlock())
+    end)
+
+    it("a name resolved before: a zone destroyed is not reached again",
+       function()
+        fx:zone("memod", { size = "64k" })
+        env.setenv("SHMLOCK_DIR", dir)
+        finally(function() env.setenv("SHMLOCK_DIR", nil) end)
+        assert(resty_lock:new("memod"))
+        assert(shdict.destroy("memod", { dir = dir }))
+        local lock, err = resty_lock:new("memod")
+        assert.is_nil(lock)
+        assert.matches("^dictionary not found", err)
+    end)
+
     it("a process whose fd was closed finds its file again by name",
        function()
         local dict = fx:zone("fdless", { size = "64k" })

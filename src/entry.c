@@ -11,25 +11,7 @@ _Static_assert(offsetof(entry_t, data) == CHUNK_HEAD_OFF,
 uint32_t
 entry_lookup(const shard_t *sh, const char *key, size_t klen, uint32_t hash)
 {
-    uint32_t   i, steps = 0;
-    entry_t   *e;
-
-    for (i = chunk_index(sh, sh->buckets[hash & sh->bucket_mask]); i != 0;
-         i = chunk_index(sh, e->hnext))
-    {
-        if (chunk_walk_over(sh, &steps)) {
-            return 0;
-        }
-        e = entry_at(sh, i);
-        if (e->hash == hash && e->key_len == klen
-            && (klen <= CHUNK_HEAD_DATA
-                ? hash_equal(e->data, key, klen)    /* all in the head */
-                : chunk_equal(sh, i, 0, key, klen)))
-        {
-            return i;
-        }
-    }
-    return 0;
+    return entry_find(sh, key, klen, hash);
 }
 
 uint32_t *
@@ -146,17 +128,6 @@ entry_value_equal(const shard_t *sh, uint32_t i, const shmlock_value_t *v)
     default:
         return 0;
     }
-}
-
-void
-entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out)
-{
-    const entry_t  *e = entry_at(sh, i);
-
-    out->type = e->vtype;
-    out->flags = e->user_flags;
-    out->len = e->value_len;
-    memcpy(&out->num, &e->num, sizeof(out->num));
 }
 
 void

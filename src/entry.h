@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "chunk.h"
+#include "hash.h"
 #include "shmlock.h"
 #include "sys.h"
 
@@ -95,6 +96,31 @@ entry_deadline(int64_t *now, int64_t exptime_ms)
 /* Entry index of key (0: none). */
 uint32_t entry_lookup(const shard_t *sh, const char *key, size_t klen,
     uint32_t hash);
+
+/* entry_lookup itself, inline (the in-place set's; entry.c's wraps it). */
+static inline uint32_t
+entry_find(const shard_t *sh, const char *key, size_t klen, uint32_t hash)
+{
+    uint32_t   i, steps = 0;
+    entry_t   *e;
+
+    for (i = chunk_index(sh, sh->buckets[hash & sh->bucket_mask]); i != 0;
+         i = chunk_index(sh, e->hnext))
+    {
+        if (chunk_walk_over(sh, &steps)) {
+            return 0;
+        }
+        e = entry_at(sh, i);
+        if (e->hash == hash && e->key_len == klen
+            && (klen <= CHUNK_HEAD_DATA
+                ? hash_equal(e->data, key, klen)    /* all in the head */
+                : chunk_equal(sh, i, 0, key, klen)))
+        {
+            return i;
+        }
+    }
+    return 0;
+}
 /* The hash-chain word pointing at entry i. */
 uint32_t *entry_link(shard_t *sh, uint32_t i);
 
@@ -192,17 +218,33 @@ entry_publish(shard_t *sh, uint32_t c, uint32_t old, uint32_t hash,
  * chunks could hold (a caller sizes its buffer by the length).
  */
 static inline int
-entry_value_sane(const shard_t *sh, const entry_t *e)
+entry_value_sane_in(uint32_t nchunks, uint32_t vtype, uint32_t value_len)
 {
     /* the types we store: 1, 3, 4 and 5 (a list: value_len counts its
      * nodes, each a chunk at least), as a bit mask */
-    return e->vtype < 8 && ((0x3a >> e->vtype) & 1)
-           && e->value_len / CHUNK_CONT_DATA <= sh->nchunks;
+    return vtype < 8 && ((0x3a >> vtype) & 1)
+           && value_len / CHUNK_CONT_DATA <= nchunks;
+}
+
+static inline int
+entry_value_sane(const shard_t *sh, const entry_t *e)
+{
+    return entry_value_sane_in(sh->nchunks, e->vtype, e->value_len);
 }
 
 int entry_value_equal(const shard_t *sh, uint32_t i,
     const shmlock_value_t *v);
-void entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out);
+/* The value of entry i as the ABI hands it out (a string's bytes apart). */
+static inline void
+entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out)
+{
+    const entry_t  *e = entry_at(sh, i);
+
+    out->type = e->vtype;
+    out->flags = e->user_flags;
+    out->len = e->value_len;
+    memcpy(&out->num, &e->num, sizeof(out->num));
+}
 
 /* Calls fn for every entry, bucket by bucket; fn may remove the entry. */
 typedef int (*entry_visit_pt)(shard_t *sh, uint32_t i, void *ctx);

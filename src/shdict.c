@@ -102,39 +102,6 @@ shdict_reclaim_tail(shard_t *sh, int64_t *now)
     }
 }
 
-/*
- * A number (or boolean) stored over a live one of the same type and flags,
- * neither with an expiry, in the same class (pinned or not): only the
- * value word differs, so it is one store in place, as incr's, and a crash
- * leaves the old or the new value without an undo record.  The seqlock
- * write around the call keeps lock-free readers from keeping a value read
- * across it.  The CLOCK hint as a rewrite in place sets it (rewrite.c).
- * 0 when anything else would change: the caller takes the general path.
- */
-static inline int
-shdict_store_scalar(shard_t *sh, uint32_t i, entry_t *e,
-    const shmlock_value_t *v, int64_t exptime_ms, int pinned)
-{
-    double    num = v->num;
-    uint64_t  bits;
-
-    if (e->vtype != v->type || e->user_flags != v->flags || e->expires != 0
-        || exptime_ms > 0 || (e->eflags & ENTRY_PINNED) != pinned
-        || (v->type != SHMLOCK_TNUMBER && v->type != SHMLOCK_TBOOLEAN))
-    {
-        return 0;
-    }
-    if (v->type == SHMLOCK_TBOOLEAN) {
-        num = num != 0 ? 1 : 0;
-    }
-    memcpy(&bits, &num, sizeof(bits));
-    WORDSTORE64(e->num, bits);
-    if (!pinned) {
-        *chunk_ref(sh, i) = 1;
-    }
-    return 1;
-}
-
 int
 shdict_store(shard_t *sh, int op, const char *key, size_t klen, uint32_t hash,
     const shmlock_value_t *v, int64_t exptime_ms, int64_t now_ms,

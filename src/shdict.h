@@ -14,8 +14,66 @@
 #ifndef SHDICT_H
 #define SHDICT_H
 
+#include "entry.h"
 #include "shard.h"
 #include "shmlock.h"
+
+/*
+ * A number (or boolean) stored over a live one of the same type and flags,
+ * neither with an expiry, in the same class (pinned or not): only the
+ * value word differs, so it is one store in place, as incr's, and a crash
+ * leaves the old or the new value without an undo record.  The seqlock
+ * write around the call keeps lock-free readers from keeping a value read
+ * across it.  The CLOCK hint as a rewrite in place sets it (rewrite.c).
+ * 0 when anything else would change: the caller takes the general path.
+ */
+static inline int
+shdict_store_scalar(shard_t *sh, uint32_t i, entry_t *e,
+    const shmlock_value_t *v, int64_t exptime_ms, int pinned)
+{
+    double    num = v->num;
+    uint64_t  bits;
+
+    if (e->vtype != v->type || e->user_flags != v->flags || e->expires != 0
+        || exptime_ms > 0 || (e->eflags & ENTRY_PINNED) != pinned
+        || (v->type != SHMLOCK_TNUMBER && v->type != SHMLOCK_TBOOLEAN))
+    {
+        return 0;
+    }
+    if (v->type == SHMLOCK_TBOOLEAN) {
+        num = num != 0 ? 1 : 0;
+    }
+    memcpy(&bits, &num, sizeof(bits));
+    WORDSTORE64(e->num, bits);
+    if (!pinned) {
+        *chunk_ref(sh, i) = 1;
+    }
+    return 1;
+}
+
+/*
+ * A set (no expiry) of a number or boolean over a live one of the same
+ * type and flags, without an expiry, not pinned: shdict_store_scalar's
+ * one store in place, with the lookup inline, for the ABI's fast path
+ * (shmlock_dict_store_at); the mutex held and the seqlock write begun, as
+ * for shdict_store.  0 when anything else would happen (another value, a
+ * key absent, an expiry, a tail to reclaim first): the caller calls
+ * shdict_store, which does all of it.
+ */
+static inline int
+shdict_set_in_place(shard_t *sh, const char *key, size_t klen,
+    uint32_t hash, const shmlock_value_t *v)
+{
+    uint32_t  t = chunk_index(sh, sh->hdr->dict.lru_tail), i;
+
+    /* every store first drops expired entries at the tail: leave that to
+     * shdict_store */
+    if (t != 0 && entry_at(sh, t)->expires != 0) {
+        return 0;
+    }
+    i = entry_find(sh, key, klen, hash);
+    return i != 0 && shdict_store_scalar(sh, i, entry_at(sh, i), v, 0, 0);
+}
 
 /* An empty dictionary in a fresh shard (its mutex free, no entry). */
 void shdict_format(shard_t *sh);

@@ -111,6 +111,12 @@ shmlock_zone_dead(shmlock_zone_t *zone)
     }
 }
 
+const volatile uint32_t *
+shmlock_zone_dead_word(shmlock_zone_t *zone)
+{
+    return &zone->hdr->dead;
+}
+
 void
 shmlock_zone_close(shmlock_zone_t *zone)
 {

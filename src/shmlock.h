@@ -190,6 +190,15 @@ SHMLOCK_API void shmlock_zone_close(shmlock_zone_t *zone);
  * has it now.
  */
 SHMLOCK_API int shmlock_zone_dead(shmlock_zone_t *zone);
+/*
+ * The zone's dead word, for a caller that asks often: nonzero once the
+ * zone is destroyed, or its file was found removed, by any process
+ * (shmlock_zone_dead's 1 and 2); a load, without shmlock_zone_dead's look
+ * at the file when one is due.  Valid while the caller keeps a reference
+ * to the zone.
+ */
+SHMLOCK_API const volatile uint32_t *shmlock_zone_dead_word(
+    shmlock_zone_t *zone);
 SHMLOCK_API int shmlock_zone_destroy(const char *dir, const char *name,
     size_t name_len);
 SHMLOCK_API int shmlock_zone_name_ok(const char *name, size_t len);
@@ -515,6 +524,16 @@ enum {
 SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
     size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
     shmlock_ticket_t *t);
+/*
+ * shmlock_slot_acquire, t's slot tried first: t (in) is a ticket this
+ * zone handed out before, e.g. for the key a lock object took last (any
+ * bytes are safe: a slot that does not hold key, free, is passed over;
+ * keys of up to 32 bytes); the same answers, t (out) as there.  A hint
+ * that names key's slot saves hashing the key and finding its shard.
+ */
+SHMLOCK_API int shmlock_slot_acquire_hint(shmlock_zone_t *zone,
+    const char *key, size_t key_len, uint32_t id, int64_t exptime_ms,
+    int64_t now_ms, shmlock_ticket_t *t);
 /*
  * Releases the lock of ticket t and wakes one sleeper of its key
  * (shmlock_wake_waiters): SHMLOCK_OK; SHMLOCK_CHANGED: still t's but

@@ -96,7 +96,9 @@ shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
     size_t key_len, const shmlock_value_t *val, int64_t exptime_ms,
     int64_t now_ms, int *forcible)
 {
-    int  rc;
+    uint32_t  hash;
+    shard_t  *sh;
+    int       rc;
 
     *forcible = 0;
     /* an expiry to compute needs the clock anyway: read once, it gates the
@@ -109,8 +111,25 @@ shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
         return rc;
     }
     CHECK_KEY(key_len);
-    return shmlock_dict_put(zone, op, key, key_len, hash_bytes(key, key_len),
-                            val, exptime_ms, now_ms, forcible);
+    hash = hash_bytes(key, key_len);
+    /* a number over a number (issue 22): one word stored in place, the
+     * lookup inline; anything else under the same mutex, as below */
+    if (op == SHMLOCK_OP_SET && exptime_ms <= 0
+        && (val->type == SHMLOCK_TNUMBER || val->type == SHMLOCK_TBOOLEAN))
+    {
+        sh = zone_shard(zone, hash);
+        ZONE_PIN(sh);
+        shard_write_lock(sh);
+        if (shdict_set_in_place(sh, key, key_len, hash, val)) {
+            rc = SHMLOCK_OK;
+        } else {
+            rc = shdict_store(sh, op, key, key_len, hash, val, exptime_ms,
+                              now_ms > 0 ? now_ms : 0, forcible);
+        }
+        return shard_write_unlock(sh, rc);
+    }
+    return shmlock_dict_put(zone, op, key, key_len, hash, val, exptime_ms,
+                            now_ms, forcible);
 }
 
 int
@@ -159,15 +178,29 @@ shmlock_dict_get(shmlock_zone_t *zone, const char *key, size_t key_len,
  * its answer is not handed out.  The locked path, which may write (a
  * recovery), looks first.
  */
-int
-shmlock_dict_get_at(shmlock_zone_t *zone, const char *key, size_t key_len,
-    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size,
-    int64_t now_ms)
+static inline int
+shmlock_dict_get_answer(shmlock_zone_t *zone, int rc, shmlock_value_t *out,
+    int64_t now)
+{
+    int  live = shm_watch_at(zone, now != 0 ? now : sys_coarse_ms());
+
+    if (__builtin_expect(live != SHMLOCK_OK, 0)) {
+        out->type = SHMLOCK_TNIL;
+        return live;
+    }
+    return rc;
+}
+
+/* Every get the first read below does not answer: four lock-free reads
+ * (optimistic.h), then the mutex.  now: a clock reading, or 0. */
+static __attribute__((noinline)) int
+shmlock_dict_get_general(shmlock_zone_t *zone, const char *key,
+    size_t key_len, int get_stale, shmlock_value_t *out, char *buf,
+    size_t buf_size, int64_t now)
 {
     uint32_t  hash;
     shard_t  *sh;
-    int64_t   now = now_ms > 0 ? now_ms : 0;
-    int       rc, live, tries;
+    int       rc, tries;
 
     CHECK_KEY(key_len);
     hash = hash_bytes(key, key_len);
@@ -176,12 +209,7 @@ shmlock_dict_get_at(shmlock_zone_t *zone, const char *key, size_t key_len,
         rc = optimistic_get(sh, key, key_len, hash, get_stale, out, buf,
                             buf_size, &now);
         if (rc != OPTIMISTIC_RETRY) {
-            live = shm_watch_at(zone, now != 0 ? now : sys_coarse_ms());
-            if (__builtin_expect(live != SHMLOCK_OK, 0)) {
-                out->type = SHMLOCK_TNIL;
-                return live;
-            }
-            return rc;
+            return shmlock_dict_get_answer(zone, rc, out, now);
         }
     }
     /* writers keep getting in the way: queue up with them */
@@ -190,6 +218,99 @@ shmlock_dict_get_at(shmlock_zone_t *zone, const char *key, size_t key_len,
     rc = shdict_get(sh, key, key_len, hash, get_stale, out, buf, buf_size,
                     now);
     return shard_unlock(sh, rc);
+}
+
+/*
+ * The common get inline, as a seqlock reader (optimistic.h's rules): a key
+ * of at most CHUNK_HEAD_DATA bytes (all of it in its entry's head), live
+ * or absent, read while no writer came by.  Anything else (a longer key,
+ * a writer, an expired entry, a value the buffer cannot hold, a long
+ * chain, anything out of bounds) starts over in shmlock_dict_get_general.
+ */
+int
+shmlock_dict_get_at(shmlock_zone_t *zone, const char *key, size_t key_len,
+    int get_stale, shmlock_value_t *out, char *buf, size_t buf_size,
+    int64_t now_ms)
+{
+    const entry_t  *e;
+    shard_t        *sh;
+    const uint32_t *seqp;
+    const char     *chunks;
+    uint32_t        hash, seq, i, hops, vlen, nchunks;
+    int64_t         now = now_ms > 0 ? now_ms : 0, expires;
+    int             equal;
+
+    if (__builtin_expect(key_len - 1 >= CHUNK_HEAD_DATA, 0)) {
+        goto general;
+    }
+    hash = hash_bytes(key, key_len);
+    sh = zone_shard(zone, hash);
+    ZONE_PIN(sh);
+    /* the shard's fields in locals, read once */
+    seqp = &sh->hdr->seq;
+    nchunks = sh->nchunks;
+    chunks = sh->chunks;
+    seq = seqlock_read_begin(seqp);
+    if (seq & 1) {
+        goto general;
+    }
+    i = __atomic_load_n(&sh->buckets[hash & sh->bucket_mask],
+                        __ATOMIC_RELAXED);
+    for (hops = 0; ; hops++) {
+        if (i == 0) {
+            out->stale = 0;
+            out->type = SHMLOCK_TNIL;
+            goto valid;
+        }
+        if (i > nchunks || hops == OPTIMISTIC_MAX_HOPS) {
+            goto general;
+        }
+        e = (const entry_t *) (chunks + (size_t) i * SHARD_CHUNK_SIZE);
+        if (e->hash == hash && e->key_len == key_len
+            && hash_equal(e->data, key, key_len))
+        {
+            break;
+        }
+        i = __atomic_load_n(&e->hnext, __ATOMIC_RELAXED);
+    }
+    expires = (int64_t) e->expires;
+    if (expires != 0 && expires <= entry_now(&now)) {
+        goto general;
+    }
+    /* entry_value_out and entry_value_sane, from e */
+    out->stale = 0;
+    out->type = e->vtype;
+    out->flags = e->user_flags;
+    vlen = e->value_len;
+    out->len = vlen;
+    memcpy(&out->num, &e->num, sizeof(out->num));
+    if (!entry_value_sane_in(nchunks, (uint32_t) out->type, vlen)) {
+        goto general;
+    }
+    if (out->type == SHMLOCK_TSTRING) {
+        if (vlen > buf_size) {
+            goto general;
+        }
+        if (key_len + vlen <= CHUNK_HEAD_DATA) {
+            memcpy(buf, e->data + key_len, vlen);
+        } else if (!optimistic_stream(sh, i, key_len, NULL, buf, vlen,
+                                      &equal))
+        {
+            goto general;
+        }
+    }
+valid:
+    if (!seqlock_read_valid(seqp, seq)) {
+        goto general;
+    }
+    if (i != 0) {
+        chunk_mark_read(sh, i);
+    }
+    return shmlock_dict_get_answer(zone, SHMLOCK_OK, out, now);
+
+general:
+    return shmlock_dict_get_general(zone, key, key_len, get_stale, out, buf,
+                                    buf_size, now);
 }
 
 int

@@ -149,6 +149,54 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     return shmlock_slot_acquire_slow(zone, &r, t);
 }
 
+/*
+ * shmlock_slot_acquire with t's slot as a hint (a lock object taking
+ * the key it took last, or a pooled handle's last key): the key's slot is
+ * tried there first, without hashing the key nor finding its shard; a
+ * hint that does not name key's slot, free, costs the compare and the
+ * full acquire.  The clock and the checks come first, as there.
+ */
+int
+shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
+    shmlock_ticket_t *t)
+{
+    slot_ticket_t  tk;
+    uint32_t       shard = t->slot >> SHMLOCK_SLOT_SHARD_SHIFT, hash;
+    uint64_t       self;
+    int64_t        expiry;
+    int            rc;
+
+    rc = shm_watch_now(zone, &now_ms);
+    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
+        return rc;
+    }
+    if (__builtin_expect(shard < zone->nshards, 1)
+        && __builtin_expect(key_len - 1 < SLOT_KEY_INLINE, 1)
+        && __builtin_expect(exptime_ms >= 0, 1))
+    {
+        expiry = shmlock_slot_expiry(exptime_ms, now_ms);
+        self = sys_self();
+        if (__builtin_expect(
+                slot_acquire_hint(&zone->shard[shard].slots,
+                                  t->slot & ((1u << SHMLOCK_SLOT_SHARD_SHIFT)
+                                             - 1),
+                                  key, key_len,
+                                  (uint64_t) (uint32_t) self << 32 | id,
+                                  self, expiry, &tk, &hash) == SLOT_OK, 1))
+        {
+            /* shmlock_slot_out, but t->slot: the hint was the slot */
+            t->hash = hash;
+            t->owner = tk.state.owner;
+            t->stamp = tk.state.stamp;
+            t->process = tk.process;
+            return SHMLOCK_OK;
+        }
+    }
+    return shmlock_slot_acquire(zone, key, key_len, id, exptime_ms, now_ms,
+                                t);
+}
+
 /* The answers of release, extend and swap. */
 static inline int
 shmlock_slot_rc(int rc)

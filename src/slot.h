@@ -321,7 +321,18 @@ slot_stamp(uint64_t flags, int64_t expiry, uint64_t old_stamp)
 static inline int
 slot_cas(slot_t *s, slot_state_t *expect, slot_state_t want)
 {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+    int  ok;
+
+    /* the zero flag as the asm's output: no setz and test after it */
+    wordstore_before();
+    __asm__ __volatile__ ("lock cmpxchg16b %1"
+                          : "=@ccz" (ok), "+m" (s->state),
+                            "+a" (expect->owner), "+d" (expect->stamp)
+                          : "b" (want.owner), "c" (want.stamp)
+                          : "memory");
+    return ok;
+#elif defined(__x86_64__)
     unsigned char  ok;
 
     wordstore_before();
@@ -425,6 +436,49 @@ slot_acquire_fast(slots_t *t, const char *key, size_t klen, uint32_t hash,
     {
         return SLOT_SLOW;
     }
+    want.owner = owner;
+    want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
+    slot_hint(s, process);
+    if (!slot_cas(s, &st, want)) {
+        return SLOT_SLOW;
+    }
+    slot_hint(s, process);
+    slot_ticket(tk, i, want, process);
+    return SLOT_OK;
+}
+
+/*
+ * slot_acquire_fast at a slot the caller names (i: an earlier ticket's
+ * index, a hint of where key's slot is; any value is safe) instead of the
+ * key's home slot: the same one read of the state, and the key compared
+ * whole (keys of at most SLOT_KEY_INLINE bytes: a longer one would need
+ * its fingerprint, i.e. hashing, which the hint is there to avoid).  A
+ * key has at most one LIVE slot (made under the mutex after a probe,
+ * reclaimed only through DEAD), so a LIVE slot that holds key is key's
+ * slot wherever it sits.  *hash: the slot's hash, which is key's (written
+ * with the key, before the CAS that made the slot LIVE; validated by our
+ * CAS as the key is).  SLOT_OK, or SLOT_SLOW for anything else.
+ */
+static inline int
+slot_acquire_hint(slots_t *t, uint32_t i, const char *key, size_t klen,
+    uint64_t owner, uint64_t process, int64_t expiry, slot_ticket_t *tk,
+    uint32_t *hash)
+{
+    slot_t       *s;
+    slot_state_t  st, want;
+
+    if (i > t->mask || !t->cas16) {
+        return SLOT_SLOW;
+    }
+    s = &t->slots[i];
+    st = slot_load(s);
+    if (st.owner != 0 || (st.stamp & SLOT_FLAGS) != SLOT_LIVE
+        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != klen
+        || !hash_equal(s->key, key, klen))
+    {
+        return SLOT_SLOW;
+    }
+    *hash = __atomic_load_n(&s->hash, __ATOMIC_RELAXED);
     want.owner = owner;
     want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
     slot_hint(s, process);

@@ -128,24 +128,13 @@ sys_random(void *buf, size_t n)
     return r == (ssize_t) n ? 0 : -1;
 }
 
-/* The kernel's clock of the last tick (vDSO, no system call): the same
- * clock as sys_now_ms, at most one tick behind it, at a few loads. */
-int64_t
-sys_coarse_ms(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int64_t
 sys_now_us(void)
 {
     struct timespec  ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return (int64_t) ts.tv_sec * 1000000 + (uint32_t) ts.tv_nsec / 1000u;
 }
 
 int
@@ -241,12 +230,22 @@ int
 sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask)
 {
     char      state;
-    uint64_t  now_start;
+    uint64_t  now_start, self_start;
 
     /* beyond the kernel's limit (PID_MAX_LIMIT) it is garbage, not a pid:
      * as a pid_t it might even be negative, a process group to kill() */
     if (pid == 0 || pid > SYS_PID_MAX) {
         return 0;
+    }
+    /* this very process (a lock of ours seen by a waiter of ours, a failed
+     * trylock): no /proc read; our start time tells us from an earlier
+     * process of our pid, as /proc would (where /proc told it) */
+    if (pid == sys_pid()) {
+        self_start = sys_self_start();
+        if (self_start != 0) {
+            return start == 0
+                   || (self_start & start_mask) == (start & start_mask);
+        }
     }
     if (kill((pid_t) pid, 0) != 0 && errno != EPERM) {
         return 0;

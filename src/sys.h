@@ -64,12 +64,23 @@ sys_now_ms(void)
     struct timespec  ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    /* (tv_nsec is below 10^9: an unsigned division, no sign fix-up) */
+    return (int64_t) ts.tv_sec * 1000 + (uint32_t) ts.tv_nsec / 1000000u;
 }
 
 int64_t sys_now_us(void);
-/* CLOCK_MONOTONIC_COARSE in ms: the same clock, up to one tick behind. */
-int64_t sys_coarse_ms(void);
+/* CLOCK_MONOTONIC_COARSE in ms, the kernel's clock of the last tick (vDSO,
+ * no system call): the same clock as sys_now_ms, up to one tick behind it,
+ * at a few loads; inline: every call on a zone reads it (shm_watch.h). */
+static inline int64_t
+sys_coarse_ms(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    /* (tv_nsec is below 10^9: an unsigned division, no sign fix-up) */
+    return (int64_t) ts.tv_sec * 1000 + (uint32_t) ts.tv_nsec / 1000000u;
+}
 int sys_ncpu(void);
 
 /* Shared (not process-private) futex on a word in a MAP_SHARED mapping. */

@@ -155,6 +155,14 @@ struct shmlock_zone_s {
     shard_t        shard[ZONE_SHARDS_MAX];
 };
 
+/*
+ * A pointer computed once stays in a register: GCC would otherwise work
+ * &zone->shard[i] out again at every use on a hot path (three instructions
+ * each time, callgrind), the array's stride being 80 bytes.  An empty asm
+ * it cannot see through; no instruction.
+ */
+#define ZONE_PIN(p)  __asm__ ("" : "+r" (p))
+
 /* The shard holding the keys of this hash (the buckets use its low bits). */
 static inline shard_t *
 zone_shard(struct shmlock_zone_s *zone, uint32_t hash)

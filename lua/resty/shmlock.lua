@@ -125,6 +125,16 @@ local mt = { __index = _M }
 local shared_names = {}
 local logged = {}
 
+-- Names resolved to zones (in the default zone directory, while it is the
+-- one they were resolved in: env.serial counts core.setenv's changes), and
+-- each zone's dead word (shmlock_zone_dead_word): new() by such a name
+-- reads one word instead of walking to the zone again and looking at its
+-- file (lock() looks, as every call does).  Weak, as shdict's own record.
+local env = require("resty.shmlock.internal.core").env
+local zone_names = setmetatable({}, { __mode = "v" })
+local zone_names_serial = env.serial
+local dead_words = setmetatable({}, { __mode = "k" })
+
 
 -- new() attaches to existing zones, never creates one
 local ATTACH = { create = false }
@@ -164,6 +174,15 @@ local function find(name)
         return nil
     end
 
+    if zone_names_serial == env.serial then
+        local dict = zone_names[name]
+        if dict and dead_words[dict][0] == 0 then
+            return dict
+        end
+    else
+        zone_names = setmetatable({}, { __mode = "v" })
+        zone_names_serial = env.serial
+    end
     local shared = shared_names[name]
     if shared then
         return nil, shared
@@ -182,6 +201,10 @@ local function find(name)
     end
     if dict then
         log_store(name, 'the zone "' .. name .. '"')
+        if not dead_words[dict] then
+            dead_words[dict] = C.shmlock_zone_dead_word(dict._zone)
+        end
+        zone_names[name] = dict
         return dict
     end
     return nil, nil, err
@@ -344,8 +367,11 @@ end
 local function acquire_zone(self, key, klen, may_wait, timeout, done)
     local zone = self.target
     local cd = zone_handle(zone, next_id())
-    local rc = C.shmlock_slot_acquire(zone, key, klen, cd.id, self.expiry,
-                                      cached_ms(), cd.tk)
+    -- (the handle's ticket is its last lock's: a hint of where key's slot
+    -- is, right when this object or the handle's last one locks the same
+    -- key again)
+    local rc = C.shmlock_slot_acquire_hint(zone, key, klen, cd.id,
+                                           self.expiry, cached_ms(), cd.tk)
     recoveries(self.dict.name)          -- report a shard recovered
     if rc == OK then
         cd.held = 1

@@ -106,6 +106,7 @@ unsigned shmlock_zone_shards(shmlock_zone_t *zone);
 void shmlock_zone_retain(shmlock_zone_t *zone);
 void shmlock_zone_close(shmlock_zone_t *zone);
 int shmlock_zone_dead(shmlock_zone_t *zone);
+const volatile uint32_t *shmlock_zone_dead_word(shmlock_zone_t *zone);
 int shmlock_zone_destroy(const char *dir, const char *name, size_t name_len);
 int shmlock_zone_name_ok(const char *name, size_t len);
 const volatile uint32_t *shmlock_recoveries(void);
@@ -211,6 +212,9 @@ enum {
     SHMLOCK_SLOT_MARKED = 4194304
 };
 int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
+    shmlock_ticket_t *t);
+int shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
     size_t key_len, uint32_t id, int64_t exptime_ms, int64_t now_ms,
     shmlock_ticket_t *t);
 int shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t);

@@ -110,7 +110,7 @@ local function store(self, op, key, value, exptime, flags, guarded)
         return false, "attempt to add or replace nil values", false
     end
 
-    forcible[0] = 0
+    -- (forcible: both calls write it first)
     local rc
     if guarded then
         rc = C.shmlock_dict_store_guarded(zone, op, key, #key, val, exptime,

@@ -20,7 +20,8 @@
 -- zone object may go first.  The reference stays while the handle is
 -- pooled, so that locking again in the same zone costs no retain and
 -- close; a pooled handle taken for another zone swaps it.  So up to
--- POOL_MAX zones no longer used may stay mapped until exit.
+-- 64 zones no longer used (POOL_MAX and the spare) may stay mapped until
+-- exit.
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
@@ -53,7 +54,7 @@ typedef struct {
 
 local handle_t = ffi.typeof("shmlock_lua_handle_t")
 local KEY_CAP = 48              -- longer keys get a handle of their size
-local POOL_MAX = 64
+local POOL_MAX = 63               -- with the spare: 64
 
 local _M = {}
 
@@ -62,7 +63,11 @@ local _M = {}
 local dicts = {}
 local numbers = {}
 
-local pool = {}                 -- handles not in use
+-- handles not in use: the last one put back is `spare` (one upvalue: a
+-- lock object that locks and unlocks again and again takes the same
+-- handle back without touching the array), the others are in `pool`
+local spare = false
+local pool = {}
 local pooled = 0
 
 
@@ -99,21 +104,35 @@ function _M.number(dict)
 end
 
 
--- a handle from the pool, with room for a key of klen bytes, or a new one
-local function pop(klen)
-    local cd
+-- a new handle, with room for a key of klen bytes
+local function fresh(klen)
+    local cap = klen > KEY_CAP and klen or KEY_CAP
+    local cd = ffi_gc(ffi_new(handle_t, cap), finalize)
+    cd.key_cap = cap
+    return cd
+end
+
+-- a handle not in use (the spare first), or nil
+local function pop_any()
+    local cd = spare
+    if cd then
+        spare = false
+        return cd
+    end
     if pooled > 0 then
         cd = pool[pooled]
         pool[pooled] = false
         pooled = pooled - 1
-        if klen > cd.key_cap then
-            cd = nil
-        end
+        return cd
     end
-    if not cd then
-        local cap = klen > KEY_CAP and klen or KEY_CAP
-        cd = ffi_gc(ffi_new(handle_t, cap), finalize)
-        cd.key_cap = cap
+    return nil
+end
+
+-- a handle from the pool, with room for a key of klen bytes, or a new one
+local function pop(klen)
+    local cd = pop_any()
+    if not cd or klen > cd.key_cap then
+        cd = fresh(klen)
     end
     return cd
 end
@@ -139,7 +158,7 @@ end
 -- acquisition's owner id; the zone backend writes cd.tk; the caller sets
 -- cd.held = 1 once the lock is ours, or puts the handle back.
 function _M.zone(zone, id)
-    local cd = pop(0)
+    local cd = pop_any() or fresh(0)
     rezone(cd, zone)
     cd.pid = self()
     cd.id = id
@@ -185,7 +204,9 @@ end
 -- reference), or to the collector.
 function _M.put(cd)
     cd.held = 0
-    if pooled < POOL_MAX then
+    if not spare then
+        spare = cd
+    elseif pooled < POOL_MAX then
         pooled = pooled + 1
         pool[pooled] = cd
     end
