@@ -135,6 +135,21 @@ local zone_names = setmetatable({}, { __mode = "v" })
 local zone_names_serial = env.serial
 local dead_words = setmetatable({}, { __mode = "k" })
 
+-- whether the zone of dict, resolved by name before, is still alive (not
+-- destroyed): one load of its dead word; under PUC Lua, a call of the C
+-- module (a zone's word cannot be read from Lua there)
+local zone_live
+if has_ffi then
+    zone_live = function(dict)
+        return dead_words[dict][0] == 0
+    end
+else
+    local zone_dead = require("resty.shmlock.internal.core").zone_dead
+    zone_live = function(dict)
+        return not zone_dead(dict._zone)
+    end
+end
+
 
 -- new() attaches to existing zones, never creates one
 local ATTACH = { create = false }
@@ -176,7 +191,7 @@ local function find(name)
 
     if zone_names_serial == env.serial then
         local dict = zone_names[name]
-        if dict and dead_words[dict][0] == 0 then
+        if dict and zone_live(dict) then
             return dict
         end
     else
@@ -201,7 +216,7 @@ local function find(name)
     end
     if dict then
         log_store(name, 'the zone "' .. name .. '"')
-        if not dead_words[dict] then
+        if has_ffi and not dead_words[dict] then
             dead_words[dict] = C.shmlock_zone_dead_word(dict._zone)
         end
         zone_names[name] = dict

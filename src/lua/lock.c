@@ -139,18 +139,32 @@ static int mark_state(lua_State *L)
     return 5;
 }
 
-/* rc = core.slot_acquire(zone, key, klen, id, exptime_ms, now_ms, tk) */
-static int slot_acquire(lua_State *L)
+typedef int (*acquire_fn)(shmlock_zone_t *, const char *, size_t, uint32_t,
+                          int64_t, int64_t, shmlock_ticket_t *);
+
+static int acquire_with(lua_State *L, acquire_fn acquire)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
     size_t klen;
     const char *key = key_arg(L, 2, &klen);
 
-    return push_rc(L, shmlock_slot_acquire(zone, key, klen,
-                                           (uint32_t) core_num(L, 4),
-                                           (int64_t) core_num(L, 5),
-                                           (int64_t) core_optnum(L, 6, 0),
-                                           ticket_at(L, 7)));
+    return push_rc(L, acquire(zone, key, klen, (uint32_t) core_num(L, 4),
+                              (int64_t) core_num(L, 5),
+                              (int64_t) core_optnum(L, 6, 0),
+                              ticket_at(L, 7)));
+}
+
+/* rc = core.slot_acquire(zone, key, klen, id, exptime_ms, now_ms, tk) */
+static int slot_acquire(lua_State *L)
+{
+    return acquire_with(L, shmlock_slot_acquire);
+}
+
+/* rc = core.slot_acquire_hint(zone, key, klen, id, exptime_ms, now_ms, tk):
+ * tk's slot is tried first (any ticket is a safe hint) */
+static int slot_acquire_hint(lua_State *L)
+{
+    return acquire_with(L, shmlock_slot_acquire_hint);
 }
 
 /* rc = core.slot_release(zone, tk) */
@@ -447,6 +461,7 @@ const luaL_Reg core_lock_funcs[] = {
     { "ticket_state", ticket_state },
     { "mark_state", mark_state },
     { "slot_acquire", slot_acquire },
+    { "slot_acquire_hint", slot_acquire_hint },
     { "slot_release", slot_release },
     { "slot_extend", slot_extend },
     { "slot_look", slot_look },

@@ -18,6 +18,7 @@ local _M = {
     -- the calls the zone backend makes by their ABI names (same arguments)
     C = {
         shmlock_slot_acquire = mod.slot_acquire,
+        shmlock_slot_acquire_hint = mod.slot_acquire_hint,
         shmlock_slot_release = mod.slot_release,
         shmlock_slot_extend = mod.slot_extend,
         shmlock_slot_look = mod.slot_look,
