@@ -16,6 +16,11 @@ local STATUSES = {
     "DIR_BUSY", "BAD_MODE", "NOT_A_LIST", "FOREIGN_TIME", "REMOVED",
 }
 
+-- (run once, not compiled: see resty.shmlock.internal.codes)
+if jit then
+    jit.off(true, true)
+end
+
 local errors = {}
 for _, name in ipairs(STATUSES) do
     local rc = core.constant(name)

@@ -25,6 +25,15 @@ local NAMES = {
     "SEMAPHORE", "SHARED", "GROUP_MAX",
 }
 
+-- Run once, when the module loads: not worth a trace.  Under the FFI a
+-- trace of this loop would abort at each constant's first lookup in the
+-- library's namespace, and whether the loop gets hot at all depends on
+-- which loops share its hot counter (the process's memory layout: it did
+-- under AddressSanitizer): no compiling here, so nothing to abort.
+if jit then
+    jit.off(true, true)
+end
+
 local codes = {}
 for _, name in ipairs(NAMES) do
     codes[name] = core.constant(name)
