@@ -19,6 +19,10 @@ local _M = { ffi = true, C = C, name = "ffi", bit = require "bit" }
 function _M.constant(name)
     return tonumber(C["SHMLOCK_" .. name])
 end
+-- Called at load time only (codes, errors: some 60 calls, past LuaJIT's
+-- hot-call threshold): a trace of it would abort at each name's first
+-- lookup in the library's namespace, so it is never compiled.
+jit.off(_M.constant)
 
 -- syntax: msg = core.strerror(rc): the core's message for a status
 function _M.strerror(rc)
