@@ -13,10 +13,14 @@
  *               through a small table (creation, reclaim, tombstones
  *               under the lock-free paths); the counter must be exact
  *   crash       a process SIGKILLed before each write of a key's
- *               creation, a reclaim, a release, a mark, and of the
- *               fast paths' pair (no mutex: nothing to recover), in
+ *               creation, a reclaim, a release, a mark, of the fast
+ *               paths' pair (no mutex: nothing to recover) and of a
+ *               release that hands a marked lock to its waiter, in
  *               turn: the table recovers, verifies, and every key is
- *               held by exactly its last holder or free
+ *               held by exactly its last holder or free; a handoff
+ *               killed before its hint leaves the waiter's process
+ *               unknown, and the waiter's own swap to the same state
+ *               writes it again
  *
  * The lock-free acquire is tried as shmlock_slot.c tries it: the inline
  * home-slot fast path (slot_acquire_fast) first, then slot_acquire.
@@ -183,6 +187,21 @@ swap(const slot_ticket_t *seen, uint64_t owner, uint64_t flags,
         mutex_lock();
         rc = slot_swap_locked(&tab, seen, owner, owner >> 32 | 0x100, flags,
                               expiry, tk);
+        mutex_unlock();
+    }
+    return rc;
+}
+
+/* swap with the process named (swap's is the owner's pid | 0x100) */
+static int
+swap_as(const slot_ticket_t *seen, uint64_t owner, uint64_t process,
+    uint64_t flags, int64_t expiry, slot_ticket_t *tk)
+{
+    int  rc = slot_swap(&tab, seen, owner, process, flags, expiry, tk);
+
+    if (rc == SLOT_SLOW) {
+        mutex_lock();
+        rc = slot_swap_locked(&tab, seen, owner, process, flags, expiry, tk);
         mutex_unlock();
     }
     return rc;
@@ -415,11 +434,108 @@ test_exact(int cas16, int rounds)
 
 #define FAST_OWNER  ((uint64_t) 0x200 << 32 | 9)
 
-enum { SC_CREATE, SC_RECLAIM, SC_RELEASE, SC_MARK, SC_FAST, SC_HINT,
-       SC_COUNT };
+/* a handoff's holder and waiter, each with its process (pid | start) */
+#define HAND_HOLDER   ((uint64_t) 0x300 << 32 | 1)
+#define HAND_HPROC    ((uint64_t) 0x11 << 32 | 0x300)
+#define HAND_WAITER   ((uint64_t) 0x400 << 32 | 77)
+#define HAND_WPROC    ((uint64_t) 0x22 << 32 | 0x400)
+
+/* (the locked paths first: the table without a 16-byte CAS has none of
+ * the fast ones) */
+enum { SC_CREATE, SC_RECLAIM, SC_RELEASE, SC_MARK, SC_HANDOFF, SC_FAST,
+       SC_HINT, SC_COUNT };
 
 static const char  *scenario_name[] = { "create", "reclaim", "release",
-                                        "mark", "fast", "hint" };
+                                        "mark", "handoff", "fast", "hint" };
+
+/* the handoff's key "h": held by HAND_HOLDER, marked by HAND_WAITER */
+static slot_ticket_t  hand_held;
+
+static void
+handoff_setup(void)
+{
+    slot_mark_t    m = { 0, 0, HAND_WAITER, HAND_WPROC, 0, 1, 1000, 0 };
+    slot_ticket_t  seen, tk;
+
+    mutex_lock();
+    CHECK_RC(slot_acquire_locked(&tab, "h", 1, hash_bytes("h", 1),
+                                 HAND_HOLDER, HAND_HPROC, 0, 100,
+                                 &hand_held), SLOT_OK);
+    CHECK_RC(slot_look_locked(&tab, "h", 1, hash_bytes("h", 1), &seen),
+             SLOT_OK);
+    CHECK(seen.process == HAND_HPROC);
+    CHECK_RC(slot_mark_locked(&tab, &seen, &m, &tk), SLOT_OK);
+    mutex_unlock();
+}
+
+/* The release of "h" as lock/zone.lua's makes it: refused (marked), the
+ * mark read, a swap to the waiter and its process. */
+static void
+handoff_run(void)
+{
+    slot_ticket_t  at = hand_held, tk;
+    slot_mark_t    m;
+
+    if (release(&hand_held) != SLOT_MARKED_STATE) {
+        _exit(2);
+    }
+    at.state.stamp |= SLOT_MARKED;
+    if (slot_mark_read(&tab, &at, &m) != SLOT_OK
+        || swap_as(&at, m.owner, m.process, 0, 0, &tk) != SLOT_OK
+        || tk.process != HAND_WPROC)
+    {
+        _exit(2);
+    }
+}
+
+/* After a handoff killed at some write: "h" is the holder's, marked by
+ * the waiter (killed before the swap's CAS), or the waiter's.  Returns 1
+ * when the waiter's process is unknown there (killed between the CAS and
+ * the hint): then only the waiter's own process writes it again, by a
+ * swap to the same state. */
+static int
+handoff_check(int done)
+{
+    slot_ticket_t  tk, tk2;
+    slot_mark_t    m;
+    int            lost = 0;
+
+    CHECK_RC(look("h", &tk), SLOT_OK);
+    if (tk.state.owner == HAND_HOLDER) {
+        CHECK(!done);
+        CHECK(tk.process == HAND_HPROC && (tk.state.stamp & SLOT_MARKED));
+        CHECK_RC(slot_mark_read(&tab, &tk, &m), SLOT_OK);
+        CHECK(m.owner == HAND_WAITER && m.process == HAND_WPROC);
+        return 0;
+    }
+    CHECK(tk.state.owner == HAND_WAITER && !(tk.state.stamp & SLOT_MARKED));
+    if (tk.process == 0) {
+        CHECK(!done);
+        lost = 1;
+        /* a process of another pid (`shmlock unlock`) swapping the same
+         * state writes nothing */
+        CHECK_RC(swap_as(&tk, HAND_WAITER, HAND_HPROC, 0, 0, &tk2), SLOT_OK);
+        CHECK(tk2.process == 0);
+        CHECK_RC(look("h", &tk), SLOT_OK);
+        CHECK(tk.process == 0 && tk.state.owner == HAND_WAITER);
+        /* the waiter's own swap: its process back */
+        CHECK_RC(swap_as(&tk, HAND_WAITER, HAND_WPROC, 0, 0, &tk2), SLOT_OK);
+        CHECK(tk2.process == HAND_WPROC);
+        CHECK(tk2.state.owner == tk.state.owner
+              && tk2.state.stamp == tk.state.stamp);
+    }
+    CHECK_RC(look("h", &tk), SLOT_OK);
+    CHECK(tk.state.owner == HAND_WAITER && tk.process == HAND_WPROC);
+    /* once known, a same-owner swap by a process of the waiter's pid but
+     * another start time (its pid reused) does not overwrite it */
+    CHECK_RC(swap_as(&tk, HAND_WAITER, (uint64_t) 0x33 << 32 | 0x400, 0, 0,
+                     &tk2), SLOT_OK);
+    CHECK(tk2.process == HAND_WPROC);
+    CHECK_RC(look("h", &tk), SLOT_OK);
+    CHECK(tk.process == HAND_WPROC);
+    CHECK_RC(release(&tk), SLOT_OK);
+    return lost;
+}
 
 /* The table before: "held" held by 1, "free" free, "gone" free, and the
  * slot of "d" DEAD. */
@@ -477,6 +593,10 @@ crash_run(int sc, const slot_ticket_t *held)
         }
         return;
     }
+    if (sc == SC_HANDOFF) {
+        handoff_run();
+        return;
+    }
     mutex_lock();
     switch (sc) {
     case SC_CREATE:
@@ -501,15 +621,18 @@ static void
 test_crash(int cas16)
 {
     slot_ticket_t  held, tk;
-    int            sc, n, status, done, rc;
+    int            sc, n, status, done, rc, lost;
     pid_t          pid;
     char           msg[256];
 
     /* (without a 16-byte CAS there is no fast path, hinted or not) */
     for (sc = 0; sc < (cas16 ? SC_COUNT : SC_FAST); sc++) {
-        for (n = 1, done = 0; !done; n++) {
+        for (n = 1, done = 0, lost = 0; !done; n++) {
             CHECK(n < 100);
             crash_setup(cas16, &held);
+            if (sc == SC_HANDOFF) {
+                handoff_setup();
+            }
             pid = fork();
             CHECK(pid >= 0);
             if (pid == 0) {
@@ -522,10 +645,13 @@ test_crash(int cas16)
             CHECK((done && WEXITSTATUS(status) == 0)
                   || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
             /* the dead child's mutex, taken over as shmtx would (the
-             * fast paths die without it: nothing to recover) */
+             * fast paths die without it: nothing to recover; a handoff
+             * takes it only without a 16-byte CAS, and dies holding it
+             * or not) */
             if (sc == SC_FAST || sc == SC_HINT) {
                 CHECK(shm->mutex == 0);
-            } else if (!done) {
+            } else if (!done && (sc != SC_HANDOFF
+                                 || shm->mutex == (uint32_t) pid)) {
                 CHECK(shm->mutex == (uint32_t) pid);
                 shm->mutex = (uint32_t) getpid();
                 slot_recover_locked(&tab);
@@ -566,6 +692,9 @@ test_crash(int cas16)
                                  && tk.state.owner == FAST_OWNER
                                  && tk.process == 0x200));
             }
+            if (sc == SC_HANDOFF) {
+                lost += handoff_check(done);
+            }
             if (sc == SC_CREATE) {
                 int  made = look("new", &tk) == SLOT_OK
                             && tk.state.owner == 9;
@@ -576,6 +705,8 @@ test_crash(int cas16)
             }
             verify();
         }
+        /* the handoff's window: killed between its CAS and its hint */
+        CHECK(sc != SC_HANDOFF || lost == 1);
         printf("  crash %-8s before each of %d writes: ok\n",
                scenario_name[sc], n - 2);
     }

@@ -1384,3 +1384,104 @@ describe("resty.shmlock.semaphore when a process dies at every write",
         assert.is_true(crashes < 100, "never completed")
     end)
 end)
+
+
+-- A release that hands a marked lock to its starving waiter (a swap of
+-- the slot's state to the waiter, then the waiter's process written into
+-- the slot's hint: lock/zone.lua's release, src/slot.c's slot_swap), the
+-- releasing holder SIGKILLed before each of its writes in turn: the
+-- waiter gets the lock, knows it for its own, and the key is free once
+-- it lets go.  (Killed between the swap's CAS and the hint's write, the
+-- slot named the waiter as owner beside the releaser's process: the
+-- waiter did not take the lock for its own, waited to its timeout, and
+-- the key stayed held until the handoff's exptime.)  The waiter's timeout
+-- (20 s) is far below the exptimes (60 s): only a waiter that never
+-- learns the lock is its own reaches it.
+describe("resty.shmlock's lock when the releasing holder dies at every "
+         .. "write of a handoff", function()
+    local resty_lock = require "resty.shmlock"
+    local lock_slot = require "helpers.lock_slot"
+    local zone_lock = require "resty.shmlock.lock.zone"
+    local slots = require "resty.shmlock.lock.slots"
+    local token = require "resty.shmlock.internal.token"
+    local codes = require "resty.shmlock.internal.codes"
+    local fx = fixture.new { children = "assert" }
+    local seq = 0
+
+    local function exit_of(r)
+        return { how = r.how, code = r.code, sig = r.sig, msg = r.msg }
+    end
+    local CLEAN = { how = "exit", code = 0, msg = "" }
+    local KILLED = { how = "signal", sig = proc.SIGKILL, msg = "" }
+
+    it("reaches the marked waiter, which gets the lock at once", function()
+        local crashes = 0
+        for n = 1, 60 do
+            seq = seq + 1
+            local name = "handoff" .. seq
+            local dict = assert(shdict.open(name, { dir = fx.dir,
+                                                    size = "64k" }))
+            local where = "the holder killed at write " .. n
+            local held, go = proc.pipe(), proc.pipe()
+            local holder = proc.spawn(function()
+                held:close_read()
+                local l = assert(resty_lock:new(dict, { exptime = 60 }))
+                assert(l:lock("k") == 0)
+                held:notify()
+                assert(go:wait_release(30))
+                lib.shmlock_test_crash_at(n)
+                local ok, err = l:unlock()
+                lib.shmlock_test_crash_at(0)
+                assert(ok == 1 and err == nil, err)
+            end)
+            held:close_write()
+            assert.is_true(held:await(20), where)
+            held:close_read()
+            local waiter = proc.spawn(function()
+                go:close()      -- the holder waits for the parent's EOF
+                local l = assert(resty_lock:new(dict, { exptime = 60,
+                                                        timeout = 20 }))
+                local elapsed, err = l:lock("k")
+                assert(elapsed, err)
+                -- ours, and the slot knows our process again: the others
+                -- judge us by our start time, not by our pid alone
+                assert(l:owned())
+                assert(zone_lock.look_at(dict._zone, "k", 1) == codes.OK)
+                assert(slots.start32(zone_lock.seen) == token.start32(),
+                       "the slot's hint is not this process")
+                assert(l:unlock() == 1)
+            end)
+            go:close_read()
+            -- the waiter has marked the lock (it starves after 2 ms)
+            local deadline = proc.now() + 20
+            while lock_slot.marked(dict, "k") ~= waiter do
+                assert.is_true(proc.now() < deadline, where .. ": no mark")
+                proc.sleep(0.001)
+            end
+            go:release()
+            local r = exit_of(proc.wait(holder, 20))
+            assert.same(CLEAN, exit_of(proc.wait(waiter, 40)),
+                        where .. ": the waiter")
+            local done = r.how == "exit"
+            if done then
+                assert.same(CLEAN, r, where)
+            else
+                assert.same(KILLED, r, where)
+                crashes = crashes + 1
+            end
+            -- the key is free
+            assert.same({ nil, "not locked" },
+                        { resty_lock.inspect(dict, "k") }, where)
+            local l = assert(resty_lock:new(dict))
+            assert.same({ 0 }, { l:lock("k", 0) }, where)
+            assert.same({ 1 }, { l:unlock() }, where)
+            assert.same({ true }, { dict:verify() }, where)
+            assert.is_true((shdict.destroy(name, { dir = fx.dir })))
+            if done then
+                break
+            end
+        end
+        assert.is_true(crashes > 0, "no write to crash at")
+        assert.is_true(crashes < 60, "never completed")
+    end)
+end)

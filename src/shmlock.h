@@ -563,9 +563,12 @@ SHMLOCK_API int shmlock_slot_look(shmlock_zone_t *zone, const char *key,
  * cleared (the mark alone changing keeps the holder's ticket valid).
  * SHMLOCK_OK (t: the new state); SHMLOCK_CHANGED: the slot is no longer
  * in state seen; SHMLOCK_BAD_VALUE: owner 0 (a swap never frees: release
- * does), or a new owner not of process's pid (the same owner as seen's
- * keeps seen's process: process is not looked at).  Wakes nobody: a handoff wakes the key's
- * sleepers itself (shmlock_wake_waiters, all = 1).
+ * does), or a new owner not of process's pid.  The same owner as seen's
+ * keeps the slot's process hint (t: seen's), but for a hint not of the
+ * owner's pid (a handoff whose releaser died between its swap and its
+ * hint write): a process of the owner's pid (the owner's own) writes
+ * it, t names it.  Wakes nobody: a handoff wakes the key's sleepers
+ * itself (shmlock_wake_waiters, all = 1).
  */
 SHMLOCK_API int shmlock_slot_swap(shmlock_zone_t *zone,
     const shmlock_ticket_t *seen, uint64_t owner, uint64_t process,

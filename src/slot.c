@@ -296,9 +296,47 @@ slot_look(slots_t *t, const char *key, size_t klen, uint32_t hash,
     return SLOT_SLOW;
 }
 
-/* (a swap writes the new holder's process after its CAS only: a swap
- * from a stale state must not overwrite the holder's; meanwhile readers
- * find the process unknown, which is never taken for dead) */
+/*
+ * The hint after a swap's CAS; the process the new ticket names.
+ *
+ * A new owner's process goes in after the CAS only: a swap from a stale
+ * state must not overwrite the holder's.  (Written before, a handoff
+ * whose CAS failed, or whose releaser was killed before it, would leave
+ * the live holder a hint of another pid: its process unknown to the
+ * waiters, and its lock no longer its own to lock/zone.lua's
+ * ours_in_seen.)  Meanwhile readers find the process unknown
+ * (slot_process_of: the hint's pid is not the owner's), which is never
+ * taken for dead.  A releaser killed between the CAS and the hint leaves
+ * it unknown for good; the waiter the lock was handed to knows the lock
+ * for its own by the owner word then (its pid and the id of its
+ * acquisition: only one live process has that pid), takes it, and
+ * writes its process again by a swap to the same state:
+ *
+ * The same owner keeps its hint (a mark set or cleared, an expiry
+ * moved), unless the hint is not of the owner's pid and the caller is:
+ * the owner's own process, since no other live process has that pid (one
+ * that reused the pid of a dead owner would put a live process where the
+ * pid alone was asked: the lock waits for its exptime, as it did for the
+ * pid).  A hint of the owner's pid is never overwritten: neither the live
+ * owner's nor a dead one's, which tells it dead.
+ */
+static inline uint64_t
+slot_swap_hint(slot_t *s, const slot_ticket_t *seen, uint64_t owner,
+    uint64_t process)
+{
+    if (owner != seen->state.owner) {
+        slot_hint(s, process);
+        return process;
+    }
+    if (process != 0 && (uint32_t) process == (uint32_t) (owner >> 32)
+        && slot_process_of(owner, __atomic_load_n(&s->process,
+                                                  __ATOMIC_RELAXED)) == 0)
+    {
+        WORDSTORE64(s->process, process);
+        return process;
+    }
+    return seen->process;
+}
 
 /* MARKED alone toggling keeps the serial: a holder's ticket then still
  * names its lock (slot_not_ours); any other change bumps it. */
@@ -337,11 +375,7 @@ slot_swap(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
     if (!slot_cas(s, &st, want)) {
         return SLOT_GONE;
     }
-    if (owner != seen->state.owner) {
-        slot_hint(s, process);
-    } else {
-        process = seen->process;
-    }
+    process = slot_swap_hint(s, seen, owner, process);
     slot_ticket(tk, seen->index, want, process);
     return SLOT_OK;
 }
@@ -545,11 +579,7 @@ slot_swap_locked(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
     if (!slot_change(t, seen->index, &st, want)) {
         return SLOT_GONE;
     }
-    if (owner != seen->state.owner) {
-        slot_hint(s, process);
-    } else {
-        process = seen->process;
-    }
+    process = slot_swap_hint(s, seen, owner, process);
     slot_ticket(tk, seen->index, want, process);
     return SLOT_OK;
 }

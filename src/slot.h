@@ -33,16 +33,21 @@
  * mutexes name theirs (pid | low 32 bits of its start time << 32), so
  * that a waiter can tell a dead holder from a pid reused.  An acquirer
  * writes it just before its CAS (and again after, if a racer overwrote
- * it), a handoff for the waiter it names; it is the holder's only while
- * its pid is the owner's (slot_holder_process), else unknown.  Before:
- * written after the CAS only, a slot last held by a dead process whose
- * pid we reuse would, between our CAS and that write, name the dead one
- * (our pid, its start time) as our process, and a waiter would take a
- * live holder for dead.  After: a racer of another process may have
- * written its own meanwhile (another pid: unknown, never dead, but our
- * process would be lost to the waiters).  Each is a load and a compare,
- * and a store only when the hint differs: none when one process takes a
- * slot again and again.
+ * it); it is the holder's only while its pid is the owner's
+ * (slot_process_of), else unknown.  Before: written after the CAS only,
+ * a slot last held by a dead process whose pid we reuse would, between
+ * our CAS and that write, name the dead one (our pid, its start time) as
+ * our process, and a waiter would take a live holder for dead.  After: a
+ * racer of another process may have written its own meanwhile (another
+ * pid: unknown, never dead, but our process would be lost to the
+ * waiters).  Each is a load and a compare, and a store only when the
+ * hint differs: none when one process takes a slot again and again.  A
+ * swap to another owner (a handoff to the waiter it names, a takeover)
+ * writes it after its CAS only: a swap from a stale state must not
+ * overwrite the holder's.  A releaser killed between the two leaves the
+ * new owner's process unknown for good; the owner's own process, which
+ * knows the lock by its owner word, writes it again by a swap to the
+ * same state (slot_swap_hint in slot.c).
  *
  * Every change of the state bumps the serial, so a state read once names
  * one moment of the slot: a CAS from it fails if anything happened since.

@@ -84,7 +84,11 @@
 -- leaves without the key (its deadline, stop(), an error) passes the
 -- wake-up on to the next sleeper, so that none is lost while the key is
 -- free; one lost all the same (a woken waiter killed before it looked)
--- costs the others at most CHECK_EVERY_US.
+-- costs the others at most CHECK_EVERY_US.  So does a handoff whose
+-- releaser is killed after its swap and before its wake-up: the starver,
+-- asleep on its own word, looks again within CHECK_EVERY_US and finds
+-- the lock its own (see "Dead holders": even if the slot does not know
+-- its process).
 --
 -- Dead holders.  A waiter that finds a holder whose process is gone
 -- (shmlock_slot_alive: the pid, and its start time where the slot knows
@@ -94,6 +98,28 @@
 -- after every wait that no release cut short (those are at most
 -- CHECK_EVERY_US long outside nginx; inside, every ngx.sleep step).  A
 -- release does not hand the key to a starver whose process is gone.
+--
+-- A handoff writes the starver's process into the slot's hint after its
+-- swap (src/slot.c, slot_swap_hint: a swap from a stale state must not
+-- overwrite the holder's).  A releaser killed between the two leaves the
+-- slot naming the starver as owner beside the releaser's process: the
+-- owner's process unknown (its pid alone is asked whether it lives).  The
+-- starver knows the lock for its own by the owner word then: its pid and
+-- its id (ours_in_seen).  No other live process has our pid, and the id
+-- is this acquisition's; the one other owner it could name is a dead
+-- earlier process of our pid that drew the same id (ids come from random
+-- blocks per process: token.next_id), whose lock a takeover would take
+-- all the same.  A known hint of another start time stays a dead
+-- process's: never ours.  The starver takes the lock at its next look
+-- (or when it looks to withdraw) and writes its process again (a swap to
+-- the same state: take_seen), so that the others judge it by its start
+-- time again, not by its pid alone.  (Before, it took only a hint with
+-- its start time for its own: it waited to its timeout, its mark on its
+-- own lock, and the key stayed held, by its owner id, until the
+-- handoff's exptime.)  The last reader out of shared holds hands the key
+-- over with the starver's process written before its swap (src/group.c:
+-- a head's hint is read by nobody), so that handoff leaves no such slot.
+--
 -- Shared holds (resty.shmlock.lock.shared) keep a head in the key's slot
 -- whose pid is no process (0xffffffff): never taken over as a dead
 -- holder; at those same checks the key's dead readers are dropped
@@ -435,13 +461,34 @@ _M.seen = seen
 
 
 -- whether seen (a look's) holds a lock of ours (cd): our owner (pid and
--- id), and our process by its start time too, so that a process that
--- reuses a pid never takes its earlier owner's lock for its own (a
--- handoff writes the waiter's process into the slot: a hint not written
--- yet is not ours, and the next look sees it)
+-- id), and the slot's hint our process by its start time, so that a
+-- process that reuses a pid never takes for its own a lock of its earlier
+-- owner's that the slot knows; or the hint unknown (0: not of our pid),
+-- as a handoff leaves it until the releaser writes our process, and for
+-- good if the releaser died in between (see "Dead holders"): the one
+-- live process of our pid is this one, and our id is cd's alone
 local function ours_in_seen(cd, pid, id)
-    return id == cd.id and pid == self_pid()
-           and ticket_start32(seen) == start32()
+    if id ~= cd.id or pid ~= self_pid() then
+        return false
+    end
+    local s = ticket_start32(seen)
+    return s == start32() or s == 0
+end
+
+
+-- seen is ours (ours_in_seen): cd.tk becomes its ticket.  A hint
+-- unknown is written again (a swap to the same state: our process goes
+-- in, src/slot.c's slot_swap_hint), so that the others judge us by our
+-- start time again, not by our pid alone; if the state moved meanwhile
+-- (a mark placed), the hint stays unknown and the lock ours.
+local function take_seen(zone, cd)
+    if ticket_start32(seen) == 0
+       and slots.swap_keep(zone, seen, marked_in(seen), KEEP_TTL, moved) == OK
+    then
+        copy(cd.tk, moved, false)
+    else
+        copy(cd.tk, seen, false)
+    end
 end
 
 
@@ -552,7 +599,7 @@ local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
     end
     if ours_in_seen(cd, pid, id) then
         -- handed over to us (and maybe marked by the next starver already)
-        copy(cd.tk, seen, false)
+        take_seen(zone, cd)
         return ACQUIRED
     end
     local is_marked = marked_in(seen)
@@ -597,7 +644,7 @@ function _M.withdraw(zone, key, klen, cd)
             return false
         end
         if ours_in_seen(cd, owner(seen)) then
-            copy(cd.tk, seen, false)
+            take_seen(zone, cd)
             return true
         end
         if not marked_in(seen) then
