@@ -210,7 +210,8 @@ test:
 # and UBSan (the C API binding's memory: any report fails).
 ASAN_LUA_MODS = $(LUA_VERSIONS:%=build-asan/lua%/resty/shmlock/core.so)
 EVERY_LUA_SCRIPTS = spec/every_lua/dict.lua spec/every_lua/cache.lua \
-                    spec/every_lua/lock.lua spec/every_lua/semaphore.lua
+                    spec/every_lua/lock.lua spec/every_lua/semaphore.lua \
+                    spec/every_lua/lock_shared.lua
 # (that the ASan build is the module loaded, not the checkout's)
 ASAN_PROBE = require "resty.shmlock.internal.core"; assert(io.open("/proc/self/maps"):read("*a"):find("build%-asan/lua"), "the ASan module did not load")
 

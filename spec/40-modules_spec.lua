@@ -103,7 +103,8 @@ describe("the module tree", function()
                            ["resty.shmlock.shdict.capi"] = true,
                            ["resty.shmlock.lock.slots.capi"] = true,
                            ["resty.shmlock.lock.handle.capi"] = true,
-                           ["resty.shmlock.semaphore.permit.capi"] = true }
+                           ["resty.shmlock.semaphore.permit.capi"] = true,
+                           ["resty.shmlock.lock.shared.handle.capi"] = true }
         for _, name in ipairs(modules()) do
             if puc_only[name] then
                 goto continue

@@ -18,11 +18,21 @@
 -- `tok` is the hold's handle below; readers place no mark, so it has no
 -- accept or withdraw.
 --
--- The handle: a cdata with a finalizer, kept in the lock object's `sh`
--- field from its first shared hold on, and reused by the next (a
--- collected object releases the hold it has); it keeps the pid that took
--- the hold, so that a copy in a forked child holds nothing there
--- (token.ours), and a reference to its zone.
+-- The handle: kept in the lock object's `sh` field from its first shared
+-- hold on, and reused by the next (a collected object releases the hold
+-- it has); it keeps the pid that took the hold, so that a copy in a
+-- forked child holds nothing there (token.ours), and its zone.  One per
+-- binding: resty.shmlock.lock.shared.handle (LuaJIT: a cdata with a
+-- finalizer) and .handle.capi (PUC Lua: a table with __gc, a userdata
+-- proxy under 5.1).
+--
+-- Bindings.  The logic is written once, here, over the lock slots'
+-- primitives of this interpreter's binding (resty.shmlock.lock.slots):
+-- its calls keep the ABI's names and argument order (C.shmlock_group_*,
+-- the wait words); under LuaJIT C is the library itself, so a hold's
+-- acquire and release are the FFI calls, nothing in between; under PUC
+-- Lua, the C module's functions of the same names (src/lua/lock.c).
+-- Tickets are read through the primitives (slots.owner, .hash, .state).
 --
 -- A writer that marked the key and then died (or, inside nginx, was
 -- aborted, or gave up without withdrawing its mark) would keep readers
@@ -38,20 +48,10 @@
 -- whose sleep no release cut short drops dead holders
 -- (shmlock_group_reclaim: dead readers, and a dead exclusive holder).
 
--- Without the FFI (PUC Lua, through the C module) shared holds are not
--- bound yet: the module loads, and a lock_shared() answers nil and why.
-if not require("resty.shmlock.internal.core").ffi then
-    local why = "shared holds: not available under " .. _VERSION
-                .. " yet (LuaJIT only for now: docs/every-lua.md)"
-    local function refuse()
-        return nil, why
-    end
-    return { held = function() return nil end, lock = refuse,
-             holders = refuse, release_all = refuse }
-end
-
-local ffi = require "ffi"
-local C = require "resty.shmlock.lib"
+local slots = require "resty.shmlock.lock.slots"
+local core = require "resty.shmlock.internal.core"
+local shared_handle = core.ffi and require "resty.shmlock.lock.shared.handle"
+                      or require "resty.shmlock.lock.shared.handle.capi"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
@@ -60,10 +60,7 @@ local backoff = require "resty.shmlock.internal.backoff"
 local options = require "resty.shmlock.internal.options"
 local zone_backend = require "resty.shmlock.lock.zone"
 
-local ffi_new = ffi.new
-local ffi_gc = ffi.gc
-local ffi_copy = ffi.copy
-local tonumber = tonumber
+local C = slots.C
 local ceil = math.ceil
 local min = math.min
 local max = math.max
@@ -81,6 +78,9 @@ local read_mark = zone_backend.read_mark
 local mark_of = zone_backend.mark_of
 local mark_alive = zone_backend.mark_alive
 local now_ms = clock.now_ms
+local hash_of = slots.hash
+local owner = slots.owner
+local take = shared_handle.take
 
 local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
@@ -88,7 +88,8 @@ local EXISTS = codes.EXISTS
 local TIMEOUT = codes.TIMEOUT
 local AGAIN = codes.AGAIN
 local KEEP_TTL = codes.KEEP_TTL
-local SHARED = C.SHMLOCK_SHARED
+local SHARED = codes.SHARED
+local GROUP_MAX = codes.GROUP_MAX
 local ACQUIRED = zone_backend.ACQUIRED
 local BUSY = zone_backend.BUSY
 local FAILED = zone_backend.FAILED
@@ -96,26 +97,12 @@ local FAILED = zone_backend.FAILED
 -- a waiter sleeps at most this long between looks for dead holders
 local CHECK_EVERY_US = 100000
 
+-- holders' tickets read at a time (more: again, with room for them all)
+local HOLDERS_BATCH = 64
+
 local _M = {}
 
-ffi.cdef([[
-typedef struct {
-    shmlock_zone_t    *zone;    /* retained while the handle lives */
-    int32_t            held;    /* 1 while the hold is ours */
-    int32_t            pid;     /* the process that took the hold */
-    uint32_t           id;      /* the acquisition's owner id */
-    uint32_t           key_len;
-    uint32_t           key_cap;
-    uint32_t           pad;
-    shmlock_ticket_t   tk;      /* the hold's ticket */
-    char               key[?];
-} shmlock_lua_shared_t;
-]])
-
-local shared_t = ffi.typeof("shmlock_lua_shared_t")
-local count_out = ffi_new("uint32_t[1]")
-local moved = ffi_new(zone_backend.ticket_t)     -- a swap's result
-local KEY_CAP = 48              -- longer keys get a handle of their size
+local moved = slots.ticket()    -- a swap's result, not kept
 
 
 -- the hold of cd given back: the codes
@@ -125,45 +112,12 @@ local function release(cd)
     local rc = C.shmlock_group_release(zone, SHARED, cd.key, cd.key_len,
                                        cd.tk)
     -- a marked exclusive waiter sleeps on a word of its own
-    C.shmlock_wake_waiters(zone, marked_hash(cd.tk.hash), 1)
+    C.shmlock_wake_waiters(zone, marked_hash(hash_of(cd.tk)), 1)
     return rc
 end
 
-
--- the finalizer; a forked child's copy releases nothing: the hold is the
--- parent's
-local function finalize(cd)
-    if cd.held ~= 0 and ours(cd.pid) then
-        release(cd)
-    end
-    cd.held = 0
-    local zone = cd.zone
-    cd.zone = nil
-    if zone ~= nil then
-        C.shmlock_zone_close(zone)
-    end
-end
-
-
--- The handle for a hold of key by the lock object self, before it is
--- ours: the object's handle of an earlier hold, reused (no cdata, no
--- finalizer and no zone retain per hold), or a new one.
-local function handle(self, zone, key, klen)
-    local cd = self.sh
-    if not cd or cd.key_cap < klen then
-        local cap = klen > KEY_CAP and klen or KEY_CAP
-        cd = ffi_gc(ffi_new(shared_t, cap), finalize)
-        cd.key_cap = cap
-        C.shmlock_zone_retain(zone)
-        cd.zone = zone
-        self.sh = cd
-    end
-    cd.pid = self_pid()
-    cd.id = next_id()
-    cd.key_len = klen
-    ffi_copy(cd.key, key, klen)
-    return cd
-end
+-- (a collected object's hold, released by its handle's finalizer)
+shared_handle.on_collect(release)
 
 
 -- ---------------------------------------------------------------------
@@ -188,11 +142,11 @@ _M.add = add
 
 -- dead readers and a dead exclusive holder dropped (expired ones too)
 local function reclaim(zone, key, klen)
-    local rc = C.shmlock_group_reclaim(zone, SHARED, key, klen, count_out)
+    local rc, count = slots.group_reclaim(zone, SHARED, key, klen)
     if rc ~= OK then
         return nil, errors[rc]
     end
-    return tonumber(count_out[0])
+    return count
 end
 
 
@@ -213,7 +167,7 @@ local function clear_dead_mark(zone, key, klen)
     then
         return
     end
-    C.shmlock_slot_swap(zone, seen, seen.owner, 0, 0, KEEP_TTL, 0, moved)
+    slots.swap_keep(zone, seen, false, KEEP_TTL, moved)
 end
 
 
@@ -322,7 +276,8 @@ _M.held = held
 -- inside nginx).
 function _M.lock(self, key, klen, wait, timeout)
     local zone = self.target
-    local cd = handle(self, zone, key, klen)
+    local cd = take(self.sh, zone, key, klen, next_id())
+    self.sh = cd
     local ok, err = add(zone, key, klen, cd, nil, self.expiry)
     local elapsed = 0
     if ok == false then
@@ -388,21 +343,20 @@ function _M.expire(self, seconds)
 end
 
 
--- the tickets of key's shared holders now, and how many; nil, err
+-- the tickets of key's shared holders now (a list), and how many; nil, err
 local function tickets(zone, key, klen)
-    local n = 64
+    local n = HOLDERS_BATCH
     while true do
-        local out = ffi_new("shmlock_ticket_t[?]", n)
-        local count = ffi_new("int[1]")
-        local rc = C.shmlock_group_holders(zone, SHARED, key, klen, out, n,
-                                           count)
+        local rc, count, list = slots.group_holders(zone, SHARED, key, klen, n)
         if rc == OK then
-            return out, count[0]
+            return list, count
         end
-        if rc ~= AGAIN then
+        if rc ~= AGAIN or n >= GROUP_MAX then
             return nil, errors[rc]
         end
-        n = count[0] + 16
+        -- more holders than the batch: again, with room for them all
+        -- (bounded: a key has at most GROUP_MAX holders)
+        n = min(count + 16, GROUP_MAX)
     end
 end
 
@@ -414,12 +368,14 @@ function _M.owned(self)
     if not cd then
         return false
     end
-    local out, n = tickets(cd.zone, cd.key, cd.key_len)
-    if not out then
+    local list, n = tickets(cd.zone, cd.key, cd.key_len)
+    if not list then
         return false
     end
-    for i = 0, n - 1 do
-        if out[i].owner == cd.tk.owner then
+    local pid, id = owner(cd.tk)
+    for i = 1, n do
+        local p, d = owner(list[i])
+        if d == id and p == pid then
             return true
         end
     end
@@ -431,21 +387,22 @@ end
 -- The shared holders of key now: a list of { pid, alive, ttl } (ttl 0: no
 -- expiry), for inspect.  nil, err when the zone failed.
 function _M.holders(zone, key)
-    local out, n = tickets(zone, key, #key)
-    if not out then
+    local list, n = tickets(zone, key, #key)
+    if not list then
         return nil, n
     end
-    local list = {}
-    local now = clock.now_ms()
-    for i = 0, n - 1 do
-        local pid, _, expiry = zone_backend.state(out + i)
-        list[#list + 1] = {
+    local out = {}
+    local now = now_ms()
+    for i = 1, n do
+        local tk = list[i]
+        local pid, _, expiry = state(tk)
+        out[i] = {
             pid = pid,
-            alive = C.shmlock_slot_alive(out + i) ~= 0,
+            alive = C.shmlock_slot_alive(tk) ~= 0,
             ttl = expiry == zone_backend.NEVER and 0 or (expiry - now) / 1000,
         }
     end
-    return list
+    return out
 end
 
 
@@ -455,14 +412,15 @@ end
 -- the key to a marked exclusive waiter); nil and the zone's error.
 function _M.release_all(zone, key)
     local klen = #key
-    local out, n = tickets(zone, key, klen)
-    if not out then
+    local list, n = tickets(zone, key, klen)
+    if not list then
         return nil, n
     end
     local done = 0
-    for i = 0, n - 1 do
-        local rc = C.shmlock_group_release(zone, SHARED, key, klen, out + i)
-        C.shmlock_wake_waiters(zone, marked_hash(out[i].hash), 1)
+    for i = 1, n do
+        local tk = list[i]
+        local rc = C.shmlock_group_release(zone, SHARED, key, klen, tk)
+        C.shmlock_wake_waiters(zone, marked_hash(hash_of(tk)), 1)
         if rc == OK then
             done = done + 1
         elseif rc ~= NOT_FOUND then
