@@ -7,10 +7,6 @@
 -- stale entry (stale_ttl) is refreshed by the one caller that takes the
 -- key's lock without waiting; a failed loader may serve the stale value
 -- again (resurrect_ttl).
---
--- Under PUC Lua the lock is not bound yet: resty.shmlock's new() answers
--- nil and why, and a miss answers nil, "could not create lock: ..."
--- (docs/every-lua.md).
 
 local core = require "resty.shmlock.internal.core"
 local store = require "resty.shmlock.cache.store"
