@@ -18,13 +18,10 @@ local zone_backend = require "resty.shmlock.lock.zone"
 local slots = require "resty.shmlock.lock.slots"
 
 local pcall = pcall
-local setmetatable = setmetatable
-local getmetatable = getmetatable
 local ours = token.ours
 local self = token.self
 local release = zone_backend.release
-local newproxy = rawget(_G, "newproxy")     -- Lua 5.1 only
-local FINALIZES_TABLES = _VERSION ~= "Lua 5.1"
+local finalized = require "resty.shmlock.internal.finalized"
 
 local POOL_MAX = 64
 
@@ -45,22 +42,10 @@ local function finalize(cd)
     end
 end
 
-local GC_MT = { __gc = finalize }
-
 
 local function new_handle()
-    local cd = { zone = false, tk = slots.ticket(), id = 0, held = 0,
-                 pid = 0 }
-    if FINALIZES_TABLES then
-        setmetatable(cd, GC_MT)
-    else
-        local proxy = newproxy(true)
-        getmetatable(proxy).__gc = function()
-            finalize(cd)
-        end
-        cd.gc = proxy
-    end
-    return cd
+    return finalized({ zone = false, tk = slots.ticket(), id = 0, held = 0,
+                      pid = 0 }, finalize)
 end
 
 

@@ -16,15 +16,12 @@ local slots = require "resty.shmlock.lock.slots"
 local token = require "resty.shmlock.internal.token"
 
 local pcall = pcall
-local setmetatable = setmetatable
-local getmetatable = getmetatable
 local ours = token.ours
 local self = token.self
 local copy = slots.copy
 local group_release = slots.C.shmlock_group_release
 local group_extend = slots.C.shmlock_group_extend
-local newproxy = rawget(_G, "newproxy")     -- Lua 5.1 only
-local FINALIZES_TABLES = _VERSION ~= "Lua 5.1"
+local finalized = require "resty.shmlock.internal.finalized"
 
 local _M = {}
 
@@ -50,22 +47,10 @@ local function finalize(cd)
     pcall(give_back, cd)
 end
 
-local GC_MT = { __gc = finalize }
-
 
 local function new_handle()
-    local cd = { zone = false, kind = 0, key = "", key_len = 0,
-                 ticket = slots.ticket(), pid = 0 }
-    if FINALIZES_TABLES then
-        setmetatable(cd, GC_MT)
-    else
-        local proxy = newproxy(true)
-        getmetatable(proxy).__gc = function()
-            finalize(cd)
-        end
-        cd.gc = proxy
-    end
-    return cd
+    return finalized({ zone = false, kind = 0, key = "", key_len = 0,
+                      ticket = slots.ticket(), pid = 0 }, finalize)
 end
 
 

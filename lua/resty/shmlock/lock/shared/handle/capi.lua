@@ -18,12 +18,9 @@ local slots = require "resty.shmlock.lock.slots"
 local token = require "resty.shmlock.internal.token"
 
 local pcall = pcall
-local setmetatable = setmetatable
-local getmetatable = getmetatable
 local ours = token.ours
 local self_pid = token.self
-local newproxy = rawget(_G, "newproxy")     -- Lua 5.1 only
-local FINALIZES_TABLES = _VERSION ~= "Lua 5.1"
+local finalized = require "resty.shmlock.internal.finalized"
 
 local _M = {}
 
@@ -46,22 +43,11 @@ local function finalize(cd)
     end
 end
 
-local GC_MT = { __gc = finalize }
-
 
 local function new_handle()
-    local cd = { zone = false, key = "", key_len = 0, tk = slots.ticket(),
-                 id = 0, pid = 0, held = 0 }
-    if FINALIZES_TABLES then
-        setmetatable(cd, GC_MT)
-    else
-        local proxy = newproxy(true)
-        getmetatable(proxy).__gc = function()
-            finalize(cd)
-        end
-        cd.gc = proxy
-    end
-    return cd
+    return finalized({ zone = false, key = "", key_len = 0,
+                      tk = slots.ticket(), id = 0, pid = 0, held = 0 },
+                     finalize)
 end
 
 
