@@ -717,8 +717,10 @@ local function verify_zones()
     end, nil, "verifier")
     running[pid] = { pid = pid, kind = "verifier", who = "verifier",
                      base = 0, lanes = 0 }
-    if not await_exit(pid, 5) then
-        hang("verifier (pid " .. pid .. ") stuck for 5 s: "
+    -- (a walk of every zone under AddressSanitizer on a loaded box takes
+    -- seconds: 20 s tells a stuck walk from a slow one)
+    if not await_exit(pid, 20) then
+        hang("verifier (pid " .. pid .. ") stuck for 20 s: "
              .. procs.describe(pid))
         running[pid].hung = true
         procs.kill(pid)
