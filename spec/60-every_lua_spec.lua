@@ -179,15 +179,17 @@ describe("every Lua", function()
         end
     end)
 
-    it("runs the lock under each interpreter: returns, errors, GC, fork; "
-       .. "a waiter woken by the release, a SIGKILLed holder and a mark's "
-       .. "handoff, the other process of another interpreter", function()
+    -- spec/every_lua/<script> under each interpreter, in a directory of
+    -- its own, its other process under the next interpreter (a peer);
+    -- pending for the interpreters without luaposix (the fork), as the
+    -- script reports
+    local function each_with_peer(script)
         local skipped = {}
         for i, lua in ipairs(ALL) do
             local own = dir .. "/" .. lua
             sh("mkdir '" .. own .. "'")
             local peer = ALL[i % #ALL + 1]
-            local out = run(lua, "lock.lua", "'" .. own .. "' " .. peer)
+            local out = run(lua, script, "'" .. own .. "' " .. peer)
             -- luaposix (the fork) is not packaged for every Lua
             local note = out:match("^ok %((no fork: .*)%)$")
             if note then
@@ -199,29 +201,19 @@ describe("every Lua", function()
         if #skipped > 0 then
             pending(table.concat(skipped, "; "))
         end
+    end
+
+    it("runs the lock under each interpreter: returns, errors, GC, fork; "
+       .. "a waiter woken by the release, a SIGKILLed holder and a mark's "
+       .. "handoff, the other process of another interpreter", function()
+        each_with_peer("lock.lua")
     end)
 
     it("runs the semaphore under each interpreter: returns, errors, "
        .. "inspect, leases, GC, fork; a waiter woken by the release and a "
        .. "SIGKILLed holder's permit back at once, the other process of "
        .. "another interpreter", function()
-        local skipped = {}
-        for i, lua in ipairs(ALL) do
-            local own = dir .. "/" .. lua
-            sh("mkdir '" .. own .. "'")
-            local peer = ALL[i % #ALL + 1]
-            local out = run(lua, "semaphore.lua", "'" .. own .. "' " .. peer)
-            -- luaposix (the fork) is not packaged for every Lua
-            local note = out:match("^ok %((no fork: .*)%)$")
-            if note then
-                skipped[#skipped + 1] = lua .. ": " .. note
-            else
-                assert.equal("ok", out, lua)
-            end
-        end
-        if #skipped > 0 then
-            pending(table.concat(skipped, "; "))
-        end
+        each_with_peer("semaphore.lua")
     end)
 
     it("runs lock_shared under each interpreter: returns, errors, "
@@ -229,23 +221,7 @@ describe("every Lua", function()
        .. "interpreter, a reader and a writer woken by the release, the "
        .. "writer's mark and the last reader's handoff, SIGKILLed shared "
        .. "and exclusive holders", function()
-        local skipped = {}
-        for i, lua in ipairs(ALL) do
-            local own = dir .. "/" .. lua
-            sh("mkdir '" .. own .. "'")
-            local peer = ALL[i % #ALL + 1]
-            local out = run(lua, "lock_shared.lua", "'" .. own .. "' " .. peer)
-            -- luaposix (the fork) is not packaged for every Lua
-            local note = out:match("^ok %((no fork: .*)%)$")
-            if note then
-                skipped[#skipped + 1] = lua .. ": " .. note
-            else
-                assert.equal("ok", out, lua)
-            end
-        end
-        if #skipped > 0 then
-            pending(table.concat(skipped, "; "))
-        end
+        each_with_peer("lock_shared.lua")
     end)
 
     it("keeps readers and writers of every interpreter apart on one key, "
