@@ -191,13 +191,13 @@ lock(const char *key, uint64_t owner, int64_t now, slot_ticket_t *tk)
 {
     size_t    klen = strlen(key);
     uint32_t  hash = hash_bytes(key, klen);
-    int       rc = slot_acquire(&tab, key, klen, hash, owner, 0x100, 0, now,
-                                tk);
+    int       rc = slot_acquire(&tab, SLOT_KIND_LOCK, key, klen, hash, owner,
+                                0x100, 0, now, tk);
 
     if (rc == SLOT_SLOW) {
         mutex_lock();
-        rc = slot_acquire_locked(&tab, key, klen, hash, owner, 0x100, 0, now,
-                                 tk);
+        rc = slot_acquire_locked(&tab, SLOT_KIND_LOCK, key, klen, hash,
+                                 owner, 0x100, 0, now, tk);
         mutex_unlock();
     }
     return rc;
@@ -223,7 +223,8 @@ look(const char *key, slot_ticket_t *tk)
     int     rc;
 
     mutex_lock();
-    rc = slot_look_locked(&tab, key, klen, hash_bytes(key, klen), tk);
+    rc = slot_look_locked(&tab, SLOT_KIND_LOCK, key, klen,
+                          hash_bytes(key, klen), tk);
     mutex_unlock();
     return rc;
 }
@@ -247,7 +248,8 @@ test_semantics(int cas16)
     CHECK_RC(acquire(GROUP_SEM, "s", O(1), 2, 0, 100, &a), SLOT_OK);
     CHECK_RC(acquire(GROUP_SEM, "s", O(2), 2, 0, 100, &b), SLOT_OK);
     CHECK_RC(acquire(GROUP_SEM, "s", O(3), 2, 0, 100, &c), SLOT_HELD);
-    CHECK(group_is_head(c.state.owner) && (c.state.owner >> 16 & 0xffff) == 2);
+    CHECK(group_is_head(c.state.owner)
+          && (c.state.owner >> 24 & GROUP_MAX) == 2);
     CHECK(holders(GROUP_SEM, "s", 100, list, 8) == 2);
     CHECK_RC(release(GROUP_SEM, "s", &a, 100, NULL), SLOT_OK);
     CHECK_RC(release(GROUP_SEM, "s", &a, 100, NULL), SLOT_GONE);

@@ -123,13 +123,13 @@ acquire(const char *key, uint64_t owner, int64_t expiry, int64_t now,
         return rc;
     }
     CHECK(rc == SLOT_SLOW);
-    rc = slot_acquire(&tab, key, klen, hash, owner, owner >> 32 | 0x100,
-                      expiry, now, tk);
+    rc = slot_acquire(&tab, SLOT_KIND_LOCK, key, klen, hash, owner,
+                      owner >> 32 | 0x100, expiry, now, tk);
     if (rc != SLOT_SLOW) {
         return rc;
     }
     mutex_lock();
-    rc = slot_acquire_locked(&tab, key, klen, hash, owner,
+    rc = slot_acquire_locked(&tab, SLOT_KIND_LOCK, key, klen, hash, owner,
                              owner >> 32 | 0x100, expiry, now, tk);
     mutex_unlock();
     return rc;
@@ -166,11 +166,11 @@ look(const char *key, slot_ticket_t *tk)
 {
     size_t    klen = strlen(key);
     uint32_t  hash = hash_bytes(key, klen);
-    int       rc = slot_look(&tab, key, klen, hash, tk);
+    int       rc = slot_look(&tab, SLOT_KIND_LOCK, key, klen, hash, tk);
 
     if (rc == SLOT_SLOW) {
         mutex_lock();
-        rc = slot_look_locked(&tab, key, klen, hash, tk);
+        rc = slot_look_locked(&tab, SLOT_KIND_LOCK, key, klen, hash, tk);
         mutex_unlock();
     }
     return rc;
@@ -458,11 +458,11 @@ handoff_setup(void)
     slot_ticket_t  seen, tk;
 
     mutex_lock();
-    CHECK_RC(slot_acquire_locked(&tab, "h", 1, hash_bytes("h", 1),
-                                 HAND_HOLDER, HAND_HPROC, 0, 100,
-                                 &hand_held), SLOT_OK);
-    CHECK_RC(slot_look_locked(&tab, "h", 1, hash_bytes("h", 1), &seen),
-             SLOT_OK);
+    CHECK_RC(slot_acquire_locked(&tab, SLOT_KIND_LOCK, "h", 1,
+                                 hash_bytes("h", 1), HAND_HOLDER, HAND_HPROC,
+                                 0, 100, &hand_held), SLOT_OK);
+    CHECK_RC(slot_look_locked(&tab, SLOT_KIND_LOCK, "h", 1,
+                              hash_bytes("h", 1), &seen), SLOT_OK);
     CHECK(seen.process == HAND_HPROC);
     CHECK_RC(slot_mark_locked(&tab, &seen, &m, &tk), SLOT_OK);
     mutex_unlock();
@@ -600,8 +600,8 @@ crash_run(int sc, const slot_ticket_t *held)
     mutex_lock();
     switch (sc) {
     case SC_CREATE:
-        slot_acquire_locked(&tab, k, 3, hash_bytes(k, 3), 9, 0x100, 0, 100,
-                            &tk);
+        slot_acquire_locked(&tab, SLOT_KIND_LOCK, k, 3, hash_bytes(k, 3), 9,
+                            0x100, 0, 100, &tk);
         break;
     case SC_RECLAIM:
         slot_reclaim_locked(&tab, 100);
@@ -725,8 +725,9 @@ main(int argc, char **argv)
         n = atol(argv[2]);
         table_new(1024, -1);
         for (i = 0; i < n; i++) {
-            if (slot_acquire(&tab, "lock:key", 8, hash_bytes("lock:key", 8),
-                             42, 0x100, 5000, 1000, &tk) == SLOT_SLOW)
+            if (slot_acquire(&tab, SLOT_KIND_LOCK, "lock:key", 8,
+                             hash_bytes("lock:key", 8), 42, 0x100, 5000,
+                             1000, &tk) == SLOT_SLOW)
             {
                 CHECK_RC(acquire("lock:key", 42, 5000, 1000, &tk), SLOT_OK);
             }

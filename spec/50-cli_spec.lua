@@ -232,7 +232,9 @@ describe("bin/shmlock", function()
             assert.same({ 4, "" }, { status, out })
             assert.matches("is a zone of layout 5, made by another version "
                            .. "of lua%-resty%-shmlock %(this one reads layout "
-                           .. "%d+%): destroy it", err)
+                           .. "%d+%): destroy it to make it anew %(shmlock "
+                           .. "%-%-dir [^ ]+ destroy older, or shdict%.destroy",
+                           err)
             assert.equal(0, (run("destroy", "older")))
             assert.is_nil(io.open(dir .. "/shmlock.older"))
         end)

@@ -226,8 +226,18 @@ local function hand_over_to(ngx)
     return hand_to[1], hand_to[2]
 end
 
+-- how to destroy zone `name` of opts.dir `dir`, from the shell and Lua
+local function destroy_hint(name, dir)
+    if dir == nil or dir == "" then
+        return str_format('shmlock destroy %s, or shdict.destroy("%s")',
+                          name, name)
+    end
+    return str_format('shmlock --dir %s destroy %s, or shdict.destroy("%s", '
+                      .. '{ dir = "%s" })', dir, name, name, dir)
+end
+
 -- the message for a zone file open() refused, naming the cause
-local function refusal(rc, o, name, path)
+local function refusal(rc, o, name, path, dir)
     if rc == INCOMPATIBLE then
         local layout = tonumber(o.file_layout)
         if layout == 0 then
@@ -236,8 +246,8 @@ local function refusal(rc, o, name, path)
             return str_format("incompatible zone: %s is a zone of layout %d, "
                               .. "made by another version of lua-resty-"
                               .. "shmlock (this one reads layout %d): "
-                              .. "destroy it to make it anew", path, layout,
-                              LAYOUT)
+                              .. "destroy it to make it anew (%s)", path,
+                              layout, LAYOUT, destroy_hint(name, dir))
         end
         return "incompatible zone: " .. path .. " has a header that does "
                .. "not match the file (truncated, or changed by another "
@@ -413,7 +423,7 @@ function _M.open(name, opts)
         group = gid, owner_uid = owner_uid, owner_gid = owner_gid,
     }
     if not zone then
-        local err = refusal(rc, o, name, path_of(dir, name))
+        local err = refusal(rc, o, name, path_of(dir, name), dir)
         -- once per name and cause (a lock name refused at every request
         -- would fill error.log with the same line)
         if REFUSED[rc] and refused[id] ~= err then
