@@ -213,7 +213,7 @@ swap_as(const slot_ticket_t *seen, uint64_t owner, uint64_t process,
 static void
 test_semantics(int cas16)
 {
-    slot_ticket_t  a, b, c, m, old;
+    slot_ticket_t  a, b, c, d, m, old;
     char           key[200], key2[200];
     int            i;
 
@@ -329,6 +329,47 @@ test_semantics(int cas16)
     CHECK_RC(release(&a), SLOT_OK);
     CHECK_RC(release(&b), SLOT_OK);
     verify();
+
+    /* kinds: a key of another kind (a holder group's record: group.h)
+     * with the very bytes of a lock's key is another key.  Every lookup
+     * tells them apart: the fast path, the hint (named the other kind's
+     * slot: passed over), the probe, the locked probe, look, the walk */
+    {
+        uint32_t  h = hash_bytes("twin", 4), klen, shown, hh;
+        char      shown_key[SLOT_KEY_INLINE];
+        int       kind;
+
+        mutex_lock();
+        CHECK_RC(slot_acquire_locked(&tab, 1, "twin", 4, h, 5, 0x100, 0, 100,
+                                     &a), SLOT_OK);
+        mutex_unlock();
+        CHECK_RC(release(&a), SLOT_OK);             /* LIVE and free */
+        CHECK_RC(look("twin", &c), SLOT_ABSENT);
+        CHECK_RC(slot_acquire_hint(&tab, a.index, "twin", 4, 6, 0x100, 0, &b,
+                                   &hh), SLOT_SLOW);
+        CHECK_RC(slot_acquire_fast(&tab, "twin", 4, h, 6, 0x100, 0, &b),
+                 SLOT_SLOW);
+        CHECK_RC(acquire("twin", 6, 0, 100, &b), SLOT_OK);
+        CHECK(b.index != a.index);
+        CHECK_RC(look("twin", &c), SLOT_OK);
+        CHECK(c.index == b.index && c.state.owner == 6);
+        /* the other kind's slot, held again: the lock's is not */
+        mutex_lock();
+        CHECK_RC(slot_acquire_locked(&tab, 1, "twin", 4, h, 7, 0x100, 0, 100,
+                                     &c), SLOT_OK);
+        CHECK(c.index == a.index);
+        CHECK_RC(slot_look_locked(&tab, 1, "twin", 4, h, &d), SLOT_OK);
+        CHECK(d.index == a.index && d.state.owner == 7);
+        mutex_unlock();
+        CHECK(slot_info(&tab, a.index, &d, &kind, shown_key, &klen, &shown,
+                        &hh) && kind == 1 && klen == 4 && shown == 4
+              && memcmp(shown_key, "twin", 4) == 0);
+        CHECK(slot_info(&tab, b.index, &d, &kind, shown_key, &klen, &shown,
+                        &hh) && kind == SLOT_KIND_LOCK && klen == 4);
+        verify();
+        CHECK_RC(release(&b), SLOT_OK);
+        CHECK_RC(release(&c), SLOT_OK);
+    }
 
     /* full: 7/8 of the slots held, the next key gets SLOT_FULL; once
      * some are released, reclaim makes room */

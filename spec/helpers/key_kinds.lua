@@ -9,7 +9,7 @@
 --         counters on the board; stores "stats:WORKER" and counts
 --         violations ("violations", the first one's text under "first")
 --         and unexpected errors ("errors", "first_error")
---     lua key_kinds.lua DIR plant KIND KEY CRAFTED
+--     lua key_kinds.lua DIR plant KIND KEY CRAFTED   (keys in hex)
 --         takes KEY's group (KIND "shared": a shared hold; "permit": a
 --         semaphore permit; "head": a permit, keeping the semaphore
 --         head's ticket), lets it go, plants that ticket in the lock
@@ -17,7 +17,7 @@
 --         shmlock_slot_acquire_hint: any bytes are a safe hint), locks
 --         CRAFTED, says so ("planted" = its answer), holds it until
 --         "tried" is set, then unlocks
---     lua key_kinds.lua DIR try CRAFTED
+--     lua key_kinds.lua DIR try CRAFTED              (in hex)
 --         once "planted" is set: lock(CRAFTED, 0), trylock, lock_shared
 --         and a semaphore's acquire; stores their answers under "tried"
 --
@@ -33,7 +33,9 @@
 -- last planted in the lock handle its next lock() takes, then a lock of
 -- a key spelt as that record.  Inside, each checks its counters: an
 -- exclusive holder alone (no other writer, no reader), a reader with no
--- writer, at most 2 permit holders.
+-- writer, at most 2 permit holders; and an exclusive holder that the
+-- key's lookup (inspect) finds it the holder: a lock taken in a slot
+-- that is not the key's is a lock nobody else sees.
 -- luacheck: ignore 311
 
 local dir, mode = assert(arg[1], "usage: key_kinds.lua DIR MODE ..."), arg[2]
@@ -54,6 +56,11 @@ local zone = shdict._zone_handle(locks)
 
 local TIMEOUT = 0.02
 local PERMITS = 2
+
+-- a key given in hex (an argument cannot hold a NUL byte)
+local function unhex(s)
+    return (s:gsub("..", function(h) return char(tonumber(h, 16)) end))
+end
 
 -- waits until board[name] is set (at most `secs` seconds)
 local function await(name, secs)
@@ -96,7 +103,7 @@ end
 
 
 if mode == "plant" then
-    local kind, key, crafted = arg[3], arg[4], arg[5]
+    local kind, key, crafted = arg[3], unhex(arg[4]), unhex(arg[5])
     local holder
     if kind == "shared" then
         holder = assert(resty_lock:new(locks))
@@ -124,7 +131,7 @@ if mode == "plant" then
 end
 
 if mode == "try" then
-    local crafted = arg[3]
+    local crafted = unhex(arg[3])
     await("planted", 20)
     local lk = assert(resty_lock:new(locks, { timeout = 0 }))
     local sem = assert(semaphore:new(locks, { permits = 1, timeout = 0 }))
@@ -226,15 +233,20 @@ local function unexpected(what, err)
     board:add("first_error", what .. ": " .. tostring(err))
 end
 
-local function hold()
+local function hold(long)
     local n = rand(3) - 1
-    if n > 0 then
+    if long then
+        sleep(0.003 + 0.001 * n)
+    elseif n > 0 then
         sleep(0.0003 * n)
     end
 end
 
--- the exclusion checks around a hold of key (b, v) of `kind`
-local function inside(kind, b, v)
+local self_pid = core.self_pid()
+
+-- the exclusion checks around a hold of key (b, v) of `kind` (long: an
+-- attack's, held longer, so that others come while it holds)
+local function inside(kind, b, v, long)
     local id = b .. ":" .. v
     local w, r, s = "W" .. id, "R" .. id, "S" .. id
     if kind == "x" then
@@ -244,7 +256,15 @@ local function inside(kind, b, v)
             violation(("worker %d: key %d:%d exclusive with %d writers, %d "
                        .. "readers"):format(worker, b, v, n, readers))
         end
-        hold()
+        local info, err = resty_lock.inspect(locks, VARIANTS[v] .. bases[b])
+        if not info or info.kind ~= "lock" or info.pid ~= self_pid then
+            violation(("worker %d: key %d:%d held, but its lookup finds %s")
+                      :format(worker, b, v, info and (tostring(info.kind)
+                                                      .. " of "
+                                                      .. tostring(info.pid))
+                                            or tostring(err)))
+        end
+        hold(long)
         board:incr(w, -1)
     elseif kind == "r" then
         board:incr(r, 1, 0)
@@ -277,7 +297,7 @@ local function refused(what, err)
     end
 end
 
-local function exclusive(lk, b, v, try)
+local function exclusive(lk, b, v, try, attack)
     local key = VARIANTS[v] .. bases[b]
     local got, err
     if try then
@@ -289,7 +309,7 @@ local function exclusive(lk, b, v, try)
         return refused("lock", err)
     end
     stats.taken = stats.taken + 1
-    inside("x", b, v)
+    inside("x", b, v, attack)
     local ok, uerr = lk:unlock()
     if ok ~= 1 then
         unexpected("unlock", uerr)
@@ -359,7 +379,7 @@ for _ = 1, ops do
         local lk = objects[rand(3)]
         plant(lk, saved.tk)
         local pick = ATTACKS[saved.kind]
-        exclusive(lk, saved.base, pick[rand(#pick)])
+        exclusive(lk, saved.base, pick[rand(#pick)], false, true)
     end
 end
 
