@@ -298,7 +298,7 @@ describe("more than 65,535 holders of one key", function()
             -- then up to the table's room (a timeout of 60 s: a wait
             -- would answer "timeout", a minute later)
             local more
-            more, err, at = take(ROOM, new, get)
+            more, err = take(ROOM, new, get)
             assert.equal("no memory", err)
             -- (a probe may give up before the last slot is taken:
             -- src/slot.h, SLOT_PROBE_MAX)

@@ -193,7 +193,10 @@ do
             bytes[j] = r <= 25 and 0 or r <= 40 and 255 or r <= 50 and 114
                        or r <= 60 and 115 or rand(256) - 1
         end
-        bases[i] = char((table.unpack or unpack)(bytes))
+        for j = 1, #bytes do
+            bytes[j] = char(bytes[j])
+        end
+        bases[i] = table.concat(bytes)
     end
 end
 
