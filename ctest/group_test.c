@@ -10,7 +10,12 @@
  *               (both ways), a marked exclusive waiter keeping readers
  *               out and the last reader's handoff, a semaphore's marked
  *               waiter keeping its turn, a holder killed with
- *               SIGKILL dropped by its ticket, bad input
+ *               SIGKILL dropped by its ticket, bad input; lock keys
+ *               spelt as records and heads (of the layouts before 10
+ *               and of 10) kept apart from the groups, whatever path
+ *   many        GROUP_TEST_MANY (default 70000) holders of one key at
+ *               least, in a table of 2^17 slots, then SLOT_FULL (the
+ *               table, not the group, is full): shared, then permits
  *   exact       4 processes x GROUP_TEST_ROUNDS (default 20000): at most
  *               3 inside at once (limits 2 and 3 on one key; the
  *               semantics phase pins each caller's own limit),

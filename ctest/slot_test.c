@@ -6,8 +6,9 @@
  * with the mutex fallback:
  *
  *   semantics   acquire, held, release, a stale ticket, expiry, extend,
- *               marks, a dead holder's takeover, long keys, a full table,
- *               reclaim and tombstones
+ *               marks, a dead holder's takeover, long keys, keys of
+ *               another kind with the same bytes (every lookup tells
+ *               them apart), a full table, reclaim and tombstones
  *   exact       4 processes x SLOT_TEST_ROUNDS (default 200000) locked
  *               increments of one counter, while they churn other keys
  *               through a small table (creation, reclaim, tombstones
