@@ -462,7 +462,8 @@ slot_acquire_fast(slots_t *t, const char *key, size_t klen, uint32_t hash,
     if (!t->cas16 || st.owner != 0
         || (st.stamp & SLOT_FLAGS) != SLOT_LIVE
         || __atomic_load_n(&s->hash, __ATOMIC_RELAXED) != hash
-        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != klen
+        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED)
+           != slot_len_word(SLOT_KIND_LOCK, klen)
         || !slot_key_is(s, key, klen))
     {
         return SLOT_SLOW;
@@ -507,7 +508,8 @@ slot_acquire_hint(slots_t *t, uint32_t i, const char *key, size_t klen,
     s = &t->slots[i];
     st = slot_load(s);
     if (st.owner != 0 || (st.stamp & SLOT_FLAGS) != SLOT_LIVE
-        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != klen
+        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED)
+           != slot_len_word(SLOT_KIND_LOCK, klen)
         || !hash_equal(s->key, key, klen))
     {
         return SLOT_SLOW;
