@@ -94,12 +94,6 @@ group_later(uint64_t stamp, int64_t expiry)
     return (int64_t) e > expiry ? (int64_t) e : expiry;
 }
 
-int
-group_is_head(uint64_t owner)
-{
-    return (owner & GROUP_TAG) == GROUP_TAG;
-}
-
 static inline uint64_t
 group_owner(uint32_t count, uint32_t top)
 {

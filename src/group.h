@@ -129,7 +129,14 @@ typedef struct {
 void group_init(group_t *g, slots_t *t, int kind, char *buf, const char *key,
     size_t klen);
 
-int group_is_head(uint64_t owner);
+/* Whether a slot's owner is a head's (inline: shmlock_slot_alive asks it
+ * of every holder a waiter looks at). */
+static inline int
+group_is_head(uint64_t owner)
+{
+    return (owner & GROUP_TAG) == GROUP_TAG;
+}
+
 /* The head of g now. */
 void group_head_locked(group_t *g, int64_t now, group_head_t *h);
 

@@ -86,6 +86,16 @@ local probe = ffi_new(ticket_t)         -- a starver, to ask if it lives
 local count_out = ffi_new("uint32_t[1]")
 
 
+-- A holder group's head (src/group.h) has the top 16 bits of its owner
+-- set: its pid field is at least this, which no process's is (Linux pids
+-- are below 2^22).
+local HEAD_PID = 0xffff0000
+
+function _M.is_head(pid)
+    return pid >= HEAD_PID
+end
+
+
 function _M.ticket()
     return ffi_new(ticket_t)
 end
