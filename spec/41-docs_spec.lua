@@ -3,18 +3,23 @@
 -- Every fenced block of README.md, docs/*.md, bench/README.md and
 -- CONTRIBUTING.md whose info string starts with `lua` is one of:
 --
---   ```lua            runnable: run here by a fresh `luajit`, in a fresh
---                     directory, with a fresh $SHMLOCK_DIR and this
---                     checkout's modules; it must exit 0, write nothing to
---                     stderr, and print exactly what its `--> ...` comments
---                     say, one line per comment, in order (runs of blanks
+--   ```lua            runnable: run here by `luajit` with this checkout's
+--                     modules; it must exit 0, write nothing to stderr,
+--                     and print exactly what its `--> ...` comments say,
+--                     one line per comment, in order (runs of blanks
 --                     compare equal, so print's tabs may be written as
---                     spaces).  A block that requires "redis" (lua-redis)
---                     gets a private, empty redis-server (spec/helpers/
---                     redis_server.lua), its port in place of 6379.
---   ```lua fragment   not runnable as it stands (a piece of a larger
---                     program): it is only compiled, so it stays Lua.
---
+--                     spaces).  Every block runs twice, as a reader who
+--                     tries them all and then tries them again would: all
+--                     of them in order, then all of them again, in one
+--                     working directory and one $SHMLOCK_DIR (both fresh
+--                     when the spec starts, then left as the blocks leave
+--                     them), so that a block whose output depends on what
+--                     ran before (its own earlier run, or another block
+--                     using the same zone name) fails.  A block that
+--                     requires "redis" (lua-redis) gets the spec's private
+--                     redis-server (spec/helpers/redis_server.lua), its
+--                     port in place of 6379, empty when the spec starts
+--                     and then kept, as a reader's would be.
 -- Any other info string on a lua fence fails, so that a typo cannot turn a
 -- block into one that nobody runs.  nginx blocks are t/08-readme.t's.
 --
@@ -209,16 +214,19 @@ end
 
 local redis_server      -- started for the first block that needs it
 
+-- the one working directory and zone directory of every run (see the top)
+local work
+
 local function run_block(b)
-    local work = sh("mktemp -d /tmp/shmlock-docs.XXXXXX"):gsub("%s+$", "")
-    assert(work ~= "", "mktemp failed")
-    local made = os.execute("mkdir " .. quote(work .. "/zones"))
-    assert(made == 0 or made == true, "mkdir failed")
+    if not work then
+        work = sh("mktemp -d /tmp/shmlock-docs.XXXXXX"):gsub("%s+$", "")
+        assert(work ~= "", "mktemp failed")
+        local made = os.execute("mkdir " .. quote(work .. "/zones"))
+        assert(made == 0 or made == true, "mkdir failed")
+    end
     local code = b.code
     if code:find("require%s*%(?%s*[\"']redis[\"']") then
-        if redis_server then
-            redis_server:restart()      -- empty: fences start at 1 again
-        else
+        if not redis_server then
             redis_server = require("helpers.redis_server").start()
         end
         code = code:gsub("6379", tostring(redis_server.port))
@@ -233,7 +241,9 @@ local function run_block(b)
     local status = tonumber(sh(cmd))
     local out = read_file(work .. "/out") or ""
     local err = read_file(work .. "/err") or ""
-    os.execute("rm -rf " .. quote(work))
+    os.remove(work .. "/block.lua")
+    os.remove(work .. "/out")
+    os.remove(work .. "/err")
     return status, out, err
 end
 
@@ -243,6 +253,9 @@ describe("the documentation's Lua blocks", function()
     teardown(function()
         if redis_server then
             redis_server:destroy()
+        end
+        if work then
+            os.execute("rm -rf " .. quote(work))
         end
     end)
 
@@ -308,9 +321,13 @@ describe("the documentation's Lua blocks", function()
         end)
     end
 
-    for _, b in ipairs(runnable) do
-        it(("%s:%d (%s) runs and prints what its --> comments say")
-           :format(b.file, b.line, b.heading), function()
+    -- all of them, then all of them again (see the top)
+    for pass = 1, 2 do
+      for _, b in ipairs(runnable) do
+        it(("%s:%d (%s) runs and prints what its --> comments say%s")
+           :format(b.file, b.line, b.heading,
+                   pass == 1 and "" or ", again after every block ran"),
+           function()
             local status, out, err = run_block(b)
             assert.are.equal("", err, "stderr of the block")
             assert.are.equal(0, status, "exit status of the block")
@@ -318,8 +335,11 @@ describe("the documentation's Lua blocks", function()
             for line in out:gmatch("([^\n]*)\n") do
                 got[#got + 1] = squeeze(line)
             end
-            assert.are.same(expected_output(b.code), got)
+            -- as text, so that a failure shows every line
+            assert.are.equal(table.concat(expected_output(b.code), "\n"),
+                             table.concat(got, "\n"))
         end)
+      end
     end
 end)
 
