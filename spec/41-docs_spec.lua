@@ -20,6 +20,13 @@
 --                     redis-server (spec/helpers/redis_server.lua), its
 --                     port in place of 6379, empty when the spec starts
 --                     and then kept, as a reader's would be.
+--   ```lua fragment   not runnable as it stands (a piece of a larger
+--                     program): it is only compiled, so it stays Lua.
+--   ```lua nginx      code for nginx's *_by_lua_block directives, in
+--                     sections that each start with a `-- <directive>`
+--                     line (`-- access_by_lua_block`): t/08-readme.t runs
+--                     them in a test nginx; here each section is compiled.
+--
 -- Any other info string on a lua fence fails, so that a typo cannot turn a
 -- block into one that nobody runs.  nginx blocks are t/08-readme.t's.
 --
@@ -90,6 +97,33 @@ local function blocks_of(file)
     return blocks
 end
 
+-- the sections of a ```lua nginx block, as fragments: one per
+-- `-- <directive>` line (t/08-readme.t's split); code before the first
+-- such line is an error
+local function nginx_sections(b)
+    local sections, cur = {}, nil
+    local n = b.line
+    for line in b.code:gmatch("([^\n]*)\n") do
+        n = n + 1
+        local directive = line:match("^%-%- ([%w_]+_by_lua_block)")
+        if directive then
+            cur = { file = b.file, line = n, heading = b.heading .. ", "
+                    .. directive, lines = {} }
+            sections[#sections + 1] = cur
+        elseif not cur then
+            assert(not line:match("%S"), b.file .. ":" .. n .. ": a lua "
+                   .. "nginx block starts with a -- <directive> line")
+        else
+            cur.lines[#cur.lines + 1] = line
+        end
+    end
+    assert(#sections > 0, b.file .. ":" .. b.line .. ": no section")
+    for _, sec in ipairs(sections) do
+        sec.code = table.concat(sec.lines, "\n") .. "\n"
+    end
+    return sections
+end
+
 local function lua_blocks()
     local runnable, fragments = {}, {}
     for _, file in ipairs(doc_files()) do
@@ -100,9 +134,14 @@ local function lua_blocks()
                     runnable[#runnable + 1] = b
                 elseif rest == "fragment" then
                     fragments[#fragments + 1] = b
+                elseif rest == "nginx" then
+                    for _, sec in ipairs(nginx_sections(b)) do
+                        fragments[#fragments + 1] = sec
+                    end
                 else
                     error(b.file .. ":" .. b.line .. ": unknown info string "
-                          .. "'" .. b.info .. "' (lua or lua fragment)")
+                          .. "'" .. b.info .. "' (lua, lua fragment or lua "
+                          .. "nginx)")
                 end
             end
         end
