@@ -450,3 +450,31 @@ describe("the documentation's figures", function()
         assert.same({}, missing)
     end)
 end)
+
+
+-- The README's main command, `make demo` (demo/stampede.lua, here with few
+-- processes and short queries): it writes its output where git ignores it
+-- (demo/out/), so a checkout stays as clean as it was.  Before, its plot
+-- overwrote the committed demo/stampede.png.
+describe("make demo", function()
+    local git = "git -C " .. quote(ROOT)
+    local in_git = sh(git .. " rev-parse --is-inside-work-tree 2>/dev/null")
+                   :match("true")
+
+    it("leaves the checkout's files as they were", function()
+        if not in_git then
+            pending("not a git checkout")
+            return
+        end
+        local status = git .. " status --porcelain --untracked-files=all"
+        local before = sh(status)
+        local out = sh("cd " .. quote(ROOT) .. " && timeout -s KILL 120 "
+                       .. "luajit demo/stampede.lua -n 4 --ms 20 --slots 2 "
+                       .. "2>&1; echo \"exit $?\"")
+        assert.matches("exit 0\n$", out, out)
+        local png = out:match("\nplot:%s+(%S+)")
+        assert.is_string(png, out)
+        assert.truthy(io.open(ROOT .. "/" .. png), ROOT .. "/" .. png)
+        assert.are.equal(before, sh(status))
+    end)
+end)
