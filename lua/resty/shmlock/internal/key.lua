@@ -35,7 +35,7 @@ local KEY_MAX = require("resty.shmlock.internal.codes").KEY_MAX
 local type = type
 local tostring = tostring
 local format = string.format
-local math_type = math.type     -- Lua 5.3 and 5.4 only
+local math_type = math.type     -- luacheck: ignore 143 (Lua 5.3 and 5.4)
 local HUGE = math.huge
 
 local WHOLE_MAX = 2 ^ 53
