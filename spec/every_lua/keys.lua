@@ -179,6 +179,16 @@ if mode == "check" then
     -- (0.1's list went with its last element)
     local want = { "0", "2048", "9.2233720368548e+18", "9007199254740992",
                    "nan", "true", math_type and MAXINT or nil }
+    -- the C module takes a key as a string only: no number reaches it
+    -- to be made "1024.0" by lua_tolstring
+    local core = require "resty.shmlock.internal.core"
+    if not core.ffi then
+        local ok, err = pcall(core.mod.dict_get,
+                              shdict._zone_handle(d), 2 ^ 10)
+        eq(false, ok, "the C module's dict_get(zone, 2^10)")
+        eq(true, err:find("string expected, got number", 1, true) ~= nil,
+           "its error: " .. tostring(err))
+    end
     local names = d:get_keys(0)
     table.sort(want)
     table.sort(names)
