@@ -42,26 +42,23 @@ local WHOLE_MAX = 2 ^ 53
 
 local _M = {}
 
--- C's printf "%.14g" of a number
-local printf_g
-do
-    local has_ffi, ffi = pcall(require, "ffi")
-    if has_ffi then
+-- C's printf "%.14g" of a number: PUC Lua's string.format is C's; under
+-- LuaJIT, snprintf through the FFI, declared at the first use (a process
+-- that never needs it declares and allocates nothing)
+local has_ffi, ffi = pcall(require, "ffi")
+local G_BUF_SIZE = 32   -- "-1.2345678901234e-308" and its NUL: 22 bytes
+local g_buf
+
+local function printf_g(n)
+    if not has_ffi then
+        return format("%.14g", n)
+    end
+    if not g_buf then
         -- (another module may have declared it already)
         pcall(ffi.cdef, "int snprintf(char *s, size_t n, const char *f, ...);")
-        local C = ffi.C
-        local ffi_str = ffi.string
-        -- "-1.2345678901234e-308" and its NUL: 22 bytes
-        local BUF_SIZE = 32
-        local buf = ffi.new("char[?]", BUF_SIZE)
-        printf_g = function(n)
-            return ffi_str(buf, C.snprintf(buf, BUF_SIZE, "%.14g", n))
-        end
-    else
-        printf_g = function(n)
-            return format("%.14g", n)
-        end
+        g_buf = ffi.new("char[?]", G_BUF_SIZE)
     end
+    return ffi.string(g_buf, ffi.C.snprintf(g_buf, G_BUF_SIZE, "%.14g", n))
 end
 
 -- syntax: s = key.number(n)
