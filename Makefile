@@ -205,13 +205,13 @@ test:
 
 # Every Lua (docs/every-lua.md): spec/60 (run by test-lua too) starts
 # lua5.1 ... lua5.4 and LuaJIT on the modules and on one zone at once; then
-# every dictionary method, the cache and the lock under each PUC Lua
-# through its C module, under valgrind and with the module built with ASan
+# every dictionary method, the cache, the lock and number keys under each
+# PUC Lua through its C module, under valgrind and with the module built with ASan
 # and UBSan (the C API binding's memory: any report fails).
 ASAN_LUA_MODS = $(LUA_VERSIONS:%=build-asan/lua%/resty/shmlock/core.so)
 EVERY_LUA_SCRIPTS = spec/every_lua/dict.lua spec/every_lua/cache.lua \
                     spec/every_lua/lock.lua spec/every_lua/semaphore.lua \
-                    spec/every_lua/lock_shared.lua
+                    spec/every_lua/lock_shared.lua spec/every_lua/keys.lua
 # (that the ASan build is the module loaded, not the checkout's)
 ASAN_PROBE = require "resty.shmlock.internal.core"; assert(io.open("/proc/self/maps"):read("*a"):find("build%-asan/lua"), "the ASan module did not load")
 

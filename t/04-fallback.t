@@ -155,6 +155,24 @@ EOF
                 ngx.say(fmt(s:acquire("k")), " ", fmt(s:release()))
             }
         }
+        # a number key is the string every Lua gives it (not the dict's
+        # tostring: "1e+15" and "-0" under LuaJIT), inspect's included
+        location = /number {
+            content_by_lua_block {
+                local fmt = T.fmt
+                local d = ngx.shared.x
+                local lock = assert(resty_lock:new("x"))
+                ngx.say(fmt(lock:lock(1e15)))
+                ngx.say("1000000000000000: ", d:get("1000000000000000") ~= nil,
+                        ", 1e+15: ", d:get(1e15) ~= nil)
+                ngx.say("inspect: ", resty_lock.inspect("x", 1e15).pid
+                                     == ngx.worker.pid())
+                ngx.say(fmt(lock:unlock()))
+                ngx.say(fmt(lock:lock(-0.0)))
+                ngx.say("0: ", d:get("0") ~= nil, ", -0: ", d:get("-0") ~= nil)
+                ngx.say(fmt(lock:unlock()))
+            }
+        }
         location = /unknown {
             content_by_lua_block {
                 ngx.say(T.fmt(resty_lock:new("nowhere")))
@@ -240,6 +258,18 @@ $t->block("elapsed follows resty.lock's backoff: 0.127 behind a 0.1 s holder",
 $t->block("a held key: 'timeout' after opts.timeout, and with timeout = 0",
     request => "GET /timeout",
     body    => "nil timeout\nnil timeout\n");
+
+$t->block("a number key on an ngx.shared dict: the string every Lua gives it",
+    request => "GET /number",
+    body    => <<'EOF');
+0
+1000000000000000: true, 1e+15: false
+inspect: true
+1
+0
+0: true, -0: false
+1
+EOF
 
 $t->block("a lock object collected while holding releases its key",
     request => "GET /gc",
