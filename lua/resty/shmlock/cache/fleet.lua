@@ -61,8 +61,9 @@ local ngx = nginx.api()
 local FORMAT = 1
 _M.FORMAT = FORMAT
 -- how many key changes the log keeps (older ones are trimmed: a host
--- further behind demotes everything)
-local LOG_LENGTH = 100000
+-- further behind demotes everything); read at each change, so that a
+-- spec can make it short
+_M.LOG_LENGTH = 100000
 -- what a set, delete or purge adds to Redis's error
 local HOST_ONLY = " (changed on this host only: other hosts keep their "
                   .. "copies for up to their ttl)"
@@ -124,6 +125,9 @@ function _M.new(name, opts, lock_opts, host)
         k_log = zk .. "log",      -- the log lock (in the lock zone)
         log_lock_opts = { exptime = 2 * timeout + 10,
                           timeout = 2 * timeout + 1 },
+        -- (fleet_health) seconds between two probes of a Redis marked
+        -- down: a change made once it is back is seen within fleet_lag
+        probe = min(health.PROBE, lag),
     }
 end
 
@@ -175,8 +179,9 @@ local function loaded_here(self, a, keys, tok, seq, gen, ttl, neg_ttl,
         end
     end
     if err then
-        local ok, rerr, reply = conn.script(a, scripts.release, lkey, wkey,
-                                            tok)
+        local ok, rerr, reply
+        ok, rerr, reply, a = conn.script(f, a, scripts.release, lkey, wkey,
+                                         tok)
         if ok then
             conn.put(f, a)
         else
@@ -184,9 +189,10 @@ local function loaded_here(self, a, keys, tok, seq, gen, ttl, neg_ttl,
         end
         return nil, err
     end
-    local ok, stored, reply = conn.script(a, scripts.store, log_key, vkey,
-                                          lkey, wkey, member, tok, seq, gen,
-                                          entry, ms_text(vttl))
+    local ok, stored, reply
+    ok, stored, reply, a = conn.script(f, a, scripts.store, log_key, vkey,
+                                       lkey, wkey, member, tok, seq, gen,
+                                       entry, ms_text(vttl))
     if not ok then
         broke(self, a, stored, reply)
         return value, nil, capped(f, vttl), 3
@@ -226,9 +232,10 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
     local deadline = now_ms() + f.wait * 1000
     local waited = false
     while true do
-        local ok, r, reply = conn.script(a, scripts.fetch, keys[1], keys[2],
-                                         keys[3], keys[4], keys[5], tok,
-                                         f.lock_ms)
+        local ok, r, reply
+        ok, r, reply, a = conn.script(f, a, scripts.fetch, keys[1], keys[2],
+                                      keys[3], keys[4], keys[5], tok,
+                                      f.lock_ms)
         if not ok then
             broke(self, a, r, reply)
             return host_load(self, ttl, neg_ttl, call_loader, loader, ...)
@@ -294,13 +301,13 @@ local function change(self, key, entry, ms)
     end
     local ok, res, reply
     if key then
-        ok, res, reply = conn.script(a, scripts.change, f.log_key,
-                                     f.v_prefix .. key, f.w_prefix .. key,
-                                     "k" .. key, entry, ms, new_epoch(),
-                                     LOG_LENGTH)
+        ok, res, reply, a = conn.script(f, a, scripts.change, f.log_key,
+                                        f.v_prefix .. key, f.w_prefix .. key,
+                                        "k" .. key, entry, ms, new_epoch(),
+                                        _M.LOG_LENGTH)
     else
-        ok, res, reply = conn.script(a, scripts.purge, f.log_key,
-                                     new_epoch())
+        ok, res, reply, a = conn.script(f, a, scripts.purge, f.log_key,
+                                        new_epoch())
     end
     if not ok then
         broke(self, a, res, reply)

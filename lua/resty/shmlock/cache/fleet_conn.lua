@@ -111,14 +111,15 @@ function _M.call(a, name, ...)
 end
 local call = _M.call
 
--- syntax: ok, res, reply = conn.script(a, script, ...)
--- EVALSHA of a script (resty.shmlock.cache.fleet_scripts: its keys, then
--- its arguments); a server that does not know it (NOSCRIPT) gets it by
--- EVAL.
-function _M.script(a, script, ...)
+-- EVALSHA of a script; a server that does not know it (NOSCRIPT) gets
+-- it by EVAL
+local function script_once(a, script, ...)
     local ok, res, reply = call(a, "evalsha", script.sha, script.keys, ...)
     if not ok and reply and find(res, "^redis error: NOSCRIPT") then
         ok, res, reply = call(a, "eval", script.src, script.keys, ...)
+    end
+    if ok then
+        a.reused = true
     end
     return ok, res, reply
 end
@@ -170,6 +171,11 @@ local function open(f)
                     .. "lua-redis client or lua-resty-redis object"
     end
     a.kind = rawget(redis, "network") and RAISES or RETURNS
+    if a.kind == RETURNS then
+        -- (from the keepalive pool: it may have died there)
+        local rok, n = pcall(redis.get_reused_times, redis)
+        a.reused = rok and type(n) == "number" and n > 0
+    end
     _M.timeout(a, f.timeout)
     return a
 end
@@ -194,6 +200,28 @@ function _M.get(f)
         f.client, f.client_pid = a, self_pid()
     end
     return a, err
+end
+
+-- syntax: ok, res, reply, a = conn.script(f, a, script, ...)
+-- A script of resty.shmlock.cache.fleet_scripts (its keys, then its
+-- arguments) on client a.  A connection kept since an earlier command
+-- that fails without a reply (killed by CLIENT KILL, by a restart, by a
+-- timeout of the pool) is not Redis down: the script is sent once more,
+-- on a new connection (every script may run twice: a fetch finds its own
+-- lock, a store or a change does the same again).  a: the client to use
+-- and give back from now on.
+function _M.script(f, a, script, ...)
+    local ok, res, reply = script_once(a, script, ...)
+    if ok or reply or not a.reused then
+        return ok, res, reply, a
+    end
+    _M.put(f, a, true)
+    local b, err = _M.get(f)
+    if not b then
+        return false, err, false, a
+    end
+    ok, res, reply = script_once(b, script, ...)
+    return ok, res, reply, b
 end
 
 -- syntax: conn.put(f, a, broken)

@@ -4,16 +4,17 @@
 -- A Redis call that fails (a connection error, a timeout, an error reply)
 -- marks Redis down for the whole host: the zone key "<name>#fleet:down"
 -- holds the error.  While it is there, no process of the host calls Redis
--- for this cache, but one per PROBE seconds: the one that adds
--- "<name>#fleet:probe" (a key that lives PROBE seconds) makes the next
--- call, and its success clears the mark.  So a Redis that comes back
--- sees one call per host per PROBE seconds, not the host's whole traffic
--- at once, and a Redis that is stopped costs the host one timeout per
--- PROBE seconds, not one per request.
+-- for this cache, but one per probe interval (PROBE seconds, or
+-- fleet_lag when shorter: a change made once Redis is back is then seen
+-- within fleet_lag): the one that adds "<name>#fleet:probe" (a key that
+-- lives that long) makes the next call, and its success clears the mark.
+-- So a Redis that comes back sees one call per host per interval, not
+-- the host's whole traffic at once, and a Redis that is stopped costs the
+-- host one timeout per interval, not one per request.
 
 local _M = {}
 
-local PROBE = 1        -- seconds between two probes of a host
+local PROBE = 1        -- seconds between two probes of a host, at most
 _M.PROBE = PROBE
 
 -- syntax: ok, err = health.reachable(self)
@@ -26,7 +27,7 @@ function _M.reachable(self)
     if down == nil then
         return true
     end
-    if dict:add(f.k_probe, true, PROBE) then
+    if dict:add(f.k_probe, true, f.probe) then
         return true
     end
     return false, down
@@ -39,7 +40,7 @@ function _M.failed(self, err)
     local f = self.fleet
     local dict = self.dict
     dict:set(f.k_down, err)
-    dict:add(f.k_probe, true, PROBE)
+    dict:add(f.k_probe, true, f.probe)
 end
 
 -- syntax: health.succeeded(self)

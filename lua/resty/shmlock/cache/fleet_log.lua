@@ -199,7 +199,8 @@ local function pull(self)
     local epoch, cursor = dict:get(f.k_epoch), dict:get(f.k_cursor) or 0
     local sent = now_ms()
     for _ = 1, PAGES do
-        local ok, r = conn.script(a, scripts.read, f.log_key,
+        local ok, r
+        ok, r, _, a = conn.script(f, a, scripts.read, f.log_key,
                                   epoch or 0, cursor, PAGE, new_epoch())
         if not ok then
             conn.put(f, a, true)
@@ -247,7 +248,7 @@ local function sync_locked(self)
     if dict:add(f.k_demoted, true) then
         demote(self)
     end
-    valid = now_ms() + health.PROBE * 1000
+    valid = now_ms() + f.probe * 1000
     dict:set(f.k_until, valid)
     return valid
 end

@@ -39,7 +39,9 @@ local _M = {}
 -- KEYS: log, value, lock, wake; ARGV: member, token, lock ms.
 -- { 1, entry, pttl }: the value (a value of an older purge generation is
 -- deleted and counts as absent); { 2, seq, generation }: the lock is ours
--- (seq: the key's last change, "0" for none; both go back to store); { 3,
+-- (seq: the key's last change, "0" for none; both go back to store; a
+-- lock that holds our token already is ours: the same fetch sent again
+-- after a lost reply); { 3,
 -- wake stream id, lock pttl }: another host is loading the key.
 _M.fetch = {
     keys = 4,
@@ -55,7 +57,8 @@ if v then
   redis.call('DEL', KEYS[2])
 end
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then
+if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3])
+   or redis.call('GET', KEYS[3]) == ARGV[2] then
   return {2, s or '0', tostring(gen)}
 end
 local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
@@ -65,7 +68,7 @@ if last[1] then
 end
 return {3, id, redis.call('PTTL', KEYS[3])}
 ]],
-    sha = "04e2da2af63fcd6a68026c30a45bf44732f2e0ca",
+    sha = "5370f0b310c30c3660ebe1ac7c780d17888cc72e",
 }
 
 -- Store a loaded value, unless the key changed (or the cache was purged)
