@@ -392,10 +392,13 @@ function _M.delete(self, key)
     check_self(self, 2)
     check_key(key, 2)
     local ok, err = delete_here(self, key)
-    if ok and self.fleet then
+    if not ok then
+        return nil, err
+    end
+    if self.fleet then
         return fleet.delete(self, key)
     end
-    return ok, err
+    return true
 end
 
 
@@ -475,10 +478,13 @@ end
 function _M.purge(self)
     check_self(self, 2)
     local ok, err = purge_here(self)
-    if ok and self.fleet then
+    if not ok then
+        return nil, err
+    end
+    if self.fleet then
         return fleet.purge(self)
     end
-    return ok, err
+    return true
 end
 
 return _M

@@ -122,6 +122,7 @@ function _M.new(name, opts, lock_opts, host)
         k_down = zk .. "down",
         k_probe = zk .. "probe",
         k_demoted = zk .. "demoted",
+        k_demotions = zk .. "demotions",
         k_log = zk .. "log",      -- the log lock (in the lock zone)
         log_lock_opts = { exptime = 2 * timeout + 10,
                           timeout = 2 * timeout + 1 },
@@ -203,13 +204,14 @@ local function loaded_here(self, a, keys, tok, seq, gen, ttl, neg_ttl,
     return value, nil, vttl, 3, tonumber(stored) ~= 1
 end
 
--- syntax: value, err, ttl, hit_level, refused, waited_out =
+-- syntax: value, err, ttl, hit_level, refused, waited_out, mark =
 --             fleet.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
--- In place of call_loader(self, ttl, neg_ttl, loader, ...) (value, err, ttl),
--- with the host lock of key held: the value from Redis (hit_level 5) or
--- from the loader (3).  refused: a change came first, keep the value out
--- of the zone.  waited_out: err is the wait for another host's load, not
--- the loader's.
+-- In place of call_loader(self, ttl, neg_ttl, loader, ...) (value, err,
+-- ttl), with the host lock of key held: the value from Redis (hit_level 5)
+-- or from the loader (3).  refused: a change came first, keep the value
+-- out of the zone.  waited_out: err is the wait for another host's load,
+-- not the loader's.  mark (a value from Redis): fleet_log.recheck's, after
+-- the value is stored.
 function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
     local f = self.fleet
     if not cosockets() then
@@ -228,6 +230,7 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
 
     local keys = { f.log_key, f.v_prefix .. key, f.l_prefix .. key,
                    f.w_prefix .. key, "k" .. key }
+    local mark = fleet_log.mark(self)
     local tok = new_token()
     local deadline = now_ms() + f.wait * 1000
     local waited = false
@@ -247,7 +250,8 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
             local dok, value = decode(r[2])
             if dok then
                 local pttl = tonumber(r[3]) or -1
-                return value, nil, pttl > 0 and pttl / 1000 or 0, 5
+                return value, nil, pttl > 0 and pttl / 1000 or 0, 5, nil,
+                       nil, mark
             end
             -- not ours to read (another format): load it here
             return host_load(self, ttl, neg_ttl, call_loader, loader, ...)

@@ -30,10 +30,16 @@
 --
 -- Demoting: each entry of the cache in the zone gets "now" as its logical
 -- expiry (its zone lifetime stays, so stale_ttl and resurrect_ttl can
--- still serve it) after the generation words took INVALIDATE (a load in
--- flight must not store over it what it read before) and before they take
--- CHANGED (every L1 copy revalidates against the zone, and finds it
--- stale).
+-- still serve it), then the generation words take CHANGED (every L1 copy
+-- revalidates against the zone, and finds it stale).  A load in flight
+-- that fetched its value from Redis before a demotion must not store it
+-- fresh after the walk passed: the demotion counts itself in the zone
+-- ("<name>#fleet:demotions") before it walks, such a load reads the count
+-- before its fetch and again after its store (recheck), and demotes its
+-- key itself when the count moved.  A value from the loader needs no such
+-- care (the backend said so), nor does one the walk saw: no generation
+-- word takes INVALIDATE, so that loads during an outage, which a demotion
+-- may cross, are not cancelled (one loader call per host).
 
 local codec = require "resty.shmlock.cache.codec"
 local store = require "resty.shmlock.cache.store"
@@ -53,7 +59,7 @@ local floor = math.floor
 local count = stats.count
 local gen_bump = store.gen_bump
 local header, decode, encode = codec.header, codec.decode, codec.encode
-local CHANGED, INVALIDATE = store.CHANGED, store.INVALIDATE
+local CHANGED = store.CHANGED
 
 local _M = {}
 
@@ -104,6 +110,7 @@ local function expired_copy(s, at)
 end
 
 local function demote_key(dict, k, at)
+    at = at or now_ms()
     local s = dict:get(k)
     if s == nil then
         return
@@ -128,7 +135,7 @@ end
 local function demote(self)
     local dict, prefix = self.dict, self.prefix
     local n = #prefix
-    gen_bump(self, nil, INVALIDATE)
+    dict:incr(self.fleet.k_demotions, 1, 0)
     local at = now_ms()
     local function walk(keys)
         for i = 1, #keys do
@@ -157,6 +164,23 @@ local function demote(self)
     count(self, "demotions")
 end
 _M.demote = demote
+
+-- syntax: mark = fleet_log.mark(self): the demotions so far (load: before
+-- its fetch)
+function _M.mark(self)
+    return self.dict:get(self.fleet.k_demotions) or 0
+end
+
+-- syntax: fleet_log.recheck(self, vkey, mark)
+-- After a load stored a value fetched from Redis (mark: fleet_log.mark
+-- before the fetch): a demotion since then may have walked past the key
+-- before the store; the key is demoted now.
+function _M.recheck(self, vkey, mark)
+    if (self.dict:get(self.fleet.k_demotions) or 0) ~= mark then
+        demote_key(self.dict, vkey)
+        gen_bump(self, nil, CHANGED)
+    end
+end
 
 
 -- ---- reading the log ----

@@ -12,6 +12,7 @@ local core = require "resty.shmlock.internal.core"
 local store = require "resty.shmlock.cache.store"
 local stats = require "resty.shmlock.cache.stats"
 local fleet = require "resty.shmlock.cache.fleet"
+local fleet_log = require "resty.shmlock.cache.fleet_log"
 local resty_lock = require "resty.shmlock"
 local nginx = require "resty.shmlock.internal.nginx"
 local options = require "resty.shmlock.internal.options"
@@ -36,6 +37,7 @@ local gen_read = store.gen_read
 local slot_of = store.slot_of
 local extra_ttl = store.extra_ttl
 local fleet_load = fleet.load
+local fleet_recheck = fleet_log.recheck
 
 local _M = {}
 
@@ -168,9 +170,9 @@ local function run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
                           stale_ttl, keep_stale, loader, ...)
     -- what a set, delete or purge from now on must find changed
     local gen = gen_read(self, slot_of(vkey))
-    local value, err, vttl, level, refused, waited_out
+    local value, err, vttl, level, refused, waited_out, mark
     if self.fleet then
-        value, err, vttl, level, refused, waited_out =
+        value, err, vttl, level, refused, waited_out, mark =
             fleet_load(self, key, ttl, neg_ttl, call_loader, loader, ...)
     else
         value, err, vttl = call_loader(self, ttl, neg_ttl, loader, ...)
@@ -192,6 +194,9 @@ local function run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
         -- false: a change began while the loader ran; its value is the
         -- caller's, not the cache's
         if ok or ok == false then
+            if ok and mark then
+                fleet_recheck(self, vkey, mark)
+            end
             lock:unlock()
             return value, nil, level
         end
