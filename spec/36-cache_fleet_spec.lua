@@ -253,6 +253,37 @@ describe("resty.shmlock.cache with opts.redis", function()
         assert.equal(0, a:stats().redis_errors)
     end)
 
+    it("an L1 hit with opts.redis calls no Redis and costs at most 1.3 "
+       .. "times one without (callgrind, as bench/instructions.lua counts)",
+       function()
+        local root = checkout.ROOT
+        local shim = fx.dir .. "/fixed_random.so"
+        checkout.sh("cc -O2 -shared -fPIC -o '" .. shim .. "' '" .. root
+                    .. "/bench/fixed_random.c' -ldl")
+        os.execute("mkdir -p '" .. fx.dir .. "/zones'")
+        fleet_hosts.reset(raw)
+        local out = checkout.sh("cd '" .. root .. "/bench' && SHMLOCK_DIR='"
+            .. fx.dir .. "/zones' BENCH_REDIS_PORT=" .. port
+            .. " INSTR_N=20000 INSTR_PRELOAD='" .. shim .. "' BENCH_DATA='"
+            .. fx.dir .. "' LUA_PATH='" .. root .. "/lua/?.lua;lib/?.lua;"
+            .. root .. "/scripts/lua/?.lua;;' luajit instructions.lua "
+            .. "cache_hit cache_hit_fleet 2>&1")
+        local plain = tonumber(out:match("instr%s+cache_hit%s+([%d.]+) Ir"))
+        local with = tonumber(out:match("instr%s+cache_hit_fleet%s+([%d.]+)"
+                                        .. " Ir"))
+        assert.is_number(plain, out)
+        assert.is_number(with, out)
+        local _, by = fleet_hosts.commands(raw)
+        local sent = (by.evalsha or 0) + (by.eval or 0)
+        report("an L1 hit: %.0f instructions, %.0f with opts.redis (x%.2f);"
+               .. " %d scripts sent by 2 runs of 5000 + 20000 and 5000 hits",
+               plain, with, with / plain, sent)
+        assert.is_true(with <= 1.3 * plain, with .. " > 1.3 x " .. plain)
+        -- each run: a read of the log and a fetch, in its warm-up (and a
+        -- first EVAL after NOSCRIPT)
+        assert.is_true(sent <= 12, sent .. " scripts")
+    end)
+
     it("raises on bad fleet options, naming them, at the caller's line",
        function()
         local f = function() end
