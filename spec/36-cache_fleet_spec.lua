@@ -284,6 +284,31 @@ describe("resty.shmlock.cache with opts.redis", function()
         assert.is_true(sent <= 12, sent .. " scripts")
     end)
 
+    it("stats() and shmlock stat show the fleet side", function()
+        local hosts = fleet_hosts.new(fx.dir, 2)
+        fx:defer(function() hosts:destroy({ "fleet" }) end)
+        local a = hosts:cache_on(1, "fleet", port)
+        local b = hosts:cache_on(2, "fleet", port)
+        assert.equal(1, (a:get("k", nil, function() return 1 end)))
+        assert.equal(1, (b:get("k", nil, error)))
+        local s = b:stats()
+        for _, name in ipairs({ "hits_fleet", "fleet_waits", "redis_errors",
+                                "demotions", "log_reads", "host_only",
+                                "log_age", "redis_down" }) do
+            assert.is_number(s[name], name)
+        end
+        assert.same({ 1, 1, 0, 0 }, { s.hits_fleet, s.log_reads,
+                                      s.redis_errors, s.redis_down })
+        local out = checkout.sh("env -u SHMLOCK_DIR '" .. checkout.ROOT
+                                .. "/bin/shmlock' --dir '" .. hosts.dirs[2]
+                                .. "' stat fleet 2>&1")
+        assert.matches("cache fleet\n", out)
+        assert.matches("\n +hits_fleet +1\n", out)
+        assert.matches("\n +log_reads +1\n", out)
+        assert.matches("\n +log_age +%d+%.%d+s\n", out)
+        assert.matches("\n +redis_down +0\n", out)
+    end)
+
     it("raises on bad fleet options, naming them, at the caller's line",
        function()
         local f = function() end
