@@ -36,7 +36,7 @@ describe("resty.shmlock.cache with opts.redis", function()
     local server, raw, port
 
     setup(function()
-        server = server_helper.start()
+        server = server_helper.start(nil, "--enable-debug-command local")
         port = server.port
         raw = server:client()
     end)
@@ -167,6 +167,60 @@ describe("resty.shmlock.cache with opts.redis", function()
         assert.same({ "new", nil, 2 },
                     { hosts:cache_on(2, "fleet", port):get("k", nil,
                                                            error) })
+    end)
+
+    it("waits for another host's load longer than redis_timeout, woken "
+       .. "by its store", function()
+        local hosts = fleet_hosts.new(fx.dir, 2)
+        fx:defer(function() hosts:destroy({ "fleet" }) end)
+        local opts = { redis_timeout = 0.2 }
+        local started = proc.pipe()
+        local pid = hosts:spawn(2, function()
+            started:close_read()
+            local b = fleet_hosts.cache("fleet", port, opts)
+            local v = b:get("k", nil, function()
+                started:notify()
+                proc.sleep(0.8)
+                return "slow"
+            end)
+            assert(v == "slow")
+        end)
+        started:close_write()
+        assert.is_true(started:await(10), "the load never started")
+        local a = hosts:cache_on(1, "fleet", port, opts)
+        assert.same({ "slow", nil, 5 }, { a:get("k", nil, error) })
+        assert.same({ how = "exit", code = 0, msg = "" }, proc.wait(pid, 20))
+        local s = a:stats()
+        assert.same({ 1, 0 }, { s.fleet_waits, s.redis_errors })
+    end)
+
+    it("a load lock this host took and never heard of (a lost reply) is "
+       .. "its own at its next miss, not waited for", function()
+        local hosts = fleet_hosts.new(fx.dir, 1)
+        fx:defer(function() hosts:destroy({ "fleet" }) end)
+        local a = hosts:cache_on(1, "fleet", port, {
+            lock_opts = { timeout = 1 }, redis_timeout = 0.2, fleet_lag = 10,
+        })
+        assert.same({ 1, nil, 3 }, { a:get("warm", nil, function()
+            return 1
+        end) })
+        -- Redis asleep: the fetch of "k" times out (the host loads on its
+        -- own), and runs when Redis wakes: the key's load lock is taken
+        local sleeper = proc.spawn(function()
+            server:client(5):raw_cmd("DEBUG SLEEP 0.6")
+        end)
+        proc.sleep(0.1)
+        assert.same({ "first", nil, 3 }, { a:get("k", nil, function()
+            return "first", nil, 0.1
+        end) })
+        assert.same({ how = "exit", code = 0, msg = "" }, proc.wait(sleeper))
+        assert.is_string(raw:get("shmlock:1:{fleet}:l:k"))
+        proc.sleep(1.1)        -- the value's ttl and the probe interval
+        assert.same({ "v", nil, 3 }, { a:get("k", nil, function()
+            return "v"
+        end) })
+        assert.equal(0, a:stats().fleet_waits)
+        assert.is_nil(raw:get("shmlock:1:{fleet}:l:k"))
     end)
 
     it("a host whose cursor the log was trimmed past demotes its values "

@@ -123,6 +123,8 @@ function _M.new(name, opts, lock_opts, host)
         k_probe = zk .. "probe",
         k_demoted = zk .. "demoted",
         k_demotions = zk .. "demotions",
+        k_host = zk .. "host",
+        token = nil,              -- (host_token's)
         k_log = zk .. "log",      -- the log lock (in the lock zone)
         log_lock_opts = { exptime = 2 * timeout + 10,
                           timeout = 2 * timeout + 1 },
@@ -130,6 +132,28 @@ function _M.new(name, opts, lock_opts, host)
         -- down: a change made once it is back is seen within fleet_lag
         probe = min(health.PROBE, lag),
     }
+end
+
+-- The token of this host's load locks in Redis: one per host and cache
+-- (in the zone, "<name>#fleet:host"), not per call.  Only the holder of a
+-- key's host lock fetches the key, so the host's token is never two
+-- loads' at once; and a fetch whose reply was lost (a timeout) took a
+-- lock that the host's next fetch of the key finds its own, instead of
+-- every host waiting for it to expire.
+local function host_token(self)
+    local f = self.fleet
+    local tok = f.token
+    if not tok then
+        local dict = self.dict
+        dict:add(f.k_host, new_token())
+        tok = dict:get(f.k_host)
+        if not tok then
+            -- (an ngx.shared dict may evict it: a token of this call's)
+            return new_token()
+        end
+        f.token = tok
+    end
+    return tok
 end
 
 -- a ttl for Redis: whole ms as a string, "0" for never
@@ -231,7 +255,7 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
     local keys = { f.log_key, f.v_prefix .. key, f.l_prefix .. key,
                    f.w_prefix .. key, "k" .. key }
     local mark = fleet_log.mark(self)
-    local tok = new_token()
+    local tok = host_token(self)
     local deadline = now_ms() + f.wait * 1000
     local waited = false
     while true do

@@ -129,8 +129,11 @@ end
 function _M.timeout(a, seconds)
     local redis = a.redis
     if a.kind == RAISES then
+        -- LuaSocket keeps two timeouts, per blocking call ("b") and per
+        -- method call ("t": what lua-redis's connect sets); both
         local sock = redis.network.socket
-        pcall(sock.settimeout, sock, seconds)
+        pcall(sock.settimeout, sock, seconds, "b")
+        pcall(sock.settimeout, sock, seconds, "t")
         return
     end
     local ms = seconds * 1000
