@@ -165,8 +165,8 @@ bench:
 	bench/run.sh
 
 # The main job: a cache stampede on an embedded zone, with and without the
-# lock, and on a stale key with stale_ttl (demo/stampede.lua; writes
-# demo/stampede.png).
+# lock, and on a stale key with stale_ttl (demo/stampede.lua; writes its
+# data and plot to demo/out/, which git ignores: the checkout stays clean).
 demo:
 	scripts/deps.sh </dev/null
 	$(MAKE) --no-print-directory all

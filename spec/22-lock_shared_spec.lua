@@ -195,8 +195,12 @@ describe("lock:lock_shared", function()
             local nginx_lock = require "resty.shmlock"
             local l = assert(nginx_lock:new("fallback"))
             assert.equal("ngx.shared", l.store)
-            assert.same({ nil, "shared holds need a zone: this lock's store "
-                          .. "is an ngx.shared dict" },
+            -- the dict named, and what to do
+            assert.same({ nil, 'shared holds need a zone: "fallback" is a '
+                          .. "lua_shared_dict, and inside nginx a "
+                          .. "lua_shared_dict name is that dict: give the "
+                          .. "zone another name, or pass the zone object "
+                          .. '(shdict.open("fallback"))' },
                         { l:lock_shared("k") })
             assert.same({ nil, "unlocked" }, { l:unlock() })
             -- on a zone, the phase rule of lock()

@@ -335,6 +335,9 @@ describe("every Lua", function()
                           out)
             assert.truthy(out:find("luarocks --lua-version=" .. v, 1, true),
                           out)
+            -- this Lua's paths, not LuaRocks' default Lua's
+            assert.truthy(out:find('eval "$(luarocks --lua-version=' .. v
+                                   .. ' path)"', 1, true), out)
             assert.truthy(out:find("build/lua" .. v .. "/resty/shmlock/core.so"
                                    .. " (absent)", 1, true), out)
             assert.is_nil(out:find("module 'ffi' not found", 1, true), out)

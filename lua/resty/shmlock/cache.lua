@@ -38,6 +38,11 @@ local stats = require "resty.shmlock.cache.stats"
 local l1 = require "resty.shmlock.cache.l1"
 local fleet = require "resty.shmlock.cache.fleet"
 local fleet_log = require "resty.shmlock.cache.fleet_log"
+local names = require "resty.shmlock.internal.names"
+local log_event = require("resty.shmlock.internal.log").event
+
+-- inside nginx (asked when this module loads, as every module does)
+local ngx = require("resty.shmlock.internal.nginx").api()
 
 local type = type
 local tostring = tostring
@@ -90,39 +95,62 @@ local function check_key(key, level)
     end
 end
 
--- a zone given by name (opened, or created, in the default directory) or
--- as an object: a zone, or anything with ngx.shared.DICT's get, get_stale,
--- set, delete, incr and get_keys (an ngx.shared dict inside nginx)
-local function resolve_dict(dict, what)
+-- lua_shared_dict names whose use was logged, by cache name
+local logged = {}
+
+-- A dict given by name, by the one name rule (resty.shmlock.internal.
+-- names): inside nginx a lua_shared_dict's name is that ngx.shared dict
+-- (logged once at info: which store a name reaches must not surprise an
+-- operator); any other name is a zone, opened or created in the default
+-- directory.  Or given as an object: a zone, or anything with ngx.shared.
+-- DICT's get, get_stale, set, delete, incr and get_keys (an ngx.shared
+-- dict inside nginx).  Returns the dict and what resty.shmlock takes for
+-- it (a lua_shared_dict's name: the lock resolves it to that dict); nil,
+-- err when a zone cannot be opened.
+local function resolve_dict(dict, what, cache_name)
     if type(dict) == "string" then
+        local shared = names.lua_shared_dict(ngx, dict)
+        if shared then
+            local key = cache_name .. "\0" .. dict
+            if not logged[key] then
+                logged[key] = true
+                log_event("info", 'cache "' .. cache_name .. '": ' .. what
+                          .. ' "' .. dict .. '" is the lua_shared_dict "'
+                          .. dict .. '" (only this nginx shares it)')
+            end
+            return shared, dict
+        end
         local zone, err = shdict.open(dict)
         if not zone then
             return nil, "could not open zone \"" .. dict .. "\": " .. err
         end
-        return zone
+        return zone, zone
     end
     if type(dict) == "table" and dict.get and dict.get_stale and dict.set
        and dict.delete and dict.incr and dict.get_keys
     then
-        return dict
+        return dict, dict
     end
     error(what .. " must be a zone or a zone name", 4)
 end
 
--- the value zone and the lock zone; nil, err if one cannot be opened or
--- the lock cannot be made there.
+-- the value dict and the lock's store (the lock dict, or the name of a
+-- lua_shared_dict); nil, err if one cannot be opened or the lock cannot
+-- be made there.
 local function open_dicts(name, opts)
-    local dict, err = resolve_dict(opts.dict == nil and name or opts.dict,
-                                   "opts.dict")
+    local dict, lock_dict = resolve_dict(opts.dict == nil and name
+                                         or opts.dict, "opts.dict", name)
     if not dict then
-        return nil, err
+        return nil, lock_dict
     end
-    local lock_dict = dict
+    local err
     if opts.lock_dict ~= nil then
-        lock_dict, err = resolve_dict(opts.lock_dict, "opts.lock_dict")
-        if not lock_dict then
-            return nil, err
+        local ld, lockable = resolve_dict(opts.lock_dict, "opts.lock_dict",
+                                          name)
+        if not ld then
+            return nil, lockable
         end
+        lock_dict = lockable
     end
     if not opts.lock then
         -- a bad lock_dict or lock_opts shows now, not at the first miss
