@@ -77,7 +77,7 @@ INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
 
-.PHONY: all lib clean install deps demo bench soak test test-lua \
+.PHONY: all lib clean install deps demo demo-fleet bench soak test test-lua \
         test-nginx test-asan test-valgrind test-slots test-groups test-every-lua test-install \
         test-luarocks test-busted check-layers lint
 
@@ -171,6 +171,15 @@ demo:
 	scripts/deps.sh </dev/null
 	$(MAKE) --no-print-directory all
 	luajit demo/stampede.lua
+
+# The fleet case: 3 hosts (zone directories) x 8 processes, one cold key,
+# the host tier, the lock-factory recipe, the fleet tier (opts.redis) and
+# Redis stopped under a stale key, with a redis-server of its own on
+# loopback (demo/fleet.lua; writes under $TMPDIR, nothing in the checkout).
+demo-fleet:
+	scripts/deps.sh </dev/null
+	$(MAKE) --no-print-directory all
+	luajit demo/fleet.lua
 
 # The soak test (spec/soak.lua): the kill storm mixed with pid reuse after
 # a kill inside the mutex, a zone filling up under marked locks, destroy
