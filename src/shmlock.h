@@ -660,8 +660,9 @@ SHMLOCK_API int shmlock_slot_alive(const shmlock_ticket_t *t);
  * (src/group.h draws it): a semaphore's permits (kind SHMLOCK_SEMAPHORE:
  * at most `permits` holders, the caller's limit, checked when it
  * acquires; every holder counts against every caller's limit) or the
- * shared (reader) holds of a lock key (kind SHMLOCK_SHARED: any number,
- * none while the key's exclusive slot lock, shmlock_slot_*, is held).
+ * shared (reader) holds of a lock key (kind SHMLOCK_SHARED: no limit
+ * but the slots of the key's shard, none while the key's exclusive slot
+ * lock, shmlock_slot_*, is held).
  * A semaphore's key and a lock's key of the same name are distinct; a
  * key's shared holds and its exclusive lock are one slot, so that each
  * finds the other held.
