@@ -19,8 +19,8 @@
 #include "shmlock.h"
 
 /*
- * A number (or boolean) stored over a live one of the same type, neither
- * with user flags nor an expiry, in the same class (pinned or not): only the
+ * A number (or boolean) stored over a live one of the same type and user
+ * flags, neither with an expiry, in the same class (pinned or not): only the
  * value word differs, so it is one store in place, as incr's, and a crash
  * leaves the old or the new value without an undo record.  The seqlock
  * write around the call keeps lock-free readers from keeping a value read
@@ -34,12 +34,13 @@ shdict_store_scalar(shard_t *sh, uint32_t i, entry_t *e,
     double    num = v->num;
     uint64_t  bits;
 
-    /* the same type and class, no user flags (nor any wanted), no expiry:
-     * meta stays as it is */
+    /* the same type, class and user flags, no expiry: meta and the
+     * stream stay as they are */
     if (e->meta != entry_meta(entry_key_len(e), (uint32_t) v->type, pinned,
-                              0, 0)
-        || v->flags != 0 || exptime_ms > 0
-        || (v->type != SHMLOCK_TNUMBER && v->type != SHMLOCK_TBOOLEAN))
+                              v->flags != 0, 0)
+        || exptime_ms > 0
+        || (v->type != SHMLOCK_TNUMBER && v->type != SHMLOCK_TBOOLEAN)
+        || (v->flags != 0 && entry_user_flags_read(sh, i) != v->flags))
     {
         return 0;
     }
