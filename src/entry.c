@@ -14,6 +14,12 @@ _Static_assert(offsetof(entry_t, meta) % 8 == 0, "meta is one aligned word");
 _Static_assert(SHMLOCK_KEY_MAX < (1 << 16) && SHMLOCK_TLIST < 8,
                "a key's length and a type fit their bits of meta");
 
+int64_t
+entry_exp_coarse(uint64_t code)
+{
+    return (int64_t) ((code - ENTRY_EXP_FINE) << 10);
+}
+
 uint32_t
 entry_lookup(const shard_t *sh, const char *key, size_t klen, uint32_t hash)
 {

@@ -12,8 +12,8 @@
  *   |   (a number, a boolean or a list: data[24], then num or list ends)  |
  *   +---------------------------------------------------------------------+
  *
- *   meta, one 64-bit word: key_len (16 bits) | ENTRY_UFLAGS | ENTRY_PINNED |
- *   vtype (3 bits) | the expiry (43 bits, entry_exp_code)
+ *   meta, one 64-bit word: key_len, vtype, ENTRY_PINNED, ENTRY_UFLAGS, the
+ *   expiry (below)
  *
  * Layout 11: 28 bytes of fields rather than 48, so that a head holds up to
  * 32 bytes of key and string (a 14-byte key and a 16-byte string: one
@@ -41,13 +41,19 @@
 #include "shmlock.h"
 #include "sys.h"
 
-/* meta's bits */
-#define ENTRY_EXP_BITS      43
-#define ENTRY_EXP_MASK      (((uint64_t) 1 << ENTRY_EXP_BITS) - 1)
-#define ENTRY_TYPE_SHIFT    43
-#define ENTRY_PINNED        ((uint64_t) 1 << 46)  /* stored by add */
-#define ENTRY_UFLAGS        ((uint64_t) 1 << 47)  /* user flags in the stream */
-#define ENTRY_KLEN_SHIFT    48
+/*
+ * meta's bits, the key's length lowest (a 16-bit load of the word's first
+ * bytes on a little-endian host: the lookup's compare), the expiry highest
+ * (one shift):
+ *
+ *   0..15 key_len | 16..18 vtype | 19 ENTRY_PINNED | 20 ENTRY_UFLAGS |
+ *   21..63 the expiry's code (entry_exp_code)
+ */
+#define ENTRY_TYPE_SHIFT    16
+#define ENTRY_PINNED        ((uint64_t) 1 << 19)  /* stored by add */
+#define ENTRY_UFLAGS        ((uint64_t) 1 << 20)  /* user flags in the stream */
+#define ENTRY_EXP_SHIFT     21
+#define ENTRY_KLEN_MASK     0xffff
 
 /* a head's room for the stream: a string's, and the other types' (their
  * number in the last 8 bytes); a key this long is all in any head */
@@ -96,11 +102,29 @@ entry_exp_code(int64_t expires)
     return ms < ENTRY_EXP_FINE ? ms : ENTRY_EXP_FINE | (ms >> 10);
 }
 
+/* (out of line: a call the compiler cannot fold into the common path) */
+int64_t entry_exp_coarse(uint64_t code) __attribute__((cold));
+
 static inline int64_t
 entry_exp_ms(uint64_t code)
 {
-    return (int64_t) (code < ENTRY_EXP_FINE
-                      ? code : (code - ENTRY_EXP_FINE) << 10);
+    if (__builtin_expect(code >= ENTRY_EXP_FINE, 0)) {
+        return entry_exp_coarse(code);
+    }
+    return (int64_t) code;
+}
+
+/* meta's expiry code, type */
+static inline uint64_t
+entry_meta_code(uint64_t meta)
+{
+    return meta >> ENTRY_EXP_SHIFT;
+}
+
+static inline uint32_t
+entry_meta_vtype(uint64_t meta)
+{
+    return (uint32_t) (meta >> ENTRY_TYPE_SHIFT) & 7;
 }
 
 /* The meta word of an entry of key_len klen and value type vtype. */
@@ -108,29 +132,30 @@ static inline uint64_t
 entry_meta(size_t klen, uint32_t vtype, int pinned, int uflags,
     int64_t expires)
 {
-    return ((uint64_t) klen << ENTRY_KLEN_SHIFT)
-           | (uflags ? ENTRY_UFLAGS : 0) | (pinned ? ENTRY_PINNED : 0)
+    return (uint64_t) klen
            | ((uint64_t) (vtype & 7) << ENTRY_TYPE_SHIFT)
-           | entry_exp_code(expires);
+           | (pinned ? ENTRY_PINNED : 0) | (uflags ? ENTRY_UFLAGS : 0)
+           | (entry_exp_code(expires) << ENTRY_EXP_SHIFT);
 }
 
 /* meta with its expiry replaced */
 static inline uint64_t
 entry_meta_expiring(uint64_t meta, int64_t expires)
 {
-    return (meta & ~ENTRY_EXP_MASK) | entry_exp_code(expires);
+    return (meta & ((1 << ENTRY_EXP_SHIFT) - 1))
+           | (entry_exp_code(expires) << ENTRY_EXP_SHIFT);
 }
 
 static inline uint32_t
 entry_key_len(const void *e)
 {
-    return (uint32_t) (((const entry_t *) e)->meta >> ENTRY_KLEN_SHIFT);
+    return (uint32_t) (((const entry_t *) e)->meta & ENTRY_KLEN_MASK);
 }
 
 static inline uint32_t
 entry_vtype(const void *e)
 {
-    return (uint32_t) (((const entry_t *) e)->meta >> ENTRY_TYPE_SHIFT) & 7;
+    return entry_meta_vtype(((const entry_t *) e)->meta);
 }
 
 static inline int
@@ -143,7 +168,7 @@ entry_pinned(const void *e)
 static inline int64_t
 entry_expires(const void *e)
 {
-    return entry_exp_ms(((const entry_t *) e)->meta & ENTRY_EXP_MASK);
+    return entry_exp_ms(entry_meta_code(((const entry_t *) e)->meta));
 }
 
 /* The head's room for the stream of an entry of this type. */
@@ -201,7 +226,7 @@ entry_now(int64_t *now)
 static inline int
 entry_expired(const entry_t *e, int64_t *now)
 {
-    uint64_t  code = e->meta & ENTRY_EXP_MASK;
+    uint64_t  code = entry_meta_code(e->meta);
 
     return code != 0 && entry_exp_ms(code) <= entry_now(now);
 }

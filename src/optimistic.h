@@ -112,7 +112,7 @@ optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
 
     e = entry_at(sh, i);
     meta = __atomic_load_n(&e->meta, __ATOMIC_RELAXED);
-    expires = entry_exp_ms(meta & ENTRY_EXP_MASK);
+    expires = entry_exp_ms(entry_meta_code(meta));
     if (expires != 0 && expires <= entry_now(now)) {
         if (!get_stale) {
             out->type = SHMLOCK_TNIL;
@@ -123,7 +123,7 @@ optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
 
     /* entry_value_out, from what was read once and with the stream's
      * reads checked */
-    vtype = (uint32_t) (meta >> ENTRY_TYPE_SHIFT) & 7;
+    vtype = entry_meta_vtype(meta);
     vlen = e->value_len;
     if (!entry_value_sane_in(sh->nchunks, vtype, vlen)) {
         return OPTIMISTIC_RETRY;    /* the locked path tells what is wrong */

@@ -99,7 +99,7 @@ shdict_reclaim_tail(shard_t *sh, int64_t *now)
 {
     uint32_t  t = chunk_index(sh, sh->hdr->dict.lru_tail);
 
-    if (t != 0 && (entry_at(sh, t)->meta & ENTRY_EXP_MASK) != 0) {
+    if (t != 0 && entry_meta_code(entry_at(sh, t)->meta) != 0) {
         evict_expired(sh, UINT32_MAX, 0, 2, now);
     }
 }

@@ -72,7 +72,7 @@ shdict_set_in_place(shard_t *sh, const char *key, size_t klen,
 
     /* every store first drops expired entries at the tail: leave that to
      * shdict_store */
-    if (t != 0 && (entry_at(sh, t)->meta & ENTRY_EXP_MASK) != 0) {
+    if (t != 0 && entry_meta_code(entry_at(sh, t)->meta) != 0) {
         return 0;
     }
     i = entry_find(sh, key, klen, hash);

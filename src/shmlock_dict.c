@@ -275,17 +275,18 @@ shmlock_dict_get_at(shmlock_zone_t *zone, const char *key, size_t key_len,
         i = __atomic_load_n(&e->hnext, __ATOMIC_RELAXED);
     }
     meta = __atomic_load_n(&e->meta, __ATOMIC_RELAXED);
-    if (__builtin_expect((meta & (ENTRY_EXP_MASK | ENTRY_UFLAGS)) != 0, 0)) {
+    /* (the expiry and the user flags are meta's top bits) */
+    if (__builtin_expect(meta >= ENTRY_UFLAGS, 0)) {
         if (meta & ENTRY_UFLAGS) {
             goto general;
         }
-        expires = entry_exp_ms(meta & ENTRY_EXP_MASK);
+        expires = entry_exp_ms(entry_meta_code(meta));
         if (expires <= entry_now(&now)) {
             goto general;
         }
     }
     /* entry_value_out and entry_value_sane, from e */
-    vtype = (uint32_t) (meta >> ENTRY_TYPE_SHIFT) & 7;
+    vtype = entry_meta_vtype(meta);
     out->stale = 0;
     out->type = (int) vtype;
     out->flags = 0;

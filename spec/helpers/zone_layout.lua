@@ -38,17 +38,17 @@ typedef struct {
     char      undo_bytes[4096];
 } shmlock_spec_shard_hdr_t;
 
-/* meta (src/entry.h): the expiry's 43 bits, the type's 3, pinned, user
- * flags, the key's length in the top 16 bits; the byte views assume a
+/* meta (src/entry.h): the key's length in the low 16 bits, the type's 3,
+ * pinned, user flags, the expiry's 43; the byte views assume a
  * little-endian host */
 typedef struct {
     uint32_t  next, hnext, lru_prev, lru_next, hash, value_len;
     union {
         uint64_t  meta;
         struct {
-            uint8_t   meta_low[5];
-            uint8_t   meta_type;      /* type << 3, pinned, user flags */
             uint16_t  key_len;
+            uint8_t   meta_type;      /* type, pinned << 3, user flags << 4 */
+            uint8_t   meta_high[5];
         };
     };
     char      data[24];
