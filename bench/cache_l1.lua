@@ -13,6 +13,7 @@
 local bench = require "bench"
 local shdict = require "resty.shmlock.shdict"
 local cache = require "resty.shmlock.cache"
+local l1_unchecked = require "l1_unchecked"
 
 local SECTION = "cache_l1"
 local NKEYS = 1000
@@ -41,41 +42,13 @@ for i = 1, NKEYS do
            "not an L1 hit")
 end
 
--- An unchecked get() up to its L1 hit (the cache's argument checks and an
--- lrucache get, with no look at the key's generation word: what an L1 hit
--- costs without coherence), on an lrucache of our own (the module the
--- cache loaded: outside nginx it needs the cache's ngx.now shim)
-local lrucache = getmetatable(c.lru).__index
-local old_lru = lrucache.new(NKEYS)
+-- An unchecked get() up to its L1 hit (bench/lib/l1_unchecked.lua: the
+-- cache's argument checks and an lrucache get, with no look at the key's
+-- generation word: what an L1 hit costs without coherence)
+local old = l1_unchecked.new(c, NKEYS)
+local old_lru = old.lru
 for i = 1, NKEYS do
     old_lru:set(keys[i], "value of " .. keys[i], TTL)
-end
-local old_mt = { __index = {} }
-local old = setmetatable({ lru = old_lru }, old_mt)
-local NIL = {}
-
--- (a vararg function, as the cache's get: the loader's arguments)
-local function old_get(self, key, opts, loader_fn, ...) -- luacheck: ignore 212
-    if getmetatable(self) ~= old_mt then
-        error("bad cache object (use c:method(), not c.method())", 2)
-    end
-    if type(key) ~= "string" then
-        error("key must be a string", 2)
-    end
-    if type(loader_fn) ~= "function" then
-        error("loader must be a function", 2)
-    end
-    local l1 = self.lru
-    if l1 then
-        local value = l1:get(key)
-        if value ~= nil then
-            if value == NIL then
-                return nil, nil, 1
-            end
-            return value, nil, 1
-        end
-    end
-    error("not an L1 hit")
 end
 
 bench.log("(8) the cache's L1 hit, ns per get")
@@ -93,7 +66,7 @@ local variants = {
         local j = 0
         for _ = 1, n do
             j = j < NKEYS and j + 1 or 1
-            old_get(old, keys[j], nil, loader)
+            old:get(keys[j], nil, loader)
         end
     end },
     { "lrucache", "lua-resty-lrucache get alone", function(n)

@@ -9,7 +9,7 @@
 #   BENCH_QUICK=1        quick mode
 #   BENCH_RESULTS_DIR    where RESULTS.md and the PNGs go (default bench/)
 #   BENCH_ONLY="1 3"     run only these sections (1..12; 5, 6, 7 and 11's
-#                        nginx loops share nginx)
+#                        nginx loops share nginx, as does 2's density count)
 #   BENCH_KEEP=1         keep the work directory (raw data, nginx logs)
 #   BENCH_COMMIT=...     what to call the code measured (default: git HEAD)
 #
@@ -279,8 +279,10 @@ nginx_run() {
     return $rc
 }
 
-if wants 5 || wants 6 || wants 11; then
-    section "5+6+11 nginx, 1 worker" nginx_run 1
+# (section 2's count of what a 10 MiB store holds needs ngx.shared.DICT:
+# it runs in the 1-worker nginx)
+if wants 2 || wants 5 || wants 6 || wants 11; then
+    section "2+5+6+11 nginx, 1 worker" nginx_run 1
 fi
 if wants 5 || wants 6 || wants 7 || wants 11; then
     section "5+6+7+11 nginx, 2 workers" nginx_run 2

@@ -66,6 +66,7 @@ local load_miss = load.miss
 local refresh = load.refresh
 local count = stats.count
 local fleet_sync = fleet_log.sync
+local l1_last = l1.last
 local huge = math.huge
 local NIL = store.NIL
 local CHANGED, INVALIDATE = store.CHANGED, store.INVALIDATE
@@ -240,40 +241,42 @@ function _M.get(self, key, opts, loader, ...)
         error("loader must be a function", 2)
     end
 
-    local now = now_ms()
-    if now >= self.fleet_until then
-        -- (opts.redis: the host's view of the fleet's changes is due)
-        now = fleet_sync(self, now)
-    end
     local lru = self.lru
     local old
     if lru then
+        -- (expired by the L1's own clock, the zone's: l1.lua)
         old = lru:get(key)
-        if old and old.exp <= now then
-            -- expired by the monotonic clock (see store.lua's set_l1)
-            lru:delete(key)
-            old = nil
+    end
+    local until_ms = self.fleet_until
+    if until_ms ~= huge then
+        -- (opts.redis) the host's view of the fleet's changes, when due;
+        -- the time: the hit's reading of the clock.  A sync that applies
+        -- changes moves generation words, which the hit is checked
+        -- against below.
+        local now = old and l1_last[0] or now_ms()
+        if now >= until_ms then
+            fleet_sync(self, now)
         end
-        if old then
-            -- the hit: one load of the key's generation word
-            local gens = self.gens
-            local gen
-            if gens then
-                gen = gens[old.slot]
-            elseif self.zone then
-                gen = zone_gen_add(self.zone, old.slot, 0)
-            else
-                gen = self.dict:get(self.gen_key) or 0
+    end
+    if old then
+        -- the hit: one load of the key's generation word
+        local gens = self.gens
+        local gen
+        if gens then
+            gen = gens[old.slot]
+        elseif self.zone then
+            gen = zone_gen_add(self.zone, old.slot, 0)
+        else
+            gen = self.dict:get(self.gen_key) or 0
+        end
+        if gen == old.gen then
+            local hits = self.l1_hits
+            hits[0] = hits[0] + 1
+            local value = old.v
+            if value == NIL then
+                return nil, nil, 1
             end
-            if gen == old.gen then
-                local hits = self.l1_hits
-                hits[0] = hits[0] + 1
-                local value = old.v
-                if value == NIL then
-                    return nil, nil, 1
-                end
-                return value, nil, 1
-            end
+            return value, nil, 1
         end
     end
 

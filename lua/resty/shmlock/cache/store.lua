@@ -159,13 +159,10 @@ function _M.extra_ttl(stale_ttl, resurrect_ttl)
 end
 
 -- An L1 entry: the value (NIL for nil), the generation word's slot and
--- the value it had before the zone read, the zone entry's stamp, and its
--- expiry `exp` (ms of the zone's clock, monotonic; MAX_L1_TTL ahead for a
--- value that never expires).  get() checks exp at every hit: lrucache's
--- own ttl (what is left of the value's ttl, given too, so that lrucache
--- drops expired entries) runs by ngx.now inside nginx, the wall clock,
--- which may step back by hours.  That clock read (an FFI call) also keeps
--- the JIT from hoisting the generation word's load out of a loop of hits.
+-- the value it had before the zone read, and the zone entry's stamp; it
+-- lives what is left of the value's ttl (MAX_L1_TTL for a value that
+-- never expires), by the L1's own clock, the zone's monotonic one
+-- (cache/l1.lua).
 local function set_l1(self, key, value, remaining, slot, gen, stamp)
     local lru = self.lru
     if lru then
@@ -173,8 +170,7 @@ local function set_l1(self, key, value, remaining, slot, gen, stamp)
             value = NIL
         end
         local ttl = remaining or MAX_L1_TTL
-        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp,
-                       exp = now_ms() + ttl * 1000 },
+        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp },
                 ttl)
     end
 end
