@@ -214,7 +214,10 @@ function _M.new(a, b, c)
         zone = zone,
         gens = gens,
         counts = stats.new(fl),
-        l1_hits = stats.l1_hits(),
+        -- the L1 hits' counter; (zone-clock ms) until when this host's
+        -- view of the fleet's changes is current: get() pulls the change
+        -- log after it
+        hot = stats.hot(fl and 0 or huge),
         counts_pid = core.self_pid(),
         flushed = now_ms(),
         stats_prefix = name .. "#stats:",
@@ -223,9 +226,6 @@ function _M.new(a, b, c)
         lock_prefix = name .. "#lock:",
         gen_key = name .. "#gen",
         fleet = fl,
-        -- (zone-clock ms) until when this host's view of the fleet's
-        -- changes is current: get() pulls the change log after it
-        fleet_until = fl and 0 or huge,
     }, mt)
 end
 
@@ -247,7 +247,8 @@ function _M.get(self, key, opts, loader, ...)
         -- (expired by the L1's own clock, the zone's: l1.lua)
         old = lru:get(key)
     end
-    local until_ms = self.fleet_until
+    local hot = self.hot
+    local until_ms = hot.fleet_until
     if until_ms ~= huge then
         -- (opts.redis) the host's view of the fleet's changes, when due;
         -- the time: the hit's reading of the clock.  A sync that applies
@@ -260,18 +261,17 @@ function _M.get(self, key, opts, loader, ...)
     end
     if old then
         -- the hit: one load of the key's generation word
-        local gens = self.gens
+        local word = old.word
         local gen
-        if gens then
-            gen = gens[old.slot]
+        if word then
+            gen = word[0]
         elseif self.zone then
             gen = zone_gen_add(self.zone, old.slot, 0)
         else
             gen = self.dict:get(self.gen_key) or 0
         end
         if gen == old.gen then
-            local hits = self.l1_hits
-            hits[0] = hits[0] + 1
+            hot.hits = hot.hits + 1
             local value = old.v
             if value == NIL then
                 return nil, nil, 1
@@ -293,7 +293,7 @@ function _M.get(self, key, opts, loader, ...)
     if found then
         -- an L1 copy the zone confirmed is still an L1 hit
         if kept then
-            self.l1_hits[0] = self.l1_hits[0] + 1
+            hot.hits = hot.hits + 1
             return value, nil, 1
         end
         count(self, "hits_l2")

@@ -159,7 +159,9 @@ function _M.extra_ttl(stale_ttl, resurrect_ttl)
 end
 
 -- An L1 entry: the value (NIL for nil), the generation word's slot and
--- the value it had before the zone read, and the zone entry's stamp; it
+-- the value it had before the zone read, the zone entry's stamp, and
+-- under the FFI a pointer to that word (get()'s hit reads it: one load,
+-- not an index computed from the slot at each hit); it
 -- lives what is left of the value's ttl (MAX_L1_TTL for a value that
 -- never expires), by the L1's own clock, the zone's monotonic one
 -- (cache/l1.lua).
@@ -170,7 +172,9 @@ local function set_l1(self, key, value, remaining, slot, gen, stamp)
             value = NIL
         end
         local ttl = remaining or MAX_L1_TTL
-        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp },
+        local gens = self.gens
+        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp,
+                       word = gens and gens + slot or false },
                 ttl)
     end
 end
