@@ -221,7 +221,16 @@ wants 1 && section "1 uncontended" uncontended
 wants 2 && section "2 dict size" step luajit dict_size.lua
 wants 3 && section "3 handoff" step luajit handoff.lua "$WORK/floor_futex"
 wants 4 && section "4 fairness" step luajit fairness.lua
-wants 8 && section "8 cache L1 hit" step luajit cache_l1.lua
+# (with a Redis, the cache's L1 hit with opts.redis too)
+cache_l1() {
+    start_redis || unset BENCH_REDIS_PORT
+    local rc=0
+    step luajit cache_l1.lua || rc=$?
+    stop_pid "$REDIS_PID" TERM
+    REDIS_PID=
+    return $rc
+}
+wants 8 && section "8 cache L1 hit" cache_l1
 wants 9 && section "9 contended" step luajit contended.lua
 # (the cache's L1 hit with opts.redis reads Redis once, in its warm-up)
 instructions() {

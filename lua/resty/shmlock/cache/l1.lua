@@ -103,9 +103,9 @@ function lru.set(self, key, value, ttl)
         unlink(node)
     else
         if self.n >= self.size then
-            local last = self.head.prev
-            unlink(last)
-            nodes[last.key] = nil
+            local oldest = self.head.prev
+            unlink(oldest)
+            nodes[oldest.key] = nil
             self.n = self.n - 1
         end
         node = { key = key }
