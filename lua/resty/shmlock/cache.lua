@@ -66,7 +66,6 @@ local load_miss = load.miss
 local refresh = load.refresh
 local count = stats.count
 local fleet_sync = fleet_log.sync
-local l1_last = l1.last
 local huge = math.huge
 local NIL = store.NIL
 local CHANGED, INVALIDATE = store.CHANGED, store.INVALIDATE
@@ -242,19 +241,26 @@ function _M.get(self, key, opts, loader, ...)
     end
 
     local lru = self.lru
-    local old
+    local old, now
     if lru then
-        -- (expired by the L1's own clock, the zone's: l1.lua)
         old = lru:get(key)
+        if old then
+            now = now_ms()
+            if old.exp <= now then
+                -- expired by the monotonic clock (see store.lua's set_l1)
+                lru:delete(key)
+                old = nil
+            end
+        end
     end
     local hot = self.hot
     local until_ms = hot.fleet_until
     if until_ms ~= huge then
-        -- (opts.redis) the host's view of the fleet's changes, when due;
-        -- the time: the hit's reading of the clock.  A sync that applies
-        -- changes moves generation words, which the hit is checked
-        -- against below.
-        local now = old and l1_last[0] or now_ms()
+        -- (opts.redis) the host's view of the fleet's changes, when due.
+        -- After the L1 lookup, so that a hit reads the clock once: a sync
+        -- that applies changes moves generation words, which the hit is
+        -- checked against below.
+        now = now or now_ms()
         if now >= until_ms then
             fleet_sync(self, now)
         end

@@ -7,6 +7,7 @@
 -- set(key, value, ttl?), delete(key) and flush_all().
 
 local core = require "resty.shmlock.internal.core"
+local nginx = require "resty.shmlock.internal.nginx"
 local now_ms = require("resty.shmlock.internal.clock").now_ms
 
 local setmetatable = setmetatable
@@ -15,33 +16,18 @@ local tostring = tostring
 local _M = {}
 
 
--- The L1's clock: the zone's (CLOCK_MONOTONIC, in ms), read by an FFI
--- call at each hit, whose reading the cache keeps (l1.last[0]) for its
--- own use of the time at that hit (opts.redis: whether the fleet's
--- changes are due), so that a hit reads the clock once.  The call also
--- keeps the JIT from hoisting the cache's load of a generation word, made
--- after it, out of a loop of hits (spec/31).  The reading is kept in an
--- FFI array, not an upvalue: a store to an upvalue is a guard, which
--- would make the JIT keep the clock call's boxed 64-bit result for its
--- snapshot, and an allocation in a loop stops it from hoisting the
--- cache's lookups out of a loop of hits (some 200 instructions a hit).
-local last = core.ffi and require("ffi").new("double[1]") or { [0] = 0 }
-_M.last = last
-
-local function clock_ms()
-    local ms = now_ms()
-    last[0] = ms
-    return ms
-end
-
-
 -- Debian's lua-resty-lrucache reads ngx.now once, when it loads, and needs
--- nothing else from ngx.  We load a copy of our own in an environment
--- whose ngx.now is the L1's clock, inside nginx too: its ttls then run by
--- the zone's monotonic clock (nginx's ngx.now is the wall clock, which
--- may step back by hours), and no global `ngx` appears outside nginx
--- (other modules take a global ngx to mean "inside nginx").
+-- nothing else from ngx.  Outside nginx we load it in an environment whose
+-- ngx.now is the zone's clock, so no global `ngx` ever appears (other
+-- modules take a global ngx to mean "inside nginx").  The cache gives its
+-- L1 entries no ttl here (lrucache's clock, inside nginx, is ngx.now, the
+-- wall clock): it checks each hit's own expiry, one read of the zone's
+-- clock, and lrucache's get reads no clock.
 local function load_lrucache()
+    if nginx.api() then
+        return require "resty.lrucache"
+    end
+
     local path, err = package.searchpath("resty.lrucache", package.path)
     if not path then
         error("resty.shmlock.cache: cannot find resty.lrucache "
@@ -51,7 +37,7 @@ local function load_lrucache()
     if not chunk then
         error("resty.shmlock.cache: cannot load " .. path .. ": " .. lerr, 4)
     end
-    local shim = { now = function() return clock_ms() / 1000 end }
+    local shim = { now = function() return now_ms() / 1000 end }
     setfenv(chunk, setmetatable({ ngx = shim }, { __index = _G }))
     local ok, mod = pcall(chunk, "resty.lrucache")
     if not ok then
@@ -85,7 +71,7 @@ function lru.get(self, key)
     if not node then
         return nil
     end
-    if node.exp and node.exp <= clock_ms() then
+    if node.exp and node.exp <= now_ms() then
         unlink(node)
         self.nodes[key] = nil
         self.n = self.n - 1
@@ -113,7 +99,7 @@ function lru.set(self, key, value, ttl)
         self.n = self.n + 1
     end
     node.value = value
-    node.exp = ttl and ttl > 0 and clock_ms() + ttl * 1000 or nil
+    node.exp = ttl and ttl > 0 and now_ms() + ttl * 1000 or nil
     push_front(self, node)
 end
 

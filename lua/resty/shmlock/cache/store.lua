@@ -159,12 +159,15 @@ function _M.extra_ttl(stale_ttl, resurrect_ttl)
 end
 
 -- An L1 entry: the value (NIL for nil), the generation word's slot and
--- the value it had before the zone read, the zone entry's stamp, and
--- under the FFI a pointer to that word (get()'s hit reads it: one load,
--- not an index computed from the slot at each hit); it
--- lives what is left of the value's ttl (MAX_L1_TTL for a value that
--- never expires), by the L1's own clock, the zone's monotonic one
--- (cache/l1.lua).
+-- the value it had before the zone read, the zone entry's stamp, under
+-- the FFI a pointer to that word (get()'s hit reads it: one load, not an
+-- index computed from the slot at each hit), and its expiry `exp` (ms of
+-- the zone's clock, monotonic; MAX_L1_TTL ahead for a value that never
+-- expires).  get() checks exp at every hit, and the L1 itself is given
+-- no ttl: lrucache's clock inside nginx is ngx.now, the wall clock, which
+-- may step back by hours, and a hit then reads one clock, not two.  That
+-- clock read (an FFI call) also keeps the JIT from hoisting the
+-- generation word's load out of a loop of hits.
 local function set_l1(self, key, value, remaining, slot, gen, stamp)
     local lru = self.lru
     if lru then
@@ -174,8 +177,8 @@ local function set_l1(self, key, value, remaining, slot, gen, stamp)
         local ttl = remaining or MAX_L1_TTL
         local gens = self.gens
         lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp,
-                       word = gens and gens + slot or false },
-                ttl)
+                       word = gens and gens + slot or false,
+                       exp = now_ms() + ttl * 1000 })
     end
 end
 
