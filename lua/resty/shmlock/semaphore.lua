@@ -91,6 +91,16 @@ local tk = slots.ticket()       -- acquire's out-parameter
 
 local ATTACH = { create = false }
 
+-- Misuse: a method called on anything but a semaphore object (sem.count(
+-- "name", key) for semaphore.inspect, a dict, another module's object)
+-- raises at the method's caller, before its zone reaches the core.
+local function check_self(self)
+    if getmetatable(self) ~= mt then
+        error("bad semaphore object (use sem:method(), not sem.method())",
+              3)
+    end
+end
+
 
 -- ---- new ----
 
@@ -425,6 +435,7 @@ end
 
 -- syntax: elapsed, err = sem:acquire(key, timeout?)
 function _M.acquire(self, key, timeout)
+    check_self(self)
     if held(self.permit) then
         return nil, "locked"
     end
@@ -473,6 +484,7 @@ end
 
 -- syntax: ok, err = sem:release()
 function _M.release(self)
+    check_self(self)
     local cd = held(self.permit)
     if not cd then
         return nil, "unlocked"
@@ -493,6 +505,7 @@ end
 
 -- syntax: ok, err = sem:expire(seconds?)
 function _M.expire(self, seconds)
+    check_self(self)
     if seconds == nil then
         seconds = self.exptime
     else
@@ -507,6 +520,10 @@ function _M.expire(self, seconds)
         return true
     end
     if rc == NOT_FOUND then
+        -- the lease ran out: the permit is gone, and the object holds
+        -- nothing any more (as the lock's expire): owned() is false, and
+        -- acquire() may take a permit again
+        permit.drop(cd)
         return nil, "expired"
     end
     return nil, errors[rc]
@@ -516,6 +533,7 @@ end
 -- The permits of key held now (dead holders and expired leases dropped
 -- first).
 function _M.count(self, key)
+    check_self(self)
     local err
     key, err = key_check(key)
     if not key then
@@ -549,6 +567,7 @@ end
 -- syntax: holding = sem:owned()
 -- Whether this object holds a permit (false in a forked child).
 function _M.owned(self)
+    check_self(self)
     return held(self.permit) ~= nil
 end
 
