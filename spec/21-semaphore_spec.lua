@@ -54,15 +54,37 @@ describe("resty.shmlock.semaphore", function()
     end)
 
     it("gives a lease: an expired permit counts no more, its release "
-       .. "answers 1, 'expired' and its expire nil, 'expired'", function()
+       .. "answers 1, 'expired'", function()
+        local a = assert(semaphore:new(dict, { exptime = 0.001 }))
+        local b = assert(semaphore:new(dict))
+        assert.same({ 0 }, { a:acquire("k") })
+        proc.sleep(0.01)          -- at least: the lease is over by then
+        assert.same({ 0 }, { b:acquire("k", 0) })
+        assert.same({ 1, "expired" }, { a:release() })
+        assert.same({ nil, "unlocked" }, { a:release() })
+        assert.same({ 1 }, { b:release() })
+    end)
+
+    it("after expire() answers nil, 'expired' the object holds nothing, "
+       .. "as the lock: owned() false, acquire() takes a permit again",
+       function()
         local a = assert(semaphore:new(dict, { exptime = 0.001 }))
         local b = assert(semaphore:new(dict))
         assert.same({ 0 }, { a:acquire("k") })
         proc.sleep(0.01)          -- at least: the lease is over by then
         assert.same({ 0 }, { b:acquire("k", 0) })
         assert.same({ nil, "expired" }, { a:expire() })
-        assert.same({ 1, "expired" }, { a:release() })
+        assert.is_false(a:owned())
+        assert.same({ nil, "unlocked" }, { a:expire() })
+        assert.same({ nil, "unlocked" }, { a:release() })
+        -- (b holds the one permit: a's acquire now waits for it, not
+        -- "locked")
+        assert.same({ nil, "timeout" }, { a:acquire("k", 0) })
         assert.same({ 1 }, { b:release() })
+        assert.same({ 0 }, { a:acquire("k", 0) })
+        assert.is_true(a:owned())
+        assert.same({ 1 }, { a:release() })
+        assert.equal(0, b:count("k"))
     end)
 
     it("refuses bad input", function()

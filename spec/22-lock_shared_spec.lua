@@ -129,6 +129,7 @@ describe("lock:lock_shared", function()
         proc.sleep(0.01)          -- at least: the lease is over by then
         assert.same({ 0 }, { w:lock("k", 0) })
         assert.same({ nil, "expired" }, { r:expire() })
+        assert.is_false(r:owned())
         assert.same({ nil, "unlocked" }, { r:unlock() })
         assert.same({ 1 }, { w:unlock() })
         assert.same({ 0 }, { r:lock_shared("k") })

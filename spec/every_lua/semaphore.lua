@@ -192,10 +192,17 @@ eq(0, short:acquire("l"), "a short lease")
 until_true(function() return sem:count("l") == 0 end, "the lease runs out")
 local one = assert(semaphore:new(d, { permits = 1, timeout = 0 }))
 eq(0, one:acquire("l"), "the lease's permit taken")
-eq("expired", select(2, short:expire(10)), "expire of a lapsed lease")
 local r, why = short:release()
 eq(1, r, "release of a lapsed lease") eq("expired", why, "told so")
 eq(1, sem:count("l"), "the other's permit stays")
+-- and its expire: the object holds nothing afterwards, as the lock
+eq(0, short:acquire("l2"), "a short lease again")
+until_true(function() return sem:count("l2") == 0 end, "it runs out")
+eq("expired", select(2, short:expire(10)), "expire of a lapsed lease")
+eq(false, short:owned(), "the lapsed permit is forgotten")
+eq("unlocked", select(2, short:release()), "nothing left to release")
+eq(0, short:acquire("l2"), "a permit again, not 'locked'")
+eq(1, short:release(), "release l2")
 eq(1, one:release(), "release l")
 
 -- a waiter in another process, woken by the release
