@@ -196,9 +196,13 @@ end
 
 
 -- syntax: here = shared.here(zone, key, klen)
--- Whether key is held exclusive by this very process (a blocking wait
--- for it would wait for itself).
-_M.here = zone_backend.here
+-- Whether a shared waiter for key would wait for this very process (a
+-- blocking wait could never end): key held exclusive by it, or a writer
+-- that keeps readers out waits for a shared hold of it (zone.here).
+local zone_here = zone_backend.here
+function _M.here(zone, key, klen)
+    return zone_here(zone, key, klen, true)
+end
 
 
 -- syntax: ident = shared.ident(cd)

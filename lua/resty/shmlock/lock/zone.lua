@@ -200,6 +200,8 @@ local _M = {
 
 
 local SHARED = codes.SHARED
+local AGAIN = codes.AGAIN
+local GROUP_MAX = codes.GROUP_MAX
 local GROUP_PID = 0xffffffff     -- a shared holds' head (src/group.h)
 local NEVER = 2 ^ 40 - 1        -- the expiry of a lock without one
 
@@ -501,13 +503,50 @@ function _M.holds(zone, key, klen, cd)
 end
 
 
--- syntax: here = zone.here(zone, key, klen)
--- Whether key is held (live) by this very process.
-function _M.here(zone, key, klen)
+-- whether one of key's live shared holds is this process's (its holders
+-- read in batches: more than a batch, again with room for them all)
+local HOLDERS_BATCH = 64
+
+local function shared_here(zone, key, klen)
+    local me = self_pid()
+    local n = HOLDERS_BATCH
+    while true do
+        local rc, count, list = slots.group_holders(zone, SHARED, key, klen,
+                                                    n)
+        if rc ~= OK and rc ~= AGAIN then
+            return false
+        end
+        for i = 1, #list do
+            if owner(list[i]) == me then
+                return true
+            end
+        end
+        if rc == OK or n >= GROUP_MAX then
+            return false
+        end
+        n = min(count + 16, GROUP_MAX)
+    end
+end
+
+
+-- syntax: here = zone.here(zone, key, klen, shared?)
+-- Whether a wait for key could only end by a release of this very process
+-- (which cannot come while the process blocks): key held exclusive by
+-- it; or, for an exclusive waiter, a shared hold of it among the key's
+-- readers (a writer waits for every reader); for a shared waiter
+-- (shared), a hold of it among the readers while a writer's mark keeps
+-- new readers out (that writer waits for this process's hold).
+function _M.here(zone, key, klen, shared)
     if look_at(zone, key, klen) ~= OK then
         return false
     end
     local pid, id = owner(seen)
+    if pid == GROUP_PID then
+        if shared and not marked_in(seen) then
+            return false
+        end
+        return shared_here(zone, key, klen)
+    end
     return pid == self_pid() and id ~= 0 and expiry_of(seen) > now_ms()
 end
 
