@@ -77,7 +77,7 @@ INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
 
-.PHONY: all lib clean install deps demo bench soak test test-lua \
+.PHONY: all lib clean install deps demo demo-fleet bench soak test test-lua \
         test-nginx test-asan test-valgrind test-slots test-groups test-every-lua test-install \
         test-luarocks test-busted check-layers lint
 
@@ -165,12 +165,21 @@ bench:
 	bench/run.sh
 
 # The main job: a cache stampede on an embedded zone, with and without the
-# lock, and on a stale key with stale_ttl (demo/stampede.lua; writes
-# demo/stampede.png).
+# lock, and on a stale key with stale_ttl (demo/stampede.lua; writes its
+# data and plot to demo/out/, which git ignores: the checkout stays clean).
 demo:
 	scripts/deps.sh </dev/null
 	$(MAKE) --no-print-directory all
 	luajit demo/stampede.lua
+
+# The fleet case: 3 hosts (zone directories) x 8 processes, one cold key,
+# the host tier, the lock-factory recipe, the fleet tier (opts.redis) and
+# Redis stopped under a stale key, with a redis-server of its own on
+# loopback (demo/fleet.lua; writes under $TMPDIR, nothing in the checkout).
+demo-fleet:
+	scripts/deps.sh </dev/null
+	$(MAKE) --no-print-directory all
+	luajit demo/fleet.lua
 
 # The soak test (spec/soak.lua): the kill storm mixed with pid reuse after
 # a kill inside the mutex, a zone filling up under marked locks, destroy
@@ -206,14 +215,15 @@ test:
 # Every Lua (docs/every-lua.md): spec/60 (run by test-lua too) starts
 # lua5.1 ... lua5.4 and LuaJIT on the modules and on one zone at once; then
 # every dictionary method, the cache, the lock, the semaphore, shared
-# holds and the bad-argument sweep (every public function and every
-# function of the C module, wrong arguments) under each PUC Lua through
-# its C module, under valgrind and with the module built with ASan and
-# UBSan (the C API binding's memory: any report fails).
+# holds, number keys and the bad-argument sweep (every public function and
+# every function of the C module, wrong arguments) under each PUC Lua
+# through its C module, under valgrind and with the module built with ASan
+# and UBSan (the C API binding's memory: any report fails).
 ASAN_LUA_MODS = $(LUA_VERSIONS:%=build-asan/lua%/resty/shmlock/core.so)
 EVERY_LUA_SCRIPTS = spec/every_lua/dict.lua spec/every_lua/cache.lua \
                     spec/every_lua/lock.lua spec/every_lua/semaphore.lua \
-                    spec/every_lua/lock_shared.lua spec/every_lua/sweep.lua
+                    spec/every_lua/lock_shared.lua spec/every_lua/keys.lua \
+                    spec/every_lua/sweep.lua
 # the call the bad-argument sweep (sweep.lua) was making when it died
 PROGRESS = sh -c 'tail -n 1 "$$0/progress" 2>/dev/null | sed "s/^/last call: /"'
 # (that the ASan build is the module loaded, not the checkout's)
