@@ -112,9 +112,10 @@ local BAD = {
     { "a thread", coroutine.create(function() end) },
     { "a dict", d },
 }
-if math.maxinteger then
-    BAD[#BAD + 1] = { "maxinteger", math.maxinteger }
-    BAD[#BAD + 1] = { "mininteger", math.mininteger }
+local maxinteger = math.maxinteger     -- luacheck: ignore 143 (5.3+)
+if maxinteger then
+    BAD[#BAD + 1] = { "maxinteger", maxinteger }
+    BAD[#BAD + 1] = { "mininteger", -maxinteger - 1 }
 end
 if C then
     BAD[#BAD + 1] = { "a ticket", C.ticket() }
@@ -269,7 +270,8 @@ end
 T["resty.shmlock.cache.new"] = {
     args = { "sw_c", { dict = d, lock_dict = d } },
     opts = { 2, { "dict", "lock_dict", "lock_opts", "lock", "ttl",
-                  "neg_ttl", "resurrect_ttl", "stale_ttl", "l1_size" } } }
+                  "neg_ttl", "resurrect_ttl", "stale_ttl", "l1_size",
+                  "redis", "fleet_lag", "redis_timeout" } } }
 T["resty.shmlock.cache.get"] = {
     args = function() return { c, fresh_key(), {}, loader, "v" } end,
     method = true,
@@ -533,13 +535,6 @@ local calls = 0
 -- SWEEP_VERIFY=1: the zone verified after every call (slow; to find the
 -- call that broke it)
 local VERIFY = os.getenv("SWEEP_VERIFY") == "1"
-
-local function show(v)
-    if type(v) == "string" then
-        return #v > 20 and #v .. " bytes" or string.format("%q", v)
-    end
-    return tostring(v)
-end
 
 -- one call of f with args[1 .. n]; what: where the bad value is
 local function call(name, e, f, args, n, what)
