@@ -68,7 +68,7 @@ describe("bad arguments", function()
                     print(m, ok, (tostring(err):gsub("^[^:]*:%d+: ", "")))
                 end
             end
-            print("alive")']])
+            print("alive")']], 30)
         assert.equal(0, status, out)
         local want = {}
         for _ = 1, 3 do
@@ -82,6 +82,30 @@ describe("bad arguments", function()
         assert.equal(table.concat(want, "\n"), out)
     end)
 
+    it("lock methods on a wrong self raise, naming the misuse; opts.group "
+       .. "with a NUL byte raises (getgrnam would see a shorter name)",
+       function()
+        local shdict = require "resty.shmlock.shdict"
+        local resty_lock = require "resty.shmlock"
+        local semaphore = require "resty.shmlock.semaphore"
+        local d = assert(shdict.open("lock_self", { dir = dir }))
+        local sem = assert(semaphore:new(d))
+        for _, self in ipairs { "lock_self", d, sem, {}, 5 } do
+            for _, m in ipairs { "lock", "trylock", "lock_shared", "unlock",
+                                 "expire", "owned" } do
+                local ok, err = pcall(resty_lock[m], self, "key")
+                assert.is_false(ok)
+                assert.equal("bad lock object (use lock:method(), not "
+                             .. "lock.method())",
+                             (tostring(err):gsub("^[^:]*:%d+: ", "")), m)
+            end
+        end
+        assert.has_error(function()
+            shdict.open("grouped", { dir = dir, group = "root\0x" })
+        end, 'bad "opts.group" argument')
+        shdict.destroy("lock_self", { dir = dir })
+    end)
+
     it("core.slot_hash(key, NaN) raises under every PUC Lua (was SIGSEGV: "
        .. "NaN passed the length check)", function()
         for _, lua in ipairs(PUC) do
@@ -91,7 +115,7 @@ describe("bad arguments", function()
                     local ok, err = pcall(C.slot_hash, "abc", n)
                     print(ok, (tostring(err):gsub("^[^:]*:%d+: ", "")))
                 end
-                print(C.slot_hash("abc", 3) == C.slot_hash("abc"))']])
+                print(C.slot_hash("abc", 3) == C.slot_hash("abc"))']], 30)
             assert.equal(0, status, lua .. ": " .. out)
             local bad = "false\tbad argument #2 to '?' (bad key length)"
             assert.equal(table.concat({ bad, bad, bad, bad, "true" }, "\n"),
@@ -122,7 +146,7 @@ describe("bad arguments", function()
                 try(C.sleep, 2^53)
                 try(C.setenv, "SHMLOCK_DIR", "/tmp\0/x")
                 try(C.getgrnam, "root\0x")
-                print(C.bit_tobit(0/0), C.bit_band(1/0, -1))']])
+                print(C.bit_tobit(0/0), C.bit_band(1/0, -1))']], 30)
             assert.equal(0, status, lua .. ": " .. out)
             local lines = {}
             for line in out:gmatch("[^\n]+") do

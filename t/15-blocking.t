@@ -3,7 +3,11 @@
 # a held key by blocking the worker, up to that long: it gets a key that a
 # LuaJIT process releases meanwhile (woken by the release), answers
 # "timeout" after the bound for a key held longer, and without the option
-# still answers "cannot wait in <phase> phase" at once.
+# still answers "cannot wait in <phase> phase" at once.  A blocking wait
+# for a key this very worker holds (a lock behind its own shared hold,
+# alone or beside a LuaJIT reader; a shared hold behind its own lock; a
+# permit behind its own) could never end: refused at once, "held by this
+# worker".
 use strict;
 use warnings;
 use FindBin;
