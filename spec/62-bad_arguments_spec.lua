@@ -106,6 +106,72 @@ describe("bad arguments", function()
         shdict.destroy("lock_self", { dir = dir })
     end)
 
+    it("a zeroed ticket releases, extends and swaps nothing: the zone "
+       .. "verifies (its release made an empty slot live)", function()
+        local ffi = require "ffi"
+        local C = require "resty.shmlock.lib"
+        local shdict = require "resty.shmlock.shdict"
+        local d = assert(shdict.open("zeroed", { dir = dir }))
+        local zone = d._zone
+        local zero = ffi.new("shmlock_ticket_t")
+        local out = ffi.new("shmlock_ticket_t")
+        assert.equal(C.SHMLOCK_NOT_FOUND, C.shmlock_slot_release(zone, zero))
+        assert.equal(C.SHMLOCK_NOT_FOUND,
+                     C.shmlock_slot_extend(zone, zero, 1000, 0))
+        -- (an owner of this process: the swap's arguments are good)
+        local owner = ffi.cast("uint64_t", C.shmlock_self_pid()) * 2 ^ 32 + 7
+        assert.equal(C.SHMLOCK_CHANGED,
+                     C.shmlock_slot_swap(zone, zero, owner, 0, 0, 1000, 0,
+                                         out))
+        assert.same({ true }, { d:verify() })
+        -- a lock still works in every slot
+        local lock = assert(require("resty.shmlock"):new(d))
+        assert.equal(0, lock:lock("k"))
+        assert.equal(1, lock:unlock())
+        assert.same({ true }, { d:verify() })
+        shdict.destroy("zeroed", { dir = dir })
+    end)
+
+    it("a zone collected with the library's last reference closes before "
+       .. "the library goes (was SIGSEGV: busted drops the modules between "
+       .. "spec files)", function()
+        -- a zone alone; then a zone with a held lock, a shared hold and a
+        -- permit: every module dropped from package.loaded, and
+        -- everything collected
+        local DROP = [[
+            for name in pairs(package.loaded) do
+                if name:find("^resty%.shmlock") then
+                    package.loaded[name] = nil
+                end
+            end]]
+        local out, status = run("luajit", [[-e '
+            local shdict = require "resty.shmlock.shdict"
+            local d = assert(shdict.open("gczone"))
+            ]] .. DROP .. [[
+            shdict, d = nil, nil
+            collectgarbage()
+            collectgarbage()
+            print("alive")']], 30)
+        assert.equal(0, status, out)
+        assert.equal("alive", out)
+        out, status = run("luajit", [[-e '
+            local shdict = require "resty.shmlock.shdict"
+            local d = assert(shdict.open("gczone"))
+            local l = assert(require("resty.shmlock"):new(d))
+            assert(l:lock("a") == 0)
+            local r = assert(require("resty.shmlock"):new(d))
+            assert(r:lock_shared("b") == 0)
+            local s = assert(require("resty.shmlock.semaphore"):new(d))
+            assert(s:acquire("c") == 0)
+            ]] .. DROP .. [[
+            shdict, d, l, r, s = nil, nil, nil, nil, nil
+            collectgarbage()
+            collectgarbage()
+            print("alive")']], 30)
+        assert.equal(0, status, out)
+        assert.equal("alive", out)
+    end)
+
     it("core.slot_hash(key, NaN) raises under every PUC Lua (was SIGSEGV: "
        .. "NaN passed the length check)", function()
         for _, lua in ipairs(PUC) do
