@@ -226,15 +226,39 @@ io.write(elapsed and "locked" or ("failed: " .. tostring(err)))
         assert.equal(0, first:lock("k"))
         assert.equal(1, first:unlock())
         assert(os.remove(path("memo")))
+        until_check_due(dict)
+        -- nobody looked at the file yet: the name still reaches the zone
+        local again = assert(resty_lock:new("memo"))
+        assert.equal(dict, again.dict)
+        assert.same({ nil, REMOVED }, { again:lock("k") })
         -- another process makes the zone anew and holds the key there
         assert.equal("locked", fresh_locker("memo", "k"))
-        until_check_due(dict)
-        local again = assert(resty_lock:new("memo"))
-        assert.same({ nil, REMOVED }, { again:lock("k") })
         local new = assert(resty_lock:new("memo"))
         assert.not_equal(dict, new.dict)
         assert.equal(0, lib.shmlock_zone_dead(new.dict._zone))
         -- the key, held there by the fresh process (dead now): taken over
+        assert.equal(0, new:trylock("k"))
+        assert.equal(1, new:unlock())
+    end)
+
+    -- the process that made the zone anew marked the removed one dead
+    -- before it published the new file: nobody had to look at the file
+    it("a name resolved before, the zone made anew at once: new() reaches "
+       .. "the new zone", function()
+        local dict = fx:zone("memo2", { size = "64k" })
+        env.setenv("SHMLOCK_DIR", dir)
+        finally(function() env.setenv("SHMLOCK_DIR", nil) end)
+        local first = assert(resty_lock:new("memo2"))
+        assert.equal(dict, first.dict)
+        assert.equal(0, first:lock("k"))
+        assert.equal(1, first:unlock())
+        assert(os.remove(path("memo2")))
+        assert.equal("locked", fresh_locker("memo2", "k"))
+        -- the word itself, read without a look at the file
+        assert.equal(2, lib.shmlock_zone_dead_word(dict._zone)[0])
+        assert.same({ nil, REMOVED }, { first:lock("k") })
+        local new = assert(resty_lock:new("memo2"))
+        assert.not_equal(dict, new.dict)
         assert.equal(0, new:trylock("k"))
         assert.equal(1, new:unlock())
     end)
@@ -278,5 +302,175 @@ io.write(elapsed and "locked" or ("failed: " .. tostring(err)))
         assert.is_true(done:await(20))
         assert.equal(0, proc.wait(pid, 20).code)
         assert.equal("1|nil|" .. REMOVED, checkout.read_file(dir .. "/f.out"))
+    end)
+end)
+
+-- Issue 30, item 3: the file removed and the name opened afresh at once,
+-- within the watch's SHMLOCK_WATCH_MS.  A process that creates a zone
+-- file first marks dead every removed generation of that name a live
+-- process still maps (found in /proc), before it publishes the new one;
+-- and every call that takes, releases or writes looks at the dead word
+-- after its step.  So a holder in the removed zone never answers success
+-- while a fresh process holds the key in the new one, however soon it
+-- asks.  Real processes, sequenced by pipes; nothing waits for a clock.
+describe("a zone file removed and made again at once", function()
+    local fx = fixture.new { dir = "test", children = "assert" }
+    local semaphore = require "resty.shmlock.semaphore"
+    local TRIES = 10
+    local dir
+
+    before_each(function()
+        dir = fx.dir
+    end)
+
+    -- Process H opens zone `name` (making it) and runs take(dict), which
+    -- takes what it holds; the file is removed; a fresh process P (forked
+    -- from this one, which never mapped the old file) opens the name,
+    -- making the zone anew, and runs ptake(dict), which takes the key
+    -- there; while P holds, H runs after(held, dict), whose answers
+    -- (strings) come back here.  P lets go afterwards.
+    local function split(name, take, ptake, after)
+        local h_ready, h_go, h_done = proc.pipe(), proc.pipe(), proc.pipe()
+        local p_ready, p_go = proc.pipe(), proc.pipe()
+        local out = dir .. "/" .. name .. ".out"
+        local h = proc.spawn(function()
+            h_ready:close_read()
+            h_done:close_read()
+            p_ready:close()
+            p_go:close()
+            local d = assert(shdict.open(name, { dir = dir, size = "64k" }))
+            local held = take(d)
+            h_ready:notify()
+            assert(h_go:wait_release(30), "no go")
+            checkout.write_file(out, table.concat(after(held, d), "\n"))
+            h_done:notify()
+        end)
+        h_ready:close_write()
+        h_done:close_write()
+        assert.is_true(h_ready:await(30))
+        assert(os.remove(dir .. "/shmlock." .. name))
+        local p = proc.spawn(function()
+            p_ready:close_read()
+            h_ready:close()
+            h_done:close()
+            h_go:close()
+            local d = assert(shdict.open(name, { dir = dir, size = "64k" }))
+            local held = ptake(d)
+            p_ready:notify()
+            assert(p_go:wait_release(30), "no go")
+            return held ~= nil
+        end)
+        p_ready:close_write()
+        assert.is_true(p_ready:await(30), "P did not take the key")
+        h_go:release()
+        assert.is_true(h_done:await(30), "H did not answer")
+        p_go:release()
+        local rh, rp = proc.wait(h, 30), proc.wait(p, 30)
+        assert.same({ "exit", 0, "exit", 0 },
+                    { rh.how, rh.code, rp.how, rp.code }, rh.msg or rp.msg)
+        h_ready:close_read()
+        h_done:close_read()
+        p_ready:close_read()
+        return checkout.read_file(out)
+    end
+
+    -- a call's first two answers, "a|b"
+    local function answer(a, b)
+        return tostring(a) .. "|" .. tostring(b)
+    end
+
+    local function lock_of(d)
+        return assert(resty_lock:new(d, { exptime = 60 }))
+    end
+
+    -- P's take: K's exclusive lock and a permit of K's one-permit
+    -- semaphore, both held in the new zone
+    local function p_holds_k(d)
+        local lock = lock_of(d)
+        assert.equal(0, lock:trylock("K"))
+        local sem = assert(semaphore:new(d, { permits = 1, exptime = 60 }))
+        assert.equal(0, sem:acquire("K", 0))
+        return { lock, sem }
+    end
+
+    -- every answer of H's: a refusal naming the removal, never a success
+    local function assert_refused(text, what)
+        for line in text:gmatch("[^\n]+") do
+            local call, rest = line:match("^(%w+)=(.*)$")
+            assert.is_true(rest == "nil|" .. REMOVED
+                           or rest == "false|" .. REMOVED,
+                           what .. ": " .. call .. " answered " .. rest)
+        end
+    end
+
+    it("the exclusive lock: unlock and expire never answer success",
+       function()
+        for i = 1, TRIES do
+            local text = split("x" .. i, function(d)
+                local lock = lock_of(d)
+                assert.equal(0, lock:lock("K"))
+                return lock
+            end, p_holds_k, function(lock, d)
+                return {
+                    "expire=" .. answer(lock:expire(30)),
+                    "unlock=" .. answer(lock:unlock()),
+                    "set=" .. answer(d:set("x", 1)),
+                }
+            end)
+            assert_refused(text, "try " .. i)
+        end
+    end)
+
+    it("lock_shared: unlock and expire never answer success", function()
+        for i = 1, TRIES do
+            local text = split("s" .. i, function(d)
+                local lock = lock_of(d)
+                assert.equal(0, lock:lock_shared("K"))
+                return lock
+            end, p_holds_k, function(lock)
+                return {
+                    "expire=" .. answer(lock:expire(30)),
+                    "unlock=" .. answer(lock:unlock()),
+                }
+            end)
+            assert_refused(text, "try " .. i)
+        end
+    end)
+
+    it("a semaphore's permit: release and expire never answer success",
+       function()
+        for i = 1, TRIES do
+            local text = split("p" .. i, function(d)
+                local sem = assert(semaphore:new(d, { permits = 1,
+                                                      exptime = 60 }))
+                assert.equal(0, sem:acquire("K", 0))
+                return sem
+            end, p_holds_k, function(sem)
+                return {
+                    "expire=" .. answer(sem:expire(30)),
+                    "release=" .. answer(sem:release()),
+                }
+            end)
+            assert_refused(text, "try " .. i)
+        end
+    end)
+
+    it("a process of the removed zone takes nothing P holds", function()
+        for i = 1, TRIES do
+            local text = split("a" .. i, function(d)
+                assert(d:set("seen", 1))   -- its file looked at just now
+                return { lock_of(d), lock_of(d),
+                         assert(semaphore:new(d, { permits = 1 })) }
+            end, p_holds_k, function(o, d)
+                return {
+                    "trylock=" .. answer(o[1]:trylock("K")),
+                    "shared=" .. answer(o[2]:lock_shared("K", 0)),
+                    "permit=" .. answer(o[3]:acquire("K", 0)),
+                    "set=" .. answer(d:set("x", 1)),
+                    "incr=" .. answer(d:incr("n", 1, 0)),
+                }
+            end)
+            assert_refused(text, "try " .. i)
+        end
     end)
 end)

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "shm_zone.h"
+#include "shm_removed.h"
 #include "shmlock.h"
 #include "sys.h"
 
@@ -23,6 +24,37 @@
 /* attach outcomes that send shm_zone_open round again */
 #define SHM_ZONE_GONE  (-1)          /* no file under the name */
 #define SHM_ZONE_DEAD  (-2)          /* a dead zone still under the name */
+#define SHM_ZONE_AGAIN (-3)          /* the file went between our open and
+                                        our mmap, or a file was published */
+
+#ifdef SHMLOCK_TESTING
+/* the test build's pause in an attach, between its open and its mmap */
+static int  shm_zone_pause_fd[2] = { -1, -1 };
+
+void
+shm_zone_test_pause(int notify_fd, int wait_fd)
+{
+    shm_zone_pause_fd[0] = notify_fd;
+    shm_zone_pause_fd[1] = wait_fd;
+}
+
+/* Once armed: a byte to notify_fd, then a read of wait_fd (a byte or
+ * EOF), then disarmed. */
+static void
+shm_zone_test_paused(void)
+{
+    char  c = '!';
+
+    if (shm_zone_pause_fd[0] < 0) {
+        return;
+    }
+    if (write(shm_zone_pause_fd[0], &c, 1) == 1) {
+        while (read(shm_zone_pause_fd[1], &c, 1) < 0 && errno == EINTR) {
+        }
+    }
+    shm_zone_pause_fd[0] = shm_zone_pause_fd[1] = -1;
+}
+#endif
 
 int
 shm_zone_name_ok(const char *name, size_t len)
@@ -198,8 +230,10 @@ shm_zone_close(shmlock_zone_t *z)
     }
     shm_zone_reg_unlock();
     if (last) {
-        shm_zone_close_fd(z);
+        /* unmapped first: a mapping of ours is never without its fd,
+         * through which a creator's scan reaches it (shm_removed.h) */
         munmap(z->base, z->size);
+        shm_zone_close_fd(z);
         free(z->path);
         free(z);
     }
@@ -340,6 +374,29 @@ shm_zone_same_time(const char *base)
 }
 
 /*
+ * Whether the file mapped at base (fd) has lost its name, looked at once
+ * it is mapped: removed between our open and our mmap, it may have been
+ * missed by the scan of a process making the name's zone anew
+ * (shm_removed.h), which found no mapping of ours yet.  Marked dead then
+ * (for the others mapping it), and the name looked at again.  A removal
+ * after this look finds our mapping.
+ */
+static int
+shm_zone_removed(int fd, char *base)
+{
+    struct stat  st;
+    uint32_t     live = 0;
+
+    if (fstat(fd, &st) != 0 || st.st_nlink != 0) {
+        return 0;
+    }
+    __atomic_compare_exchange_n(&((zone_hdr_t *) base)->dead, &live,
+                                ZONE_REMOVED, 0, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+    return 1;
+}
+
+/*
  * Attach to the zone published under `path`.  SHM_ZONE_GONE: no such file
  * (it may be created); SHM_ZONE_DEAD: a dead zone is still there (*dead
  * gets its identity).
@@ -387,6 +444,9 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
         close(fd);
         return SHMLOCK_OK;
     }
+#ifdef SHMLOCK_TESTING
+    shm_zone_test_paused();
+#endif
     if (shm_zone_map(fd, (uint64_t) st.st_size, &base) != 0) {
         *err = errno;
         close(fd);
@@ -406,6 +466,8 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
         rc = SHMLOCK_FOREIGN_NS;
     } else if (!shm_zone_same_time(base)) {
         rc = SHMLOCK_FOREIGN_TIME;
+    } else if (shm_zone_removed(fd, base)) {
+        rc = SHM_ZONE_AGAIN;
     }
     if (rc != SHMLOCK_OK) {
         munmap(base, (size_t) st.st_size);
@@ -496,15 +558,25 @@ shm_zone_publish(int fd, const char *tmp, const char *path)
     return linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH);
 }
 
-/* Build a zone in an unpublished file and publish it under `path`. */
+/*
+ * Builds a zone in an unpublished file and publishes it under `path`,
+ * once every removed file of the name that a process still maps is marked
+ * dead (shm_removed.h): from the publication on, none of them answers as
+ * the name's zone.  The file is not kept mapped: the caller attaches by
+ * the name as any opener does (*made tells it the file it made), since
+ * /proc/PID/maps names a mapping by the path it was opened by, and the
+ * built file's is no name (O_TMPFILE) or a temporary one, which no later
+ * creator's scan would look for.
+ */
 static int
 shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
-    uint64_t size, uint32_t nshards, shmlock_zone_t **out, int *err)
+    uint64_t size, uint32_t nshards, struct stat *made, int *err)
 {
     char         tmp[4096];
+    char         file[sizeof(SHM_ZONE_PREFIX) + SHMLOCK_NAME_MAX];
     char        *base;
     struct stat  st;
-    int          fd, rc;
+    int          fd;
 
     fd = shm_zone_tmpfile(dir, o->name, o->name_len, tmp, sizeof(tmp));
     if (fd < 0) {
@@ -523,24 +595,21 @@ shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
     }
 
     zone_format(base, size, nshards);
+    munmap(base, size);
 
+    snprintf(file, sizeof(file), SHM_ZONE_PREFIX "%.*s", (int) o->name_len,
+             o->name);
+    shm_removed_mark(dir, file, NULL);
     if (shm_zone_publish(fd, tmp, path) != 0) {
         *err = errno;
-        munmap(base, size);
         goto failed;
     }
     if (tmp[0] != '\0') {
         unlink(tmp);
     }
-
-    rc = shm_zone_reg_add(base, size, &st, fd, path, out);
-    if (rc != SHMLOCK_OK) {
-        *err = errno;
-        return rc;
-    }
-    shm_zone_note_file(o, &st);
-    o->created = 1;
-    return rc;
+    close(fd);
+    *made = st;
+    return SHMLOCK_OK;
 
 failed:
     if (tmp[0] != '\0') {
@@ -728,13 +797,14 @@ int
 shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
 {
     char         path[4096];
-    struct stat  dead;
+    struct stat  dead, made;
     const char  *dir;
     uint64_t     size = o->size;
-    int          rc, attempt;
+    int          rc, attempt, made_one = 0;
     uint32_t     nshards;
 
     *err = 0;
+    memset(&made, 0, sizeof(made));
     o->created = 0;
     o->file_mode = 0;
     o->file_layout = 0;
@@ -765,7 +835,8 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
         return SHMLOCK_SYSTEM;
     }
 
-    /* attach, else create; a racing creator or destroyer sends us round */
+    /* attach, else create (then attach what we made); a racing creator,
+     * destroyer or remover sends us round */
     for (attempt = 0; attempt < SHM_ZONE_ATTEMPTS; attempt++) {
         rc = shm_zone_attach_file(o, path, out, err, &dead);
         if (rc == SHM_ZONE_DEAD) {
@@ -775,6 +846,9 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
             }
             continue;
         }
+        if (rc == SHM_ZONE_AGAIN) {
+            continue;
+        }
         if (rc != SHM_ZONE_GONE) {
             break;
         }
@@ -782,7 +856,11 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
         if (size == 0) {
             return SHMLOCK_NOT_FOUND;    /* attach only */
         }
-        rc = shm_zone_create_file(o, dir, path, size, nshards, out, err);
+        rc = shm_zone_create_file(o, dir, path, size, nshards, &made, err);
+        if (rc == SHMLOCK_OK) {
+            made_one = 1;
+            continue;
+        }
         if (rc != SHMLOCK_EXISTS) {
             break;
         }
@@ -796,6 +874,7 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
     }
     if (rc == SHMLOCK_OK) {
         o->zone_size = (size_t) (*out)->size;
+        o->created = made_one && shm_zone_is_file(*out, &made);
     }
     return rc;
 }

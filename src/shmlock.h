@@ -837,6 +837,15 @@ SHMLOCK_API uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone,
  * someone, out[1] the sleepers woken, out[2] the most one call woke;
  * reset = 1 zeroes them after reading. */
 SHMLOCK_API void shmlock_test_wakes(uint64_t out[3], int reset);
+/* The next attach of a zone file in this process pauses between its open
+ * and its mmap: it writes a byte to notify_fd, then reads wait_fd (a byte
+ * or EOF) before it goes on. */
+SHMLOCK_API void shmlock_test_attach_pause(int notify_fd, int wait_fd);
+/* This process's last creation scan for removed files of the name
+ * (shm_removed.h): out[0] maps read, out[1] maps lines naming a removed
+ * file of the name, out[2] removed zones marked dead, out[3] lines whose
+ * file could not be reached. */
+SHMLOCK_API void shmlock_test_removed_scan(uint32_t out[4]);
 #endif
 
 #endif /* SHMLOCK_H */

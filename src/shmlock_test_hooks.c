@@ -10,6 +10,8 @@
 #include "shmlock.h"
 #include "crash.h"
 #include "shard_lock.h"
+#include "shm_removed.h"
+#include "shm_zone.h"
 #include "sys.h"
 #include "wait.h"
 #include "zone.h"
@@ -58,6 +60,24 @@ shmlock_test_shard_seq(shmlock_zone_t *zone, unsigned shard)
     shard_t  *sh = &zone->shard[shard % zone->nshards];
 
     return __atomic_load_n(&sh->hdr->seq, __ATOMIC_SEQ_CST);
+}
+
+void
+shmlock_test_attach_pause(int notify_fd, int wait_fd)
+{
+    shm_zone_test_pause(notify_fd, wait_fd);
+}
+
+void
+shmlock_test_removed_scan(uint32_t out[4])
+{
+    shm_removed_stats_t  st;
+
+    shm_removed_last(&st);
+    out[0] = st.procs;
+    out[1] = st.lines;
+    out[2] = st.marked;
+    out[3] = st.unreachable;
 }
 
 static uint64_t  wakes[3];
