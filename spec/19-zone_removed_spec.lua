@@ -316,6 +316,7 @@ end)
 describe("a zone file removed and made again at once", function()
     local fx = fixture.new { dir = "test", children = "assert" }
     local semaphore = require "resty.shmlock.semaphore"
+    local ffi = require "ffi"
     local TRIES = 10
     local dir
 
@@ -329,16 +330,30 @@ describe("a zone file removed and made again at once", function()
     -- making the zone anew, and runs ptake(dict), which takes the key
     -- there; while P holds, H runs after(held, dict), whose answers
     -- (strings) come back here.  P lets go afterwards.
-    local function split(name, take, ptake, after)
+    -- opts.dir: the zone's directory (fx.dir by default; false: none
+    -- given, SHMLOCK_DIR's or /dev/shm); opts.env: SHMLOCK_DIR in both
+    -- processes; opts.setup(): run by both first; opts.scan: P's scan
+    -- figures come back too (shmlock_test_removed_scan).
+    local function split(name, take, ptake, after, opts)
+        opts = opts or {}
+        local zdir = opts.dir == nil and dir or opts.dir or nil
+        local file = (zdir or opts.env or "/dev/shm") .. "/shmlock." .. name
         local h_ready, h_go, h_done = proc.pipe(), proc.pipe(), proc.pipe()
         local p_ready, p_go = proc.pipe(), proc.pipe()
         local out = dir .. "/" .. name .. ".out"
+        local function setup()
+            env.setenv("SHMLOCK_DIR", opts.env)
+            if opts.setup then
+                opts.setup()
+            end
+        end
         local h = proc.spawn(function()
             h_ready:close_read()
             h_done:close_read()
             p_ready:close()
             p_go:close()
-            local d = assert(shdict.open(name, { dir = dir, size = "64k" }))
+            setup()
+            local d = assert(shdict.open(name, { dir = zdir, size = "64k" }))
             local held = take(d)
             h_ready:notify()
             assert(h_go:wait_release(30), "no go")
@@ -348,14 +363,22 @@ describe("a zone file removed and made again at once", function()
         h_ready:close_write()
         h_done:close_write()
         assert.is_true(h_ready:await(30))
-        assert(os.remove(dir .. "/shmlock." .. name))
+        fx:defer(function()
+            shdict.destroy(name, { dir = zdir or opts.env })
+        end)
+        assert(os.remove(file))
         local p = proc.spawn(function()
             p_ready:close_read()
             h_ready:close()
             h_done:close()
             h_go:close()
-            local d = assert(shdict.open(name, { dir = dir, size = "64k" }))
+            setup()
+            local d = assert(shdict.open(name, { dir = zdir, size = "64k" }))
             local held = ptake(d)
+            local scan = ffi.new("uint32_t[4]")
+            lib.shmlock_test_removed_scan(scan)
+            checkout.write_file(out .. ".scan", ("%d %d %d %d"):format(
+                scan[0], scan[1], scan[2], scan[3]))
             p_ready:notify()
             assert(p_go:wait_release(30), "no go")
             return held ~= nil
@@ -371,7 +394,11 @@ describe("a zone file removed and made again at once", function()
         h_ready:close_read()
         h_done:close_read()
         p_ready:close_read()
-        return checkout.read_file(out)
+        local procs, lines, marked, unreachable =
+            checkout.read_file(out .. ".scan"):match("(%d+) (%d+) (%d+) (%d+)")
+        return checkout.read_file(out), {
+            procs = tonumber(procs), lines = tonumber(lines),
+            marked = tonumber(marked), unreachable = tonumber(unreachable) }
     end
 
     -- a call's first two answers, "a|b"
@@ -472,5 +499,244 @@ describe("a zone file removed and made again at once", function()
             end)
             assert_refused(text, "try " .. i)
         end
+    end)
+
+    -- H holds K; its unlock once P holds K anew: refused, and P's scan
+    -- marked the one removed file it found
+    local function exclusive(name, opts)
+        local text, scan = split(name, function(d)
+            local lock = lock_of(d)
+            assert.equal(0, lock:lock("K"))
+            return lock
+        end, p_holds_k, function(lock, d)
+            return {
+                "dead=" .. answer(lib.shmlock_zone_dead_word(d._zone)[0]),
+                "unlock=" .. answer(lock:unlock()),
+            }
+        end, opts)
+        assert.equal("dead=2|nil\nunlock=nil|" .. REMOVED, text)
+        assert.is_true(scan.procs >= 2)
+        assert.same({ 1, 0 }, { scan.marked, scan.unreachable })
+        return scan
+    end
+
+    it("found in /dev/shm itself (no directory given)", function()
+        exclusive("rmspec" .. proc.getpid(), { dir = false })
+    end)
+
+    it("found in SHMLOCK_DIR, a directory reached through a symbolic link",
+       function()
+        -- on the file system of TMPDIR (or /tmp), not /dev/shm's if they
+        -- differ; maps names files by their real path
+        local real = (os.getenv("TMPDIR") or "/tmp") .. "/shmlock-spec-rm"
+                     .. proc.getpid()
+        assert(os.execute("mkdir -m 0700 '" .. real .. "'"))
+        fx:defer(function() proc.rmtree(real) end)
+        local link = dir .. "/link"
+        assert(os.execute("ln -s '" .. real .. "' '" .. link .. "'"))
+        exclusive("envdir", { dir = false, env = link })
+    end)
+
+    -- without map_files (root only: CAP_SYS_ADMIN), the file is reached
+    -- through the fd the holder keeps on it: both processes drop every
+    -- capability (a plain user's lot; as root, they would open map_files)
+    it("reached through the holder's fd where map_files is denied",
+       function()
+        ffi.cdef [[
+            typedef struct { uint32_t version; int pid; } rm_cap_hdr_t;
+            typedef struct { uint32_t eff, perm, inh; } rm_cap_data_t;
+            int capset(rm_cap_hdr_t *hdr, const rm_cap_data_t *data);
+        ]]
+        local function drop_caps()
+            local hdr = ffi.new("rm_cap_hdr_t", { 0x20080522, 0 })
+            local data = ffi.new("rm_cap_data_t[2]")
+            assert(ffi.C.capset(hdr, data) == 0, "capset")
+        end
+        local scan = exclusive("nocaps", { setup = drop_caps })
+        assert.equal(1, scan.lines)
+    end)
+
+    -- O opens the old file just before its removal and maps it after P's
+    -- scan, which saw no mapping of it: O's attach looks at the file once
+    -- mapped, finds it removed, and reaches the zone the name reaches now
+    it("an opener between the removal and the scan reaches the new zone",
+       function()
+        local name = "opener"
+        -- the old zone, made by a process that is gone: nobody maps it
+        local maker = proc.spawn(function()
+            assert(shdict.open(name, { dir = dir, size = "64k" }))
+        end)
+        assert.equal(0, proc.wait(maker, 30).code)
+        local opened, go, done = proc.pipe(), proc.pipe(), proc.pipe()
+        local p_ready, p_go = proc.pipe(), proc.pipe()
+        local out = dir .. "/o.out"
+        local o = proc.spawn(function()
+            opened:close_read()
+            go:close_write()
+            done:close_read()
+            p_ready:close()
+            p_go:close()
+            lib.shmlock_test_attach_pause(opened.w, go.r)
+            local d = assert(shdict.open(name, { dir = dir, size = "64k" }))
+            local lock = lock_of(d)
+            checkout.write_file(out, table.concat({
+                "get=" .. answer(d:get("p")),
+                "trylock=" .. answer(lock:trylock("K")),
+            }, "\n"))
+            done:notify()
+        end)
+        opened:close_write()
+        done:close_write()
+        go:close_read()
+        assert.is_true(opened:await(30), "O did not open")
+        assert(os.remove(dir .. "/shmlock." .. name))
+        local p = proc.spawn(function()
+            p_ready:close_read()
+            opened:close()
+            done:close()
+            go:close()
+            local d = assert(shdict.open(name, { dir = dir, size = "64k" }))
+            assert(d:set("p", 1))
+            p_holds_k(d)
+            local scan = ffi.new("uint32_t[4]")
+            lib.shmlock_test_removed_scan(scan)
+            checkout.write_file(out .. ".scan", tostring(scan[1]))
+            p_ready:notify()
+            assert(p_go:wait_release(30), "no go")
+        end)
+        p_ready:close_write()
+        assert.is_true(p_ready:await(30), "P did not take the key")
+        go:release()
+        assert.is_true(done:await(30), "O did not answer")
+        p_go:release()
+        local ro, rp = proc.wait(o, 30), proc.wait(p, 30)
+        assert.same({ "exit", 0, "exit", 0 },
+                    { ro.how, ro.code, rp.how, rp.code }, ro.msg or rp.msg)
+        opened:close_read()
+        done:close_read()
+        p_ready:close_read()
+        -- the scan saw no mapping of the old file: O had none yet
+        assert.equal("0", checkout.read_file(out .. ".scan"))
+        assert.equal("get=1|nil\ntrylock=nil|timeout",
+                     checkout.read_file(out))
+    end)
+end)
+
+-- The instant the scan cannot close: a call that read the dead word
+-- before the creator's mark and makes its step after it.  Each call reads
+-- the word again after its step (shm_watch_after): a mark it finds there
+-- turns its answer into a refusal, and an acquisition gives its key back.
+-- The test build marks the zone when the call takes a shard's mutex
+-- (shmlock_test_dead_at_lock); the lock's lock-free paths do not read the
+-- word before their CAS at all, so a mark made before them stands in.
+describe("a zone marked dead in the middle of a call", function()
+    local fx = fixture.new { dir = "test", children = "assert" }
+    local semaphore = require "resty.shmlock.semaphore"
+    local ffi = require "ffi"
+    local d, word
+
+    before_each(function()
+        d = fx:zone("mid", { size = "64k" })
+        word = ffi.cast("uint32_t *", lib.shmlock_zone_dead_word(d._zone))
+    end)
+
+    -- fn() with the mark made once it holds a shard's mutex; then the
+    -- zone alive again, to see what the call left behind.  Returns fn's
+    -- two answers and the mark (2 when the call took the mutex).
+    local function mid(fn)
+        lib.shmlock_test_dead_at_lock(d._zone)
+        local a, b = fn()
+        lib.shmlock_test_dead_at_lock(nil)
+        local marked = word[0]
+        word[0] = 0
+        return { a, b, marked }
+    end
+
+    -- fn() with the mark made before it
+    local function before(fn)
+        word[0] = 2
+        local a, b = fn()
+        word[0] = 0
+        return { a, b }
+    end
+
+    local function sem_of()
+        return assert(semaphore:new(d, { permits = 1 }))
+    end
+
+    local function lock_of()
+        return assert(resty_lock:new(d, { exptime = 60 }))
+    end
+
+    it("a permit taken is given back", function()
+        assert.same({ nil, REMOVED, 2 },
+                    mid(function() return sem_of():acquire("K", 0) end))
+        assert.equal(0, sem_of():count("K"))
+    end)
+
+    it("a shared hold taken is given back", function()
+        local reader = lock_of()
+        assert.same({ nil, REMOVED, 2 },
+                    mid(function() return reader:lock_shared("K", 0) end))
+        local writer = lock_of()
+        assert.equal(0, writer:trylock("K"))
+        assert.equal(1, writer:unlock())
+    end)
+
+    it("a permit's release and lease answer the removal", function()
+        local sem = sem_of()
+        assert.equal(0, sem:acquire("K", 0))
+        assert.same({ nil, REMOVED, 2 },
+                    mid(function() return sem:expire(30) end))
+        assert.same({ nil, REMOVED, 2 },
+                    mid(function() return sem:release() end))
+        assert.equal(0, sem_of():count("K"))
+    end)
+
+    it("a shared hold's release answers the removal", function()
+        local reader = lock_of()
+        assert.equal(0, reader:lock_shared("K"))
+        assert.same({ nil, REMOVED, 2 },
+                    mid(function() return reader:unlock() end))
+    end)
+
+    it("a key's first lock, taken under the mutex, is given back", function()
+        assert.same({ nil, REMOVED, 2 },
+                    mid(function() return lock_of():trylock("first") end))
+        local other = lock_of()
+        assert.equal(0, other:trylock("first"))
+        assert.equal(1, other:unlock())
+    end)
+
+    it("the dictionary's writes answer the removal", function()
+        assert(d:set("n", 1))
+        assert.same({ false, REMOVED, 2 },
+                    mid(function() return d:set("x", 1) end))
+        assert.same({ false, REMOVED, 2 },
+                    mid(function() return d:add("y", 1) end))
+        assert.same({ nil, REMOVED, 2 },
+                    mid(function() return d:incr("n", 1) end))
+        assert.same({ false, REMOVED, 2 },
+                    mid(function() return d:delete("n") end))
+    end)
+
+    it("the lock's lock-free acquire and release read the word after their "
+       .. "CAS", function()
+        local lock, other = lock_of(), lock_of()
+        assert.equal(0, lock:trylock("K"))       -- K's slot made
+        assert.equal(1, lock:unlock())
+        -- taken, then given back
+        assert.same({ nil, REMOVED },
+                    before(function() return lock:trylock("K") end))
+        assert.equal(0, other:trylock("K"))
+        assert.equal(1, other:unlock())
+        -- released all the same, but not answered 1
+        assert.equal(0, lock:trylock("K"))
+        assert.same({ nil, REMOVED },
+                    before(function() return lock:expire(30) end))
+        assert.same({ nil, REMOVED },
+                    before(function() return lock:unlock() end))
+        assert.equal(0, other:trylock("K"))
+        assert.equal(1, other:unlock())
     end)
 end)

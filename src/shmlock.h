@@ -846,6 +846,10 @@ SHMLOCK_API void shmlock_test_attach_pause(int notify_fd, int wait_fd);
  * file of the name, out[2] removed zones marked dead, out[3] lines whose
  * file could not be reached. */
 SHMLOCK_API void shmlock_test_removed_scan(uint32_t out[4]);
+/* The next time this process takes a shard's mutex (any zone's), zone is
+ * marked removed (its dead word set to 2): a creator's mark landing
+ * in the middle of a call, after the call looked at the word. */
+SHMLOCK_API void shmlock_test_dead_at_lock(shmlock_zone_t *zone);
 #endif
 
 #endif /* SHMLOCK_H */

@@ -80,6 +80,25 @@ shmlock_test_removed_scan(uint32_t out[4])
     out[3] = st.unreachable;
 }
 
+static shmlock_zone_t  *dead_at_lock;
+
+void
+shmlock_test_dead_at_lock(shmlock_zone_t *zone)
+{
+    __atomic_store_n(&dead_at_lock, zone, __ATOMIC_SEQ_CST);
+}
+
+void
+shard_test_locked(void)
+{
+    shmlock_zone_t  *z = __atomic_exchange_n(&dead_at_lock, NULL,
+                                             __ATOMIC_SEQ_CST);
+
+    if (z != NULL) {
+        __atomic_store_n(&z->hdr->dead, ZONE_REMOVED, __ATOMIC_SEQ_CST);
+    }
+}
+
 static uint64_t  wakes[3];
 
 void

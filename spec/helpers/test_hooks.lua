@@ -17,6 +17,7 @@ for _, decl in ipairs {
     "void shmlock_test_wakes(uint64_t out[3], int reset);",
     "void shmlock_test_attach_pause(int notify_fd, int wait_fd);",
     "void shmlock_test_removed_scan(uint32_t out[4]);",
+    "void shmlock_test_dead_at_lock(shmlock_zone_t *zone);",
 } do
     pcall(ffi.cdef, decl)
 end
