@@ -254,6 +254,12 @@ shm_zone_map(int fd, uint64_t size, char **base)
     return 0;
 }
 
+static int
+shm_zone_same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
 /* What the caller learns of the file under a zone's name. */
 static void
 shm_zone_note_file(shmlock_open_t *o, const struct stat *st)
@@ -399,11 +405,13 @@ shm_zone_removed(int fd, char *base)
 /*
  * Attach to the zone published under `path`.  SHM_ZONE_GONE: no such file
  * (it may be created); SHM_ZONE_DEAD: a dead zone is still there (*dead
- * gets its identity).
+ * gets its identity); SHM_ZONE_AGAIN: the file lost its name meanwhile.
+ * made (or NULL): the file this call built, ours whatever its mode (a
+ * group-writable one is the caller's choice, not a planted file).
  */
 static int
 shm_zone_attach_file(shmlock_open_t *o, const char *path,
-    shmlock_zone_t **out, int *err, struct stat *dead)
+    shmlock_zone_t **out, int *err, struct stat *dead, const struct stat *made)
 {
     struct stat  st;
     char        *base;
@@ -428,7 +436,8 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
     }
     shm_zone_note_file(o, &st);
     /* fstat before mmap: a short file would SIGBUS instead of failing */
-    rc = shm_zone_file_ok(&st, o);
+    rc = made != NULL && shm_zone_same_file(&st, made)
+         ? SHMLOCK_OK : shm_zone_file_ok(&st, o);
     if (rc != SHMLOCK_OK) {
         close(fd);
         return rc;
@@ -652,12 +661,6 @@ shm_zone_dir_lock(const char *dir, int *err)
     return fd;
 }
 
-static int
-shm_zone_same_file(const struct stat *a, const struct stat *b)
-{
-    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
-}
-
 /* Unlinks `path` if it still names the file `st`; dir lock held. */
 static int
 shm_zone_unlink_if(const char *path, const struct stat *st)
@@ -838,7 +841,8 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
     /* attach, else create (then attach what we made); a racing creator,
      * destroyer or remover sends us round */
     for (attempt = 0; attempt < SHM_ZONE_ATTEMPTS; attempt++) {
-        rc = shm_zone_attach_file(o, path, out, err, &dead);
+        rc = shm_zone_attach_file(o, path, out, err, &dead,
+                                  made_one ? &made : NULL);
         if (rc == SHM_ZONE_DEAD) {
             rc = shm_zone_remove_dead(dir, path, &dead, err);
             if (rc != SHMLOCK_OK) {
