@@ -10,25 +10,53 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define SHM_REMOVED_BUF     (64 * 1024)  /* maps text read at a time */
 #define SHM_REMOVED_KNOWN   32           /* files marked, remembered */
+#define SHM_REMOVED_LOCKS   512          /* flocks on the file system */
+#define SHM_REMOVED_LOCKS_MAX  (4 << 20) /* bytes of /proc/locks read */
 #define SHM_REMOVED_SUFFIX  " (deleted)"
 #define SHM_REMOVED_SUFFIX_LEN  (sizeof(SHM_REMOVED_SUFFIX) - 1)
+
+/* A flock on the zones' file system, from /proc/locks: the inode of a
+ * file some process maps, and the process that took it. */
+typedef struct {
+    uint64_t  ino;
+    unsigned  pid;
+    unsigned  resolved;      /* a maps line of that inode was read */
+    unsigned  read;          /* pid's maps was read */
+} shm_removed_lock_t;
 
 typedef struct {
     int                  procfd;        /* /proc */
     size_t               path_len;      /* of path, without the suffix */
     size_t               needle_len;    /* path, the suffix, '\n' */
     unsigned             nknown;
+    unsigned             nlocks;
+    unsigned             dev_major;     /* the file system, as /proc/locks */
+    unsigned             dev_minor;     /* and maps print it */
+    int                  resolving;     /* maps lines matched to locks */
     uint64_t             known[SHM_REMOVED_KNOWN];   /* inodes marked */
+    shm_removed_lock_t   locks[SHM_REMOVED_LOCKS];
     shm_removed_stats_t  st;
     char                 needle[PATH_MAX + 32];
     char                 link[PATH_MAX + 32];
     char                 buf[SHM_REMOVED_BUF];
 } shm_removed_scan_t;
+
+int
+shm_removed_list(int fd)
+{
+    while (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+        if (errno != EINTR) {
+            return 0;
+        }
+    }
+    return 1;
+}
 
 #ifdef SHMLOCK_TESTING
 static shm_removed_stats_t  shm_removed_last_stats;
@@ -202,6 +230,40 @@ shm_removed_lines(shm_removed_scan_t *s, unsigned pid, const char *buf,
     }
 }
 
+/* While resolving: each complete line of buf[0, len) whose file is on
+ * the zones' file system resolves the flocks of its inode. */
+static void
+shm_removed_resolve(shm_removed_scan_t *s, const char *buf, size_t len)
+{
+    const char     *p = buf, *end = buf + len, *nl;
+    char            head[128];
+    unsigned        major, minor, i;
+    unsigned long   ino;
+    size_t          n;
+
+    for ( ; p < end; p = nl + 1) {
+        nl = memchr(p, '\n', (size_t) (end - p));
+        if (nl == NULL) {
+            return;
+        }
+        n = (size_t) (nl - p) < sizeof(head) - 1 ? (size_t) (nl - p)
+                                                 : sizeof(head) - 1;
+        memcpy(head, p, n);
+        head[n] = '\0';
+        if (sscanf(head, "%*x-%*x %*s %*s %x:%x %lu", &major, &minor, &ino)
+            != 3 || major != s->dev_major || minor != s->dev_minor
+            || ino == 0)
+        {
+            continue;
+        }
+        for (i = 0; i < s->nlocks; i++) {
+            if (s->locks[i].ino == ino) {
+                s->locks[i].resolved = 1;
+            }
+        }
+    }
+}
+
 /* Reads /proc/<pid>/maps, complete lines at a time. */
 static void
 shm_removed_maps(shm_removed_scan_t *s, unsigned pid)
@@ -232,6 +294,9 @@ shm_removed_maps(shm_removed_scan_t *s, unsigned pid)
         done = nl != NULL ? (size_t) (nl - s->buf) + 1
                           : have == sizeof(s->buf) ? have : 0;
         if (nl != NULL) {
+            if (s->resolving) {
+                shm_removed_resolve(s, s->buf, done);
+            }
             shm_removed_lines(s, pid, s->buf, done);
         }
         memmove(s->buf, s->buf + done, have - done);
@@ -240,12 +305,153 @@ shm_removed_maps(shm_removed_scan_t *s, unsigned pid)
     close(fd);
 }
 
+/*
+ * The flocks of /proc/locks on the zones' file system, into s->locks.
+ * own_fd is the file being built, flocked here a moment: its line tells
+ * how /proc/locks names the file system (as maps does: the super block's
+ * device, which stat does not always give).  The directory's own inode
+ * (destroy's flock) is left out.  0, or -1 when the listing cannot be
+ * used whole (no /proc/locks, our lock not in it, a lock of no process
+ * we can see, too many): then every process's maps is read instead.
+ */
+static int
+shm_removed_locks(shm_removed_scan_t *s, int own_fd, uint64_t dir_ino)
+{
+    struct stat    st;
+    char          *text = NULL, *p, *nl, *grown, kind[16], self[32];
+    size_t         size = 0, have = 0;
+    ssize_t        n;
+    unsigned       major, minor, pass;
+    unsigned long  ino;
+    int            fd, pid, me, off, found = 0, rc = -1;
+
+    n = readlinkat(s->procfd, "self", self, sizeof(self) - 1);
+    if (n <= 0 || fstat(own_fd, &st) != 0 || !shm_removed_list(own_fd)) {
+        return -1;
+    }
+    self[n] = '\0';
+    me = atoi(self);                /* our pid as this /proc names it */
+    fd = openat(s->procfd, "locks", O_RDONLY | O_CLOEXEC);
+    while (fd >= 0) {
+        if (size - have < 4096) {
+            size = size == 0 ? 64 * 1024 : size * 2;
+            grown = size <= SHM_REMOVED_LOCKS_MAX ? realloc(text, size + 1)
+                                                  : NULL;
+            if (grown == NULL) {
+                goto done;
+            }
+            text = grown;
+        }
+        n = read(fd, text + have, size - have);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            goto done;
+        }
+        if (n == 0) {
+            break;
+        }
+        have += (size_t) n;
+    }
+    if (fd < 0 || text == NULL) {
+        goto done;
+    }
+    text[have] = '\0';
+    /* "N: FLOCK  ADVISORY  READ PID MAJ:MIN:INO 0 EOF"; a blocked
+     * request's line has "-> " after the colon and holds nothing.  Our
+     * own line first (the file system), then the others on it. */
+    for (pass = 0; pass < 2; pass++) {
+        for (p = text; *p != '\0'; p = nl + 1) {
+            nl = strchr(p, '\n');
+            if (nl == NULL) {
+                break;
+            }
+            off = 0;
+            if (sscanf(p, "%*u: %n", &off) < 0 || off == 0
+                || strncmp(p + off, "->", 2) == 0
+                || sscanf(p + off, "%15s %*s %*s %d %x:%x:%lu", kind, &pid,
+                          &major, &minor, &ino) != 5
+                || strcmp(kind, "FLOCK") != 0)
+            {
+                continue;
+            }
+            if (pass == 0) {
+                if (pid == me && ino == (unsigned long) st.st_ino) {
+                    s->dev_major = major;
+                    s->dev_minor = minor;
+                    found = 1;
+                }
+                continue;
+            }
+            if (major != s->dev_major || minor != s->dev_minor
+                || ino == (unsigned long) st.st_ino || ino == dir_ino)
+            {
+                continue;
+            }
+            if (pid <= 0 || s->nlocks == SHM_REMOVED_LOCKS) {
+                goto done;
+            }
+            s->locks[s->nlocks].ino = ino;
+            s->locks[s->nlocks].pid = (unsigned) pid;
+            s->locks[s->nlocks].resolved = 0;
+            s->locks[s->nlocks].read = 0;
+            s->nlocks++;
+        }
+        if (!found) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    flock(own_fd, LOCK_UN);
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(text);
+    return rc;
+}
+
+/*
+ * The fast way: each flock on the file system (every mapping of ours
+ * holds one, see shm_removed_list) resolved by reading the maps of a
+ * process that took one on that file: its maps line names the file (ours
+ * removed, marked on the way; anything else, left alone).  0 when every
+ * one was resolved.
+ */
+static int
+shm_removed_by_locks(shm_removed_scan_t *s)
+{
+    unsigned  i, j;
+
+    s->resolving = 1;
+    for (i = 0; i < s->nlocks; i++) {
+        if (s->locks[i].resolved || s->locks[i].read) {
+            continue;
+        }
+        shm_removed_maps(s, s->locks[i].pid);
+        for (j = i; j < s->nlocks; j++) {
+            if (s->locks[j].pid == s->locks[i].pid) {
+                s->locks[j].read = 1;
+            }
+        }
+    }
+    s->resolving = 0;
+    for (i = 0; i < s->nlocks; i++) {
+        if (!s->locks[i].resolved) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void
-shm_removed_mark(const char *dir, const char *file,
+shm_removed_mark(const char *dir, const char *file, int own_fd,
     shm_removed_stats_t *stats)
 {
     shm_removed_scan_t  *s;
     struct dirent       *de;
+    struct stat          d;
     char                 real[PATH_MAX];
     DIR                 *proc;
     int                  n;
@@ -256,6 +462,8 @@ shm_removed_mark(const char *dir, const char *file,
     }
     memset(&s->st, 0, sizeof(s->st));
     s->nknown = 0;
+    s->nlocks = 0;
+    s->resolving = 0;
     /* maps names a file by its real path: no symbolic link, no "..", no
      * double slash */
     if (realpath(dir, real) != NULL) {
@@ -274,11 +482,18 @@ shm_removed_mark(const char *dir, const char *file,
     s->needle_len = (size_t) n;
     s->path_len = s->needle_len - SHM_REMOVED_SUFFIX_LEN - 1;
     s->procfd = dirfd(proc);
-    while ((de = readdir(proc)) != NULL) {
-        if (de->d_name[0] >= '1' && de->d_name[0] <= '9') {
-            shm_removed_maps(s, (unsigned) strtoul(de->d_name, NULL, 10));
+    if (stat(dir, &d) != 0
+        || shm_removed_locks(s, own_fd, (uint64_t) d.st_ino) != 0
+        || shm_removed_by_locks(s) != 0)
+    {
+        s->st.full = 1;
+        while ((de = readdir(proc)) != NULL) {
+            if (de->d_name[0] >= '1' && de->d_name[0] <= '9') {
+                shm_removed_maps(s, (unsigned) strtoul(de->d_name, NULL, 10));
+            }
         }
     }
+    s->st.locks = s->nlocks;
     closedir(proc);
     if (stats != NULL) {
         *stats = s->st;

@@ -175,6 +175,7 @@ shm_zone_reg_add(char *base, uint64_t size, const struct stat *st, int fd,
     z->handles = 1;
     z->fd = fd;
     z->lost = 0;
+    z->listed = 0;
     z->watch_at = 0;
     z->path = p;
     shm_zone_reg_lock();
@@ -230,10 +231,10 @@ shm_zone_close(shmlock_zone_t *z)
     }
     shm_zone_reg_unlock();
     if (last) {
-        /* unmapped first: a mapping of ours is never without its fd,
-         * through which a creator's scan reaches it (shm_removed.h) */
-        munmap(z->base, z->size);
+        /* the fd first: the mapping holds the open file, and with it the
+         * flock that lists it (shm_removed.h), until munmap drops both */
         shm_zone_close_fd(z);
+        munmap(z->base, z->size);
         free(z->path);
         free(z);
     }
@@ -381,11 +382,11 @@ shm_zone_same_time(const char *base)
 
 /*
  * Whether the file mapped at base (fd) has lost its name, looked at once
- * it is mapped: removed between our open and our mmap, it may have been
- * missed by the scan of a process making the name's zone anew
- * (shm_removed.h), which found no mapping of ours yet.  Marked dead then
- * (for the others mapping it), and the name looked at again.  A removal
- * after this look finds our mapping.
+ * it is mapped and listed (flocked): removed between our open and then,
+ * it may have been missed by the scan of a process making the name's zone
+ * anew (shm_removed.h), which found no mapping or flock of ours yet.
+ * Marked dead then (for the others mapping it), and the name looked at
+ * again.  A removal after this look finds our mapping and our flock.
  */
 static int
 shm_zone_removed(int fd, char *base)
@@ -415,7 +416,7 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
 {
     struct stat  st;
     char        *base;
-    int          fd, rc;
+    int          fd, rc, listed = 0;
 
     fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
@@ -475,8 +476,12 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
         rc = SHMLOCK_FOREIGN_NS;
     } else if (!shm_zone_same_time(base)) {
         rc = SHMLOCK_FOREIGN_TIME;
-    } else if (shm_zone_removed(fd, base)) {
-        rc = SHM_ZONE_AGAIN;
+    } else {
+        /* listed (a flock), then the link count: see shm_zone_removed */
+        listed = shm_removed_list(fd);
+        if (shm_zone_removed(fd, base)) {
+            rc = SHM_ZONE_AGAIN;
+        }
     }
     if (rc != SHMLOCK_OK) {
         munmap(base, (size_t) st.st_size);
@@ -486,7 +491,9 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
     rc = shm_zone_reg_add(base, (uint64_t) st.st_size, &st, fd, path, out);
     if (rc != SHMLOCK_OK) {
         *err = errno;
+        return rc;
     }
+    (*out)->listed = listed;
     return rc;
 }
 
@@ -608,7 +615,7 @@ shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
 
     snprintf(file, sizeof(file), SHM_ZONE_PREFIX "%.*s", (int) o->name_len,
              o->name);
-    shm_removed_mark(dir, file, NULL);
+    shm_removed_mark(dir, file, fd, NULL);
     if (shm_zone_publish(fd, tmp, path) != 0) {
         *err = errno;
         goto failed;

@@ -69,7 +69,7 @@ shmlock_test_attach_pause(int notify_fd, int wait_fd)
 }
 
 void
-shmlock_test_removed_scan(uint32_t out[4])
+shmlock_test_removed_scan(uint32_t out[6])
 {
     shm_removed_stats_t  st;
 
@@ -78,6 +78,8 @@ shmlock_test_removed_scan(uint32_t out[4])
     out[1] = st.lines;
     out[2] = st.marked;
     out[3] = st.unreachable;
+    out[4] = st.locks;
+    out[5] = st.full;
 }
 
 static shmlock_zone_t  *dead_at_lock;
