@@ -30,6 +30,21 @@ local function open(name, size)
     return zp[0]
 end
 
+-- the last scan's figures, where the library has the test hooks
+local scan = ffi.new("uint32_t[6]")
+local function figures()
+    if not pcall(ffi.cdef, "void shmlock_test_removed_scan(uint32_t out[6]);")
+       and not pcall(function() return lib.shmlock_test_removed_scan end)
+    then
+        return ""
+    end
+    if not pcall(function() lib.shmlock_test_removed_scan(scan) end) then
+        return ""
+    end
+    return (" (maps read %d, flocks %d, every process's maps: %s)"):format(
+        scan[0], scan[4], scan[5] == 1 and "yes" or "no")
+end
+
 local shared = open("shared", 65536)
 local go = proc.pipe()
 local pids = {}
@@ -57,16 +72,17 @@ for i = 1, CREATES do
 end
 local median, worst = summary(times)
 print(("%d processes, %d creations of a new name: median %.0f µs, "
-       .. "slowest %.0f µs"):format(#pids + 1, CREATES, median, worst))
+       .. "slowest %.0f µs%s"):format(#pids + 1, CREATES, median, worst,
+                                      figures()))
 
 -- the shared zone removed behind our back, then made again
 assert(os.remove(dir .. "/shmlock.shared"))
 local t0 = proc.now()
 local again = open("shared", 65536)
 print(("the name made again while %d processes map its removed file: "
-       .. "%.0f µs; the old zone's dead word: %d"):format(
+       .. "%.0f µs; the old zone's dead word: %d%s"):format(
        #pids + 1, (proc.now() - t0) * 1e6,
-       lib.shmlock_zone_dead_word(shared)[0]))
+       lib.shmlock_zone_dead_word(shared)[0], figures()))
 
 go:release()
 proc.wait_all(pids, 60)

@@ -19,7 +19,6 @@
 #define SHM_REMOVED_LOCKS   512          /* flocks on the file system */
 #define SHM_REMOVED_LOCKS_MAX  (4 << 20) /* bytes of /proc/locks read */
 #define SHM_REMOVED_SUFFIX  " (deleted)"
-#define SHM_REMOVED_SUFFIX_LEN  (sizeof(SHM_REMOVED_SUFFIX) - 1)
 
 /* A flock on the zones' file system, from /proc/locks: the inode of a
  * file some process maps, and the process that took it. */
@@ -30,19 +29,28 @@ typedef struct {
     unsigned  read;          /* pid's maps was read */
 } shm_removed_lock_t;
 
+/* A file judged, by the device and inode of its maps line. */
+typedef struct {
+    unsigned  major;
+    unsigned  minor;
+    uint64_t  ino;
+} shm_removed_file_t;
+
 typedef struct {
     int                  procfd;        /* /proc */
-    size_t               path_len;      /* of path, without the suffix */
-    size_t               needle_len;    /* path, the suffix, '\n' */
+    size_t               needle_len;    /* "/shmlock.N (deleted)\n" */
     unsigned             nknown;
+    unsigned             nmarked;
     unsigned             nlocks;
     unsigned             dev_major;     /* the file system, as /proc/locks */
     unsigned             dev_minor;     /* and maps print it */
     int                  resolving;     /* maps lines matched to locks */
-    uint64_t             known[SHM_REMOVED_KNOWN];   /* inodes marked */
+    shm_removed_file_t   known[SHM_REMOVED_KNOWN];   /* files judged */
+    dev_t                marked_dev[SHM_REMOVED_KNOWN];  /* and marked */
+    ino_t                marked_ino[SHM_REMOVED_KNOWN];
     shm_removed_lock_t   locks[SHM_REMOVED_LOCKS];
     shm_removed_stats_t  st;
-    char                 needle[PATH_MAX + 32];
+    char                 needle[SHMLOCK_NAME_MAX + 48];
     char                 link[PATH_MAX + 32];
     char                 buf[SHM_REMOVED_BUF];
 } shm_removed_scan_t;
@@ -69,16 +77,46 @@ shm_removed_last(shm_removed_stats_t *out)
 #endif
 
 static int
-shm_removed_known(const shm_removed_scan_t *s, uint64_t ino)
+shm_removed_known(const shm_removed_scan_t *s, const shm_removed_file_t *f)
 {
     unsigned  i;
 
     for (i = 0; i < s->nknown; i++) {
-        if (s->known[i] == ino) {
+        if (s->known[i].ino == f->ino && s->known[i].major == f->major
+            && s->known[i].minor == f->minor)
+        {
             return 1;
         }
     }
     return 0;
+}
+
+/* Remembers a file judged, so that the next process mapping it is
+ * skipped; when full, later ones are only judged again. */
+static void
+shm_removed_remember(shm_removed_scan_t *s, const shm_removed_file_t *f)
+{
+    if (!shm_removed_known(s, f) && s->nknown < SHM_REMOVED_KNOWN) {
+        s->known[s->nknown++] = *f;
+    }
+}
+
+/* Counts a file marked (or found dead), once. */
+static void
+shm_removed_count(shm_removed_scan_t *s, const struct stat *st)
+{
+    unsigned  i;
+
+    for (i = 0; i < s->nmarked; i++) {
+        if (s->marked_dev[i] == st->st_dev && s->marked_ino[i] == st->st_ino) {
+            return;
+        }
+    }
+    if (s->nmarked < SHM_REMOVED_KNOWN) {
+        s->marked_dev[s->nmarked] = st->st_dev;
+        s->marked_ino[s->nmarked++] = st->st_ino;
+    }
+    s->st.marked++;
 }
 
 /*
@@ -111,26 +149,15 @@ shm_removed_mark_fd(shm_removed_scan_t *s, int fd, uint64_t *ino)
              * creator's link(2) publishes the new file */
             || pwrite(fd, &removed, sizeof(removed),
                       offsetof(zone_hdr_t, dead))
-               == (ssize_t) sizeof(removed))
-        && !shm_removed_known(s, *ino))
+               == (ssize_t) sizeof(removed)))
     {
-        s->st.marked++;
+        shm_removed_count(s, &st);
     }
     close(fd);
 }
 
-/* Remembers a file judged, so that the next process mapping it is
- * skipped; when full, later ones are only judged again. */
-static void
-shm_removed_remember(shm_removed_scan_t *s, uint64_t ino)
-{
-    if (!shm_removed_known(s, ino) && s->nknown < SHM_REMOVED_KNOWN) {
-        s->known[s->nknown++] = ino;
-    }
-}
-
-/* Judges every file process pid has an fd on whose link reads our path
- * " (deleted)"; 1 if one of them is the inode ino. */
+/* Judges every file process pid has an fd on whose link ends in our
+ * name " (deleted)"; 1 if one of them is the inode ino. */
 static int
 shm_removed_by_fd(shm_removed_scan_t *s, unsigned pid, uint64_t ino)
 {
@@ -156,15 +183,15 @@ shm_removed_by_fd(shm_removed_scan_t *s, unsigned pid, uint64_t ino)
             continue;
         }
         n = readlinkat(dirfd(d), de->d_name, s->link, sizeof(s->link));
-        if (n != (ssize_t) (s->path_len + SHM_REMOVED_SUFFIX_LEN)
-            || memcmp(s->link, s->needle, (size_t) n) != 0)
+        if (n < (ssize_t) s->needle_len - 1
+            || memcmp(s->link + n - (s->needle_len - 1), s->needle,
+                      s->needle_len - 1) != 0)
         {
             continue;
         }
         fd = openat(dirfd(d), de->d_name, O_RDWR | O_CLOEXEC);
         if (fd >= 0) {
             shm_removed_mark_fd(s, fd, &got);
-            shm_removed_remember(s, got);
             reached |= got == ino;
         }
     }
@@ -172,45 +199,56 @@ shm_removed_by_fd(shm_removed_scan_t *s, unsigned pid, uint64_t ino)
     return reached;
 }
 
-/* One maps line of pid naming our path " (deleted)": its file reached
- * through the mapping (map_files), else through an fd of pid. */
+/* One maps line of pid naming a file of our name " (deleted)": the file
+ * reached through the mapping (map_files), else through an fd of pid. */
 static void
 shm_removed_line(shm_removed_scan_t *s, unsigned pid, const char *line,
     size_t len)
 {
-    char           head[128], name[96];
-    unsigned long  start, end, ino;
-    uint64_t       got;
-    int            fd;
+    shm_removed_file_t  f;
+    char                head[128], name[96];
+    unsigned long       start, end, ino;
+    uint64_t            got;
+    int                 fd;
 
     if (len >= sizeof(head)) {
         len = sizeof(head) - 1;
     }
     memcpy(head, line, len);
     head[len] = '\0';
-    if (sscanf(head, "%lx-%lx %*s %*s %*s %lu", &start, &end, &ino) != 3) {
+    if (sscanf(head, "%lx-%lx %*s %*s %x:%x %lu", &start, &end, &f.major,
+               &f.minor, &ino) != 5)
+    {
         return;
     }
+    f.ino = ino;
     s->st.lines++;
-    if (shm_removed_known(s, ino)) {
+    if (shm_removed_known(s, &f)) {
         return;
     }
     snprintf(name, sizeof(name), "%u/map_files/%lx-%lx", pid, start, end);
     fd = openat(s->procfd, name, O_RDWR | O_CLOEXEC);
     if (fd >= 0) {
         shm_removed_mark_fd(s, fd, &got);
-        shm_removed_remember(s, got);
         if (got == ino) {
+            shm_removed_remember(s, &f);
             return;
         }
     }
-    if (!shm_removed_by_fd(s, pid, ino)) {
-        s->st.unreachable++;
+    if (shm_removed_by_fd(s, pid, ino)) {
+        shm_removed_remember(s, &f);
+        return;
     }
+    s->st.unreachable++;
 }
 
-/* The complete lines of maps text in buf[0, len): each naming our path
- * " (deleted)" as its file (a space before it, the line's end after). */
+/*
+ * The complete lines of maps text in buf[0, len): each whose file's name
+ * is ours " (deleted)" (the needle, "/shmlock.N (deleted)\n", ends the
+ * line).  The directory is not compared: a process in another mount
+ * namespace or root may name it otherwise, and a removed zone of our
+ * name in another directory is one its own users' watch marks anyway.
+ */
 static void
 shm_removed_lines(shm_removed_scan_t *s, unsigned pid, const char *buf,
     size_t len)
@@ -221,9 +259,6 @@ shm_removed_lines(shm_removed_scan_t *s, unsigned pid, const char *buf,
            != NULL)
     {
         p = hit + s->needle_len;
-        if (hit == buf || hit[-1] != ' ') {
-            continue;
-        }
         line = memrchr(buf, '\n', (size_t) (hit - buf));
         line = line == NULL ? buf : line + 1;
         shm_removed_line(s, pid, line, (size_t) (hit - line));
@@ -452,7 +487,6 @@ shm_removed_mark(const char *dir, const char *file, int own_fd,
     shm_removed_scan_t  *s;
     struct dirent       *de;
     struct stat          d;
-    char                 real[PATH_MAX];
     DIR                 *proc;
     int                  n;
 
@@ -462,15 +496,11 @@ shm_removed_mark(const char *dir, const char *file, int own_fd,
     }
     memset(&s->st, 0, sizeof(s->st));
     s->nknown = 0;
+    s->nmarked = 0;
     s->nlocks = 0;
     s->resolving = 0;
-    /* maps names a file by its real path: no symbolic link, no "..", no
-     * double slash */
-    if (realpath(dir, real) != NULL) {
-        dir = real;
-    }
-    n = snprintf(s->needle, sizeof(s->needle), "%s/%s" SHM_REMOVED_SUFFIX "\n",
-                 dir, file);
+    n = snprintf(s->needle, sizeof(s->needle), "/%s" SHM_REMOVED_SUFFIX "\n",
+                 file);
     proc = opendir("/proc");
     if (n <= 0 || (size_t) n >= sizeof(s->needle) || proc == NULL) {
         if (proc != NULL) {
@@ -480,11 +510,12 @@ shm_removed_mark(const char *dir, const char *file, int own_fd,
         return;
     }
     s->needle_len = (size_t) n;
-    s->path_len = s->needle_len - SHM_REMOVED_SUFFIX_LEN - 1;
     s->procfd = dirfd(proc);
+    /* the full scan also when a file of ours was found but not reached
+     * (its flock's process closed its fd): another process may have one */
     if (stat(dir, &d) != 0
         || shm_removed_locks(s, own_fd, (uint64_t) d.st_ino) != 0
-        || shm_removed_by_locks(s) != 0)
+        || shm_removed_by_locks(s) != 0 || s->st.unreachable > 0)
     {
         s->st.full = 1;
         while ((de = readdir(proc)) != NULL) {
