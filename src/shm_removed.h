@@ -15,9 +15,11 @@
  * came before the new file existed (the word was still 0) or not.
  *
  * Finding them.  /proc/PID/maps names a mapped file by the path it was
- * opened by, with " (deleted)" once that name is gone: a line naming
- * "<dir>/shmlock.<name> (deleted)" is a removed file of the name, which is
- * then opened through the mapping, /proc/PID/map_files/START-END (root
+ * opened by, with " (deleted)" once that name is gone: a line ending in
+ * "/shmlock.<name> (deleted)" is a removed file of the name (the
+ * directory is not compared: a process in another mount namespace or root
+ * names it otherwise, and a removed zone of the name elsewhere is one its
+ * users' watch marks anyway), which is then opened through the mapping, /proc/PID/map_files/START-END (root
  * only: CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), else through the fd the
  * process keeps on it (the watch's: /proc/PID/fd/N whose link reads the
  * same).  A file so opened that has no name left and is a zone of our
