@@ -12,12 +12,13 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #define SHM_REMOVED_BUF     (64 * 1024)  /* maps text read at a time */
 #define SHM_REMOVED_KNOWN   32           /* files marked, remembered */
-#define SHM_REMOVED_LOCKS   512          /* flocks on the file system */
-#define SHM_REMOVED_LOCKS_MAX  (4 << 20) /* bytes of /proc/locks read */
+#define SHM_REMOVED_LOCKS   (1 << 16)    /* flocks on the file system */
+#define SHM_REMOVED_LOCKS_MAX  (8 << 20) /* bytes of /proc/locks read */
 #define SHM_REMOVED_SUFFIX  " (deleted)"
 
 /* A flock on the zones' file system, from /proc/locks: the inode of a
@@ -25,8 +26,9 @@
 typedef struct {
     uint64_t  ino;
     unsigned  pid;
+    unsigned  major;
+    unsigned  minor;
     unsigned  resolved;      /* a maps line of that inode was read */
-    unsigned  read;          /* pid's maps was read */
 } shm_removed_lock_t;
 
 /* A file judged, by the device and inode of its maps line. */
@@ -42,13 +44,15 @@ typedef struct {
     unsigned             nknown;
     unsigned             nmarked;
     unsigned             nlocks;
+    unsigned             npids;         /* of pids[]: maps read */
     unsigned             dev_major;     /* the file system, as /proc/locks */
     unsigned             dev_minor;     /* and maps print it */
     int                  resolving;     /* maps lines matched to locks */
     shm_removed_file_t   known[SHM_REMOVED_KNOWN];   /* files judged */
     dev_t                marked_dev[SHM_REMOVED_KNOWN];  /* and marked */
     ino_t                marked_ino[SHM_REMOVED_KNOWN];
-    shm_removed_lock_t   locks[SHM_REMOVED_LOCKS];
+    shm_removed_lock_t  *locks;         /* sorted by inode */
+    unsigned            *pids;
     shm_removed_stats_t  st;
     char                 needle[SHMLOCK_NAME_MAX + 48];
     char                 link[PATH_MAX + 32];
@@ -272,7 +276,7 @@ shm_removed_resolve(shm_removed_scan_t *s, const char *buf, size_t len)
 {
     const char     *p = buf, *end = buf + len, *nl;
     char            head[128];
-    unsigned        major, minor, i;
+    unsigned        major, minor, i, lo, hi;
     unsigned long   ino;
     size_t          n;
 
@@ -291,10 +295,19 @@ shm_removed_resolve(shm_removed_scan_t *s, const char *buf, size_t len)
         {
             continue;
         }
-        for (i = 0; i < s->nlocks; i++) {
-            if (s->locks[i].ino == ino) {
-                s->locks[i].resolved = 1;
+        /* the first lock of that inode, then the others after it */
+        lo = 0;
+        hi = s->nlocks;
+        while (lo < hi) {
+            i = lo + (hi - lo) / 2;
+            if (s->locks[i].ino < ino) {
+                lo = i + 1;
+            } else {
+                hi = i;
             }
+        }
+        for (i = lo; i < s->nlocks && s->locks[i].ino == ino; i++) {
+            s->locks[i].resolved = 1;
         }
     }
 }
@@ -340,40 +353,129 @@ shm_removed_maps(shm_removed_scan_t *s, unsigned pid)
     close(fd);
 }
 
+static int
+shm_removed_mine_cmp(const void *a, const void *b)
+{
+    const shm_removed_mine_t  *x = a, *y = b;
+
+    if (x->ino != y->ino) {
+        return x->ino < y->ino ? -1 : 1;
+    }
+    return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
+
+/* Whether mine[n] (the files this process maps, sorted) has the file. */
+static int
+shm_removed_mine(const shm_removed_mine_t *mine, size_t n,
+    const shm_removed_lock_t *l)
+{
+    size_t  lo = 0, hi = n, i;
+
+    while (lo < hi) {
+        i = lo + (hi - lo) / 2;
+        if (mine[i].ino < l->ino) {
+            lo = i + 1;
+        } else {
+            hi = i;
+        }
+    }
+    for (i = lo; i < n && mine[i].ino == l->ino; i++) {
+        if (major(mine[i].dev) == l->major && minor(mine[i].dev) == l->minor) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int
+shm_removed_by_ino(const void *a, const void *b)
+{
+    uint64_t  x = ((const shm_removed_lock_t *) a)->ino;
+    uint64_t  y = ((const shm_removed_lock_t *) b)->ino;
+
+    return x < y ? -1 : x > y;
+}
+
 /*
- * The flocks of /proc/locks on the zones' file system, into s->locks.
- * own_fd is the file being built, flocked here a moment: its line tells
- * how /proc/locks names the file system (as maps does: the super block's
- * device, which stat does not always give).  The directory's own inode
- * (destroy's flock) is left out.  0, or -1 when the listing cannot be
- * used whole (no /proc/locks, our lock not in it, a lock of no process
- * we can see, too many): then every process's maps is read instead.
+ * One line of /proc/locks, "N: FLOCK  ADVISORY  READ PID MAJ:MIN:INO 0
+ * EOF", into *l: 1 for a flock held, 0 for anything else (another kind of
+ * lock, a blocked request's "N: -> FLOCK ...", a lock of no inode).
  */
 static int
-shm_removed_locks(shm_removed_scan_t *s, int own_fd, uint64_t dir_ino)
+shm_removed_lock_line(const char *p, shm_removed_lock_t *l, int *pid)
 {
-    struct stat    st;
-    char          *text = NULL, *p, *nl, *grown, kind[16], self[32];
-    size_t         size = 0, have = 0;
-    ssize_t        n;
-    unsigned       major, minor, pass;
-    unsigned long  ino;
-    int            fd, pid, me, off, found = 0, rc = -1;
+    char  *e;
+    int    field;
 
-    n = readlinkat(s->procfd, "self", self, sizeof(self) - 1);
-    if (n <= 0 || fstat(own_fd, &st) != 0 || !shm_removed_list(own_fd)) {
-        return -1;
+    p = strchr(p, ':');
+    if (p == NULL) {
+        return 0;
     }
-    self[n] = '\0';
-    me = atoi(self);                /* our pid as this /proc names it */
-    fd = openat(s->procfd, "locks", O_RDONLY | O_CLOEXEC);
+    for (p++; *p == ' '; p++) { /* void */ }
+    if (strncmp(p, "FLOCK ", 6) != 0) {
+        return 0;
+    }
+    p += 5;
+    for (field = 0; field < 2; field++) {      /* ADVISORY, READ */
+        for ( ; *p == ' '; p++) { /* void */ }
+        for ( ; *p != ' ' && *p != '\n' && *p != '\0'; p++) { /* void */ }
+    }
+    *pid = (int) strtol(p, &e, 10);
+    if (e == p) {
+        return 0;
+    }
+    l->major = (unsigned) strtoul(e, &e, 16);
+    if (*e != ':') {
+        return 0;
+    }
+    l->minor = (unsigned) strtoul(e + 1, &e, 16);
+    if (*e != ':') {
+        return 0;
+    }
+    p = e + 1;
+    l->ino = strtoull(p, &e, 10);
+    l->resolved = 0;
+    return e != p;
+}
+
+/* One more flock into s->locks; -1 when there are too many. */
+static int
+shm_removed_add_lock(shm_removed_scan_t *s, const shm_removed_lock_t *l,
+    unsigned *cap)
+{
+    shm_removed_lock_t  *grown;
+
+    if (s->nlocks == *cap) {
+        if (*cap == SHM_REMOVED_LOCKS) {
+            return -1;
+        }
+        *cap = *cap == 0 ? 64 : *cap * 2;
+        grown = realloc(s->locks, *cap * sizeof(*grown));
+        if (grown == NULL) {
+            return -1;
+        }
+        s->locks = grown;
+    }
+    s->locks[s->nlocks++] = *l;
+    return 0;
+}
+
+/* /proc/locks, whole, NUL-terminated (free it); NULL if it cannot be. */
+static char *
+shm_removed_read_locks(shm_removed_scan_t *s)
+{
+    char     *text = NULL, *grown;
+    size_t    size = 0, have = 0;
+    ssize_t   n;
+    int       fd = openat(s->procfd, "locks", O_RDONLY | O_CLOEXEC);
+
     while (fd >= 0) {
         if (size - have < 4096) {
             size = size == 0 ? 64 * 1024 : size * 2;
             grown = size <= SHM_REMOVED_LOCKS_MAX ? realloc(text, size + 1)
                                                   : NULL;
             if (grown == NULL) {
-                goto done;
+                break;
             }
             text = grown;
         }
@@ -381,68 +483,101 @@ shm_removed_locks(shm_removed_scan_t *s, int own_fd, uint64_t dir_ino)
         if (n < 0 && errno == EINTR) {
             continue;
         }
-        if (n < 0) {
-            goto done;
-        }
-        if (n == 0) {
+        if (n <= 0) {
+            if (n == 0) {
+                text[have] = '\0';
+                close(fd);
+                return text;
+            }
             break;
         }
         have += (size_t) n;
     }
-    if (fd < 0 || text == NULL) {
-        goto done;
-    }
-    text[have] = '\0';
-    /* "N: FLOCK  ADVISORY  READ PID MAJ:MIN:INO 0 EOF"; a blocked
-     * request's line has "-> " after the colon and holds nothing.  Our
-     * own line first (the file system), then the others on it. */
-    for (pass = 0; pass < 2; pass++) {
-        for (p = text; *p != '\0'; p = nl + 1) {
-            nl = strchr(p, '\n');
-            if (nl == NULL) {
-                break;
-            }
-            off = 0;
-            if (sscanf(p, "%*u: %n", &off) < 0 || off == 0
-                || strncmp(p + off, "->", 2) == 0
-                || sscanf(p + off, "%15s %*s %*s %d %x:%x:%lu", kind, &pid,
-                          &major, &minor, &ino) != 5
-                || strcmp(kind, "FLOCK") != 0)
-            {
-                continue;
-            }
-            if (pass == 0) {
-                if (pid == me && ino == (unsigned long) st.st_ino) {
-                    s->dev_major = major;
-                    s->dev_minor = minor;
-                    found = 1;
-                }
-                continue;
-            }
-            if (major != s->dev_major || minor != s->dev_minor
-                || ino == (unsigned long) st.st_ino || ino == dir_ino)
-            {
-                continue;
-            }
-            if (pid <= 0 || s->nlocks == SHM_REMOVED_LOCKS) {
-                goto done;
-            }
-            s->locks[s->nlocks].ino = ino;
-            s->locks[s->nlocks].pid = (unsigned) pid;
-            s->locks[s->nlocks].resolved = 0;
-            s->locks[s->nlocks].read = 0;
-            s->nlocks++;
-        }
-        if (!found) {
-            goto done;
-        }
-    }
-    rc = 0;
-done:
-    flock(own_fd, LOCK_UN);
     if (fd >= 0) {
         close(fd);
     }
+    free(text);
+    return NULL;
+}
+
+/*
+ * The flocks of /proc/locks on the zones' file system, into s->locks,
+ * sorted by inode.  own_fd is the file being built, flocked here a
+ * moment: its line tells how /proc/locks names the file system (as maps
+ * does: the super block's device, which stat does not always give).  Left
+ * out: the directory's inode (destroy's flock), and our own flocks on the
+ * files we map (mine, sorted here: the caller judged those; a flock of
+ * ours on another file, which a child of ours may map, stays).  0, or -1
+ * when the listing cannot be used whole (no /proc/locks, our lock not in
+ * it, a lock of no process we can see, too many): then every process's
+ * maps is read.
+ */
+static int
+shm_removed_locks(shm_removed_scan_t *s, int own_fd, uint64_t dir_ino,
+    shm_removed_mine_t *mine, size_t nmine)
+{
+    shm_removed_lock_t   l;
+    struct stat          st;
+    char                *text, *p, *nl, self[32];
+    ssize_t              n;
+    unsigned             i, kept = 0, cap = 0;
+    int                  pid, me, found = 0, rc = -1;
+
+    n = readlinkat(s->procfd, "self", self, sizeof(self) - 1);
+    if (n <= 0 || fstat(own_fd, &st) != 0 || !shm_removed_list(own_fd)) {
+        return -1;
+    }
+    self[n] = '\0';
+    me = atoi(self);                /* our pid as this /proc names it */
+    text = shm_removed_read_locks(s);
+    flock(own_fd, LOCK_UN);
+    if (text == NULL) {
+        return -1;
+    }
+    for (p = text; (nl = strchr(p, '\n')) != NULL; p = nl + 1) {
+        if (!shm_removed_lock_line(p, &l, &pid)) {
+            continue;
+        }
+        if (pid == me && l.ino == (uint64_t) st.st_ino) {
+            s->dev_major = l.major;         /* our own: the file system */
+            s->dev_minor = l.minor;
+            found = 1;
+            continue;
+        }
+        if (pid == me) {
+            l.resolved = 1;                 /* judged below, if of mine */
+        }
+        l.pid = (unsigned) (pid > 0 ? pid : 0);
+        if (shm_removed_add_lock(s, &l, &cap) != 0) {
+            goto done;
+        }
+    }
+    if (!found) {
+        goto done;
+    }
+    if (nmine > 0) {
+        qsort(mine, nmine, sizeof(mine[0]), shm_removed_mine_cmp);
+    }
+    for (i = 0; i < s->nlocks; i++) {
+        l = s->locks[i];
+        if (l.major != s->dev_major || l.minor != s->dev_minor
+            || l.ino == dir_ino
+            || (l.resolved && shm_removed_mine(mine, nmine, &l)))
+        {
+            continue;
+        }
+        if (l.pid == 0) {
+            goto done;                      /* a process we cannot see */
+        }
+        l.resolved = 0;
+        s->locks[kept++] = l;
+    }
+    s->nlocks = kept;
+    if (kept > 0) {
+        qsort(s->locks, kept, sizeof(s->locks[0]), shm_removed_by_ino);
+    }
+    rc = 0;
+done:
     free(text);
     return rc;
 }
@@ -457,19 +592,31 @@ done:
 static int
 shm_removed_by_locks(shm_removed_scan_t *s)
 {
-    unsigned  i, j;
+    unsigned  i, j, *grown, cap = 0;
+    int       read;
 
     s->resolving = 1;
     for (i = 0; i < s->nlocks; i++) {
-        if (s->locks[i].resolved || s->locks[i].read) {
+        if (s->locks[i].resolved) {
             continue;
         }
-        shm_removed_maps(s, s->locks[i].pid);
-        for (j = i; j < s->nlocks; j++) {
-            if (s->locks[j].pid == s->locks[i].pid) {
-                s->locks[j].read = 1;
-            }
+        for (j = 0, read = 0; j < s->npids && !read; j++) {
+            read = s->pids[j] == s->locks[i].pid;
         }
+        if (read) {
+            continue;       /* its maps had no line of it: another pid may */
+        }
+        if (s->npids == cap) {
+            cap = cap == 0 ? 16 : cap * 2;
+            grown = realloc(s->pids, cap * sizeof(*grown));
+            if (grown == NULL) {
+                s->resolving = 0;
+                return -1;
+            }
+            s->pids = grown;
+        }
+        s->pids[s->npids++] = s->locks[i].pid;
+        shm_removed_maps(s, s->locks[i].pid);
     }
     s->resolving = 0;
     for (i = 0; i < s->nlocks; i++) {
@@ -482,7 +629,7 @@ shm_removed_by_locks(shm_removed_scan_t *s)
 
 void
 shm_removed_mark(const char *dir, const char *file, int own_fd,
-    shm_removed_stats_t *stats)
+    shm_removed_mine_t *mine, size_t nmine, shm_removed_stats_t *stats)
 {
     shm_removed_scan_t  *s;
     struct dirent       *de;
@@ -498,6 +645,9 @@ shm_removed_mark(const char *dir, const char *file, int own_fd,
     s->nknown = 0;
     s->nmarked = 0;
     s->nlocks = 0;
+    s->npids = 0;
+    s->locks = NULL;
+    s->pids = NULL;
     s->resolving = 0;
     n = snprintf(s->needle, sizeof(s->needle), "/%s" SHM_REMOVED_SUFFIX "\n",
                  file);
@@ -514,7 +664,8 @@ shm_removed_mark(const char *dir, const char *file, int own_fd,
     /* the full scan also when a file of ours was found but not reached
      * (its flock's process closed its fd): another process may have one */
     if (stat(dir, &d) != 0
-        || shm_removed_locks(s, own_fd, (uint64_t) d.st_ino) != 0
+        || shm_removed_locks(s, own_fd, (uint64_t) d.st_ino, mine, nmine)
+           != 0
         || shm_removed_by_locks(s) != 0 || s->st.unreachable > 0)
     {
         s->st.full = 1;
@@ -532,5 +683,7 @@ shm_removed_mark(const char *dir, const char *file, int own_fd,
 #ifdef SHMLOCK_TESTING
     shm_removed_last_stats = s->st;
 #endif
+    free(s->locks);
+    free(s->pids);
     free(s);
 }

@@ -57,6 +57,7 @@
 #define SHM_REMOVED_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* What a scan did (the test build tells the last one). */
 typedef struct {
@@ -69,15 +70,23 @@ typedef struct {
     unsigned  full;         /* 1: every process's maps was read */
 } shm_removed_stats_t;
 
+/* A file this process maps (st_dev, st_ino), whose removal the caller
+ * judges itself (shm_zone.c: its own mappings). */
+typedef struct {
+    uint64_t  dev;
+    uint64_t  ino;
+} shm_removed_mine_t;
+
 /*
  * Marks dead every removed generation of the zone file at dir/file (file:
  * "shmlock.<name>") mapped by a process this one can see.  own_fd is the
- * new file, not published yet (flocked and unlocked again here).
- * Nothing is reported: a file not reached is left to the watch.  *stats
- * may be NULL.
+ * new file, not published yet (flocked and unlocked again here); mine[n]
+ * the files this process maps, which the caller has judged (sorted
+ * here): our own flocks on them need no maps read.  Nothing is reported: a file not
+ * reached is left to the watch.  *stats may be NULL.
  */
 void shm_removed_mark(const char *dir, const char *file, int own_fd,
-    shm_removed_stats_t *stats);
+    shm_removed_mine_t *mine, size_t n, shm_removed_stats_t *stats);
 
 /* The shared flock of a mapping of ours on its file's fd (see above): 1
  * if taken, 0 if refused (an exclusive flock of another program). */

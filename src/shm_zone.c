@@ -186,6 +186,54 @@ shm_zone_reg_add(char *base, uint64_t size, const struct stat *st, int fd,
     return SHMLOCK_OK;
 }
 
+/*
+ * This process's own mappings, for a creator's scan (shm_removed.h): one
+ * opened by a path ending in "/<file>" (the name being made anew) whose
+ * file has no link left is marked dead here, through the mapping; the
+ * files of the mappings judged (any other name's; ours when our fd still
+ * tells) go to *mine, so that the scan need not read our own maps for our
+ * flocks on them.  *mine is NULL (the scan reads them) without memory.
+ */
+static size_t
+shm_zone_reg_judge(const char *file, shm_removed_mine_t **mine)
+{
+    shmlock_zone_t  *z;
+    struct stat      st;
+    size_t           count = 0, n = 0, flen = strlen(file), plen;
+    uint32_t         live;
+
+    shm_zone_reg_lock();
+    for (z = shm_zone_reg_head; z != NULL; z = z->next) {
+        count++;
+    }
+    *mine = count > 0 ? malloc(count * sizeof(**mine)) : NULL;
+    for (z = shm_zone_reg_head; z != NULL; z = z->next) {
+        plen = strlen(z->path);
+        if (plen > flen && z->path[plen - flen - 1] == '/'
+            && strcmp(z->path + plen - flen, file) == 0)
+        {
+            if (z->fd < 0 || fstat(z->fd, &st) != 0
+                || !shm_zone_is_file(z, &st))
+            {
+                continue;           /* left to the scan */
+            }
+            if (st.st_nlink == 0) {
+                live = 0;
+                __atomic_compare_exchange_n(&z->hdr->dead, &live,
+                                            ZONE_REMOVED, 0, __ATOMIC_SEQ_CST,
+                                            __ATOMIC_SEQ_CST);
+            }
+        }
+        if (*mine != NULL) {
+            (*mine)[n].dev = z->dev;
+            (*mine)[n].ino = z->ino;
+            n++;
+        }
+    }
+    shm_zone_reg_unlock();
+    return n;
+}
+
 void
 shm_zone_retain(shmlock_zone_t *z)
 {
@@ -588,11 +636,13 @@ static int
 shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
     uint64_t size, uint32_t nshards, struct stat *made, int *err)
 {
-    char         tmp[4096];
-    char         file[sizeof(SHM_ZONE_PREFIX) + SHMLOCK_NAME_MAX];
-    char        *base;
-    struct stat  st;
-    int          fd;
+    char                 tmp[4096];
+    char                 file[sizeof(SHM_ZONE_PREFIX) + SHMLOCK_NAME_MAX];
+    char                *base;
+    struct stat          st;
+    shm_removed_mine_t  *mine;
+    size_t               nmine;
+    int                  fd;
 
     fd = shm_zone_tmpfile(dir, o->name, o->name_len, tmp, sizeof(tmp));
     if (fd < 0) {
@@ -615,7 +665,9 @@ shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
 
     snprintf(file, sizeof(file), SHM_ZONE_PREFIX "%.*s", (int) o->name_len,
              o->name);
-    shm_removed_mark(dir, file, fd, NULL);
+    nmine = shm_zone_reg_judge(file, &mine);
+    shm_removed_mark(dir, file, fd, mine, nmine, NULL);
+    free(mine);
     if (shm_zone_publish(fd, tmp, path) != 0) {
         *err = errno;
         goto failed;
