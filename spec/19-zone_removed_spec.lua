@@ -611,6 +611,109 @@ describe("a zone file removed and made again at once", function()
         assert.equal(1, lock:unlock())
     end)
 
+    -- another program holds an exclusive flock on a zone file (L): a
+    -- process attaching meanwhile (H) cannot take its shared flock, so
+    -- /proc/locks does not list it.  Returns L's and H's pids, with H
+    -- holding K and running h_after(lock, d) when `go` is released.
+    pcall(ffi.cdef, "int flock(int fd, int op);")
+    pcall(ffi.cdef, "int open(const char *path, int flags, ...);")
+    local LOCK_EX, LOCK_UN = 2, 8
+
+    local function flocks_of(pid)
+        local n = 0
+        for line in io.lines("/proc/locks") do
+            if line:match("^%d+: FLOCK +ADVISORY +READ +" .. pid .. " ") then
+                n = n + 1
+            end
+        end
+        return n
+    end
+
+    local function unlisted(name, unlock, go, done, h_after)
+        local file = dir .. "/shmlock." .. name
+        local maker = proc.spawn(function()
+            assert(shdict.open(name, { dir = dir, size = "64k" }))
+        end)
+        assert.equal(0, proc.wait(maker, 30).code)
+        local locked, held = proc.pipe(), proc.pipe()
+        local l = proc.spawn(function()
+            locked:close_read()
+            go:close()
+            done:close()
+            held:close()
+            local fd = ffi.C.open(file, 0)
+            assert(fd >= 0 and ffi.C.flock(fd, LOCK_EX) == 0)
+            locked:notify()
+            assert(unlock:wait_release(30), "no unlock")
+            ffi.C.flock(fd, LOCK_UN)
+        end)
+        locked:close_write()
+        assert.is_true(locked:await(30), "L did not lock")
+        local h = proc.spawn(function()
+            held:close_read()
+            done:close_read()
+            unlock:close()
+            locked:close()
+            local d = assert(shdict.open(name, { dir = dir, size = "64k" }))
+            local lock = lock_of(d)
+            assert.equal(0, lock:lock("K"))
+            held:notify()
+            assert(go:wait_release(30), "no go")
+            checkout.write_file(dir .. "/" .. name .. ".out",
+                                h_after(lock, d))
+            done:notify()
+        end)
+        held:close_write()
+        done:close_write()
+        assert.is_true(held:await(30), "H did not lock")
+        assert.equal(0, flocks_of(h))
+        locked:close_read()
+        held:close_read()
+        return l, h
+    end
+
+    it("another program's exclusive flock: the full scan finds the "
+       .. "mapping it kept out of /proc/locks", function()
+        local unlock, go, done = proc.pipe(), proc.pipe(), proc.pipe()
+        local l, h = unlisted("exflock", unlock, go, done, function(lock)
+            return answer(lock:unlock())
+        end)
+        fx:defer(function() shdict.destroy("exflock", { dir = dir }) end)
+        assert(os.remove(dir .. "/shmlock.exflock"))
+        local d = assert(shdict.open("exflock", { dir = dir, size = "64k" }))
+        local scan = ffi.new("uint32_t[6]")
+        lib.shmlock_test_removed_scan(scan)
+        assert.same({ 1, 0, 1 }, { scan[2], scan[3], scan[5] })
+        assert.equal(0, lock_of(d):trylock("K"))
+        go:release()
+        assert.is_true(done:await(30), "H did not answer")
+        unlock:release()
+        assert.same({ 0, 0 }, { proc.wait(h, 30).code, proc.wait(l, 30).code })
+        assert.equal("nil|" .. REMOVED,
+                     checkout.read_file(dir .. "/exflock.out"))
+    end)
+
+    it("another program's exclusive flock gone: the next look at the file "
+       .. "takes the flock", function()
+        local unlock, go, done = proc.pipe(), proc.pipe(), proc.pipe()
+        local l, h = unlisted("exgone", unlock, go, done, function(_, d)
+            -- each call looks at the file once per SHMLOCK_WATCH_MS: the
+            -- flock is taken at one of them (10 s at most)
+            local listed = env.wait_for(function()
+                assert(d:get("x") == nil)
+                return flocks_of(proc.getpid()) == 1
+            end, 10)
+            return tostring(listed)
+        end)
+        fx:defer(function() shdict.destroy("exgone", { dir = dir }) end)
+        unlock:release()
+        assert.equal(0, proc.wait(l, 30).code)
+        go:release()
+        assert.is_true(done:await(30), "H did not answer")
+        assert.equal(0, proc.wait(h, 30).code)
+        assert.equal("true", checkout.read_file(dir .. "/exgone.out"))
+    end)
+
     -- O opens the old file just before its removal and maps it after P's
     -- scan, which saw no mapping of it: O's attach looks at the file once
     -- mapped, finds it removed, and reaches the zone the name reaches now
