@@ -35,7 +35,9 @@
  * it shares it and a closed fd does not drop it), and /proc/locks, one
  * read, lists them all: the inode and the process that took it.  Only the
  * maps of a process holding a flock on the zones' file system is read,
- * one per file: its line of that inode tells which file it is.  A flock
+ * one per file: its line of that inode tells which file it is (the
+ * creator's own flocks on files it maps are judged by its registry of
+ * mappings instead, shm_zone.c).  A flock
  * no maps line explains (its process gone, another program's lock, a
  * mapping being made or dropped), a /proc/locks that cannot be read whole
  * or does not show our own lock, and every process's maps is read
