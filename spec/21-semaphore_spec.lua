@@ -444,6 +444,26 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
         holder:release()
     end)
 
+    it("with blocking_timeout, refuses at once a key whose every holder "
+       .. "is this process, more of them than one batch of holders (70)",
+       function()
+        -- (room for 70 permits' slots in the key's shard)
+        local big = fx:zone("nsem_many", { size = "2m", shards = 1 })
+        local held = {}
+        for i = 1, 70 do
+            held[i] = assert(nginx_sem:new(big, { permits = 70 }))
+            assert.equal(0, held[i]:acquire("many"))
+        end
+        fake.phase = "log"
+        local s = assert(nginx_sem:new(big, { permits = 70, timeout = 30,
+                                              blocking_timeout = 30 }))
+        assert.same({ nil, "cannot wait in log phase: held by this worker" },
+                    { s:acquire("many") })
+        for i = 1, 70 do
+            assert.equal(1, held[i]:release())
+        end
+    end)
+
     it("queues after 0.2 s of steps; the queued waiter's turn keeps a "
        .. "fresh acquirer out even with room under its own limit", function()
         local a = assert(nginx_sem:new(dict, { permits = 2 }))

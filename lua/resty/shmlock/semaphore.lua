@@ -351,16 +351,15 @@ end
 -- syntax: here = here(sem, key, klen)
 -- Every live holder of key is this process, and they fill the permits:
 -- a worker blocked in a phase that cannot yield would wait for itself.
-local HOLDERS_MAX = 64
-
 function sem_backend.here(sem, key, klen)
     local n = reclaim(sem.zone, key, klen)
     if not n or n < sem.permits then
         return false
     end
-    local rc, count, list = slots.group_holders(sem.zone, SEMAPHORE, key,
-                                                klen, HOLDERS_MAX)
-    if rc ~= OK then
+    -- (all of them: more than a batch too)
+    local list, count = zone_backend.group_tickets(sem.zone, SEMAPHORE, key,
+                                                   klen)
+    if not list then
         return false
     end
     local me = self_pid()

@@ -503,29 +503,42 @@ function _M.holds(zone, key, klen, cd)
 end
 
 
--- whether one of key's live shared holds is this process's (its holders
--- read in batches: more than a batch, again with room for them all)
+-- holders' tickets read at a time (more: again, with room for them all)
 local HOLDERS_BATCH = 64
 
-local function shared_here(zone, key, klen)
-    local me = self_pid()
+-- syntax: list, count = zone.group_tickets(zone, kind, key, klen)
+-- The tickets of every holder of key's group of kind (SHARED, SEMAPHORE)
+-- now, and how many; nil and the zone's code.
+function _M.group_tickets(zone, kind, key, klen)
     local n = HOLDERS_BATCH
     while true do
-        local rc, count, list = slots.group_holders(zone, SHARED, key, klen,
-                                                    n)
-        if rc ~= OK and rc ~= AGAIN then
-            return false
+        local rc, count, list = slots.group_holders(zone, kind, key, klen, n)
+        if rc == OK then
+            return list, count
         end
-        for i = 1, #list do
-            if owner(list[i]) == me then
-                return true
-            end
+        if rc ~= AGAIN or n >= GROUP_MAX then
+            return nil, rc
         end
-        if rc == OK or n >= GROUP_MAX then
-            return false
-        end
+        -- more holders than the batch: again, with room for them all
+        -- (bounded: a key has at most GROUP_MAX holders)
         n = min(count + 16, GROUP_MAX)
     end
+end
+local group_tickets = _M.group_tickets
+
+-- whether one of key's live shared holds is this process's
+local function shared_here(zone, key, klen)
+    local list, count = group_tickets(zone, SHARED, key, klen)
+    if not list then
+        return false
+    end
+    local me = self_pid()
+    for i = 1, count do
+        if owner(list[i]) == me then
+            return true
+        end
+    end
+    return false
 end
 
 
