@@ -1,9 +1,11 @@
 -- spec/every_lua/sweep.lua DIR: the bad-argument sweep, under whichever
--- interpreter runs this (spec/62 for LuaJIT and each PUC Lua; make
--- test-every-lua for each PUC Lua under valgrind and with the C module
--- built with ASan and UBSan).  Every public function and method (the
--- modules of docs/, walked: each module's table and each object's
--- metatable) and, under PUC Lua, every function of the C module
+-- interpreter runs this (spec/62 for LuaJIT, also against the library
+-- built with ASan; make test-every-lua for each PUC Lua under valgrind and
+-- with the C module built with ASan and UBSan).  Every public function
+-- and method (the modules the README and docs/ require, walked: each
+-- module's table and each object's metatable; a module they require that
+-- is not below fails the run) and, under PUC Lua, every function of the C
+-- module
 -- resty.shmlock.core is called with a wrong self (nil, a string, a
 -- number, {}, another module's object, an object of a destroyed zone)
 -- and, one position at a time, with each bad value (nil, NaN, +-inf,
@@ -47,6 +49,30 @@ local MODULES = {
     ["resty.shmlock.version"] = require "resty.shmlock.version",
 }
 local C = not core.ffi and core.mod      -- the C module (PUC Lua)
+
+-- every module the README and the pages of docs/ require is above: a new
+-- public module cannot be forgotten (the checkout: where this file is)
+do
+    local root = (arg[0]:match("^(.-)spec/every_lua/sweep%.lua$") or "./")
+    local ls = assert(io.popen("ls '" .. root .. "README.md' '" .. root
+                               .. "docs/'*.md"))
+    local pages = 0
+    for path in ls:lines() do
+        local f = assert(io.open(path))
+        local text = f:read("*a")
+        f:close()
+        pages = pages + 1
+        for name in text:gmatch('require[ (]*"(resty%.shmlock[%w_.]*)"') do
+            if not MODULES[name] then
+                error(path .. " requires " .. name .. ", which the sweep "
+                      .. "does not know: add it to MODULES and its "
+                      .. "functions to the table")
+            end
+        end
+    end
+    ls:close()
+    assert(pages > 5, "the README and docs/ not found from " .. root)
+end
 
 local unpack = table.unpack or unpack   -- luacheck: ignore 143 (5.1)
 local progress = assert(io.open(dir .. "/progress", "w"))
