@@ -42,6 +42,16 @@ local GLOBAL = { dir = true, group = true }
 local FLAGS = { json = true, help = true, escaped = true, version = true,
                 shared = true }
 
+-- every long option, sorted (spec/50 checks that the help and the manual
+-- page name each)
+_M.OPTIONS = {}
+for _, t in ipairs { VALUED, FLAGS } do
+    for name in pairs(t) do
+        _M.OPTIONS[#_M.OPTIONS + 1] = name
+    end
+end
+table.sort(_M.OPTIONS)
+
 -- the kinds of hold `unlock --kind` names
 local KINDS = { lock = true, shared = true, semaphore = true }
 
