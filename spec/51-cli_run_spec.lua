@@ -444,6 +444,40 @@ describe("bin/shmlock run, unlock, --group", function()
             end
         end)
 
+        it("passes job control on to the shell: Ctrl-Z stops the job, fg "
+           .. "gives the command the terminal again, as under flock(1)",
+           function()
+            -- an interactive bash in a pseudo-terminal (script(1)) runs the
+            -- command, which says its pid on a fifo and reads a line; then
+            -- Ctrl-Z (once the command waits), fg, the line, and the status
+            local fifo = dir .. "/ready"
+            local function job_control(runner)
+                os.remove(fifo)
+                assert(os.execute("mkfifo " .. q(fifo)) == 0)
+                local cmd = runner .. " " .. line { "sh", "-c",
+                    'echo $$ > "$0"; read x; echo "got $x"', fifo }
+                local feeder = "printf '%s\\n' " .. q(cmd) .. "; read pid < "
+                    .. q(fifo) .. "; printf '\\032'; i=0; until grep -q "
+                    .. "'^State:.*T' /proc/$pid/status || [ $i -ge 2000 ]; "
+                    .. "do sleep 0.01; i=$((i + 1)); done; printf 'fg\\nhello"
+                    .. "\\necho \"done $?\"\\nexit\\n'"
+                return sh("cd / && { " .. feeder .. "; } | SHELL=/bin/bash "
+                          .. "timeout -s KILL 20 script -qec 'bash --norc "
+                          .. "--noprofile -i' /dev/null 2>&1")
+            end
+            for _, runner in ipairs {
+                line { "env", "-u", "LUA_PATH", BIN, "--dir", dir, "run",
+                       "jobs", "k", "--" },
+                flock({}, {}),
+            } do
+                local out = job_control(runner)
+                assert.truthy(out:find("Stopped", 1, true), out)
+                assert.truthy(out:find("got hello", 1, true), out)
+                assert.truthy(out:find("done 0", 1, true), out)
+            end
+            assert.is_nil(resty_lock.inspect(dict, "k"))
+        end)
+
         it("--shared: shared runs at once, an exclusive one kept out, as "
            .. "flock -s", function()
             local pids = {}
