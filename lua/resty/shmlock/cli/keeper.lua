@@ -60,6 +60,8 @@ local _M = {
 local CHECK_MS = 100
 -- every how many looks the look at the group is a thorough one (/proc)
 local SCAN_EVERY = 10
+-- the longest wait a lock takes (s; no --wait: for as long as it takes)
+local MAX_WAIT = 1e12
 
 local function now()
     return clock.now_ms() / 1000
@@ -102,12 +104,13 @@ end
 -- takes the hold, waiting at most cmd.wait; true, or it reported why not
 local function take(k, h)
     local cmd = k.cmd
-    local deadline = now() + (cmd.wait or 1e12)
+    local deadline = now() + (cmd.wait or MAX_WAIT)
     local elapsed, err
     repeat
         -- (the clock may already be past a --wait 0 deadline; a round
         -- may be cut to exptime, as resty.lock's timeout is)
-        elapsed, err = h:take(k.key, max(0, deadline - now()))
+        elapsed, err = h:take(k.key, min(MAX_WAIT,
+                                         max(0, deadline - now())))
     until elapsed or err ~= "timeout" or now() >= deadline
     if elapsed then
         return true

@@ -115,6 +115,18 @@ local function command(cmd, go_r, tty, front_pgrp)
 end
 
 
+-- In a forked child: fn(arg), which ends the process; an error it raises
+-- ends it too (it must never return into the parent's code, which called
+-- fork), with its message on stderr.
+local function child(fn, arg)
+    local ok, err = pcall(fn, arg)
+    io.stderr:write("shmlock: internal error in a child: ", tostring(ok
+                    and "it returned" or err), "\n")
+    io.stderr:flush()
+    process.exit(EXIT.FAILED)
+end
+
+
 -- what --wait running out says
 local function refusal(st)
     local cmd, key = st.cmd, output.printable(st.key)
@@ -342,12 +354,12 @@ local function start_keeper(st, cmd, dict, go_w)
     end
     local pid, err = process.fork()
     if pid == 0 then
-        keeper.run {
+        child(keeper.run, {
             cmd = cmd, dict = dict, zone = st.name, key = st.key,
             kind = st.kind, pgid = st.pid, front = st.front,
             report_fd = rep_w, go_fd = go_w, ctl_fd = ctl_r,
             close = { st.sigfd, rep_r, ctl_w }, mask = st.mask,
-        }
+        })
     end
     process.close(rep_w)
     process.close(ctl_r)
@@ -398,11 +410,13 @@ function _M.run(ctx, cmd)
     local pid
     pid, err = process.fork()
     if pid == 0 then
-        process.setpgid(0, 0)
-        process.close(go_w)
-        process.close(sigfd)
-        process.restore_signals(mask)
-        command(cmd, go_r, st.tty, st.pgrp)
+        child(function()
+            process.setpgid(0, 0)
+            process.close(go_w)
+            process.close(sigfd)
+            process.restore_signals(mask)
+            command(cmd, go_r, st.tty, st.pgrp)
+        end)
     end
     process.close(go_r)
     if not pid then
