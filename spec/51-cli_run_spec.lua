@@ -444,6 +444,34 @@ describe("bin/shmlock run, unlock, --group", function()
             end
         end)
 
+        it("passes a Ctrl-C that ended the command on to the shell that ran "
+           .. "it: a script run from the terminal ends, as under flock(1)",
+           function()
+            -- a script (sh -c) in a pseudo-terminal runs the command, which
+            -- says its pid on a fifo and sleeps; then Ctrl-C
+            local fifo = dir .. "/ready"
+            local function interrupted(runner)
+                os.remove(fifo)
+                assert(os.execute("mkfifo " .. q(fifo)) == 0)
+                local script = runner .. " " .. line { "sh", "-c",
+                    'echo $$ > "$0"; exec sleep 60', fifo } .. "; echo after"
+                return sh("cd / && { read pid < " .. q(fifo) .. "; printf "
+                          .. "'\\003'; } | SHELL=/bin/sh timeout -s KILL 20 "
+                          .. "script -qec " .. q(script) .. " /dev/null "
+                          .. "2>&1; echo \"status $?\"")
+            end
+            local ours = interrupted(line { "env", "-u", "LUA_PATH", BIN,
+                                            "--dir", dir, "run", "jobs", "k",
+                                            "--" })
+            local theirs = interrupted(flock({}, {}))
+            assert.same({ false, false }, { ours:find("after", 1, true) ~= nil,
+                                            theirs:find("after", 1, true)
+                                            ~= nil })
+            assert.same({ "status 130", "status 130" },
+                        { ours:match("status %d+"), theirs:match("status %d+") })
+            assert.is_nil(resty_lock.inspect(dict, "k"))
+        end)
+
         it("passes job control on to the shell: Ctrl-Z stops the job, fg "
            .. "gives the command the terminal again, as under flock(1)",
            function()

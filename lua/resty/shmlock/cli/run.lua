@@ -66,6 +66,7 @@ local _M = {}
 
 local SIGCHLD, SIGCONT = process.SIGCHLD, process.SIGCONT
 local SIGSTOP, SIGTSTP = process.SIGSTOP, process.SIGTSTP
+local SIGINT = process.SIGINT
 
 -- the signals shmlock takes: the ones it forwards, SIGCHLD, SIGCONT
 local FORWARD = { [process.SIGTERM] = true, [process.SIGINT] = true,
@@ -189,6 +190,7 @@ end
 local function on_signal(st, sig)
     if FORWARD[sig] then
         if not st.status then
+            st.forwarded = sig
             process.kill(st.pid, sig)
         end
     elseif sig == SIGCONT and not st.status then
@@ -275,23 +277,43 @@ local function reap_keeper(ctx, st, deadline)
 end
 
 
+-- COMMAND, which had the terminal, was ended by its SIGINT (Ctrl-C), which
+-- under flock(1) reaches the whole foreground process group: the caller's
+-- too (a script run from the terminal ends there).  Passed on to our
+-- group, shmlock ending by it as well (its default action back), so that
+-- the shell that ran shmlock sees its child interrupted.  Not a SIGINT
+-- shmlock forwarded itself, nor Ctrl-\ (a core dump of each).
+local function interrupted(st)
+    if not st.had_terminal or st.status ~= 128 + SIGINT
+       or st.forwarded == SIGINT then
+        return
+    end
+    io.stdout:flush()
+    io.stderr:flush()
+    process.default_signal(SIGINT)
+    process.kill(0, SIGINT)
+    process.restore_signals(st.mask)    -- delivered: shmlock ends here
+end
+
+
 -- COMMAND's process ended (or cannot be waited for): what shmlock answers
 local function finish(ctx, st)
     -- what the keeper wrote before COMMAND could end is in the pipe
     drain(ctx, st)
     if st.tty and process.foreground(st.tty) == st.pid then
         process.set_foreground(st.tty, st.pgrp)
+        st.had_terminal = true
     end
     if st.error then
         fail(ctx, EXIT.FAILED, st.error)
     end
     local report = st.report
     if report == "ok" then
-        if process.group_alive(st.pid, true) then
-            return st.status            -- the keeper holds on
-        end
-        process.write(st.ctl, "end\n")
-        reap_keeper(ctx, st, now() + END_WAIT)
+        if not process.group_alive(st.pid, true) then
+            process.write(st.ctl, "end\n")
+            reap_keeper(ctx, st, now() + END_WAIT)
+        end                             -- else the keeper holds on
+        interrupted(st)
         return st.status
     end
     -- COMMAND never ran: the keeper is of no more use (its group is gone,
