@@ -53,6 +53,7 @@ local commands = require "resty.shmlock.cli.commands"
 local output = require "resty.shmlock.cli.output"
 local process = require "resty.shmlock.cli.process"
 local keeper = require "resty.shmlock.cli.keeper"
+local hold = require "resty.shmlock.cli.hold"
 local clock = require "resty.shmlock.internal.clock"
 
 local format = string.format
@@ -213,21 +214,19 @@ local function drain(ctx, st)
 end
 
 
--- the keeper's end, seen: its status
-local function keeper_ended(ctx, st, status)
+-- the keeper's end, seen: its status (how: what became of it, when it
+-- cannot be waited for)
+local function keeper_ended(ctx, st, status, how)
     st.kstatus = status
     drain(ctx, st)          -- (all of it: the keeper is gone)
     if st.report == "ok" and not st.status and not st.lost
        and status ~= keeper.RELEASED then
         st.lost = true
-        fail(ctx, EXIT.FAILED, format('lock "%s" in zone "%s" lost: its '
-                                      .. "keeper (pid %d) %s (the command "
-                                      .. "runs on)",
-                                      output.printable(st.key), st.name,
-                                      st.keeper,
-                                      status > 128 and "was killed by signal "
-                                      .. (status - 128)
-                                      or "exited with " .. status))
+        how = how or status > 128 and "was killed by signal " .. status - 128
+              or "exited with " .. status
+        fail(ctx, EXIT.FAILED, format('%s in zone "%s" lost: its keeper '
+                                      .. "(pid %d) %s (the command runs on)",
+                                      st.what, st.name, st.keeper, how))
     end
 end
 
@@ -235,12 +234,11 @@ end
 -- looks at both children; COMMAND's status into st.status when it ended
 local function look_at_children(ctx, st)
     if not st.status then
-        local status, stop, errno = process.reap(st.pid, st.tty ~= nil)
+        local status, stop = process.reap(st.pid, st.tty ~= nil)
         if status == false then
             st.status = EXIT.FAILED
             st.error = format("cannot wait for the command (pid %d): %s",
                               st.pid, stop)
-            st.errno = errno
         elseif status then
             st.status = status
         elseif stop and st.tty then
@@ -248,9 +246,10 @@ local function look_at_children(ctx, st)
         end
     end
     if not st.kstatus then
-        local status = process.reap(st.keeper)
+        local status, err = process.reap(st.keeper)
         if status == false then
-            keeper_ended(ctx, st, 128 + process.SIGKILL)    -- gone unseen
+            keeper_ended(ctx, st, EXIT.FAILED, "cannot be waited for: "
+                                               .. err)
         elseif status then
             keeper_ended(ctx, st, status)
         end
@@ -421,6 +420,7 @@ function _M.run(ctx, cmd)
         tty = process.terminal(), pgrp = process.getpgrp(),
         front = process.getpid(), buf = "",
     }
+    st.what = hold.describe(st.kind, output.printable(key), cmd.permits)
 
     -- COMMAND's process, in a group of its own, waiting for the go
     local go_r, go_w = process.pipe()
