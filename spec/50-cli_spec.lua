@@ -688,6 +688,38 @@ describe("bin/shmlock", function()
 end)
 
 describe("resty.shmlock.cli pieces", function()
+    it("process.reap: nil while a child runs, its stop signal (untraced), its "
+       .. "status; false and ECHILD's message for a pid that is no child",
+       function()
+        local process = require "resty.shmlock.cli.process"
+        local pid = assert(process.fork())
+        if pid == 0 then
+            process.kill(process.getpid(), process.SIGSTOP)
+            process.exit(7)
+        end
+        local r, stop
+        for _ = 1, 1000 do      -- (10 s at most)
+            r, stop = process.reap(pid, true)
+            if r ~= nil or stop then
+                break
+            end
+            proc.sleep(0.01)
+        end
+        assert.same({ nil, process.SIGSTOP }, { r, stop })
+        assert.is_nil(process.reap(pid))        -- stopped: not ended
+        assert.is_true(process.kill(pid, process.SIGCONT))
+        for _ = 1, 1000 do
+            r = process.reap(pid)
+            if r then
+                break
+            end
+            proc.sleep(0.01)
+        end
+        assert.equal(7, r)
+        assert.same({ false, "No child processes", process.ECHILD },
+                    { process.reap(pid) })
+    end)
+
     it("a zone destroyed or whose file was removed meanwhile exits 6",
        function()
         local commands = require "resty.shmlock.cli.commands"
