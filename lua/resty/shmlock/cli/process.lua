@@ -332,8 +332,10 @@ end
 -- process) may do late or never; thorough: a group kill finds alive is
 -- looked for in /proc, where a group of zombies only is gone.
 function _M.group_alive(pgid, thorough)
-    if C.shmlock_cli_kill(-pgid, 0) ~= 0 and ffi.errno() ~= EPERM then
-        return false
+    if C.shmlock_cli_kill(-pgid, 0) ~= 0 then
+        -- EPERM: only processes of other users (a setuid program), which
+        -- /proc may hide (hidepid): alive
+        return ffi.errno() == EPERM
     end
     if thorough then
         return live_member(pgid) ~= false
