@@ -80,7 +80,7 @@ INST_BINDIR ?= $(PREFIX)/bin
 # passes its rock's directory: see the rockspec)
 INST_MANDIR ?= $(PREFIX)/share/man/man1
 
-.PHONY: all lib clean install deps demo bench soak test test-lua \
+.PHONY: all lib clean install deps demo demo-fleet bench soak test test-lua \
         test-nginx test-asan test-valgrind test-slots test-groups test-every-lua test-install \
         test-luarocks test-busted check-layers lint
 
@@ -168,12 +168,21 @@ bench:
 	bench/run.sh
 
 # The main job: a cache stampede on an embedded zone, with and without the
-# lock, and on a stale key with stale_ttl (demo/stampede.lua; writes
-# demo/stampede.png).
+# lock, and on a stale key with stale_ttl (demo/stampede.lua; writes its
+# data and plot to demo/out/, which git ignores: the checkout stays clean).
 demo:
 	scripts/deps.sh </dev/null
 	$(MAKE) --no-print-directory all
 	luajit demo/stampede.lua
+
+# The fleet case: 3 hosts (zone directories) x 8 processes, one cold key,
+# the host tier, the lock-factory recipe, the fleet tier (opts.redis) and
+# Redis stopped under a stale key, with a redis-server of its own on
+# loopback (demo/fleet.lua; writes under $TMPDIR, nothing in the checkout).
+demo-fleet:
+	scripts/deps.sh </dev/null
+	$(MAKE) --no-print-directory all
+	luajit demo/fleet.lua
 
 # The soak test (spec/soak.lua): the kill storm mixed with pid reuse after
 # a kill inside the mutex, a zone filling up under marked locks, destroy
@@ -208,13 +217,13 @@ test:
 
 # Every Lua (docs/every-lua.md): spec/60 (run by test-lua too) starts
 # lua5.1 ... lua5.4 and LuaJIT on the modules and on one zone at once; then
-# every dictionary method, the cache and the lock under each PUC Lua
-# through its C module, under valgrind and with the module built with ASan
+# every dictionary method, the cache, the lock and number keys under each
+# PUC Lua through its C module, under valgrind and with the module built with ASan
 # and UBSan (the C API binding's memory: any report fails).
 ASAN_LUA_MODS = $(LUA_VERSIONS:%=build-asan/lua%/resty/shmlock/core.so)
 EVERY_LUA_SCRIPTS = spec/every_lua/dict.lua spec/every_lua/cache.lua \
                     spec/every_lua/lock.lua spec/every_lua/semaphore.lua \
-                    spec/every_lua/lock_shared.lua
+                    spec/every_lua/lock_shared.lua spec/every_lua/keys.lua
 # (that the ASan build is the module loaded, not the checkout's)
 ASAN_PROBE = require "resty.shmlock.internal.core"; assert(io.open("/proc/self/maps"):read("*a"):find("build%-asan/lua"), "the ASan module did not load")
 

@@ -614,6 +614,37 @@ for _, x in ipairs{
 end
 put("")
 
+-- (12)
+put("## 12. The fleet tier: loader calls and Redis commands per miss")
+put("")
+put("One cold key, 8 processes on each host (hosts: zone directories on this",
+    " machine), released together, a 100 ms loader; one redis-server on",
+    " loopback. Fleet: resty.shmlock.cache with `opts.redis`. Recipe:",
+    " docs/redis.md's lock factory of resty.shmlock.redis locks (one load",
+    " per host, each host's waiters polling Redis). Redis commands: INFO",
+    " commandstats, those the scripts ran included; sent: what the processes",
+    " sent. Medians of the repetitions.")
+put("")
+header({ "hosts", "", "loader calls", "Redis commands", "sent",
+         "slowest caller" }, { "---:", "---", "---:", "---:", "---:", "---:" })
+for _, h in ipairs{ 1, 3 } do
+    for _, x in ipairs{ { "fleet", "fleet tier (`opts.redis`)" },
+                        { "recipe", "lock-factory recipe" } } do
+        local function v(what)
+            local r = get("fleet", ("%s_h%d_%s"):format(x[1], h, what))
+            return r and r.med
+        end
+        if v("calls") then
+            local function count(n)
+                return n and fmt("%.0f", n) or "–"
+            end
+            row({ tostring(h), x[2], count(v("calls")), count(v("commands")),
+                  count(v("sent")), ms(v("slowest")) })
+        end
+    end
+end
+put("")
+
 local md = concat(lines, "\n") .. "\n"
 local f = assert(io.open(out_dir .. "/RESULTS.md", "w"))
 f:write(md)

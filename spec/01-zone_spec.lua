@@ -763,15 +763,46 @@ print(shdict.destroy("kept", { dir = %q }))
                          as_nobody(open_script("kept", 'group = "nogroup"')))
         end)
 
+        it("names the directory, its owner and mode when no zone file "
+           .. "can be made there, and the fix", function()
+            if not is_root() then
+                pending("needs root")
+                return
+            end
+            -- a directory nobody may not write (as /dev/shm at 0755): its
+            -- owner and mode, and what to change
+            local closed = tmp .. "/closed"
+            sh("mkdir -p '" .. closed .. "' && chmod 0755 '" .. closed .. "'")
+            assert.equal('failed to open zone "c": permission denied '
+                         .. "opening zone file " .. closed .. "/shmlock.c: "
+                         .. "the directory " .. closed .. " (owner root, "
+                         .. "group root, mode 0755) does not let uid 65534 "
+                         .. "(nobody) create files in it: run as a user who "
+                         .. "may write there, make the directory writable "
+                         .. "for this user (chmod 1777 " .. closed .. ", the "
+                         .. "mode /dev/shm has), or use a directory it may "
+                         .. "write ($SHMLOCK_DIR, or opts.dir)\n",
+                         as_nobody(([[
+local d, err = require("resty.shmlock.shdict").open("c", { dir = %q })
+print(err)
+]]):format(closed)))
+        end)
+
         it("names each refusal's cause", function()
             if not is_root() then
                 pending("needs root")
                 return
             end
-            -- nobody's 0600 zone: root does not trust another user's file
+            -- nobody's 0600 zone: root does not trust another user's file;
+            -- one left over (nginx's user changed, say) goes with shmlock
+            -- destroy
             as_nobody(open_script("nob"))
             assert.equal("zone file owned by another user (uid 65534): "
-                         .. owner_hint("nobody") .. "\n",
+                         .. owner_hint("nobody") .. "; a file left from an "
+                         .. "earlier setup (nginx's user changed, say) goes "
+                         .. "with `shmlock --dir " .. dir .. " destroy nob` "
+                         .. "run as root or nobody, and the next open makes "
+                         .. "the zone anew\n",
                          run_child(tmp, open_script("nob")))
             -- root's 0600 zone: nobody may not open it
             assert(shdict.open("mine", { dir = dir, size = "64k" }))

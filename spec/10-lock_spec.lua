@@ -279,6 +279,21 @@ describe("resty.shmlock", function()
             assert.is_nil(slot.info(dict, "42"))
         end)
 
+        it("takes a number key as the string every Lua gives it",
+           function()
+            -- tostring gives "1e+15" and "-0" under LuaJIT
+            local lock = resty_lock:new(dict)
+            local other = resty_lock:new(dict, { timeout = 0 })
+            assert.equal(0, lock:lock(1e15))
+            assert.truthy(slot.info(dict, "1000000000000000"))
+            assert.same({ nil, "timeout" }, { other:lock("1000000000000000") })
+            assert.equal("lock", assert(resty_lock.inspect(dict, 1e15)).kind)
+            assert.equal(1, lock:unlock())
+            assert.equal(0, lock:lock(-0.0))
+            assert.truthy(slot.info(dict, "0"))
+            assert.equal(1, lock:unlock())
+        end)
+
         -- the waits' lengths are pinned on a clock that moves only as the
         -- waiter sleeps (helpers.fake_clock): exact whatever the load; on
         -- the real clock only what lateness cannot break

@@ -183,6 +183,32 @@ describe("resty.shmlock.redis", function()
             assert.equal(1, lock:unlock())
         end)
 
+        it("takes a float number key as the same Redis key under LuaJIT "
+           .. "and Lua 5.4", function()
+            -- 2^10 is "1024" by tostring under LuaJIT, "1024.0" under 5.4
+            -- (resty.shmlock.internal.key).  Lua 5.4 has no redis-lua
+            -- package here: 5.3's, plain Lua, serves it.
+            local function lua54(code)
+                return checkout.trim(checkout.sh("cd /tmp && LUA_PATH='"
+                    .. checkout.ROOT .. "/lua/?.lua;;/usr/share/lua/5.3/?.lua'"
+                    .. " lua5.4 -e \"local l = require('resty.shmlock.redis')"
+                    .. ".new(require('redis').connect('127.0.0.1', "
+                    .. server.port .. "), { timeout = 0 }); " .. code
+                    .. "\" 2>&1"))
+            end
+            local lock = redis_lock.new(raw, { timeout = 0 })
+            assert.equal(0, lock:lock(2 ^ 10))
+            assert.equal("nil\ttimeout", lua54("print(l:lock(2 ^ 10))"))
+            assert.equal(1, lock:unlock())
+            -- taken under 5.4 (and kept: the process exits holding it)
+            assert.equal("0\tnil", lua54("local e, err = l:lock(2 ^ 10); "
+                                         .. "print(e, err)"))
+            assert.same({ nil, "timeout" }, { lock:lock(2 ^ 10) })
+            local keys = raw:keys("*")
+            table.sort(keys)
+            assert.same({ "lock:{1024}", "lock:{1024}:fence" }, keys)
+        end)
+
         it("returns nil, 'locked' while this object holds a lock", function()
             local lock = redis_lock.new(raw)
             assert.equal(0, lock:lock("a"))

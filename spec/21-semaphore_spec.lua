@@ -6,6 +6,7 @@
 -- lateness: counts, states, returns.
 
 local semaphore = require "resty.shmlock.semaphore"
+local shdict = require "resty.shmlock.shdict"
 local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local children = require "helpers.children"
@@ -40,6 +41,18 @@ describe("resty.shmlock.semaphore", function()
         assert.equal(0, a:count("k"))
     end)
 
+    it("takes a number key as the string every Lua gives it", function()
+        local a = assert(semaphore:new(dict, { permits = 1 }))
+        local b = assert(semaphore:new(dict, { permits = 1 }))
+        assert.same({ 0 }, { a:acquire(1e15) })
+        assert.same({ nil, "timeout" }, { b:acquire("1000000000000000", 0) })
+        assert.equal(1, b:count("1000000000000000"))
+        assert.equal(1, b:count(1e15))
+        assert.equal(1, #assert(semaphore.inspect(dict, "1000000000000000"))
+                             .holders)
+        assert.same({ 1 }, { a:release() })
+    end)
+
     it("counts every holder against the caller's own limit", function()
         local big = assert(semaphore:new(dict, { permits = 3 }))
         local big2 = assert(semaphore:new(dict, { permits = 3 }))
@@ -72,8 +85,16 @@ describe("resty.shmlock.semaphore", function()
                          "opts.permits must be an integer from 1 to 65535")
         assert.has_error(function() semaphore:new(dict, { exptime = -1 }) end,
                          "opts.exptime must be >= 0")
-        assert.same({ nil, "dictionary not found" },
+        -- the lock's words: what was tried (before: a bare "dictionary
+        -- not found")
+        assert.same({ nil, 'dictionary not found: no zone '
+                           .. '"no_such_zone_here" in ' .. shdict.directory() },
                     { semaphore:new("no_such_zone_here") })
+        assert.same({ nil, "dictionary not found: a number is no dict" },
+                    { semaphore:new(42) })
+        assert.same({ nil, 'dictionary not found: no zone '
+                           .. '"no_such_zone_here" in ' .. shdict.directory() },
+                    { semaphore.inspect("no_such_zone_here", "k") })
         local s = assert(semaphore.new(dict))
         assert.same({ nil, "nil key" }, { s:acquire(nil) })
         assert.same({ nil, "empty key" }, { s:acquire("") })
@@ -272,9 +293,11 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
         local reloaded = { "resty.shmlock.semaphore",
                            "resty.shmlock.lock.nginx_wait" }
         local saved = {}
+        fake.shared = { limits = {} }       -- lua_shared_dict limits 1m;
         _G.ngx = {
             get_phase = function() return fake.phase end,
             sleep = function(s) return fake.sleep(s) end,
+            shared = fake.shared,
         }
         for i, name in ipairs(reloaded) do
             saved[i] = package.loaded[name]
@@ -304,6 +327,30 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
                 fake.on_sleep(fake.clock)
             end
         end
+    end)
+
+    it("refuses a lua_shared_dict's name, even beside a zone of that "
+       .. "name, naming the dict and what to do (the one name rule)",
+       function()
+        -- a zone file of that name in the default directory: the lock
+        -- takes the name for the dict, and so does the semaphore now
+        -- (before, it attached the zone)
+        local zone = fx:zone("limits", { size = "64k" })
+        local refusal = 'the semaphore needs a zone: "limits" is a '
+            .. "lua_shared_dict, and inside nginx a lua_shared_dict name is "
+            .. "that dict: give the zone another name, or pass the zone "
+            .. 'object (shdict.open("limits"))'
+        assert.same({ nil, refusal }, { nginx_sem:new("limits") })
+        assert.same({ nil, refusal }, { nginx_sem:new(fake.shared.limits) })
+        assert.same({ nil, refusal }, { nginx_sem.inspect("limits", "k") })
+        -- the zone, given as its object, is a semaphore's
+        local s = assert(nginx_sem:new(zone))
+        assert.same({ 0 }, { s:acquire("k") })
+        assert.equal(1, s:release())
+        -- a name neither: the lock's words for what was tried (zones only:
+        -- no lua_shared_dict would do)
+        assert.same({ nil, 'dictionary not found: no zone "nowhere" in '
+                           .. fx.dir }, { nginx_sem:new("nowhere") })
     end)
 
     it("waits with resty.lock's steps; elapsed is their sum (0.127)",

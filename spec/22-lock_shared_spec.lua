@@ -120,6 +120,15 @@ describe("lock:lock_shared", function()
         assert.same({ 1 }, { l:unlock() })
     end)
 
+    it("takes a number key as the string every Lua gives it", function()
+        local r = assert(resty_lock:new(dict))
+        local w = assert(resty_lock:new(dict, { timeout = 0 }))
+        assert.same({ 0 }, { r:lock_shared(1e15) })
+        assert.equal(1, readers(dict, "1000000000000000"))
+        assert.same({ nil, "timeout" }, { w:lock("1000000000000000") })
+        assert.same({ 1 }, { r:unlock() })
+    end)
+
     it("gives a lease: an expired shared hold no longer excludes; its "
        .. "unlock answers 1, 'expired' and its expire nil, 'expired'",
        function()
@@ -195,8 +204,12 @@ describe("lock:lock_shared", function()
             local nginx_lock = require "resty.shmlock"
             local l = assert(nginx_lock:new("fallback"))
             assert.equal("ngx.shared", l.store)
-            assert.same({ nil, "shared holds need a zone: this lock's store "
-                          .. "is an ngx.shared dict" },
+            -- the dict named, and what to do
+            assert.same({ nil, 'shared holds need a zone: "fallback" is a '
+                          .. "lua_shared_dict, and inside nginx a "
+                          .. "lua_shared_dict name is that dict: give the "
+                          .. "zone another name, or pass the zone object "
+                          .. '(shdict.open("fallback"))' },
                         { l:lock_shared("k") })
             assert.same({ nil, "unlocked" }, { l:unlock() })
             -- on a zone, the phase rule of lock()

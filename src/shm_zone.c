@@ -230,6 +230,25 @@ shm_zone_note_file(shmlock_open_t *o, const struct stat *st)
 }
 
 /*
+ * Permission denied with no file to tell of (none to open, or none the
+ * caller may look at): the directory's owner, group and mode instead, with
+ * S_IFDIR in file_mode saying so, for the message that names what to
+ * change.  errno is kept.
+ */
+static void
+shm_zone_note_dir(shmlock_open_t *o, const char *dir)
+{
+    struct stat  st;
+    int          saved = errno;
+
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+        shm_zone_note_file(o, &st);
+        o->file_mode |= S_IFDIR;
+    }
+    errno = saved;
+}
+
+/*
  * Why a file under a zone's name cannot be trusted as a zone, or OK.
  * Whoever may write the zone may break it under us: its owner, its group
  * if group-writable, anyone if others-writable.  We trust ourselves, the
@@ -771,6 +790,9 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
     if (attempt == SHM_ZONE_ATTEMPTS) {
         *err = EAGAIN;
         return SHMLOCK_SYSTEM;
+    }
+    if (rc == SHMLOCK_SYSTEM && *err == EACCES && o->file_mode == 0) {
+        shm_zone_note_dir(o, dir);
     }
     if (rc == SHMLOCK_OK) {
         o->zone_size = (size_t) (*out)->size;

@@ -136,7 +136,10 @@ SHMLOCK_API int shmlock_zone_open(const char *dir, const char *name,
  *
  * Out, on success and on SHMLOCK_NOT_OWNER, SHMLOCK_UNSAFE_MODE and a
  * SHMLOCK_SYSTEM with EACCES (then from stat(2) of the name, when it can):
- * the file's owner, group and permission bits (file_mode 0: unknown);
+ * the file's owner, group and permission bits (file_mode 0: unknown); on
+ * that EACCES with no file to stat (none could be created, or the name
+ * cannot be looked at), the directory's, with S_IFDIR (0040000) set in
+ * file_mode;
  * created: 1 if this call made the zone; zone_size: the bytes of the zone
  * attached or created.  On SHMLOCK_INCOMPATIBLE, why: file_layout, the
  * layout of a file that starts as a zone does (SHMLOCK_LAYOUT: this

@@ -72,6 +72,7 @@ local C = require("resty.shmlock.lock.slots").C
 local shdict = require "resty.shmlock.shdict"
 local version = require "resty.shmlock.version"
 local nginx = require "resty.shmlock.internal.nginx"
+local names = require "resty.shmlock.internal.names"
 local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
@@ -173,11 +174,11 @@ end
 -- The dict object (a zone) or the ngx.shared dict behind dict_name; else
 -- nil, nil, and why our zone of that name could not be opened.
 --
--- The rule (docs/lock.md, "How names resolve"): inside nginx, a name
--- declared with lua_shared_dict is that dict, whatever files exist; any
--- other name is a zone, attached by name (never created).  So the store a
--- name reaches never depends on leftover files or on the user a process
--- runs as.
+-- The rule (resty.shmlock.internal.names; docs/lock.md, "How names
+-- resolve"): inside nginx, a name declared with lua_shared_dict is that
+-- dict, whatever files exist; any other name is a zone, attached by name
+-- (never created).  So the store a name reaches never depends on leftover
+-- files or on the user a process runs as.
 local function find(name)
     if type(name) == "table" then
         if name._zone then
@@ -203,7 +204,7 @@ local function find(name)
         return nil, shared
     end
     if in_nginx then
-        shared = ngx.shared[name]
+        shared = names.lua_shared_dict(ngx, name)
         if shared then
             shared_names[name] = shared
             log_store(name, 'the lua_shared_dict "' .. name .. '"')
@@ -226,27 +227,6 @@ local function find(name)
 end
 
 
--- resty.lock's "dictionary not found" (callers match its start), then
--- what was tried: the zone and directory, and inside nginx the
--- lua_shared_dict of that name
-local function not_found(name)
-    local msg = "dictionary not found"
-    if type(name) ~= "string" then
-        return msg .. ": " .. (name == nil and "no name"
-                               or "a " .. type(name) .. " is no dict")
-    end
-    if shdict.check_name(name) then
-        msg = msg .. ': no zone "' .. name .. '" in ' .. shdict.directory()
-    else
-        msg = msg .. ': "' .. name .. '" is no zone name'
-    end
-    if in_nginx then
-        msg = msg .. ', and no lua_shared_dict "' .. name .. '"'
-    end
-    return msg
-end
-
-
 -- find(), with new()'s errors: the dict or nil, the ngx.shared dict; or
 -- nil, nil and the error
 local function resolve(dict_name)
@@ -257,7 +237,9 @@ local function resolve(dict_name)
     if why and not NOT_FOUND[why] then
         return nil, nil, why
     end
-    return nil, nil, not_found(dict_name)
+    -- resty.lock's words, then what was tried (the zone, its directory,
+    -- and inside nginx the lua_shared_dict of that name)
+    return nil, nil, names.not_found(dict_name, ngx)
 end
 
 
@@ -500,8 +482,9 @@ function _M.lock_shared(self, key, timeout)
         return nil, "key too long"
     end
     if self.number ~= 0 then
-        return nil, "shared holds need a zone: this lock's store is an "
-                    .. "ngx.shared dict"
+        return nil, names.needs_zone("shared holds need",
+                                     names.shared_name(ngx, self.target)
+                                     or "?")
     end
     return shared_hold.lock(self, key, #key, wait, timeout)
 end

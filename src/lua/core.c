@@ -66,7 +66,11 @@ SHMLOCK_API int luaopen_resty_shmlock_core(lua_State *L)
 
 const char *core_key(lua_State *L, int i, size_t *len)
 {
-    return luaL_checklstring(L, i, len);
+    /* a string only: a number here would become lua_tolstring's text of
+     * it, which differs between 5.1 ("1024") and 5.4 ("1024.0"); the Lua
+     * layer gives every key as resty.shmlock.internal.key made it */
+    luaL_checktype(L, i, LUA_TSTRING);
+    return lua_tolstring(L, i, len);
 }
 
 double core_num(lua_State *L, int i)

@@ -44,7 +44,8 @@ void core_push_value(lua_State *L, const shmlock_value_t *v);
  */
 void core_push_number(lua_State *L, double d);
 
-/* the string at index i (raises if none), and its length */
+/* the string at index i (raises for anything else, numbers included),
+ * and its length */
 const char *core_key(lua_State *L, int i, size_t *len);
 
 /* lua_Integer-free checks that read the same in every Lua version */

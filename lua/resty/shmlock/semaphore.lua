@@ -35,7 +35,7 @@ local slots = require "resty.shmlock.lock.slots"
 local core = require "resty.shmlock.internal.core"
 local permit = core.ffi and require "resty.shmlock.semaphore.permit"
                or require "resty.shmlock.semaphore.permit.capi"
-local shdict = require "resty.shmlock.shdict"
+local names = require "resty.shmlock.internal.names"
 local version = require "resty.shmlock.version"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
@@ -89,19 +89,30 @@ local mt = { __index = _M }
 
 local tk = slots.ticket()       -- acquire's out-parameter
 
-local ATTACH = { create = false }
-
-
 -- ---- new ----
 
+-- The zone behind dict_name, by the one name rule (resty.shmlock.
+-- internal.names): a zone object, or a zone attached by name; inside
+-- nginx a lua_shared_dict's name is that dict, which has no permits: a
+-- refusal naming it.  nil and the error (the lock's words).
 local function find(name)
     if type(name) == "table" then
-        return name._zone and name or nil
+        if name._zone then
+            return name
+        end
+        local shared = names.shared_name(ngx, name)
+        if shared then
+            return nil, names.needs_zone("the semaphore needs", shared)
+        end
+        return nil, names.not_found(name)
     end
     if type(name) ~= "string" then
-        return nil
+        return nil, names.not_found(name)
     end
-    return shdict.opened(name) or shdict.open(name, ATTACH)
+    if names.lua_shared_dict(ngx, name) then
+        return nil, names.needs_zone("the semaphore needs", name)
+    end
+    return names.attach(name)
 end
 
 local function check_permits(v)
@@ -124,9 +135,9 @@ function _M.new(a, b, c)
     local exptime, timeout, step, ratio, max_step, blocking =
         options.lock(opts, "opts", 2)
     local permits = check_permits(opts and opts.permits)
-    local dict = find(dict_name)
+    local dict, err = find(dict_name)
     if not dict then
-        return nil, "dictionary not found"
+        return nil, err
     end
     return setmetatable({
         dict = dict, zone = dict._zone, permits = permits,
@@ -528,17 +539,16 @@ end
 -- What holds the permits of key, read without changing anything
 -- (docs/semaphore.md): { count, holders = { { pid, alive, ttl }, ... },
 -- marked = { pid, alive, deadline, waited } or nil, waiters }; nil, "not
--- locked"; nil, "dictionary not found"; the key's errors.
+-- locked"; new()'s errors ("dictionary not found: ..."); the key's errors.
 function _M.inspect(a, b, c)
     local dict_name, key = a, b
     if a == _M then
         dict_name, key = b, c
     end
-    local dict = find(dict_name)
+    local dict, err = find(dict_name)
     if not dict then
-        return nil, "dictionary not found"
+        return nil, err
     end
-    local err
     key, err = key_check(key)
     if not key then
         return nil, err
