@@ -816,8 +816,11 @@ describe("bin/shmlock run, unlock, --group", function()
                          .. "user (uid 65534): run as nobody (the zone's "
                          .. "owner), or share the zone with a group on "
                          .. 'purpose: create it with --group G and '
-                         .. 'opts.mode = "0660", and attach with --group G\n',
-                         err)
+                         .. 'opts.mode = "0660", and attach with --group G; '
+                         .. "a file left from an earlier setup (nginx's user "
+                         .. "changed, say) goes with `shmlock --dir " .. dir
+                         .. " destroy theirs` run as root or nobody, and the "
+                         .. "next open makes the zone anew\n", err)
             assert.falsy(err:find("nogroup"))
             -- as nobody, it works
             status = shmlock({ "locks", "theirs" }, "setpriv --reuid=65534 "
