@@ -80,9 +80,9 @@ describe("resty.shmlock.semaphore", function()
 
     it("refuses bad input", function()
         assert.has_error(function() semaphore:new(dict, { permits = 0 }) end,
-                         "opts.permits must be an integer from 1 to 65535")
+                         "opts.permits must be an integer from 1 to 16777215")
         assert.has_error(function() semaphore:new(dict, { permits = 1.5 }) end,
-                         "opts.permits must be an integer from 1 to 65535")
+                         "opts.permits must be an integer from 1 to 16777215")
         assert.has_error(function() semaphore:new(dict, { exptime = -1 }) end,
                          "opts.exptime must be >= 0")
         -- the lock's words: what was tried (before: a bare "dictionary

@@ -232,7 +232,9 @@ describe("bin/shmlock", function()
             assert.same({ 4, "" }, { status, out })
             assert.matches("is a zone of layout 5, made by another version "
                            .. "of lua%-resty%-shmlock %(this one reads layout "
-                           .. "%d+%): destroy it", err)
+                           .. "%d+%): destroy it to make it anew %(shmlock "
+                           .. "%-%-dir [^ ]+ destroy older, or shdict%.destroy",
+                           err)
             assert.equal(0, (run("destroy", "older")))
             assert.is_nil(io.open(dir .. "/shmlock.older"))
         end)
@@ -448,6 +450,62 @@ describe("bin/shmlock", function()
                                    .. "%.%.%. %(40 bytes%) +%d+ +yes"), out)
             assert.equal(1, sem:release())
             assert.equal(1, lock:unlock())
+            assert.same({ 0, "[]\n", "" }, { run("locks", "cache", "--json") })
+        end)
+
+        it("says each lock's kind as its slot does, whatever the key's "
+           .. "bytes", function()
+            local function listed()
+                local status, out = run("locks", "cache", "--json")
+                assert.equal(0, status)
+                local got = {}
+                for i, l in ipairs(jd.decode(out)) do
+                    got[i] = { l.key, l.key_len, l.kind, l.pid }
+                end
+                return got, out
+            end
+            local pid = env.pid()
+            -- an exclusive lock on a key spelt as a semaphore's permit
+            -- record of "abc" (layouts before 10: src/group.h) is a lock
+            local first = assert(resty_lock:new(dict))
+            assert.same({ 0 }, { first:lock("\0s\0\0abc", 0) })
+            local got, out = listed()
+            assert.same({ { "\0s\0\0abc", 7, "lock", pid } }, got)
+            -- its bytes as the command escapes them
+            assert.truthy(out:find('"key":"\\u0000s\\u0000\\u0000abc"',
+                                   1, true), out)
+            -- beside it: a real permit of "abc", real shared holds of
+            -- "rw", and locks spelt as their records and heads
+            local semaphore = require "resty.shmlock.semaphore"
+            local sem = assert(semaphore:new(dict, { permits = 2 }))
+            assert.equal(0, sem:acquire("abc", 0))
+            local r1, r2 = assert(resty_lock:new(dict)),
+                           assert(resty_lock:new(dict))
+            assert.equal(0, r1:lock_shared("rw", 0))
+            assert.equal(0, r2:lock_shared("rw", 0))
+            local held = { first }
+            for _, key in ipairs { "\0s\255\255abc", "\0r\0\0rw" } do
+                held[#held + 1] = assert(resty_lock:new(dict))
+                assert.same({ 0 }, { held[#held]:lock(key, 0) })
+            end
+            got, out = listed()
+            assert.same({
+                { "\0r\0\0rw", 6, "lock", pid },
+                { "\0s\0\0abc", 7, "lock", pid },
+                -- (the decoder gives \u00ff as UTF-8)
+                { "\0s\195\191\195\191abc", 7, "lock", pid },
+                { "abc", 3, "semaphore", pid },
+                { "rw", 2, "shared", pid },
+                { "rw", 2, "shared", pid },
+            }, got)
+            assert.truthy(out:find('"key":"\\u0000s\\u00ff\\u00ffabc"',
+                                   1, true), out)
+            for _, lk in ipairs(held) do
+                assert.equal(1, lk:unlock())
+            end
+            assert.equal(1, sem:release())
+            assert.equal(1, r1:unlock())
+            assert.equal(1, r2:unlock())
             assert.same({ 0, "[]\n", "" }, { run("locks", "cache", "--json") })
         end)
 

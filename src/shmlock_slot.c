@@ -5,6 +5,7 @@
  */
 
 #include "shmlock.h"
+#include "group.h"
 #include "hash.h"
 #include "shard_lock.h"
 #include "shm_watch.h"
@@ -16,6 +17,14 @@
 #include <string.h>
 
 #define SHMLOCK_SLOT_SHARD_SHIFT  24
+
+/* the kinds a listing names are the slots' own (slot.h, group.h) */
+_Static_assert(SHMLOCK_SLOT_LOCK == SLOT_KIND_LOCK
+               && (int) SHMLOCK_SLOT_SHARED == (int) GROUP_SHARED
+               && (int) SHMLOCK_SLOT_PERMIT == (int) GROUP_SEM
+               && (int) SHMLOCK_SLOT_SEMAPHORE == (int) GROUP_SEM_HEAD,
+               "slot kinds");
+_Static_assert(SHMLOCK_GROUP_MAX == GROUP_MAX, "a head's count");
 
 static inline void
 shmlock_slot_out(shmlock_ticket_t *t, uint32_t shard, uint32_t hash,
@@ -80,13 +89,13 @@ shmlock_slot_acquire_slow(shmlock_zone_t *zone, const shmlock_slot_req_t *r,
     shard_t       *sh = &zone->shard[r->shard];
     int            rc;
 
-    rc = slot_acquire(&sh->slots, r->key, r->key_len, r->hash, r->owner,
-                      r->self, r->expiry, r->now_ms, &tk);
+    rc = slot_acquire(&sh->slots, SLOT_KIND_LOCK, r->key, r->key_len,
+                      r->hash, r->owner, r->self, r->expiry, r->now_ms, &tk);
     if (rc == SLOT_SLOW) {
         shard_lock(sh);
-        rc = slot_acquire_locked(&sh->slots, r->key, r->key_len, r->hash,
-                                 r->owner, r->self, r->expiry, r->now_ms,
-                                 &tk);
+        rc = slot_acquire_locked(&sh->slots, SLOT_KIND_LOCK, r->key,
+                                 r->key_len, r->hash, r->owner, r->self,
+                                 r->expiry, r->now_ms, &tk);
         rc = shard_unlock(sh, rc);
         if (rc == SHMLOCK_CORRUPT) {
             return rc;
@@ -314,10 +323,11 @@ shmlock_slot_look(shmlock_zone_t *zone, const char *key, size_t key_len,
     hash = hash_bytes(key, key_len);
     shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
     sh = &zone->shard[shard];
-    rc = slot_look(&sh->slots, key, key_len, hash, &tk);
+    rc = slot_look(&sh->slots, SLOT_KIND_LOCK, key, key_len, hash, &tk);
     if (rc == SLOT_SLOW) {
         shard_lock(sh);
-        rc = slot_look_locked(&sh->slots, key, key_len, hash, &tk);
+        rc = slot_look_locked(&sh->slots, SLOT_KIND_LOCK, key, key_len, hash,
+                              &tk);
         rc = shard_unlock(sh, rc);
     }
     if (rc == SLOT_OK) {
@@ -389,7 +399,7 @@ shmlock_slot_alive(const shmlock_ticket_t *t)
     }
     /* a holder group's head (shmlock_group_*): no process, its holders
      * are judged one by one (shmlock_group_reclaim) */
-    if (pid == 0xffffffffu) {
+    if (group_is_head(t->owner)) {
         return 1;
     }
     /* the process known: pid and start time (low 32 bits), as the shard
@@ -472,6 +482,31 @@ shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     return SHMLOCK_OK;
 }
 
+/* A listed slot's key as the user's: a record's (group.h) without its
+ * index, which goes to info->index; the kind is the slot's, never read
+ * from the bytes. */
+static void
+shmlock_slot_scan_key(shmlock_slot_info_t *info, int kind, uint32_t klen,
+    uint32_t shown)
+{
+    const unsigned char  *k = (const unsigned char *) info->key;
+
+    info->kind = (uint32_t) kind;
+    info->index = 0;
+    if ((kind == GROUP_SHARED || kind == GROUP_SEM) && klen > GROUP_PREFIX
+        && shown >= GROUP_PREFIX)
+    {
+        info->index = (uint32_t) k[0] << 24 | (uint32_t) k[1] << 16
+                      | (uint32_t) k[2] << 8 | k[3];
+        memmove(info->key, info->key + GROUP_PREFIX, shown - GROUP_PREFIX);
+        klen -= GROUP_PREFIX;
+        shown -= GROUP_PREFIX;
+    }
+    memset(info->key + shown, 0, sizeof(info->key) - shown);
+    info->key_len = klen;
+    info->shown = shown;
+}
+
 int
 shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
     shmlock_slot_info_t *out, int max, int *count, uint64_t *next)
@@ -480,7 +515,7 @@ shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
     shard_t       *sh;
     uint64_t       n, per, total;
     uint32_t       shard, klen, shown, hash;
-    int            rc, got = 0, ok;
+    int            rc, got = 0, ok, kind;
 
     *count = 0;
     *next = 0;
@@ -497,20 +532,19 @@ shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
         shard = (uint32_t) (n / per);
         sh = &zone->shard[shard];
         if (sh->slots.cas16) {
-            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk,
+            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk, &kind,
                            out[got].key, &klen, &shown, &hash);
         } else {
             shard_lock(sh);
-            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk,
+            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk, &kind,
                            out[got].key, &klen, &shown, &hash);
             if (shard_unlock(sh, SHMLOCK_OK) != SHMLOCK_OK) {
                 return SHMLOCK_CORRUPT;
             }
         }
         if (ok) {
+            shmlock_slot_scan_key(&out[got], kind, klen, shown);
             shmlock_slot_out(&out[got].ticket, shard, hash, &tk);
-            out[got].key_len = klen;
-            out[got].shown = shown;
             got++;
         }
     }

@@ -66,7 +66,10 @@
  * ends with its lock slots (slot.h).  Layout 9: the locks live there (no
  * lock is a dictionary entry any more), so the slots take more room: a
  * power of two of them, about 1/16 of the shard's bytes (ZONE_SLOT_SHARE),
- * at least ZONE_SLOTS_MIN.
+ * at least ZONE_SLOTS_MIN.  Layout 10: a slot keeps its key's kind beside
+ * the length (a lock's, or a holder group's record or head: slot.h,
+ * group.h), no longer spelt in the key's bytes, and a group's head
+ * counts 24 bits of holders, not 16.
  *
  * The header starts with a magic string, the layout version and the size,
  * so a foreign, older or truncated file is refused rather than trusted;

@@ -457,8 +457,9 @@ end
 
 -- syntax: elapsed, err = lock:lock_shared(key, timeout?)
 -- A shared (reader) hold of key (resty.shmlock.lock.shared): as lock(),
--- with the same returns and errors; shared with any number of other
--- shared holders, never with an exclusive lock(key).  On an ngx.shared
+-- with the same returns and errors; shared with the other shared holders
+-- (as many as the key's shard has lock slots for: then "no memory"),
+-- never with an exclusive lock(key).  On an ngx.shared
 -- dict: nil, "shared holds need a zone ...".
 function _M.lock_shared(self, key, timeout)
     if timeout == nil then

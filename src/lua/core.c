@@ -28,6 +28,7 @@ static const struct { const char *name; double value; } CONSTANTS[] = {
     K(LAYOUT), K(WATCH_MS), K(LEFT), K(RIGHT),
     K(SLOT_MARKED), K(SLOT_EXPIRY_SHIFT), K(OWNER_IDS),
     K(SEMAPHORE), K(SHARED), K(GROUP_MAX),
+    K(SLOT_LOCK), K(SLOT_SHARED), K(SLOT_PERMIT), K(SLOT_SEMAPHORE),
     { NULL, 0 }
 };
 

@@ -279,7 +279,8 @@ static int slot_hash(lua_State *L)
 
 /*
  * rc, next, list = core.slot_scan(zone, cursor, max): list of { ticket =,
- * key = (its bytes the slot keeps), key_len = }
+ * key = (the user key's bytes the slot keeps), key_len =, kind = (the
+ * slot's: SLOT_LOCK ...), index = (a record's) }
  */
 static int slot_scan(lua_State *L)
 {
@@ -308,6 +309,10 @@ static int slot_scan(lua_State *L)
         lua_setfield(L, -2, "key");
         core_push_number(L, out[i].key_len);
         lua_setfield(L, -2, "key_len");
+        core_push_number(L, out[i].kind);
+        lua_setfield(L, -2, "kind");
+        core_push_number(L, out[i].index);
+        lua_setfield(L, -2, "index");
         lua_rawseti(L, -2, i + 1);
     }
     return 3;
@@ -393,7 +398,7 @@ static int group_holders(lua_State *L)
     int count = 0, rc, i;
 
     if (max < 1 || max > SHMLOCK_GROUP_MAX) {
-        return luaL_argerror(L, 5, "from 1 to 65535");
+        return luaL_argerror(L, 5, "from 1 to 16777215 (SHMLOCK_GROUP_MAX)");
     }
     out = lua_newuserdata(L, sizeof(*out) * (size_t) max);
     rc = shmlock_group_holders(zone, kind, key, klen, out, max, &count);

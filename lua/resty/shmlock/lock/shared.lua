@@ -5,8 +5,9 @@
 -- (src/group.h draws them; the ABI: shmlock_group_* in src/shmlock.h):
 -- one record slot per reader, counted by a head that is the key's own
 -- lock slot, so that the exclusive lock (resty.shmlock.lock.zone) and the
--- readers each find the other held.  Any number of readers; none while an
--- exclusive holder holds; an exclusive waiter that marks the slot
+-- readers each find the other held.  As many readers as the key's shard
+-- has slots for (then "no memory", at once); none while an exclusive
+-- holder holds; an exclusive waiter that marks the slot
 -- (zone.lua's starvation mode) keeps new readers out, and the last reader
 -- out hands the key to it.  Readers never mark: a stream of writers may
 -- keep a reader waiting (to its timeout), never the other way round.

@@ -121,7 +121,7 @@
 -- a head's hint is read by nobody), so that handoff leaves no such slot.
 --
 -- Shared holds (resty.shmlock.lock.shared) keep a head in the key's slot
--- whose pid is no process (0xffffffff): never taken over as a dead
+-- whose pid is no process's (slots.is_head): never taken over as a dead
 -- holder; at those same checks the key's dead readers are dropped
 -- (shmlock_group_reclaim), the last of them handing the key to our mark.
 -- A starver marks a head as any holder, and the last reader out hands the
@@ -200,7 +200,7 @@ local _M = {
 
 
 local SHARED = codes.SHARED
-local GROUP_PID = 0xffffffff     -- a shared holds' head (src/group.h)
+local is_head = slots.is_head    -- a shared holds' head (src/group.h)
 local NEVER = 2 ^ 40 - 1        -- the expiry of a lock without one
 
 _M.ticket_t = slots.ticket_t            -- (FFI only)
@@ -590,7 +590,7 @@ local function look(zone, key, klen, cd, exp_ms, check, since, till, ask)
     if pid == 0 and id == 0 then
         return again(zone, key, klen, cd, exp_ms)
     end
-    if pid == GROUP_PID and check then
+    if check and is_head(pid) then
         -- shared holds (resty.shmlock.lock.shared): their head is no
         -- process; dead readers are dropped (the last hands the key to our
         -- mark, or frees it), then we look again
