@@ -747,7 +747,7 @@ describe("bin/shmlock run, unlock, --group", function()
                 { "unlock", "--pid", "x", "jobs", "k" },
                 { "run", "--kind", "lock", "jobs", "k", "true" },
                 { "run", "--permits", "0", "jobs", "k", "true" },
-                { "run", "--permits", "65536", "jobs", "k", "true" },
+                { "run", "--permits", "16777216", "jobs", "k", "true" },
                 { "run", "--shared", "--permits", "2", "jobs", "k", "true" },
                 { "run", "--conflict-exit-code", "256", "jobs", "k", "true" },
                 { "unlock", "--shared", "jobs", "k" },

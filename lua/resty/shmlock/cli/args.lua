@@ -56,7 +56,7 @@ table.sort(_M.OPTIONS)
 local KINDS = { lock = true, shared = true, semaphore = true }
 
 -- the most permits of a key (src/shmlock.h: SHMLOCK_GROUP_MAX)
-local PERMITS_MAX = 65535
+local PERMITS_MAX = require("resty.shmlock.internal.codes").GROUP_MAX
 
 
 -- v (a string) as a whole number from lo to hi, or nil
