@@ -76,6 +76,9 @@ PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
+# the manual page, shmlock(1): where man finds it under PREFIX (luarocks
+# passes its rock's directory: see the rockspec)
+INST_MANDIR ?= $(PREFIX)/share/man/man1
 
 .PHONY: all lib clean install deps demo demo-fleet bench soak test test-lua \
         test-nginx test-asan test-valgrind test-slots test-groups test-every-lua test-install \
@@ -327,6 +330,8 @@ install: $(LIB) $(ROCK_MOD)
 	done
 	install -d '$(INST_BINDIR)'
 	install -m 0755 bin/shmlock '$(INST_BINDIR)/shmlock'
+	install -d '$(INST_MANDIR)'
+	install -m 0644 docs/shmlock.1 '$(INST_MANDIR)/shmlock.1'
 
 clean:
 	rm -rf build build-test build-asan $(LIB) $(TEST_LIB) $(ASAN_LIB)
