@@ -240,8 +240,9 @@ describe("lock:lock_shared", function()
                    sleep = function() end }
         package.loaded["resty.shmlock"] = nil
         local pids = {}
-        -- a child holding key shared (released when told, or after 0.2 s)
-        local function reader(key, release_after)
+        -- a child holding key shared (released when told, or once a
+        -- waiter sleeps on the key: when_waited)
+        local function reader(key, when_waited)
             local held, go = proc.pipe(), proc.pipe()
             pids[#pids + 1] = proc.spawn(function()
                 held:close_read()
@@ -249,8 +250,14 @@ describe("lock:lock_shared", function()
                 local l = assert(resty_lock:new(dict))
                 assert(l:lock_shared(key) == 0)
                 held:notify()
-                if release_after then
-                    proc.sleep(release_after)
+                if when_waited then
+                    for _ = 1, 20000 do
+                        local info = resty_lock.inspect(dict, key)
+                        if info and info.waiters > 0 then
+                            break
+                        end
+                        proc.sleep(0.001)
+                    end
                 else
                     assert(go:await(30))
                 end
@@ -299,7 +306,7 @@ describe("lock:lock_shared", function()
             assert.same({ 1 }, { own:unlock() })        -- the writer's turn
             -- the key held shared by another process only: a writer
             -- waits, and gets it at the release
-            reader("c", 0.2)
+            reader("c", true)
             local elapsed, why = w:lock("c")
             assert.is_nil(why)
             assert.is_true(elapsed > 0)
