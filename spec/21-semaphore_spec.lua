@@ -67,15 +67,39 @@ describe("resty.shmlock.semaphore", function()
     end)
 
     it("gives a lease: an expired permit counts no more, its release "
-       .. "answers 1, 'expired' and its expire nil, 'expired'", function()
+       .. "answers 1, 'expired'", function()
         local a = assert(semaphore:new(dict, { exptime = 0.001 }))
         local b = assert(semaphore:new(dict))
         assert.same({ 0 }, { a:acquire("k") })
         proc.sleep(0.01)          -- at least: the lease is over by then
         assert.same({ 0 }, { b:acquire("k", 0) })
-        assert.same({ nil, "expired" }, { a:expire() })
         assert.same({ 1, "expired" }, { a:release() })
+        assert.same({ nil, "unlocked" }, { a:release() })
         assert.same({ 1 }, { b:release() })
+    end)
+
+    it("after expire() answers nil, 'expired' the object holds nothing, "
+       .. "as the lock: owned() false, acquire() takes a permit again",
+       function()
+        -- (a lease of 30 s cut to 1 ms: a's next permit keeps 30 s)
+        local a = assert(semaphore:new(dict))
+        local b = assert(semaphore:new(dict))
+        assert.same({ 0 }, { a:acquire("k") })
+        assert.same({ true }, { a:expire(0.001) })
+        proc.sleep(0.01)          -- at least: the lease is over by then
+        assert.same({ 0 }, { b:acquire("k", 0) })
+        assert.same({ nil, "expired" }, { a:expire() })
+        assert.is_false(a:owned())
+        assert.same({ nil, "unlocked" }, { a:expire() })
+        assert.same({ nil, "unlocked" }, { a:release() })
+        -- (b holds the one permit: a's acquire now waits for it, not
+        -- "locked")
+        assert.same({ nil, "timeout" }, { a:acquire("k", 0) })
+        assert.same({ 1 }, { b:release() })
+        assert.same({ 0 }, { a:acquire("k", 0) })
+        assert.is_true(a:owned())
+        assert.same({ 1 }, { a:release() })
+        assert.equal(0, b:count("k"))
     end)
 
     it("refuses bad input", function()
@@ -420,6 +444,26 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
         children.expect_clean_exits({ pid })
         assert.equal(1, s:release())
         holder:release()
+    end)
+
+    it("with blocking_timeout, refuses at once a key whose every holder "
+       .. "is this process, more of them than one batch of holders (70)",
+       function()
+        -- (room for 70 permits' slots in the key's shard)
+        local big = fx:zone("nsem_many", { size = "2m", shards = 1 })
+        local held = {}
+        for i = 1, 70 do
+            held[i] = assert(nginx_sem:new(big, { permits = 70 }))
+            assert.equal(0, held[i]:acquire("many"))
+        end
+        fake.phase = "log"
+        local s = assert(nginx_sem:new(big, { permits = 70, timeout = 30,
+                                              blocking_timeout = 30 }))
+        assert.same({ nil, "cannot wait in log phase: held by this worker" },
+                    { s:acquire("many") })
+        for i = 1, 70 do
+            assert.equal(1, held[i]:release())
+        end
     end)
 
     it("queues after 0.2 s of steps; the queued waiter's turn keeps a "

@@ -38,14 +38,19 @@ shmlock_slot_out(shmlock_ticket_t *t, uint32_t shard, uint32_t hash,
 }
 
 /* The shard of ticket t and its slot_ticket_t; NULL for a slot no zone
- * of this geometry has (never a ticket this zone handed out). */
+ * of this geometry has, or a state no slot is handed out in (not LIVE: a
+ * zeroed ticket, an EMPTY or DEAD slot's): never a ticket this zone
+ * handed out.  (A CAS from an EMPTY slot's state, all zeros, would make
+ * that slot live without a key.) */
 static inline shard_t *
 shmlock_slot_in(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     slot_ticket_t *tk)
 {
     uint32_t  shard = t->slot >> SHMLOCK_SLOT_SHARD_SHIFT;
 
-    if (shard >= zone->nshards) {
+    if (shard >= zone->nshards
+        || (t->stamp & (SLOT_LIVE | SLOT_DEAD)) != SLOT_LIVE)
+    {
         return NULL;
     }
     tk->index = t->slot & ((1u << SHMLOCK_SLOT_SHARD_SHIFT) - 1);
