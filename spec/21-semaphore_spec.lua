@@ -466,6 +466,53 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
         end
     end)
 
+    it("with blocking_timeout, a release by another process between the "
+       .. "count and the listing of holders is no wait on itself", function()
+        local holder = assert(nginx_sem:new(dict, { permits = 2 }))
+        assert.equal(0, holder:acquire("k"))
+        local held, go, gone = proc.pipe(), proc.pipe(), proc.pipe()
+        local pid = proc.spawn(function()
+            held:close_read()
+            go:close_write()
+            gone:close_read()
+            local o = assert(semaphore:new(dict, { permits = 2 }))
+            assert(o:acquire("k", 0) == 0)
+            held:notify()
+            assert(go:await(30))
+            assert(o:release() == 1)
+            gone:notify()
+        end)
+        held:close_write()
+        go:close_read()
+        gone:close_write()
+        assert.is_true(held:await(20))
+        -- the other process releases after the count (2 of 2, full) and
+        -- before the listing, which then shows this process's holder only
+        local zone_backend = package.loaded["resty.shmlock.lock.zone"]
+        local list = zone_backend.group_tickets
+        local released = false
+        zone_backend.group_tickets = function(...)
+            if not released then
+                released = true
+                go:notify()
+                assert(gone:await(20))
+            end
+            return list(...)
+        end
+        fake.phase = "log"
+        local s = assert(nginx_sem:new(dict, { permits = 2, timeout = 30,
+                                               blocking_timeout = 30 }))
+        local ok, elapsed, err = pcall(s.acquire, s, "k")
+        zone_backend.group_tickets = list
+        assert.is_true(ok, elapsed)
+        assert.is_true(released)
+        assert.is_nil(err)
+        assert.is_true(elapsed >= 0)
+        children.expect_clean_exits({ pid })
+        assert.equal(1, s:release())
+        holder:release()
+    end)
+
     it("queues after 0.2 s of steps; the queued waiter's turn keeps a "
        .. "fresh acquirer out even with room under its own limit", function()
         local a = assert(nginx_sem:new(dict, { permits = 2 }))

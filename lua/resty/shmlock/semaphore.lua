@@ -362,13 +362,19 @@ function sem_backend.here(sem, key, klen)
     if not list then
         return false
     end
+    -- The count and the listing are two looks: a holder of another
+    -- process may have released in between, leaving only ours listed but
+    -- a permit free (then the next try takes it: not a wait on ourselves).
+    if count < sem.permits then
+        return false
+    end
     local me = self_pid()
     for i = 1, count do
         if slots.owner(list[i]) ~= me then
             return false
         end
     end
-    return count > 0
+    return true
 end
 
 -- syntax: elapsed, err = block(sem, key, klen, w, exp_ms, timeout, step,
