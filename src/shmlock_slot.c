@@ -38,14 +38,19 @@ shmlock_slot_out(shmlock_ticket_t *t, uint32_t shard, uint32_t hash,
 }
 
 /* The shard of ticket t and its slot_ticket_t; NULL for a slot no zone
- * of this geometry has (never a ticket this zone handed out). */
+ * of this geometry has, or a state no slot is handed out in (not LIVE: a
+ * zeroed ticket, an EMPTY or DEAD slot's): never a ticket this zone
+ * handed out.  (A CAS from an EMPTY slot's state, all zeros, would make
+ * that slot live without a key.) */
 static inline shard_t *
 shmlock_slot_in(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     slot_ticket_t *tk)
 {
     uint32_t  shard = t->slot >> SHMLOCK_SLOT_SHARD_SHIFT;
 
-    if (shard >= zone->nshards) {
+    if (shard >= zone->nshards
+        || (t->stamp & (SLOT_LIVE | SLOT_DEAD)) != SLOT_LIVE)
+    {
         return NULL;
     }
     tk->index = t->slot & ((1u << SHMLOCK_SLOT_SHARD_SHIFT) - 1);
@@ -54,6 +59,42 @@ shmlock_slot_in(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     tk->state.stamp = t->stamp;
     tk->process = t->process;
     return &zone->shard[shard];
+}
+
+/* An acquisition made in a zone found dead after its CAS (shm_watch.h):
+ * the key given back (its new file may be the name's now, where another
+ * process may hold it), and the dead status. */
+static __attribute__((noinline)) int
+shmlock_slot_undo(shmlock_zone_t *zone, const shmlock_ticket_t *t, int rc)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+
+    if (rc == SHMLOCK_OK) {
+        sh = shmlock_slot_in(zone, t, &tk);
+        rc = slot_release(&sh->slots, &tk);
+        if (rc == SLOT_SLOW) {
+            shard_lock(sh);
+            rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
+        }
+        if (rc == SLOT_OK) {
+            wait_wake(zone, t->hash, 0);
+        }
+    }
+    return shm_watch_dead_status(zone);
+}
+
+/* An acquire's answer rc, once its CAS is done: the dead word read after
+ * it (one load); a zone found dead undoes the acquisition. */
+static inline int
+shmlock_slot_taken(shmlock_zone_t *zone, const shmlock_ticket_t *t, int rc)
+{
+    if (__builtin_expect(
+            __atomic_load_n(&zone->hdr->dead, __ATOMIC_SEQ_CST) == 0, 1))
+    {
+        return rc;
+    }
+    return shmlock_slot_undo(zone, t, rc);
 }
 
 /* The absolute expiry of a time to live (0: never); -1 if it is bad. */
@@ -119,7 +160,8 @@ shmlock_slot_acquire_slow(shmlock_zone_t *zone, const shmlock_slot_req_t *r,
 /*
  * One clock reading (the expiry's, and the watch's gate), the checks, the
  * hash; then the uncontended case inline (slot_acquire_fast: the key's
- * slot is its home slot, free), anything else out of line.
+ * slot is its home slot, free), anything else out of line; the dead word
+ * after the CAS, not before (shm_watch.h).
  */
 int
 shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
@@ -129,7 +171,10 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     slot_ticket_t       tk;
     int                 rc;
 
-    rc = shm_watch_now(zone, &now_ms);
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_gate(zone, now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }
@@ -150,12 +195,13 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
             == SLOT_OK, 1))
     {
         shmlock_slot_out(t, r.shard, r.hash, &tk);
-        return SHMLOCK_OK;
+        return shmlock_slot_taken(zone, t, SHMLOCK_OK);
     }
     r.key = key;
     r.key_len = key_len;
     r.now_ms = now_ms;
-    return shmlock_slot_acquire_slow(zone, &r, t);
+    return shmlock_slot_taken(zone, t,
+                              shmlock_slot_acquire_slow(zone, &r, t));
 }
 
 /*
@@ -176,7 +222,10 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
     int64_t        expiry;
     int            rc;
 
-    rc = shm_watch_now(zone, &now_ms);
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_gate(zone, now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }
@@ -199,7 +248,7 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
             t->owner = tk.state.owner;
             t->stamp = tk.state.stamp;
             t->process = tk.process;
-            return SHMLOCK_OK;
+            return shmlock_slot_taken(zone, t, SHMLOCK_OK);
         }
     }
     return shmlock_slot_acquire(zone, key, key_len, id, exptime_ms, now_ms,
@@ -244,28 +293,35 @@ shmlock_slot_release_slow(shmlock_zone_t *zone, const shmlock_ticket_t *t)
         shard_lock(sh);
         rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
     }
-    if (rc == SLOT_OK) {
+    rc = shm_watch_after(zone, shmlock_slot_rc(rc));
+    if (rc == SHMLOCK_OK) {
         wait_wake(zone, t->hash, 0);
     }
-    return shmlock_slot_rc(rc);
+    return rc;
 }
 
-/* The release of a ticket whose state is still the slot's: the inline
- * slot_release_fast, then the waiters' word (one load when none waits). */
+/* The release of a ticket whose state is still the slot's: the watch's
+ * gate, the inline slot_release_fast, the dead word after it (shm_watch.h:
+ * a zone found dead answers so, the key released all the same), then the
+ * waiters' word (one load when none waits). */
 int
 shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
     shard_t       *sh;
+    int            rc;
 
-    if (__builtin_expect(shm_watch(zone) == SHMLOCK_OK, 1)) {
+    if (__builtin_expect(shm_watch_gate(zone, sys_coarse_ms()) == SHMLOCK_OK,
+                         1))
+    {
         sh = shmlock_slot_in(zone, t, &tk);
         if (__builtin_expect(sh != NULL, 1)
             && __builtin_expect(slot_release_fast(&sh->slots, &tk)
                                 == SLOT_OK, 1))
         {
+            rc = shm_watch_after(zone, SHMLOCK_OK);
             wait_wake(zone, t->hash, 0);
-            return SHMLOCK_OK;
+            return rc;
         }
     }
     return shmlock_slot_release_slow(zone, t);
@@ -301,7 +357,7 @@ shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
         t->owner = tk.state.owner;
         t->stamp = tk.state.stamp;
     }
-    return shmlock_slot_rc(rc);
+    return shm_watch_after(zone, shmlock_slot_rc(rc));
 }
 
 int
@@ -332,9 +388,11 @@ shmlock_slot_look(shmlock_zone_t *zone, const char *key, size_t key_len,
     }
     if (rc == SLOT_OK) {
         shmlock_slot_out(t, shard, hash, &tk);
-        return SHMLOCK_OK;
+        rc = SHMLOCK_OK;
+    } else {
+        rc = rc == SLOT_ABSENT ? SHMLOCK_NOT_FOUND : SHMLOCK_CORRUPT;
     }
-    return rc == SLOT_ABSENT ? SHMLOCK_NOT_FOUND : SHMLOCK_CORRUPT;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -384,9 +442,11 @@ shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     if (rc == SLOT_OK) {
         shmlock_slot_out(t, seen->slot >> SHMLOCK_SLOT_SHARD_SHIFT,
                          seen->hash, &tk);
-        return SHMLOCK_OK;
+        rc = SHMLOCK_OK;
+    } else {
+        rc = rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
     }
-    return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -443,9 +503,11 @@ shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     if (rc == SLOT_OK) {
         shmlock_slot_out(t, seen->slot >> SHMLOCK_SLOT_SHARD_SHIFT,
                          seen->hash, &tk);
-        return SHMLOCK_OK;
+        rc = SHMLOCK_OK;
+    } else {
+        rc = rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
     }
-    return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -479,7 +541,7 @@ shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     m->exptime_ms = r.expiry;
     m->since_ms = r.since;
     m->until_ms = r.until;
-    return SHMLOCK_OK;
+    return shm_watch_after(zone, SHMLOCK_OK);
 }
 
 /* A listed slot's key as the user's: a record's (group.h) without its
@@ -550,5 +612,5 @@ shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
     }
     *count = got;
     *next = n < total ? n : 0;
-    return SHMLOCK_OK;
+    return shm_watch_after(zone, SHMLOCK_OK);
 }
