@@ -134,7 +134,7 @@ function _M.new(a, b, c)
     end
     local renews = boolean(opts and opts.renew, "opts.renew")
     if renews then
-        renew.check(l, 3)
+        renew.check(l, 2)
     end
     local h, err = host.new(opts and opts.dict, exptime, "opts.dict")
     if h == nil then
