@@ -450,10 +450,10 @@ describe("resty.shmlock.redis across hosts", function()
                                                           max_step = 0.5,
                                                           redis_timeout = 0.5
                                                         }))
-            local t0 = now()
+            local began = now()
             local elapsed, err = lock:lock("rs")
             board:set("got", tostring(elapsed) .. " " .. tostring(err))
-            board:set("took", now() - t0)
+            board:set("took", now() - began)
         end)
         assert.is_true(eventually(function()
             return subscribers("rs") == 1
