@@ -11,6 +11,7 @@
 local proc = require "harness.proc"
 local rl = require "harness.redis_lock"
 local fixture = require "helpers.fixture"
+local checkout = require "helpers.checkout"
 local server_helper = require "helpers.redis_server"
 local fleet_hosts = require "helpers.fleet_hosts"
 local shdict = require "resty.shmlock.shdict"
@@ -464,6 +465,31 @@ describe("resty.shmlock.redis across hosts", function()
         assert.equal(0, r.code, r.msg)
         assert.matches("^nil redis connection error: %S", board:get("got"))
         assert.is_true(board:get("took") < 3 + 1.5, board:get("took"))
+    end)
+
+    it("works from PUC Lua 5.1, 5.2 and 5.3 with lua-redis: woken by a "
+       .. "release, and the semaphore", function()
+        local hosts = fleet_hosts.new(fx.dir, 1)
+        fx:defer(function() hosts:destroy({ "shmlock_redis" }) end)
+        local board = hosts.board
+        for _, lua in ipairs({ "lua5.1", "lua5.2", "lua5.3" }) do
+            local holder = assert(redis_lock.new(connect(), { dict = false }))
+            local _, _, fence = holder:lock(lua)
+            local pid = proc.spawn(function()
+                board:set("out", checkout.trim(checkout.sh(
+                    "cd /tmp && SHMLOCK_DIR='" .. hosts.dirs[1] .. "' "
+                    .. "LUA_PATH='" .. checkout.ROOT .. "/lua/?.lua;;' " .. lua
+                    .. " '" .. checkout.ROOT .. "/spec/every_lua/redis_lock.lua' "
+                    .. port .. " " .. lua .. " 2>&1")))
+            end)
+            assert.is_true(eventually(function()
+                return subscribers(lua) == 1
+            end, 10), lua .. " never waited")
+            assert.equal(1, holder:unlock())
+            assert.equal(0, proc.wait(pid, 30).code)
+            assert.equal("lock " .. fence + 1 .. " true | sem 1 0 | ok",
+                         board:get("out"))
+        end
     end)
 
     describe("new()", function()
