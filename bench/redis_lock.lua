@@ -2,7 +2,7 @@
 -- and the last holder's wait after the release, 8 processes on each of 1
 -- and 3 hosts (zone directories on this machine) waiting for one key that
 -- a holder lets go once they all wait, each holding it for an instant
--- (scripts/lua/harness/redis_lock.lua's episode, which spec/25 pins):
+-- (scripts/lua/harness/redis_lock.lua's episode, which spec/27 pins):
 --
 --   wake     resty.shmlock.redis with a connect function: host single
 --            flight, transfers within a host, wake-ups on release

@@ -407,7 +407,10 @@ print(d:capacity(), d:get("k"))
                            .. " is a zone of layout " .. (255 - ours)
                            .. ", made by another version of lua-resty-"
                            .. "shmlock (this one reads layout " .. ours
-                           .. "): destroy it to make it anew"
+                           .. "): destroy it to make it anew (shmlock "
+                           .. "--dir " .. dir .. " destroy " .. name
+                           .. ', or shdict.destroy("' .. name
+                           .. '", { dir = "' .. dir .. '" }))'
                 end },
                 { "size", 16, bad_header },
             }
@@ -431,6 +434,30 @@ print(d:capacity(), d:get("k"))
                                 pack(shdict.open("hdr", { dir = dir })))
                 end)
             end
+        end)
+
+        it("names both layouts and how to destroy a zone of the layout "
+           .. "before this one", function()
+            -- a zone as the version before made it (its layout word)
+            assert.equal("ok\n", run_child(tmp, child_script(dir, "older",
+                                                             "64k",
+                                                             "print('ok')")))
+            local ours = tonumber(require("resty.shmlock.lib").SHMLOCK_LAYOUT)
+            local f = assert(io.open(zone_path("older"), "r+b"))
+            f:seek("set", 8)
+            f:write(string.char(ours - 1))
+            f:close()
+            local _, err = shdict.open("older", { dir = dir })
+            assert.equal("incompatible zone: " .. zone_path("older")
+                         .. " is a zone of layout " .. (ours - 1)
+                         .. ", made by another version of lua-resty-shmlock "
+                         .. "(this one reads layout " .. ours .. "): destroy "
+                         .. "it to make it anew (shmlock --dir " .. dir
+                         .. ' destroy older, or shdict.destroy("older", '
+                         .. '{ dir = "' .. dir .. '" }))', err)
+            -- the fix it names works
+            assert.is_true(shdict.destroy("older", { dir = dir }))
+            assert.truthy(shdict.open("older", { dir = dir, size = "64k" }))
         end)
 
         describe("a symlink at the zone path", function()

@@ -1,6 +1,6 @@
 -- spec/every_lua/redis_lock.lua PORT KEY: the Redis lock and semaphore
 -- under another interpreter (PUC Lua 5.1 to 5.3, where lua-redis loads),
--- in the host of $SHMLOCK_DIR, for spec/25.  The spec holds KEY's lock
+-- in the host of $SHMLOCK_DIR, for spec/27.  The spec holds KEY's lock
 -- from another host and lets it go once this process waits (subscribed:
 -- backstop 5 s); this process takes it, woken by the release, takes and
 -- gives back a permit of KEY, and prints "lock <fence> <woken> | sem 1 0

@@ -1,5 +1,5 @@
 -- harness.redis_lock: the Redis lock under contention across hosts, for
--- its spec (spec/25-redis_hosts_spec.lua) and the benchmark
+-- its spec (spec/27-redis_hosts_spec.lua) and the benchmark
 -- (bench/redis_lock.lua): hosts (zone directories on this machine) x
 -- processes that each take one key's lock once, hold it for an instant
 -- and let it go, all waiting behind a holder that lets go when every one

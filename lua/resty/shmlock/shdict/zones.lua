@@ -262,6 +262,16 @@ local function leftover_hint(uid, name, dir)
            .. ", and the next open makes the zone anew"
 end
 
+-- how to destroy zone `name` of directory `dir`, from the shell and Lua
+local function destroy_hint(name, dir)
+    if dir == "/dev/shm" then
+        return str_format('shmlock destroy %s, or shdict.destroy("%s")',
+                          name, name)
+    end
+    return str_format('shmlock --dir %s destroy %s, or shdict.destroy("%s", '
+                      .. '{ dir = "%s" })', dir, name, name, dir)
+end
+
 -- why this process may not create (or look at) a zone file in dir, whose
 -- owner, group and mode the core found (o), and how to change that
 local function directory_refusal(o, dir)
@@ -296,8 +306,8 @@ local function refusal(rc, o, name, dir, path)
             return str_format("incompatible zone: %s is a zone of layout %d, "
                               .. "made by another version of lua-resty-"
                               .. "shmlock (this one reads layout %d): "
-                              .. "destroy it to make it anew", path, layout,
-                              LAYOUT)
+                              .. "destroy it to make it anew (%s)", path,
+                              layout, LAYOUT, destroy_hint(name, dir))
         end
         return "incompatible zone: " .. path .. " has a header that does "
                .. "not match the file (truncated, or changed by another "
@@ -426,8 +436,12 @@ function _M.open(name, opts)
     if why then
         error('bad "opts.mode" argument: ' .. why, 2)
     end
+    -- (a NUL byte would cut the name getgrnam sees: "adm\0x" would trust
+    -- group adm)
     local group = opts and opts.group
-    if group ~= nil and not (type(group) == "string" and group ~= "")
+    if group ~= nil
+       and not (type(group) == "string" and group ~= ""
+                and not group:find("\0", 1, true))
        and not (type(group) == "number" and group % 1 == 0 and group >= 0
                 and group < 2 ^ 32)
     then

@@ -30,9 +30,9 @@ end
 local function raised(f)
     local ok, err = pcall(f)
     assert.is_false(ok, "no error raised")
-    assert.truthy(tostring(err):find("25%-redis_hosts_spec%.lua:%d+: "),
+    assert.truthy(tostring(err):find("27%-redis_hosts_spec%.lua:%d+: "),
                   "error does not point at the caller: " .. tostring(err))
-    return (tostring(err):gsub("^.-25%-redis_hosts_spec%.lua:%d+: ", ""))
+    return (tostring(err):gsub("^.-27%-redis_hosts_spec%.lua:%d+: ", ""))
 end
 
 -- polls cond() for up to `within` seconds

@@ -21,9 +21,9 @@ local SIGKILL = 9
 local function raised(f)
     local ok, err = pcall(f)
     assert.is_false(ok, "no error raised")
-    assert.truthy(tostring(err):find("26%-redis_semaphore_spec%.lua:%d+: "),
+    assert.truthy(tostring(err):find("28%-redis_semaphore_spec%.lua:%d+: "),
                   "error does not point at the caller: " .. tostring(err))
-    return (tostring(err):gsub("^.-26%-redis_semaphore_spec%.lua:%d+: ", ""))
+    return (tostring(err):gsub("^.-28%-redis_semaphore_spec%.lua:%d+: ", ""))
 end
 
 local function eventually(cond, within)
