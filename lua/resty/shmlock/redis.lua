@@ -39,6 +39,7 @@ local type = type
 local tostring = tostring
 local error = error
 local setmetatable = setmetatable
+local getmetatable = getmetatable
 local min = math.min
 local huge = math.huge
 local tonumber = tonumber
@@ -57,6 +58,15 @@ local OWNED = scripts.owned
 
 local _M = { _VERSION = version }
 local mt = { __index = _M }
+
+-- Misuse: a method called on anything but a Redis lock object
+-- (lock.lock(key), a host lock, a dict) raises at the method's caller,
+-- before anything of it is read.
+local function check_self(self)
+    if getmetatable(self) ~= mt then
+        error("bad lock object (use lock:method(), not lock.method())", 3)
+    end
+end
 
 
 -- Options, as resty.lock (same defaults and clamping), checked by name.
@@ -208,6 +218,27 @@ local function acquire(self, lkey, tok)
     return nil, res
 end
 
+-- The renewal's answers (resty.shmlock.redis.renew): the renewal of the
+-- lock held in `epoch`, sent at sent_ms, went through; or found the lock
+-- gone (owned() false from now on, the host's turn given back at once)
+local function renewed(self, epoch, sent_ms)
+    if self.epoch == epoch and self.key then
+        self.fence_until = fence_end(self.fence_ms, sent_ms)
+        if self.host then
+            host.extend(self.host, self.exptime)
+        end
+    end
+end
+
+local function lost(self, epoch)
+    if self.epoch == epoch and self.key then
+        self.lost = true
+        if self.host then
+            host.leave(self.host)
+        end
+    end
+end
+
 -- The lock is ours: acquired (a new turn of the host), or taken from a
 -- transfer (the turn goes on: turn_start, handoffs, fence_until from it)
 local function hold(self, lkey, tok, fence, turn_start, handoffs,
@@ -227,7 +258,7 @@ local function hold(self, lkey, tok, fence, turn_start, handoffs,
         host.extend(self.host, self.exptime)
     end
     if self.renew then
-        renew.start(self)
+        renew.start(self, renewed, lost)
     end
 end
 
@@ -294,6 +325,7 @@ end
 -- longest wait instead of the object's, is checked and clamped as
 -- opts.timeout (a bad one raises at the caller's line); 0: one attempt
 function _M.lock(self, key, timeout)
+    check_self(self)
     if timeout == nil then
         timeout = self.timeout
     else
@@ -353,6 +385,7 @@ end
 -- (a key whose host turn another process of this host has is held, or
 -- waited for, here: "timeout")
 function _M.trylock(self, key)
+    check_self(self)
     return _M.lock(self, key, 0)
 end
 
@@ -404,6 +437,7 @@ end
 
 -- ok, err = lock:unlock(): 1 | 1, "expired" | nil, "unlocked" | nil, err
 function _M.unlock(self)
+    check_self(self)
     local key = held(self)
     if not key then
         return nil, "unlocked"
@@ -448,6 +482,7 @@ end
 -- ok, err = lock:expire(timeout?): true | nil, "unlocked" | nil, "expired"
 -- | nil, err; timeout in seconds (default: the exptime of new), 0 = never
 function _M.expire(self, timeout)
+    check_self(self)
     local ms, fms
     if timeout == nil then
         timeout = self.exptime
@@ -488,6 +523,7 @@ end
 -- | nil, err.  Asks Redis (unless the renewal found the lock gone); does
 -- not change what this object holds.
 function _M.owned(self)
+    check_self(self)
     local key = held(self)
     if not key then
         return false, "unlocked"
@@ -504,28 +540,6 @@ function _M.owned(self)
         return true
     end
     return false, "expired"
-end
-
--- (internal, for resty.shmlock.redis.renew) the renewal of the lock held
--- in `epoch`, sent at sent_ms, went through
-function _M._renewed(self, epoch, sent_ms)
-    if self.epoch == epoch and self.key then
-        self.fence_until = fence_end(self.fence_ms, sent_ms)
-        if self.host then
-            host.extend(self.host, self.exptime)
-        end
-    end
-end
-
--- (internal, for resty.shmlock.redis.renew) the renewal of the lock held
--- in `epoch` found it gone
-function _M._lost(self, epoch)
-    if self.epoch == epoch and self.key then
-        self.lost = true
-        if self.host then
-            host.leave(self.host)
-        end
-    end
 end
 
 return _M

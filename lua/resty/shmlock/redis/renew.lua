@@ -87,19 +87,21 @@ tick = function(premature, st)
         return
     end
     if ok and res == 0 then
-        self:_lost(st.epoch)
+        st.lost(self, st.epoch)
         return
     end
     if ok then
-        self:_renewed(st.epoch, sent)
+        st.renewed(self, st.epoch, sent)
     end
     arm(st)
 end
 
--- syntax: renew.start(self)
+-- syntax: renew.start(self, renewed, lost)
 -- Renews the lock self has just taken (nothing for a lock that never
--- expires).
-function _M.start(self)
+-- expires); renewed(self, epoch, sent_ms) after each renewal,
+-- lost(self, epoch) when one finds the lock gone (resty.shmlock.redis's:
+-- only it writes a lock's fields).
+function _M.start(self, renewed, lost)
     if self.exptime == 0 then
         return
     end
@@ -114,6 +116,8 @@ function _M.start(self)
         token = self.token,
         ms = self.ms,
         fence_ms = self.fence_ms,
+        renewed = renewed,
+        lost = lost,
     })
 end
 

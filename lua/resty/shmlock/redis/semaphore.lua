@@ -38,6 +38,7 @@ local type = type
 local tostring = tostring
 local error = error
 local setmetatable = setmetatable
+local getmetatable = getmetatable
 local floor = math.floor
 local format = string.format
 local now = clock.now
@@ -53,6 +54,15 @@ local OWNED = permits.owned
 
 local _M = { _VERSION = version }
 local mt = { __index = _M }
+
+-- Misuse: a method called on anything but a Redis semaphore object raises
+-- at the method's caller, before anything of it is read.
+local function check_self(self)
+    if getmetatable(self) ~= mt then
+        error("bad semaphore object (use sem:method(), not sem.method())",
+              3)
+    end
+end
 
 -- the largest opts.permits (a Redis integer reply is 64 bits; a bound
 -- that reads well)
@@ -180,6 +190,7 @@ end
 -- error: ...", "redis connection error: ...", the host lock's ("cannot
 -- wait in <phase> phase", ...).  timeout: as the lock's.
 function _M.acquire(self, key, timeout)
+    check_self(self)
     if timeout == nil then
         timeout = self.timeout
     else
@@ -234,6 +245,7 @@ end
 -- permit meanwhile); nil, "unlocked"; nil, err (the object still holds:
 -- we cannot know whether Redis released it).
 function _M.release(self)
+    check_self(self)
     local skey = held(self)
     if not skey then
         return nil, "unlocked"
@@ -254,6 +266,7 @@ end
 -- nil, "unlocked"; nil, "expired" (the object then holds nothing); nil,
 -- err.  A bad seconds raises, held or not.
 function _M.expire(self, seconds)
+    check_self(self)
     local ms
     if seconds == nil then
         ms = self.ms
@@ -278,6 +291,7 @@ end
 -- syntax: n, err = sem:count(key)
 -- The permits of key whose lease has not ended, on Redis's clock.
 function _M.count(self, key)
+    check_self(self)
     local skey, err = key_of(self, key)
     if not skey then
         return nil, err
@@ -293,6 +307,7 @@ end
 -- true while this object's permit is held (Redis is asked); false,
 -- "unlocked" (no Redis call); false, "expired"; nil, err.
 function _M.owned(self)
+    check_self(self)
     local skey = held(self)
     if not skey then
         return false, "unlocked"
