@@ -49,6 +49,8 @@ end
 
 describe("resty.shmlock.redis across hosts", function()
     local fx = fixture.new { dir = "test", children = "assert" }
+    -- this process's own zones (shmlock_redis) in a directory of the block's
+    fixture.new { dir = "block", env = true }
     local server, raw, port
 
     local function connect(timeout)

@@ -44,6 +44,8 @@ local ENTER = "local n = redis.call('INCR', KEYS[1]) "
 
 describe("resty.shmlock.redis.semaphore", function()
     local fx = fixture.new { dir = "test", children = "assert" }
+    -- this process's own zones (shmlock_redis) in a directory of the block's
+    fixture.new { dir = "block", env = true }
     local server, raw, port
 
     local function connect(timeout)
