@@ -17,6 +17,7 @@ local fleet_hosts = require "helpers.fleet_hosts"
 local shdict = require "resty.shmlock.shdict"
 local redis_lock = require "resty.shmlock.redis"
 local host = require "resty.shmlock.redis.host"
+local scripts = require "resty.shmlock.redis.scripts"
 local redis = require "redis"
 
 local now, sleep = proc.now, proc.sleep
@@ -155,14 +156,15 @@ describe("resty.shmlock.redis across hosts", function()
     end)
 
     it("costs one backstop at most for a release it did not hear (a killed "
-       .. "subscriber, a key gone without one), never a hang", function()
+       .. "subscriber, a key gone without one, killed command connections), "
+       .. "never a hang", function()
         local hosts = fleet_hosts.new(fx.dir, 1)
         fx:defer(function() hosts:destroy({ "shmlock_redis" }) end)
         local board = hosts.board
-        for _, fault in ipairs({ "client kill", "del" }) do
+        for _, fault in ipairs({ "client kill", "del", "normal kill" }) do
             raw:del("lock:{lost}")
             board:delete("at")
-            local holder = assert(redis_lock.new(connect(), { dict = false }))
+            local holder = assert(redis_lock.new(connect, { dict = false }))
             assert.equal(0, holder:lock("lost"))
             local pid = hosts:spawn(1, function()
                 local lock = assert(redis_lock.new(connect, { max_step = 1,
@@ -177,6 +179,12 @@ describe("resty.shmlock.redis across hosts", function()
             local gone
             if fault == "client kill" then
                 raw:raw_cmd("CLIENT KILL TYPE pubsub")
+                gone = now()
+                assert.equal(1, holder:unlock())
+            elseif fault == "normal kill" then
+                -- the command connections (the holder's, the waiter's; not
+                -- this one's): each is made anew at its next call
+                raw:raw_cmd("CLIENT KILL TYPE normal")
                 gone = now()
                 assert.equal(1, holder:unlock())
             else
@@ -492,6 +500,28 @@ describe("resty.shmlock.redis across hosts", function()
             assert.equal("lock " .. fence + 1 .. " true | sem 1 0 | ok",
                          board:get("out"))
         end
+    end)
+
+    it("scripts: their SHA1s are Redis's; an acquire or a transfer sent "
+       .. "again after a lost reply finds its own work", function()
+        for name, script in pairs(scripts) do
+            assert.equal(script.sha, raw:script("load", script.src), name)
+        end
+        local function run(script, ...)
+            return raw:evalsha(script.sha, 2, "lock:{twice}",
+                               "lock:{twice}:fence", ...)
+        end
+        assert.equal(1, run(scripts.acquire, "t1", "10000", "0"))
+        assert.equal(1, run(scripts.acquire, "t1", "10000", "0"))
+        assert.equal(2, run(scripts.transfer, "t1", "500", "", "t2"))
+        assert.equal(2, run(scripts.transfer, "t1", "500", "", "t2"))
+        assert.equal("t2", raw:get("lock:{twice}"))
+        assert.equal(0, run(scripts.transfer, "t9", "500", "", "t3"))
+        assert.equal(1, run(scripts.extend, "t2", "10000", ""))
+        assert.is_true(raw:pttl("lock:{twice}") > 5000)
+        -- a release publishes: 1 + the subscribers it reached
+        assert.equal(1, run(scripts.release, "t2"))
+        assert.equal(0, run(scripts.release, "t2"))
     end)
 
     describe("new()", function()

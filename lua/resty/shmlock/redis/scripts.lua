@@ -93,12 +93,18 @@ return 0
 -- extend below, when it takes the lock; a handoff nobody takes lapses
 -- then), with a new fence; the counter then lives ARGV[3] ms ("" leaves
 -- its lifetime: the holder knows it covers the new lock).  The fence, or
--- 0 when our lock is gone.  The counter is counted first: a fence key of
--- the wrong type leaves the lock ours and untouched.
+-- 0 when our lock is gone; a key that holds the new token already was
+-- handed over by this very transfer, sent again after its reply was lost
+-- (the fence is then the counter's value).  The counter is counted first:
+-- a fence key of the wrong type leaves the lock ours and untouched.
 _M.transfer = {
     keys = 2,
     src = [[
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+local v = redis.pcall('GET', KEYS[1])
+if v == ARGV[4] then
+  return tonumber(redis.call('GET', KEYS[2]))
+end
+if v ~= ARGV[1] then
   return 0
 end
 local fence = redis.pcall('INCR', KEYS[2])
@@ -113,7 +119,7 @@ elseif ARGV[3] ~= '' then
 end
 return fence
 ]],
-    sha = "da7f5e660037d16bf3435ca73a52a6ce03a867b2",
+    sha = "34fa0ac0bbb89b771aa54a17646dbfea439639b1",
 }
 
 -- Extend: reset the expiry only if the key still holds our token, and the
