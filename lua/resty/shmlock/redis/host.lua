@@ -71,9 +71,8 @@ _M.TURN_SECONDS = 0.2
 -- turn's transfers need not touch it.
 _M.TURN_SPAN = _M.TURN_SECONDS + _M.HANDOFF + 1
 
--- How long a record lives in the zone, in seconds: past it, a transfer
--- nobody took has lapsed in Redis too (its lease is shorter), and a yield
--- is stale.
+-- How long a transfer's record lives in the zone, in seconds: past it,
+-- a transfer nobody took has lapsed in Redis too (its lease is shorter).
 local RECORD_TTL = 2
 
 -- syntax: h, err = host.new(dict, exptime, what)
@@ -181,8 +180,9 @@ function _M.take(h, key)
 end
 
 -- syntax: host.yield(h, key): the turn's next holder lets other hosts go
+-- (if it comes within HANDOFF: a later one is no part of this contention)
 function _M.yield(h, key)
-    h.dict:set(key .. "#y", now_ms(), RECORD_TTL)
+    h.dict:set(key .. "#y", now_ms(), _M.HANDOFF)
 end
 
 -- syntax: yes = host.yielded(h, key): a yield was left (it is then gone)
