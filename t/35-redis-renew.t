@@ -129,6 +129,15 @@ EOF
                 ngx.say(info:match("cmdstat_evalsha:calls=(%d+)") or "0")
             }
         }
+        # renewal needs connections of its own
+        location = /misuse {
+            content_by_lua_block {
+                local red = assert(T.connect())
+                local ok, err = pcall(redis_lock.new, red, { renew = true })
+                red:set_keepalive()
+                ngx.say(ok, " ", (tostring(err):gsub("^[^:]*:%d+: ", "")))
+            }
+        }
         location = /pttl {
             content_by_lua_block {
                 ngx.say(T.pttl(ngx.var.arg_key))
@@ -178,6 +187,11 @@ $t->block("a renewal that finds the lock gone: owned() false, the host's "
 $t->block("renewal stops at unlock",
     request => "GET /unlock",
     body    => "0\n");
+
+$t->block("renew with a connected client raises",
+    request => "GET /misuse",
+    body    => "false opts.renew needs a connect function (the renewal uses "
+               . "connections of its own)\n");
 
 $t->stop;
 done_testing;
