@@ -5,6 +5,7 @@
 -- free 127.0.0.1 port (helpers.redis_server).  Behaviour is pinned by
 -- counts, never by timer margins.
 
+local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local server_helper = require "helpers.redis_server"
 local fleet_hosts = require "helpers.fleet_hosts"
@@ -80,5 +81,65 @@ describe("the fleet tier at its edges", function()
         io.stderr:write(("\n    %d fetches of 3 ms values, %d kept for "
                          .. "ever\n"):format(fetched, forever))
         assert.equal(0, forever)
+    end)
+
+    -- the id of the client Redis runs `cmd` for (CLIENT LIST's cmd=), or
+    -- nil; waits up to 20 s
+    local function client_in(cmd)
+        local deadline = proc.now() + 20
+        while proc.now() < deadline do
+            local list = raw:raw_cmd("CLIENT LIST")
+            for line in list:gmatch("[^\n]+") do
+                if line:find(" cmd=" .. cmd .. " ", 1, true) then
+                    return line:match("^id=(%d+) ")
+                end
+            end
+            proc.sleep(0.005)
+        end
+    end
+
+    it("a host waiting for another's load (XREAD BLOCK) whose connection "
+       .. "is killed asks again: one loader call, Redis not marked down",
+       function()
+        local hosts = fleet_hosts.new(fx.dir, 2)
+        fx:defer(function() hosts:destroy({ "fleet" }) end)
+        local board = hosts.board
+        local started, go = proc.pipe(), proc.pipe()
+        local loader = hosts:spawn(1, function()
+            started:close_read()
+            go:close_write()
+            local c = fleet_hosts.cache("fleet", port)
+            local v = c:get("k", nil, function()
+                board:incr("calls", 1, 0)
+                started:notify()
+                assert(go:await(20), "never let go")
+                return "loaded"
+            end)
+            assert(v == "loaded", tostring(v))
+        end)
+        started:close_write()
+        go:close_read()
+        assert.is_true(started:await(20), "the load never started")
+        local waiter = hosts:spawn(2, function()
+            local c = fleet_hosts.cache("fleet", port)
+            local v, err, level = c:get("k", nil, function()
+                board:incr("calls", 1, 0)
+                return "loaded again"
+            end)
+            local s = c:stats()
+            board:set("waiter", ("%s %s %s errors=%d down=%d"):format(
+                tostring(v), tostring(err), tostring(level),
+                s.redis_errors, s.redis_down))
+        end)
+        local id = client_in("xread")
+        assert.truthy(id, "the waiter never waited on the wake stream")
+        raw:raw_cmd("CLIENT KILL ID " .. id)
+        go:notify()
+        assert.same({ how = "exit", code = 0, msg = "" },
+                    proc.wait(loader, 20))
+        assert.same({ how = "exit", code = 0, msg = "" },
+                    proc.wait(waiter, 20))
+        assert.equal(1, board:get("calls"))
+        assert.equal("loaded nil 5 errors=0 down=0", board:get("waiter"))
     end)
 end)

@@ -320,6 +320,20 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
         ok, err, reply = conn.call(a, "xread", "BLOCK", block, "STREAMS",
                                    keys[4], r[2])
         conn.timeout(a, f.timeout)
+        if not ok and not reply and a.reused then
+            -- a kept connection that broke under the wait (CLIENT KILL, a
+            -- restart, a timeout of the pool) is not Redis down, as for a
+            -- script (fleet_conn.script): a new one asks again
+            conn.put(f, a, true)
+            a, err = conn.get(f)
+            if not a then
+                count(self, "redis_errors")
+                failed(self, err)
+                return host_load(self, ttl, neg_ttl, call_loader, loader,
+                                 ...)
+            end
+            ok = true
+        end
         if not ok then
             broke(self, a, err, reply)
             return host_load(self, ttl, neg_ttl, call_loader, loader, ...)
