@@ -54,7 +54,12 @@ describe("the fleet tier at its edges", function()
                                                     l1_size = 0,
                                                     fleet_lag = 1e6 })
         local vkey = "shmlock:1:{edge}:v:k"
-        local entry = "0:" .. codec.encode("v", 0, 0)
+        -- (a value is "<its generation>:<entry>": the generation a set
+        -- gives it)
+        assert.is_true(c:set("k", "v"))
+        local gen = raw:get(vkey):match("^([^:]*):")
+        local entry = gen .. ":" .. codec.encode("v", 0, 0)
+        zone:delete("edge:k")
         local fetched, forever = 0, 0
         for _ = 1, 30 do
             raw:eval("return redis.call('SET', KEYS[1], ARGV[1], 'PX', 3)",
@@ -141,5 +146,25 @@ describe("the fleet tier at its edges", function()
                     proc.wait(waiter, 20))
         assert.equal(1, board:get("calls"))
         assert.equal("loaded nil 5 errors=0 down=0", board:get("waiter"))
+    end)
+
+    it("a purged value does not come back when the change log is evicted "
+       .. "(a new log's purge generation starts again)", function()
+        local hosts = fleet_hosts.new(fx.dir, 2)
+        fx:defer(function() hosts:destroy({ "fleet" }) end)
+        local a = hosts:cache_on(1, "fleet", port)
+        local function loader(v)
+            return v
+        end
+        assert.same({ "old", nil, 3 }, { a:get("k", nil, loader, "old") })
+        assert.is_true(a:purge())
+        -- nobody reads "k" in Redis after the purge (purges are lazy there),
+        -- then the log goes, as allkeys-* eviction may take it
+        assert.equal(1, raw:del("shmlock:1:{fleet}:log"))
+        local b = hosts:cache_on(2, "fleet", port)
+        assert.same({ "new", nil, 3 }, { b:get("k", nil, loader, "new") })
+        assert.same({ "new", nil, 5 },
+                    { hosts:cache_on(1, "fleet", port):get("k", nil, loader,
+                                                           "newer") })
     end)
 end)

@@ -282,7 +282,7 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
         local ok, r, reply
         ok, r, reply, a = conn.script(f, a, scripts.fetch, keys[1], keys[2],
                                       keys[3], keys[4], keys[5], tok,
-                                      f.lock_ms)
+                                      f.lock_ms, new_epoch())
         if not ok then
             broke(self, a, r, reply)
             return host_load(self, ttl, neg_ttl, call_loader, loader, ...)
