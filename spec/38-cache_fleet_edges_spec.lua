@@ -10,6 +10,7 @@ local fixture = require "helpers.fixture"
 local server_helper = require "helpers.redis_server"
 local fleet_hosts = require "helpers.fleet_hosts"
 local codec = require "resty.shmlock.cache.codec"
+local redis = require "redis"
 
 describe("the fleet tier at its edges", function()
     local fx = fixture.new { dir = "test", children = "assert" }
@@ -166,5 +167,34 @@ describe("the fleet tier at its edges", function()
         assert.same({ "new", nil, 5 },
                     { hosts:cache_on(1, "fleet", port):get("k", nil, loader,
                                                            "newer") })
+    end)
+
+    it("a stopped Redis costs a call one redis_timeout: a kept connection "
+       .. "that timed out is not tried again on a new one", function()
+        local zone = fx:zone("stopped")
+        local connects = 0
+        local c = assert(require("resty.shmlock.cache").new("stopped", {
+            dict = zone, redis_timeout = 0.2, fleet_lag = 60,
+            redis = function(timeout)
+                connects = connects + 1
+                return redis.connect("127.0.0.1", port, timeout)
+            end,
+        }))
+        assert.same({ "v", nil, 3 }, { c:get("warm", nil, function()
+            return "v"
+        end) })
+        assert.equal(1, connects)
+        server:pause()
+        local ok, err = pcall(function()
+            -- the fetch times out on the kept connection; Redis is then
+            -- down for the host, and the miss loads here alone
+            assert.same({ "cold", nil, 3 }, { c:get("cold", nil, function()
+                return "cold"
+            end) })
+            assert.equal(1, connects)
+            assert.equal(1, c:stats().redis_down)
+        end)
+        server:resume()
+        assert(ok, err)
     end)
 end)

@@ -320,7 +320,8 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
         ok, err, reply = conn.call(a, "xread", "BLOCK", block, "STREAMS",
                                    keys[4], r[2])
         conn.timeout(a, f.timeout)
-        if not ok and not reply and a.reused then
+        if not ok and not reply and a.reused and not conn.timed_out(err)
+        then
             -- a kept connection that broke under the wait (CLIENT KILL, a
             -- restart, a timeout of the pool) is not Redis down, as for a
             -- script (fleet_conn.script): a new one asks again
