@@ -7,6 +7,8 @@ local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local server_helper = require "helpers.redis_server"
 local redis_lock = require "resty.shmlock.redis"
+local scripts = require "resty.shmlock.redis.scripts"
+local socket = require "socket"
 local redis = require "redis"
 
 describe("resty.shmlock.redis at its edges", function()
@@ -91,5 +93,58 @@ describe("resty.shmlock.redis at its edges", function()
             assert.same({ nil, "timeout" }, { other:trylock(key) })
             assert.equal(1, locks[i]:unlock())
         end
+    end)
+
+    it("a transfer whose taking times out (Redis stalls) leaves no lock "
+       .. "nobody holds: the key is free once Redis answers again",
+       function()
+        local zone = fx:zone("turns")
+        local function connect(timeout)
+            return redis.connect("127.0.0.1", port, timeout)
+        end
+        local holder = assert(redis_lock.new(connect, {
+            dict = zone, exptime = 30, redis_timeout = 0.1 }))
+        assert.equal(0, (holder:lock("k")))
+        -- the host's next process: Redis stalls (DEBUG SLEEP) just as it
+        -- sends the transfer's take, longer than its redis_timeout
+        local taker = proc.spawn(function()
+            local lock = assert(redis_lock.new(function(timeout)
+                local c = connect(timeout)
+                local evalsha = c.evalsha
+                c.evalsha = function(client, sha, ...)
+                    if sha == scripts.extend.sha then
+                        local s = socket.tcp()
+                        assert(s:connect("127.0.0.1", port))
+                        -- (shorter than the transfer's lease, HANDOFF)
+                        assert(s:send("DEBUG SLEEP 0.3\r\n"))
+                        socket.sleep(0.05)
+                    end
+                    return evalsha(client, sha, ...)
+                end
+                return c
+            end, { dict = zone, exptime = 30, timeout = 5,
+                   redis_timeout = 0.1 }))
+            local elapsed, err = lock:lock("k")
+            if elapsed then
+                lock:unlock()
+            end
+            return elapsed and 0 or err == "redis connection error: timeout"
+                   and 1 or 2
+        end)
+        -- it waits for the host's turn: then the key is handed to it
+        local deadline = proc.now() + 20
+        while zone:get("lock:{k}#n") ~= 1 do
+            assert.is_true(proc.now() < deadline, "the taker never waited")
+            proc.sleep(0.005)
+        end
+        assert.equal(1, holder:unlock())
+        local r = proc.wait(taker, 20)
+        assert.equal("exit", r.how)
+        assert.is_true(r.code == 0 or r.code == 1, r.msg)
+        -- Redis answers again: nobody holds the key
+        assert.equal("PONG", raw:ping() and "PONG")
+        local other = assert(redis_lock.new(connect, { dict = false }))
+        assert.same({ 0, nil }, { (other:trylock("k")) })
+        assert.equal(1, other:unlock())
     end)
 end)

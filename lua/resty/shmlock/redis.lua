@@ -313,11 +313,18 @@ local function take_transfer(self, h, lkey)
     if not tok then
         return nil
     end
-    local ok, res = script(self.link, EXTEND, lkey, lkey .. ":fence", tok,
-                           self.ms, "")
+    local fkey = lkey .. ":fence"
+    local ok, res, reply = script(self.link, EXTEND, lkey, fkey, tok,
+                                  self.ms, "")
     if ok and res == 1 then
         hold(self, lkey, tok, fence, turn_start, handoffs, fence_until)
         return fence
+    end
+    if not ok and not reply then
+        -- the extend may have run with its reply lost (a timeout): the key
+        -- would then be tok's for exptime, and nobody's; given back, best
+        -- effort, as a failed acquire's (link.cleanup)
+        link.cleanup(self.link, RELEASE, lkey, fkey, tok)
     end
     return nil
 end
