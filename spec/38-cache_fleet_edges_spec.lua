@@ -11,6 +11,7 @@ local server_helper = require "helpers.redis_server"
 local fleet_hosts = require "helpers.fleet_hosts"
 local codec = require "resty.shmlock.cache.codec"
 local redis = require "redis"
+local resty_lock = require "resty.shmlock"
 
 describe("the fleet tier at its edges", function()
     local fx = fixture.new { dir = "test", children = "assert" }
@@ -196,5 +197,48 @@ describe("the fleet tier at its edges", function()
         end)
         server:resume()
         assert(ok, err)
+    end)
+
+    it("while Redis is down and the host's values demoted, a get does not "
+       .. "wait for the process that probes Redis", function()
+        local zone = fx:zone("probe")
+        -- (shut down: refused at once, so redis_timeout may be long)
+        local c = fleet_hosts.cache("probe", port, { dict = zone,
+                                                     fleet_lag = 0.05,
+                                                     redis_timeout = 10 })
+        assert.same({ "v", nil, 3 }, { c:get("warm", nil, function()
+            return "v"
+        end) })
+        server:stop()
+        fx:defer(function()
+            server:restart()
+            raw = server:client()
+        end)
+        proc.sleep(0.1)            -- (past fleet_lag: the log is due)
+        c:get("warm", nil, function() return "v" end)
+        assert.equal(1, c:stats().redis_down)
+        -- another process of the host probes Redis, holding the host's
+        -- log lock while it waits for Redis
+        local held, done = proc.pipe(), proc.pipe()
+        local prober = proc.spawn(function()
+            held:close_read()
+            done:close_write()
+            local lock = assert(resty_lock:new(zone, { exptime = 60 }))
+            assert(lock:lock("probe#fleet:log"))
+            held:notify()
+            local told = done:await(10)
+            lock:unlock()
+            return told and 0 or 1
+        end)
+        held:close_write()
+        done:close_read()
+        assert.is_true(held:await(20), "the prober never held the lock")
+        proc.sleep(0.1)            -- (past the probe interval, fleet_lag)
+        local v = c:get("warm", nil, function() return "v" end)
+        done:notify()
+        assert.equal("v", v)
+        -- the get came back while the prober still held the lock
+        assert.same({ how = "exit", code = 0, msg = "" },
+                    proc.wait(prober, 20))
     end)
 end)

@@ -296,7 +296,16 @@ function _M.sync(self, now)
         return now
     end
     local lock = resty_lock:new(self.lock_dict, f.log_lock_opts)
-    local elapsed = lock and lock:lock(f.k_log)
+    local elapsed
+    if lock and dict:get(f.k_demoted) then
+        -- Redis is down for the host and its values are stale already:
+        -- the process probing Redis may wait a whole redis_timeout, and
+        -- nobody else waits for it (a hit would wait as long, once per
+        -- probe interval, for as long as the outage lasts)
+        elapsed = lock:trylock(f.k_log)
+    elseif lock then
+        elapsed = lock:lock(f.k_log)
+    end
     if not elapsed then
         self.fleet_until = now_ms() + RETRY_MS
         return now_ms()
