@@ -10,6 +10,7 @@ local fixture = require "helpers.fixture"
 local server_helper = require "helpers.redis_server"
 local fleet_hosts = require "helpers.fleet_hosts"
 local codec = require "resty.shmlock.cache.codec"
+local fleet = require "resty.shmlock.cache.fleet"
 local redis = require "redis"
 local resty_lock = require "resty.shmlock"
 
@@ -240,5 +241,46 @@ describe("the fleet tier at its edges", function()
         -- the get came back while the prober still held the lock
         assert.same({ how = "exit", code = 0, msg = "" },
                     proc.wait(prober, 20))
+    end)
+
+    -- host b keeps "old" (stale_ttl, resurrect_ttl: a stale copy would be
+    -- served), then misses, while Redis forgets (how), a purge of the
+    -- cache on host a; b's get must not serve the purged value, stale or not
+    local function purged_while_behind(how)
+        local hosts = fleet_hosts.new(fx.dir, 2)
+        fx:defer(function() hosts:destroy({ "fleet" }) end)
+        local saved = fleet.LOG_LENGTH
+        fx:defer(function() fleet.LOG_LENGTH = saved end)
+        fleet.LOG_LENGTH = 5
+        local opts = { fleet_lag = 0.05, stale_ttl = 60, resurrect_ttl = 60 }
+        local a = hosts:cache_on(1, "fleet", port, opts)
+        local b = hosts:cache_on(2, "fleet", port, opts)
+        local function loader(v) return v end
+        assert.same({ "old", nil, 3 }, { b:get("k", nil, loader, "old") })
+        how(a)
+        proc.sleep(0.1)            -- (past fleet_lag: b reads the log)
+        -- (the loader fails: a stale "old" would be resurrected)
+        assert.same({ nil, "backend down" }, { b:get("k", nil, function()
+            return nil, "backend down"
+        end) })
+        assert.is_nil(b:peek("k", true))
+    end
+
+    it("a purge reaches a host whose cursor the log was trimmed past: it "
+       .. "purges, not only demotes", function()
+        purged_while_behind(function(a)
+            assert.is_true(a:purge())
+            for i = 1, 10 do
+                assert.is_true(a:set("other" .. i, i))
+            end
+        end)
+    end)
+
+    it("a purge in a log made again (FLUSHALL) reaches a host of the old "
+       .. "log: it purges, not only demotes", function()
+        purged_while_behind(function(a)
+            raw:flushall()
+            assert.is_true(a:purge())
+        end)
     end)
 end)
