@@ -690,6 +690,9 @@ describe("bin/shmlock", function()
                 { { "stat", "bad/name" }, 'zone "bad/name": bad zone name' },
                 { { "keys", "cache", "--match", "[a" },
                   "bad --match pattern: unclosed [" },
+                { { "run", "--exptime", "0.001", "z", "k", "--", "true" },
+                  "option --exptime needs 0 (never expires) or at least "
+                  .. "0.1 seconds" },
             }
             for _, c in ipairs(cases) do
                 local status, out, err = run(unpack(c[1]))

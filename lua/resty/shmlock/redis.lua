@@ -44,6 +44,7 @@ local min = math.min
 local huge = math.huge
 local tonumber = tonumber
 local format = string.format
+local byte = string.byte
 local now = clock.now
 local now_ms = clock.now_ms
 local new_token = token.network
@@ -287,12 +288,19 @@ end
 
 -- the Redis key for a user key, or nil, err; "{...}" makes the lock key
 -- and its fence key hash to one Redis Cluster slot and keeps the two key
--- families apart (a lock key ends in "}", a fence key in ":fence")
+-- families apart (a lock key ends in "}", a fence key in ":fence").  A
+-- key that starts with "}" would leave the hash tag empty (Redis then
+-- hashes each whole name: the two keys in two slots): it gets a "\" in
+-- front, and so does a key that starts with "\" (no two keys one name).
 local function key_of(self, key)
     local err
     key, err = key_text(key)
     if not key then
         return nil, err
+    end
+    local b = byte(key, 1)
+    if b == 125 or b == 92 then       -- "}", "\"
+        key = "\\" .. key
     end
     return self.prefix .. "{" .. key .. "}"
 end
@@ -305,11 +313,18 @@ local function take_transfer(self, h, lkey)
     if not tok then
         return nil
     end
-    local ok, res = script(self.link, EXTEND, lkey, lkey .. ":fence", tok,
-                           self.ms, "")
+    local fkey = lkey .. ":fence"
+    local ok, res, reply = script(self.link, EXTEND, lkey, fkey, tok,
+                                  self.ms, "")
     if ok and res == 1 then
         hold(self, lkey, tok, fence, turn_start, handoffs, fence_until)
         return fence
+    end
+    if not ok and not reply then
+        -- the extend may have run with its reply lost (a timeout): the key
+        -- would then be tok's for exptime, and nobody's; given back, best
+        -- effort, as a failed acquire's (link.cleanup)
+        link.cleanup(self.link, RELEASE, lkey, fkey, tok)
     end
     return nil
 end

@@ -11,9 +11,9 @@
 --                        process, inside nginx one per call from the
 --                        keepalive pool; each call's socket timeout set to
 --                        redis_timeout; a kept connection that breaks
---                        without a reply is tried once more on a new one
---                        (every script here may run twice: each finds its
---                        own work done).  The connect function also gives
+--                        without a reply (not by a timeout) is tried once
+--                        more on a new one (every script here may run
+--                        twice: each finds its own work done).  The connect function also gives
 --                        the subscriber (resty.shmlock.redis.subscriber)
 --                        and the renewal (resty.shmlock.redis.renew) their
 --                        connections.
