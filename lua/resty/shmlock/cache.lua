@@ -68,6 +68,8 @@ local count = stats.count
 local fleet_sync = fleet_log.sync
 local huge = math.huge
 local NIL = store.NIL
+local L1_VALUE, L1_EXP, L1_WORD, L1_GEN, L1_SLOT = store.L1_VALUE,
+    store.L1_EXP, store.L1_WORD, store.L1_GEN, store.L1_SLOT
 local CHANGED, INVALIDATE = store.CHANGED, store.INVALIDATE
 
 local _M = { _VERSION = version }
@@ -246,7 +248,7 @@ function _M.get(self, key, opts, loader, ...)
         old = lru:get(key)
         if old then
             now = now_ms()
-            if old.exp <= now then
+            if old[L1_EXP] <= now then
                 -- expired by the monotonic clock (see store.lua's set_l1)
                 lru:delete(key)
                 old = nil
@@ -267,18 +269,18 @@ function _M.get(self, key, opts, loader, ...)
     end
     if old then
         -- the hit: one load of the key's generation word
-        local word = old.word
+        local word = old[L1_WORD]
         local gen
         if word then
             gen = word[0]
         elseif self.zone then
-            gen = zone_gen_add(self.zone, old.slot, 0)
+            gen = zone_gen_add(self.zone, old[L1_SLOT], 0)
         else
             gen = self.dict:get(self.gen_key) or 0
         end
-        if gen == old.gen then
+        if gen == old[L1_GEN] then
             hot.hits = hot.hits + 1
-            local value = old.v
+            local value = old[L1_VALUE]
             if value == NIL then
                 return nil, nil, 1
             end
