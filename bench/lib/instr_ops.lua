@@ -15,6 +15,8 @@ _M.OPS = {
     { "cache_hit", "cache `get`, an L1 hit" },
     -- (the fleet tier's at most: 1.3 x cache_hit, checked by spec/36)
     { "cache_hit_fleet", "cache `get`, an L1 hit, with `opts.redis`" },
+    -- the reference of both (issue 34: at most 1.3 x this, report.lua)
+    { "cache_hit_unchecked", "an L1 hit without coherence (the reference)" },
 }
 
 -- callgrind's counts on main at 93188d7, the start of issue 22's work
