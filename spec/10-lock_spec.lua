@@ -576,17 +576,23 @@ describe("resty.shmlock", function()
     end)
 
     describe("garbage collection", function()
+        -- a lock object holding key; the caller keeps it referenced until
+        -- it has checked the key held (a collection step may come at any
+        -- allocation), then drops it
         local function take(d, key, opts)
             local lock = resty_lock:new(d, opts)
             assert.equal(0, lock:lock(key))
+            return lock
         end
 
         it("releases the key of a lock object collected while holding",
            function()
             for _ = 1, 2 do
                 gc()
-                take(dict, "foo")
+                local lock = take(dict, "foo")
                 assert.truthy(slot.info(dict, "foo"))
+                assert.is_true(lock:owned())
+                lock = nil                              -- luacheck: ignore
                 gc()
                 assert.is_nil(slot.info(dict, "foo"))
             end
@@ -594,18 +600,24 @@ describe("resty.shmlock", function()
 
         it("releases long keys too", function()
             local key = string.rep("k", 1000)
-            take(dict, key)
+            local lock = take(dict, key)
             assert.truthy(slot.info(dict, key))
+            assert.is_true(lock:owned())
+            lock = nil                                  -- luacheck: ignore
             gc()
             assert.is_nil(slot.info(dict, key))
         end)
 
         it("does not release someone else's lock", function()
-            take(dict, "foo", { exptime = 0.02 })
+            -- referenced until the other has the key: a collection
+            -- before would release a lock that is still its own
+            local stale = take(dict, "foo", { exptime = 0.02 })
             env.sleep(0.03)
             local other = resty_lock:new(dict)
             assert.equal(0, other:lock("foo"))
             local state = slot.state(dict, "foo")
+            assert.is_false(stale:owned())
+            stale = nil                                 -- luacheck: ignore
             gc()
             assert.equal(state, slot.state(dict, "foo"))
             assert.is_true(other:owned())
@@ -1426,10 +1438,15 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         end)
 
         it("is released by the GC", function()
-            (function()
-                assert.equal(0, nginx_lock:new("fallback"):lock("gc"))
+            -- referenced until the key is checked held
+            local lock = (function()
+                local l = nginx_lock:new("fallback")
+                assert.equal(0, l:lock("gc"))
+                return l
             end)()
             assert.is_number(shared:get("gc"))
+            assert.is_true(lock:owned())
+            lock = nil                                  -- luacheck: ignore
             gc()
             assert.is_nil(shared:get("gc"))
         end)

@@ -240,15 +240,19 @@ describe("resty.shmlock when a zone call fails (injected)", function()
 
         it("unlock() returns nil, '" .. msg .. "' when the release fails, "
            .. "and the GC still releases the lock", function()
-            (function()
-                local holder = new_lock()
-                assert.equal(0, holder:lock("k"))
+            -- referenced until the key is checked held
+            local holder = (function()
+                local l = new_lock()
+                assert.equal(0, l:lock("k"))
                 fail.shmlock_slot_release = rc
-                assert.same({ nil, msg }, { holder:unlock() })
-                assert.is_true(holder:owned())
+                assert.same({ nil, msg }, { l:unlock() })
+                assert.is_true(l:owned())
                 fail.shmlock_slot_release = nil
+                return l
             end)()
             assert.truthy(slot.info(dict, "k"))
+            assert.is_true(holder:owned())
+            holder = nil                                -- luacheck: ignore
             gc()
             assert.is_nil(slot.info(dict, "k"))
         end)

@@ -80,8 +80,34 @@ our $HTTP_TIMEOUT = 10;
 our $START_TIMEOUT = 10;
 our $STOP_TIMEOUT  = 10;
 
-our $LUA_PATH = "$REPO/lua/?.lua;$REPO/lua/?/init.lua;"
+# The modules nginx and the LuaJIT processes load.  As root, from a copy
+# of lua/ (and of the library) in a directory every user can read: workers
+# and tools run as another user (nobody, www-data) must load them too, and
+# the checkout may be a clone only root can enter (/root is 0700 on Debian).
+our $LUA_ROOT = $> == 0 ? readable_copy() : $REPO;
+our $LUA_PATH = "$LUA_ROOT/lua/?.lua;$LUA_ROOT/lua/?/init.lua;"
               . "/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua;;";
+
+# A directory under /tmp (not $TMPDIR, which may be private), mode 0755,
+# removed at exit, holding a copy of lua/ and libshmlock.so (which
+# resty.shmlock.lib finds beside lua/) and of $SHMLOCK_LIB if set (the
+# variable then names the copy); returns its path.
+sub readable_copy {
+    my $dir = tempdir('shmlock-lua-XXXXXX', DIR => '/tmp', CLEANUP => 1);
+    my @files = grep { -e } "$REPO/libshmlock.so";
+    if ($ENV{SHMLOCK_LIB}) {
+        my $lib = $ENV{SHMLOCK_LIB};
+        (my $name = $lib) =~ s{.*/}{};
+        mkdir "$dir/lib" or die "mkdir $dir/lib: $!";
+        system('cp', $lib, "$dir/lib/$name") == 0 or die "cp $lib: $?";
+        $ENV{SHMLOCK_LIB} = "$dir/lib/$name";
+    }
+    system('cp', '-R', "$REPO/lua", @files, "$dir/") == 0
+        or die "cp $REPO/lua to $dir: $?";
+    system('chmod', '-R', 'a+rX', $dir) == 0 or die "chmod $dir: $?";
+    chmod 0755, $dir or die "chmod $dir: $!";
+    return $dir;
+}
 
 my @instances;      # every started ShmTest, stopped at exit
 my @children;       # every background process, killed at exit
