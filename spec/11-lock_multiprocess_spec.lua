@@ -18,13 +18,16 @@ local function report(fmt, ...)
     io.stderr:write("\n    ", fmt:format(...), "\n")
 end
 
--- starts `count` workers, lets them go, returns their parsed result lines
+-- starts `count` workers, lets them go once all are ready (together:
+-- their runs of `secs` overlap however late a loaded machine starts one),
+-- returns their parsed result lines
 local function run(dict, dir, count, mode, args)
     args.zone, args.dir = dict.name, dir
     local procs = {}
     for i = 1, count do
         procs[i] = env.worker(mode, args)
     end
+    env.wait_for(function() return dict:get("ready") == count end, 60)
     assert(dict:set("go", true))
     local results = {}
     for i = 1, count do
