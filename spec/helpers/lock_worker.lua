@@ -15,8 +15,10 @@
 --   fair      for `secs` seconds: lock key, hold `hold_us` microseconds
 --             (busy), unlock, rest `rest_us`.  Prints done, max_wait, p99.
 --   hold      lock key (exptime), store our pid under "pid", then hold it
---             `secs` seconds (the parent may SIGKILL us) and unlock; prints
---             the monotonic release time in us (released_us).
+--             `secs` seconds (the parent may SIGKILL us), or with
+--             release=NAME until the parent has set key NAME and waits
+--             for the key (secs: a ceiling), and unlock; prints the
+--             monotonic release time in us (released_us).
 --   wait      lock key (it is held), print the monotonic time in us at
 --             which we got it (got_us), the elapsed lock() returned, and
 --             when each of our futex waits began (froms: us, comma
@@ -168,7 +170,18 @@ elseif mode == "hold" then
         fail("lock: " .. e)
     end
     dict:set("pid", C.shmlock_self_pid())
-    ffi.C.shmlock_lua_usleep(o.secs * 1e6)
+    if o.release then
+        -- until the parent has set key `release` and waits for the key
+        -- (secs: a ceiling)
+        local stop = now_us() + o.secs * 1e6
+        while not (dict:get(o.release)
+                   and resty_lock.inspect(dict, key).waiters > 0)
+              and now_us() < stop do
+            ffi.C.shmlock_lua_usleep(1000)
+        end
+    else
+        ffi.C.shmlock_lua_usleep(o.secs * 1e6)
+    end
     local t = now_us()
     lock:unlock()
     io.write(("released_us=%d\n"):format(t))
