@@ -77,7 +77,7 @@ INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
 
-.PHONY: all lib clean install deps demo bench soak test test-lua \
+.PHONY: all lib rock clean install deps demo bench soak test test-lua \
         test-nginx test-asan test-valgrind test-slots test-groups test-every-lua test-install \
         test-luarocks test-busted check-layers lint
 
@@ -86,6 +86,12 @@ INST_BINDIR ?= $(PREFIX)/bin
 all: $(LIB) $(TEST_LIB) $(LUA_MODS) $(ROCK_MOD)
 
 lib: $(LIB)
+
+# What luarocks builds (the rockspec's build_target): what `make install`
+# installs, the library and the C module for luarocks' Lua, not the test
+# build nor every Lua's module (a third of the time, in each of make
+# test's luarocks builds).
+rock: $(LIB) $(ROCK_MOD)
 
 # the C module for Lua 5.X, against /usr/include/lua5.X
 build/lua%/resty/shmlock/core.so: $(BINDING_SRCS) $(BINDING_HDRS) $(HDRS) $(OBJS)
