@@ -26,8 +26,9 @@ package ShmTest;
 # as that user; needs root).  As root, the zone directory is made 01777, as
 # /dev/shm is, so that workers of another user can create zones in it.
 #
-# The template loads the lua module, sets lua_package_path to the checkout
-# ({{LUA_PATH}}) and starts the http context with the common preamble, an
+# The template loads the lua module, sets lua_package_path to the checkout's
+# lua/ (as root, to a readable copy of it: see $LUA_ROOT) ({{LUA_PATH}}) and
+# starts the http context with the common preamble, an
 # init_by_lua_block (run in the master; workers inherit what it made):
 #
 #     resty_lock = require "resty.shmlock"      -- a global, for handlers
