@@ -78,8 +78,8 @@ our $LUAJIT  = $ENV{TEST_LUAJIT} || 'luajit';
 our $MODULES = $ENV{TEST_NGINX_MODULES} || '/usr/lib/nginx/modules';
 our $REPO    = abs_path(File::Spec->catdir(dirname(__FILE__), '..', '..'));
 our $HTTP_TIMEOUT = 10;
-our $START_TIMEOUT = 10;
-our $STOP_TIMEOUT  = 10;
+our $START_TIMEOUT = 30;
+our $STOP_TIMEOUT  = 30;
 
 # The modules nginx and the LuaJIT processes load.  As root, from a copy
 # of lua/ (and of the library) in a directory every user can read: workers
@@ -363,6 +363,15 @@ sub worker_pids {
     return $self->worker_pids_of($self->{pid});
 }
 
+# true while PID is a process that has not exited (not a zombie)
+sub process_alive {
+    my ($pid) = @_;
+    open my $fh, '<', "/proc/$pid/stat" or return 0;
+    my $stat = <$fh> // return 0;
+    my ($state) = $stat =~ /\)\s+(\S)/ or return 0;
+    return $state ne 'Z' && $state ne 'X';
+}
+
 sub worker_pids_of {
     my ($self, $master) = @_;
     my @pids;
@@ -411,8 +420,11 @@ sub reload {
     while (time < $deadline) {
         my @all = $self->worker_pids;
         my @new = grep { !$old{$_} } @all;
+        # (the old ones gone by their /proc/PID/stat, not by the list: an
+        # exiting worker has an empty cmdline before it is a zombie, and
+        # it still counts as alive for a lock it may hold or wait for)
         return @new if @new >= $self->{workers}
-                       && (!$wait_old || @new == @all);
+                       && (!$wait_old || !grep { process_alive($_) } keys %old);
         sleep 0.02;
     }
     die "reload: no new set of workers after ${START_TIMEOUT}s";
