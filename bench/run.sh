@@ -8,7 +8,7 @@
 # Environment:
 #   BENCH_QUICK=1        quick mode
 #   BENCH_RESULTS_DIR    where RESULTS.md and the PNGs go (default bench/)
-#   BENCH_ONLY="1 3"     run only these sections (1..11; 5, 6, 7 and 11's
+#   BENCH_ONLY="1 3"     run only these sections (1..13; 5, 6, 7 and 11's
 #                        nginx loops share nginx)
 #   BENCH_KEEP=1         keep the work directory (raw data, nginx logs)
 #   BENCH_COMMIT=...     what to call the code measured (default: git HEAD)
@@ -23,7 +23,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$ROOT/bench
 RESULTS_DIR=${BENCH_RESULTS_DIR:-$BENCH}
 case $RESULTS_DIR in /*) ;; *) RESULTS_DIR=$PWD/$RESULTS_DIR ;; esac
-ONLY=${BENCH_ONLY:-1 2 3 4 5 6 7 8 9 10 11}
+ONLY=${BENCH_ONLY:-1 2 3 4 5 6 7 8 9 10 11 12 13}
 export BENCH_SECTIONS=$ONLY
 export BENCH_QUICK=${BENCH_QUICK:-0}
 
@@ -223,9 +223,21 @@ wants 3 && section "3 handoff" step luajit handoff.lua "$WORK/floor_futex"
 wants 4 && section "4 fairness" step luajit fairness.lua
 wants 8 && section "8 cache L1 hit" step luajit cache_l1.lua
 wants 9 && section "9 contended" step luajit contended.lua
-wants 10 && section "10 instructions" step luajit instructions.lua
+# (the cache's L1 hit with opts.redis reads Redis once, in its warm-up)
+instructions() {
+    start_redis || unset BENCH_REDIS_PORT
+    local rc=0
+    step luajit instructions.lua || rc=$?
+    stop_pid "$REDIS_PID" TERM
+    REDIS_PID=
+    return $rc
+}
+
+wants 10 && section "10 instructions" instructions
 wants 11 && section "11 semaphore handoff" \
     step luajit handoff.lua "$WORK/floor_futex" semaphore
+wants 12 && section "12 fleet" step luajit fleet.lua
+wants 13 && section "13 redis lock" step luajit redis_lock.lua
 
 # ---- (5) and (6) inside nginx ----
 

@@ -10,7 +10,12 @@
  *               (both ways), a marked exclusive waiter keeping readers
  *               out and the last reader's handoff, a semaphore's marked
  *               waiter keeping its turn, a holder killed with
- *               SIGKILL dropped by its ticket, bad input
+ *               SIGKILL dropped by its ticket, bad input; lock keys
+ *               spelt as records and heads (of the layouts before 10
+ *               and of 10) kept apart from the groups, whatever path
+ *   many        GROUP_TEST_MANY (default 70000) holders of one key at
+ *               least, in a table of 2^17 slots, then SLOT_FULL (the
+ *               table, not the group, is full): shared, then permits
  *   exact       4 processes x GROUP_TEST_ROUNDS (default 20000): at most
  *               3 inside at once (limits 2 and 3 on one key; the
  *               semantics phase pins each caller's own limit),
@@ -185,22 +190,34 @@ holders(int kind, const char *key, int64_t now, slot_ticket_t *out, int max)
     return n;
 }
 
-/* the exclusive lock of a key, as shmlock_slot.c takes it */
+/* the exclusive lock of a key of klen bytes, as shmlock_slot.c takes it:
+ * the fast path, lock-free, then the mutex */
 static int
-lock(const char *key, uint64_t owner, int64_t now, slot_ticket_t *tk)
+lock_n(const char *key, size_t klen, uint64_t owner, int64_t now,
+    slot_ticket_t *tk)
 {
-    size_t    klen = strlen(key);
     uint32_t  hash = hash_bytes(key, klen);
-    int       rc = slot_acquire(&tab, key, klen, hash, owner, 0x100, 0, now,
-                                tk);
+    int       rc;
 
+    rc = slot_acquire_fast(&tab, key, klen, hash, owner, 0x100, 0, tk);
+    if (rc == SLOT_OK) {
+        return rc;
+    }
+    rc = slot_acquire(&tab, SLOT_KIND_LOCK, key, klen, hash, owner, 0x100, 0,
+                      now, tk);
     if (rc == SLOT_SLOW) {
         mutex_lock();
-        rc = slot_acquire_locked(&tab, key, klen, hash, owner, 0x100, 0, now,
-                                 tk);
+        rc = slot_acquire_locked(&tab, SLOT_KIND_LOCK, key, klen, hash,
+                                 owner, 0x100, 0, now, tk);
         mutex_unlock();
     }
     return rc;
+}
+
+static int
+lock(const char *key, uint64_t owner, int64_t now, slot_ticket_t *tk)
+{
+    return lock_n(key, strlen(key), owner, now, tk);
 }
 
 static int
@@ -223,7 +240,8 @@ look(const char *key, slot_ticket_t *tk)
     int     rc;
 
     mutex_lock();
-    rc = slot_look_locked(&tab, key, klen, hash_bytes(key, klen), tk);
+    rc = slot_look_locked(&tab, SLOT_KIND_LOCK, key, klen,
+                          hash_bytes(key, klen), tk);
     mutex_unlock();
     return rc;
 }
@@ -247,7 +265,8 @@ test_semantics(int cas16)
     CHECK_RC(acquire(GROUP_SEM, "s", O(1), 2, 0, 100, &a), SLOT_OK);
     CHECK_RC(acquire(GROUP_SEM, "s", O(2), 2, 0, 100, &b), SLOT_OK);
     CHECK_RC(acquire(GROUP_SEM, "s", O(3), 2, 0, 100, &c), SLOT_HELD);
-    CHECK(group_is_head(c.state.owner) && (c.state.owner >> 16 & 0xffff) == 2);
+    CHECK(group_is_head(c.state.owner)
+          && (c.state.owner >> 24 & GROUP_MAX) == 2);
     CHECK(holders(GROUP_SEM, "s", 100, list, 8) == 2);
     CHECK_RC(release(GROUP_SEM, "s", &a, 100, NULL), SLOT_OK);
     CHECK_RC(release(GROUP_SEM, "s", &a, 100, NULL), SLOT_GONE);
@@ -427,6 +446,121 @@ test_semantics(int cas16)
         CHECK_RC(rc, SLOT_FULL);
         verify();
     }
+}
+
+
+/* ---- kinds: lock keys of any bytes beside the records ---- */
+
+/*
+ * A lock's key spelt as a record or head of K's groups (layouts before
+ * 10: "\0" kind i>>8 i&255 K, a head index 0xffff; layout 10: 4 bytes of
+ * index, then K) is a key of its own: K's groups held, it is free
+ * (through lock(): the lock-free paths, then the mutex), and held, K's
+ * groups come in; a hint naming the record's or head's slot, free, is
+ * passed over.  (Before layout 10 they shared a slot: two locks merged
+ * in one table, two holders across shards: issue 30.)
+ */
+static void
+test_kinds(int cas16)
+{
+    static const char  *prefix[] = {
+        "\0r\0\0", "\0s\0\0", "\0s\377\377", "\0\0\0\0", "\0r\0\1",
+    };
+    slot_ticket_t  r, p, hd, x[5], tk;
+    group_head_t   h;
+    group_t        g;
+    char           key[5][8];
+    uint32_t       hash;
+    size_t         i;
+
+    table_new(128, cas16);
+    for (i = 0; i < 5; i++) {
+        memcpy(key[i], prefix[i], 4);
+        memcpy(key[i] + 4, "kk", 3);
+    }
+    /* K's groups held: a reader, a permit */
+    CHECK_RC(acquire(GROUP_SHARED, "kk", O(1), 0, 0, 100, &r), SLOT_OK);
+    CHECK_RC(acquire(GROUP_SEM, "kk", O(2), 1, 0, 100, &p), SLOT_OK);
+    for (i = 0; i < 5; i++) {
+        CHECK_RC(lock_n(key[i], 6, O(3), 100, &x[i]), SLOT_OK);
+        CHECK(x[i].index != r.index && x[i].index != p.index);
+        CHECK_RC(unlock(&x[i]), SLOT_OK);
+    }
+    /* freed, the record, the permit and the semaphore's head are slots
+     * a hint may name: never taken for the crafted keys */
+    g = group(GROUP_SEM, "kk");
+    mutex_lock();
+    group_head_locked(&g, 100, &h);
+    mutex_unlock();
+    CHECK(h.found && group_is_head(h.tk.state.owner));
+    hd = h.tk;
+    CHECK_RC(release(GROUP_SHARED, "kk", &r, 100, NULL), SLOT_OK);
+    CHECK_RC(release(GROUP_SEM, "kk", &p, 100, NULL), SLOT_OK);
+    for (i = 0; i < 5; i++) {
+        CHECK_RC(slot_acquire_hint(&tab, r.index, key[i], 6, O(4), 0x100, 0,
+                                   &tk, &hash), SLOT_SLOW);
+        CHECK_RC(slot_acquire_hint(&tab, p.index, key[i], 6, O(4), 0x100, 0,
+                                   &tk, &hash), SLOT_SLOW);
+        CHECK_RC(slot_acquire_hint(&tab, hd.index, key[i], 6, O(4), 0x100, 0,
+                                   &tk, &hash), SLOT_SLOW);
+    }
+    /* the crafted keys held: K's groups come in */
+    for (i = 0; i < 5; i++) {
+        CHECK_RC(lock_n(key[i], 6, O(5), 100, &x[i]), SLOT_OK);
+    }
+    CHECK_RC(acquire(GROUP_SHARED, "kk", O(1), 0, 0, 100, &r), SLOT_OK);
+    CHECK_RC(acquire(GROUP_SEM, "kk", O(2), 1, 0, 100, &p), SLOT_OK);
+    verify();
+    CHECK_RC(release(GROUP_SHARED, "kk", &r, 100, NULL), SLOT_OK);
+    CHECK_RC(release(GROUP_SEM, "kk", &p, 100, NULL), SLOT_OK);
+    for (i = 0; i < 5; i++) {
+        CHECK_RC(unlock(&x[i]), SLOT_OK);
+    }
+    verify();
+}
+
+/*
+ * More holders of one key than 16 bits count (a head counts 24): a table
+ * of 2^17 slots (as a shard of 256 MiB has) lets `many` of them in, then
+ * answers SLOT_FULL (no slot left: a full table, not a full group) for
+ * shared holds and for a semaphore whose permits are GROUP_MAX.  The
+ * count then goes back to 0 with every release.
+ */
+#define GROUP_TEST_SLOTS  131072
+
+static uint32_t
+test_many(int cas16, uint32_t many)
+{
+    static slot_ticket_t  held[GROUP_TEST_SLOTS];
+    int                   kinds[2] = { GROUP_SHARED, GROUP_SEM }, k, rc;
+    uint32_t              n, i;
+    group_head_t          h;
+    group_t               g;
+
+    table_new(GROUP_TEST_SLOTS, cas16);
+    for (k = 0; k < 2; k++) {
+        for (n = 0; n < GROUP_TEST_SLOTS; n++) {
+            rc = acquire(kinds[k], "many", O(n % 1000), kinds[k] == GROUP_SEM
+                         ? GROUP_MAX : 0, 0, 100, &held[n]);
+            if (rc != SLOT_OK) {
+                break;
+            }
+        }
+        CHECK_RC(rc, SLOT_FULL);
+        CHECK(n >= many && n < GROUP_TEST_SLOTS - GROUP_TEST_SLOTS / 8);
+        g = group(kinds[k], "many");
+        mutex_lock();
+        group_head_locked(&g, 100, &h);
+        mutex_unlock();
+        CHECK(h.count == n && h.top >= n && h.top <= n + 1);
+        for (i = 0; i < n; i++) {
+            CHECK_RC(release(kinds[k], "many", &held[i], 100, NULL),
+                     SLOT_OK);
+        }
+        CHECK(sweep(kinds[k], "many", 100) == 0);
+        verify();
+    }
+    return n;
 }
 
 
@@ -733,6 +867,8 @@ main(int argc, char **argv)
     long           i, n;
     int            cas16, rounds = 20000;
     const char    *r = getenv("GROUP_TEST_ROUNDS");
+    const char    *m = getenv("GROUP_TEST_MANY");
+    uint32_t       many = m != NULL ? (uint32_t) atol(m) : 70000;
 
     if (argc == 3 && strcmp(argv[1], "pairs") == 0) {
         n = atol(argv[2]);
@@ -751,7 +887,12 @@ main(int argc, char **argv)
     for (cas16 = slot_cas16(); cas16 >= 0; cas16--) {
         printf("group_test, %s:\n", cas16 ? "16-byte CAS" : "mutex fallback");
         test_semantics(cas16);
+        test_kinds(cas16);
         printf("  semantics: ok\n");
+        if (many > 0) {
+            printf("  %u holders of a key (at least %u), then full: ok\n",
+                   test_many(cas16, many), many);
+        }
         test_exact(cas16, rounds);
         printf("  4 processes x %d rounds: bounds kept, counter exact\n",
                rounds);

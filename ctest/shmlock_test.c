@@ -442,6 +442,39 @@ test_zone_files(void)
     CHECK_RC(shmlock_zone_destroy(dir, KEY("files")), SHMLOCK_OK);
 }
 
+/*
+ * A zone file removed (rm) and made again under its name (issue 30): the
+ * creator marks the removed zone dead before it publishes the new file
+ * (shm_removed.h); here the one process is both the holder and the
+ * creator, so its scan reaches the old mapping through /proc/self.  The
+ * holder's release and a new acquisition there refuse at once, whatever
+ * the watch's clock, and the new zone holds the key.
+ */
+static void
+test_zone_made_again(void)
+{
+    shmlock_zone_t    *a, *b;
+    shmlock_ticket_t   t, u;
+
+    a = open_zone("again", 64 * 1024);
+    CHECK_RC(shmlock_slot_acquire(a, KEY("k"), 1, 0, 0, &t), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(a, KEY("j"), 1, 0, 0, &u), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(a, &u), SHMLOCK_OK);
+    CHECK(unlink(zone_file("again")) == 0);
+    b = open_zone("again", 64 * 1024);
+    CHECK(b != a);
+    CHECK(*shmlock_zone_dead_word(a) == 2);
+    CHECK_RC(shmlock_slot_acquire(b, KEY("k"), 2, 0, 0, &u), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(a, &t), SHMLOCK_REMOVED);
+    CHECK_RC(shmlock_slot_acquire(a, KEY("j"), 3, 0, 0, &t),
+             SHMLOCK_REMOVED);
+    CHECK_RC(set_str(a, SHMLOCK_OP_SET, "x", "lost"), SHMLOCK_REMOVED);
+    CHECK_RC(shmlock_slot_release(b, &u), SHMLOCK_OK);
+    close_zone(a);
+    close_zone(b);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("again")), SHMLOCK_OK);
+}
+
 static void
 write_file(const char *path, size_t size, int fill)
 {
@@ -867,6 +900,134 @@ test_lock_calls(shmlock_zone_t *z)
 
 /* a slot lock's owner word: this process's pid, an id */
 #define OWN(id)  ((uint64_t) getpid() << 32 | (id))
+
+/* The walk's entry for ticket t's slot; 0 if it lists none. */
+static int
+listed(shmlock_zone_t *z, const shmlock_ticket_t *t, shmlock_slot_info_t *out)
+{
+    shmlock_slot_info_t  info[16];
+    uint64_t             cursor = 0, next;
+    int                  count, i;
+
+    do {
+        CHECK_RC(shmlock_slot_scan(z, cursor, info, 16, &count, &next),
+                 SHMLOCK_OK);
+        for (i = 0; i < count; i++) {
+            if (info[i].ticket.slot == t->slot) {
+                *out = info[i];
+                return 1;
+            }
+        }
+        cursor = next;
+    } while (cursor != 0);
+    return 0;
+}
+
+/* the shard of a key's hash in z (zone.h: its top bits) */
+static unsigned
+shard_of(shmlock_zone_t *z, const char *key, size_t len)
+{
+    return (unsigned) ((uint64_t) shmlock_hash(key, len)
+                       * shmlock_zone_shards(z) >> 32);
+}
+
+/*
+ * Lock keys spelt as a holder group's records and heads (issue 30): as
+ * layouts before 10 spelt them ("\0" kind i>>8 i&255 K; a semaphore's
+ * head, index 0xffff) and as layout 10 does (four bytes of index, then
+ * K).  Such a key is a key of its own through every acquire: plain
+ * (fast and slow paths), and hinted by a ticket of the very record or
+ * head it spells (its holder gone: the slot free), with K in another
+ * shard where the zone has several.  It never waits for K's group nor
+ * the group for it, it never has two holders, and the walk lists it as
+ * a lock, the records as records of K.
+ */
+static void
+test_key_kinds(shmlock_zone_t *z)
+{
+    static const struct {
+        int          kind;      /* the group; -1: a semaphore's head */
+        const char  *prefix;    /* 4 bytes */
+    } crafted[] = {
+        { SHMLOCK_SHARED, "\0r\0\0" }, { SHMLOCK_SEMAPHORE, "\0s\0\0" },
+        { -1, "\0s\377\377" }, { SHMLOCK_SHARED, "\0\0\0\0" },
+        { SHMLOCK_SEMAPHORE, "\0\0\0\0" }, { -1, "\0\0\0\0" },
+    };
+    shmlock_ticket_t     g, h, t, u;
+    shmlock_slot_info_t  info;
+    char                 k[16], x[20];
+    size_t               klen, xlen, c;
+    int                  n, kind, permits;
+
+    for (c = 0; c < sizeof(crafted) / sizeof(crafted[0]); c++) {
+        kind = crafted[c].kind < 0 ? SHMLOCK_SEMAPHORE : crafted[c].kind;
+        permits = kind == SHMLOCK_SEMAPHORE ? 1 : 0;
+        /* K whose crafted key is in another shard, if there are several */
+        for (n = 0; n < 1000; n++) {
+            klen = (size_t) snprintf(k, sizeof(k), "kinds%d", n);
+            memcpy(x, crafted[c].prefix, 4);
+            memcpy(x + 4, k, klen);
+            xlen = klen + 4;
+            if (shmlock_zone_shards(z) == 1
+                || shard_of(z, x, xlen) != shard_of(z, k, klen))
+            {
+                break;
+            }
+        }
+
+        /* K's group held: the crafted key is free, and the group is let
+         * in beside the crafted key held */
+        CHECK_RC(shmlock_group_acquire(z, kind, k, klen, 21, permits, 5000,
+                                       &g), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_acquire(z, x, xlen, 22, 5000, 0, &t),
+                 SHMLOCK_OK);
+        CHECK_RC(shmlock_group_acquire(z, kind, k, klen, 23,
+                                       permits == 0 ? 0 : 2, 5000, &u),
+                 SHMLOCK_OK);
+        CHECK(listed(z, &t, &info) && info.kind == SHMLOCK_SLOT_LOCK
+              && info.key_len == xlen && info.shown == xlen
+              && memcmp(info.key, x, xlen) == 0);
+        CHECK(listed(z, &g, &info)
+              && info.kind == (kind == SHMLOCK_SHARED ? SHMLOCK_SLOT_SHARED
+                                                      : SHMLOCK_SLOT_PERMIT)
+              && info.key_len == klen && memcmp(info.key, k, klen) == 0
+              && info.index == 0);
+        CHECK_RC(shmlock_group_release(z, kind, k, klen, &u), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &t), SHMLOCK_OK);
+
+        /* the group's ticket (the head's, for a head), its holder gone */
+        if (crafted[c].kind < 0) {
+            CHECK_RC(shmlock_group_head(z, kind, k, klen, &h), SHMLOCK_OK);
+            CHECK(listed(z, &h, &info)
+                  && info.kind == SHMLOCK_SLOT_SEMAPHORE);
+        } else {
+            h = g;
+        }
+        CHECK_RC(shmlock_group_release(z, kind, k, klen, &g), SHMLOCK_OK);
+        /* as a hint: the crafted key's own slot is taken, not the
+         * group's */
+        u = h;
+        CHECK_RC(shmlock_slot_acquire_hint(z, x, xlen, 24, 5000, 0, &u),
+                 SHMLOCK_OK);
+        CHECK(u.slot != h.slot && u.owner == OWN(24));
+        /* the one holder: every other acquire finds it */
+        CHECK_RC(shmlock_slot_acquire(z, x, xlen, 25, 5000, 0, &t),
+                 SHMLOCK_EXISTS);
+        CHECK(t.owner == OWN(24) && t.slot == u.slot);
+        t = h;
+        CHECK_RC(shmlock_slot_acquire_hint(z, x, xlen, 26, 5000, 0, &t),
+                 SHMLOCK_EXISTS);
+        CHECK(t.owner == OWN(24) && t.slot == u.slot);
+        CHECK_RC(shmlock_slot_look(z, x, xlen, &t), SHMLOCK_OK);
+        CHECK(t.owner == OWN(24) && t.slot == u.slot);
+        /* and K's group comes in beside it */
+        CHECK_RC(shmlock_group_acquire(z, kind, k, klen, 27, permits, 5000,
+                                       &g), SHMLOCK_OK);
+        CHECK_RC(shmlock_group_release(z, kind, k, klen, &g), SHMLOCK_OK);
+        CHECK_RC(shmlock_slot_release(z, &u), SHMLOCK_OK);
+    }
+    verify(z);
+}
 
 /*
  * The lock slots through the ABI (shmlock_slot_*): a pair, a refused
@@ -2560,6 +2721,7 @@ main(int argc, char **argv)
     test_open2();
     test_hand_over();
     test_zone_files();
+    test_zone_made_again();
     test_foreign_files();
 
     /* the dictionary walk, on a zone of one shard and on one of eight */
@@ -2573,6 +2735,7 @@ main(int argc, char **argv)
         test_cas_cad(z);
         test_lock_calls(z);
         test_slot_calls(z);
+        test_key_kinds(z);
         test_slot_processes(z, slot_rounds);
         test_flush_and_keys(z);
         test_scan(z);

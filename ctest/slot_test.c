@@ -6,8 +6,9 @@
  * with the mutex fallback:
  *
  *   semantics   acquire, held, release, a stale ticket, expiry, extend,
- *               marks, a dead holder's takeover, long keys, a full table,
- *               reclaim and tombstones
+ *               marks, a dead holder's takeover, long keys, keys of
+ *               another kind with the same bytes (every lookup tells
+ *               them apart), a full table, reclaim and tombstones
  *   exact       4 processes x SLOT_TEST_ROUNDS (default 200000) locked
  *               increments of one counter, while they churn other keys
  *               through a small table (creation, reclaim, tombstones
@@ -123,13 +124,13 @@ acquire(const char *key, uint64_t owner, int64_t expiry, int64_t now,
         return rc;
     }
     CHECK(rc == SLOT_SLOW);
-    rc = slot_acquire(&tab, key, klen, hash, owner, owner >> 32 | 0x100,
-                      expiry, now, tk);
+    rc = slot_acquire(&tab, SLOT_KIND_LOCK, key, klen, hash, owner,
+                      owner >> 32 | 0x100, expiry, now, tk);
     if (rc != SLOT_SLOW) {
         return rc;
     }
     mutex_lock();
-    rc = slot_acquire_locked(&tab, key, klen, hash, owner,
+    rc = slot_acquire_locked(&tab, SLOT_KIND_LOCK, key, klen, hash, owner,
                              owner >> 32 | 0x100, expiry, now, tk);
     mutex_unlock();
     return rc;
@@ -166,11 +167,11 @@ look(const char *key, slot_ticket_t *tk)
 {
     size_t    klen = strlen(key);
     uint32_t  hash = hash_bytes(key, klen);
-    int       rc = slot_look(&tab, key, klen, hash, tk);
+    int       rc = slot_look(&tab, SLOT_KIND_LOCK, key, klen, hash, tk);
 
     if (rc == SLOT_SLOW) {
         mutex_lock();
-        rc = slot_look_locked(&tab, key, klen, hash, tk);
+        rc = slot_look_locked(&tab, SLOT_KIND_LOCK, key, klen, hash, tk);
         mutex_unlock();
     }
     return rc;
@@ -213,7 +214,7 @@ swap_as(const slot_ticket_t *seen, uint64_t owner, uint64_t process,
 static void
 test_semantics(int cas16)
 {
-    slot_ticket_t  a, b, c, m, old;
+    slot_ticket_t  a, b, c, d, m, old;
     char           key[200], key2[200];
     int            i;
 
@@ -329,6 +330,47 @@ test_semantics(int cas16)
     CHECK_RC(release(&a), SLOT_OK);
     CHECK_RC(release(&b), SLOT_OK);
     verify();
+
+    /* kinds: a key of another kind (a holder group's record: group.h)
+     * with the very bytes of a lock's key is another key.  Every lookup
+     * tells them apart: the fast path, the hint (named the other kind's
+     * slot: passed over), the probe, the locked probe, look, the walk */
+    {
+        uint32_t  h = hash_bytes("twin", 4), klen, shown, hh;
+        char      shown_key[SLOT_KEY_INLINE];
+        int       kind;
+
+        mutex_lock();
+        CHECK_RC(slot_acquire_locked(&tab, 1, "twin", 4, h, 5, 0x100, 0, 100,
+                                     &a), SLOT_OK);
+        mutex_unlock();
+        CHECK_RC(release(&a), SLOT_OK);             /* LIVE and free */
+        CHECK_RC(look("twin", &c), SLOT_ABSENT);
+        CHECK_RC(slot_acquire_hint(&tab, a.index, "twin", 4, 6, 0x100, 0, &b,
+                                   &hh), SLOT_SLOW);
+        CHECK_RC(slot_acquire_fast(&tab, "twin", 4, h, 6, 0x100, 0, &b),
+                 SLOT_SLOW);
+        CHECK_RC(acquire("twin", 6, 0, 100, &b), SLOT_OK);
+        CHECK(b.index != a.index);
+        CHECK_RC(look("twin", &c), SLOT_OK);
+        CHECK(c.index == b.index && c.state.owner == 6);
+        /* the other kind's slot, held again: the lock's is not */
+        mutex_lock();
+        CHECK_RC(slot_acquire_locked(&tab, 1, "twin", 4, h, 7, 0x100, 0, 100,
+                                     &c), SLOT_OK);
+        CHECK(c.index == a.index);
+        CHECK_RC(slot_look_locked(&tab, 1, "twin", 4, h, &d), SLOT_OK);
+        CHECK(d.index == a.index && d.state.owner == 7);
+        mutex_unlock();
+        CHECK(slot_info(&tab, a.index, &d, &kind, shown_key, &klen, &shown,
+                        &hh) && kind == 1 && klen == 4 && shown == 4
+              && memcmp(shown_key, "twin", 4) == 0);
+        CHECK(slot_info(&tab, b.index, &d, &kind, shown_key, &klen, &shown,
+                        &hh) && kind == SLOT_KIND_LOCK && klen == 4);
+        verify();
+        CHECK_RC(release(&b), SLOT_OK);
+        CHECK_RC(release(&c), SLOT_OK);
+    }
 
     /* full: 7/8 of the slots held, the next key gets SLOT_FULL; once
      * some are released, reclaim makes room */
@@ -458,11 +500,11 @@ handoff_setup(void)
     slot_ticket_t  seen, tk;
 
     mutex_lock();
-    CHECK_RC(slot_acquire_locked(&tab, "h", 1, hash_bytes("h", 1),
-                                 HAND_HOLDER, HAND_HPROC, 0, 100,
-                                 &hand_held), SLOT_OK);
-    CHECK_RC(slot_look_locked(&tab, "h", 1, hash_bytes("h", 1), &seen),
-             SLOT_OK);
+    CHECK_RC(slot_acquire_locked(&tab, SLOT_KIND_LOCK, "h", 1,
+                                 hash_bytes("h", 1), HAND_HOLDER, HAND_HPROC,
+                                 0, 100, &hand_held), SLOT_OK);
+    CHECK_RC(slot_look_locked(&tab, SLOT_KIND_LOCK, "h", 1,
+                              hash_bytes("h", 1), &seen), SLOT_OK);
     CHECK(seen.process == HAND_HPROC);
     CHECK_RC(slot_mark_locked(&tab, &seen, &m, &tk), SLOT_OK);
     mutex_unlock();
@@ -600,8 +642,8 @@ crash_run(int sc, const slot_ticket_t *held)
     mutex_lock();
     switch (sc) {
     case SC_CREATE:
-        slot_acquire_locked(&tab, k, 3, hash_bytes(k, 3), 9, 0x100, 0, 100,
-                            &tk);
+        slot_acquire_locked(&tab, SLOT_KIND_LOCK, k, 3, hash_bytes(k, 3), 9,
+                            0x100, 0, 100, &tk);
         break;
     case SC_RECLAIM:
         slot_reclaim_locked(&tab, 100);
@@ -725,8 +767,9 @@ main(int argc, char **argv)
         n = atol(argv[2]);
         table_new(1024, -1);
         for (i = 0; i < n; i++) {
-            if (slot_acquire(&tab, "lock:key", 8, hash_bytes("lock:key", 8),
-                             42, 0x100, 5000, 1000, &tk) == SLOT_SLOW)
+            if (slot_acquire(&tab, SLOT_KIND_LOCK, "lock:key", 8,
+                             hash_bytes("lock:key", 8), 42, 0x100, 5000,
+                             1000, &tk) == SLOT_SLOW)
             {
                 CHECK_RC(acquire("lock:key", 42, 5000, 1000, &tk), SLOT_OK);
             }

@@ -19,10 +19,13 @@
 -- served (a database behind a small connection pool).  A caller's latency
 -- runs from the moment the barrier releases them all to the moment it has
 -- the value.  Prints a table, writes the latencies to --out and plots
--- their distribution with gnuplot.
+-- their distribution with gnuplot.  Everything it writes goes to --out
+-- (demo/out/, which git ignores): a run leaves the checkout as it was, and
+-- the committed demo/stampede.png (the plot docs/cache.md shows) changes
+-- only when someone copies a new one over it.
 --
 --     luajit demo/stampede.lua [-n 50] [--ms 200] [--slots 4]
---                              [--out demo/out] [--png demo/stampede.png]
+--                              [--out demo/out] [--png OUT/stampede.png]
 --
 -- Processes are forked from this one (scripts/lua/harness/proc.lua, the
 -- process harness the specs and benchmarks use too: fork, start barrier,
@@ -48,15 +51,14 @@ usage: luajit demo/stampede.lua [options]
   --ms MS       the loader's backend query time in ms (default 200)
   --slots K     queries the backend runs at a time, 0 = unlimited (default 4)
   --out DIR     where the latency data goes (default demo/out)
-  --png FILE    the plot (default demo/stampede.png)
+  --png FILE    the plot (default OUT/stampede.png: demo/out/stampede.png)
   --no-plot     print the table only]]
 
 
 local function parse_args(argv)
     local o = {
         n = 50, ms = 200, slots = 4,
-        out = script_dir .. "/out", png = script_dir .. "/stampede.png",
-        plot = true,
+        out = script_dir .. "/out", png = nil, plot = true,
     }
     local numeric = { ["-n"] = "n", ["--ms"] = "ms", ["--slots"] = "slots" }
     local paths = { ["--out"] = "out", ["--png"] = "png" }
@@ -86,6 +88,7 @@ local function parse_args(argv)
             os.exit(2)
         end
     end
+    o.png = o.png or o.out .. "/stampede.png"
     if o.n < 1 or o.n > 1000 then
         io.stderr:write("-n must be between 1 and 1000\n")
         os.exit(2)

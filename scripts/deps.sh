@@ -44,6 +44,8 @@ PACKAGES=(
     lua-resty-lrucache
     redis-server
     lua-redis
+    lua-nginx-redis
+    lua-nginx-redis-connector
     lua-socket
     lua-posix
     lua-check

@@ -12,6 +12,13 @@
 #      over /usr/local in a mount namespace of its own (unshare -m, root
 #      only; skipped otherwise), so the machine's /usr/local never changes.
 #
+#   3. the README's per-Lua block (Installation: `luarocks --lua-version=5.X
+#      make --local`, `eval "$(luarocks --lua-version=5.X path)"`, the Lua
+#      and busted started as it says), run as written by bash -e in a clean
+#      copy of the checkout with a throw-away HOME (so ~/.luarocks is the
+#      work directory's) and the spec as my_spec.lua: every `installed` line
+#      printed, every busted run green.
+#
 # Every case must pass, under PUC Lua as under LuaJIT (the lock included:
 # docs/every-lua.md).
 
@@ -91,6 +98,45 @@ else
     else
         cat "$work/make.log" 2>/dev/null || true
         fail "luarocks --lua-version=$bver make into /usr/local"
+    fi
+fi
+
+# 3. the README's per-Lua block, as written
+block=$(awk '
+    /^Installation$/ { inst = 1 }
+    inst && /^```sh$/ { code = ""; sh = 1; next }
+    sh && /^```$/ { sh = 0; if (code ~ /\/usr\/bin\/busted/) { printf "%s", code; exit } next }
+    sh { code = code $0 "\n" }
+' README.md)
+if [ -z "$block" ]; then
+    fail "README.md: no sh block with /usr/bin/busted in Installation"
+else
+    src3=$work/src3
+    mkdir -p "$src3" "$work/home3"
+    tar -C "$root" -cf - --exclude=./.git --exclude=./build \
+        --exclude=./build-asan --exclude=./build-test --exclude='*.so' \
+        --exclude='*.o' --exclude=./demo/out --exclude=./.busted . \
+        | tar -C "$src3" -xf -
+    cp spec/user/shmlock_user.lua "$src3/my_spec.lua"
+    printf 'set -e\n%s' "$block" >"$work/readme-block.sh"
+    status=0
+    (cd "$src3" && env -u LUA_PATH -u LUA_CPATH -u SHMLOCK_LIB \
+        -u SHMLOCK_CORE HOME="$work/home3" bash "$work/readme-block.sh") \
+        >"$work/readme-block.log" 2>&1 || status=$?
+    want_installed=$(grep -c 'print("installed")' "$work/readme-block.sh")
+    want_busted=$(grep -c '/usr/bin/busted' "$work/readme-block.sh")
+    got_installed=$(grep -c '^installed$' "$work/readme-block.log" || true)
+    got_busted=$(grep -c 'successes / 0 failures / 0 errors / 0 pending' \
+                 "$work/readme-block.log" || true)
+    if [ "$status" = 0 ] && [ "$got_installed" = "$want_installed" ] \
+       && [ "$got_busted" = "$want_busted" ]; then
+        pass "the README's per-Lua block: $got_installed installs, $got_busted" \
+             "busted runs"
+    else
+        cat "$work/readme-block.log"
+        fail "the README's per-Lua block (exit $status; installed" \
+             "$got_installed of $want_installed, busted $got_busted of" \
+             "$want_busted)"
     fi
 fi
 

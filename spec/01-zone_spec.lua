@@ -410,7 +410,10 @@ print(d:capacity(), d:get("k"))
                            .. " is a zone of layout " .. (255 - ours)
                            .. ", made by another version of lua-resty-"
                            .. "shmlock (this one reads layout " .. ours
-                           .. "): destroy it to make it anew"
+                           .. "): destroy it to make it anew (shmlock "
+                           .. "--dir " .. dir .. " destroy " .. name
+                           .. ', or shdict.destroy("' .. name
+                           .. '", { dir = "' .. dir .. '" }))'
                 end },
                 { "size", 16, bad_header },
             }
@@ -434,6 +437,30 @@ print(d:capacity(), d:get("k"))
                                 pack(shdict.open("hdr", { dir = dir })))
                 end)
             end
+        end)
+
+        it("names both layouts and how to destroy a zone of the layout "
+           .. "before this one", function()
+            -- a zone as the version before made it (its layout word)
+            assert.equal("ok\n", run_child(tmp, child_script(dir, "older",
+                                                             "64k",
+                                                             "print('ok')")))
+            local ours = tonumber(require("resty.shmlock.lib").SHMLOCK_LAYOUT)
+            local f = assert(io.open(zone_path("older"), "r+b"))
+            f:seek("set", 8)
+            f:write(string.char(ours - 1))
+            f:close()
+            local _, err = shdict.open("older", { dir = dir })
+            assert.equal("incompatible zone: " .. zone_path("older")
+                         .. " is a zone of layout " .. (ours - 1)
+                         .. ", made by another version of lua-resty-shmlock "
+                         .. "(this one reads layout " .. ours .. "): destroy "
+                         .. "it to make it anew (shmlock --dir " .. dir
+                         .. ' destroy older, or shdict.destroy("older", '
+                         .. '{ dir = "' .. dir .. '" }))', err)
+            -- the fix it names works
+            assert.is_true(shdict.destroy("older", { dir = dir }))
+            assert.truthy(shdict.open("older", { dir = dir, size = "64k" }))
         end)
 
         describe("a symlink at the zone path", function()
@@ -782,15 +809,46 @@ print(shdict.destroy("kept", { dir = %q }))
                          as_nobody(open_script("kept", 'group = "nogroup"')))
         end)
 
+        it("names the directory, its owner and mode when no zone file "
+           .. "can be made there, and the fix", function()
+            if not is_root() then
+                pending("needs root")
+                return
+            end
+            -- a directory nobody may not write (as /dev/shm at 0755): its
+            -- owner and mode, and what to change
+            local closed = tmp .. "/closed"
+            sh("mkdir -p '" .. closed .. "' && chmod 0755 '" .. closed .. "'")
+            assert.equal('failed to open zone "c": permission denied '
+                         .. "opening zone file " .. closed .. "/shmlock.c: "
+                         .. "the directory " .. closed .. " (owner root, "
+                         .. "group root, mode 0755) does not let uid 65534 "
+                         .. "(nobody) create files in it: run as a user who "
+                         .. "may write there, make the directory writable "
+                         .. "for this user (chmod 1777 " .. closed .. ", the "
+                         .. "mode /dev/shm has), or use a directory it may "
+                         .. "write ($SHMLOCK_DIR, or opts.dir)\n",
+                         as_nobody(([[
+local d, err = require("resty.shmlock.shdict").open("c", { dir = %q })
+print(err)
+]]):format(closed)))
+        end)
+
         it("names each refusal's cause", function()
             if not is_root() then
                 pending("needs root")
                 return
             end
-            -- nobody's 0600 zone: root does not trust another user's file
+            -- nobody's 0600 zone: root does not trust another user's file;
+            -- one left over (nginx's user changed, say) goes with shmlock
+            -- destroy
             as_nobody(open_script("nob"))
             assert.equal("zone file owned by another user (uid 65534): "
-                         .. owner_hint("nobody") .. "\n",
+                         .. owner_hint("nobody") .. "; a file left from an "
+                         .. "earlier setup (nginx's user changed, say) goes "
+                         .. "with `shmlock --dir " .. dir .. " destroy nob` "
+                         .. "run as root or nobody, and the next open makes "
+                         .. "the zone anew\n",
                          run_child(tmp, open_script("nob")))
             -- root's 0600 zone: nobody may not open it
             assert(shdict.open("mine", { dir = dir, size = "64k" }))

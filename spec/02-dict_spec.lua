@@ -154,6 +154,26 @@ describe("shdict", function()
             assert.same({ n = 1, "twelve" }, pack(d:get(12)))
         end)
 
+        it("turns a number key into the string every Lua gives it: whole "
+           .. "numbers as digits, -0 as 0, others as C's %.14g", function()
+            -- LuaJIT's tostring: "-0", "1.2345678901235e+14", "1e+15";
+            -- its own %.14g rounds the tie up: "12345678901235"
+            d:set(-0.0, "a")
+            d:set(123456789012345, "b")
+            d:set(1e15, "c")
+            d:set(12345678901234.5, "d")
+            d:set(0.1, "e")
+            assert.same({ "0", "0.1", "1000000000000000", "12345678901234",
+                          "123456789012345" }, sorted(d:get_keys(0)))
+            assert.same({ n = 1, "a" }, pack(d:get(0)))
+            assert.same({ n = 1, "c" }, pack(d:get(1e15)))
+        end)
+
+        it("takes a boolean key as its tostring", function()
+            assert.same({ n = 3, true, nil, false }, pack(d:set(true, "t")))
+            assert.same({ n = 1, "t" }, pack(d:get("true")))
+        end)
+
         it("keeps keys that differ only after a NUL byte apart", function()
             d:set("a\0b", 1)
             d:set("a\0c", 2)

@@ -279,6 +279,21 @@ describe("resty.shmlock", function()
             assert.is_nil(slot.info(dict, "42"))
         end)
 
+        it("takes a number key as the string every Lua gives it",
+           function()
+            -- tostring gives "1e+15" and "-0" under LuaJIT
+            local lock = resty_lock:new(dict)
+            local other = resty_lock:new(dict, { timeout = 0 })
+            assert.equal(0, lock:lock(1e15))
+            assert.truthy(slot.info(dict, "1000000000000000"))
+            assert.same({ nil, "timeout" }, { other:lock("1000000000000000") })
+            assert.equal("lock", assert(resty_lock.inspect(dict, 1e15)).kind)
+            assert.equal(1, lock:unlock())
+            assert.equal(0, lock:lock(-0.0))
+            assert.truthy(slot.info(dict, "0"))
+            assert.equal(1, lock:unlock())
+        end)
+
         -- the waits' lengths are pinned on a clock that moves only as the
         -- waiter sleeps (helpers.fake_clock): exact whatever the load; on
         -- the real clock only what lateness cannot break
@@ -1222,6 +1237,22 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
                     { nginx_lock:new(dict, { timeout = 0.01, step = 0.002,
                                              max_step = 0.003 }):lock("k") })
         assert.same({ 0.002, 0.003, 0.003, 0.002 }, fake.steps)
+    end)
+
+    it("sleeps a last step of 1 ms less a rounding error as 1 ms "
+       .. "(ngx.sleep truncates to whole ms: 0.999 ms would be a 0 ms "
+       .. "sleep, logged)", function()
+        local holder = nginx_lock:new(dict)
+        assert.equal(0, holder:lock("k"))
+        -- 16 ms: 1 + 2 + 4 + 8 ms, and 0.016 - 0.015 is 0.000999... here
+        fake.steps, fake.clock = {}, 0
+        assert.same({ nil, "timeout" },
+                    { nginx_lock:new(dict, { timeout = 0.016 }):lock("k") })
+        assert.equal(5, #fake.steps)
+        for _, s in ipairs(fake.steps) do
+            assert.is_true(math.floor(s * 1000) >= 1, "ngx.sleep(" .. s .. ")")
+        end
+        assert.equal(1, holder:unlock())
     end)
 
     it("times out after the sum of its steps", function()

@@ -367,7 +367,11 @@ print(d and "opened" or err)]], name, dir)))
                          .. "run as nobody (the zone's owner), or share the "
                          .. "zone with a group on purpose: create it with "
                          .. 'opts.group = "G" and opts.mode = "0660", and '
-                         .. 'attach with opts.group = "G"',
+                         .. 'attach with opts.group = "G"; a file left '
+                         .. "from an earlier setup (nginx's user changed, "
+                         .. "say) goes with `shmlock --dir " .. dir
+                         .. " destroy theirs` run as root or nobody, and "
+                         .. "the next open makes the zone anew",
                          open_elsewhere("theirs"))
         end)
     end)

@@ -2,6 +2,7 @@
 -- a free 127.0.0.1 port and stops in teardown.
 
 local checkout = require "helpers.checkout"
+local fixture = require "helpers.fixture"
 local server_helper = require "helpers.redis_server"
 local resty_mock = require "helpers.redis_resty_mock"
 local fake_clock = require "helpers.fake_clock"
@@ -10,6 +11,13 @@ local harness_proc = require "harness.proc"
 local spec_children = require "helpers.children"
 
 local now, sleep = socket.gettime, socket.sleep
+
+-- a holder that stands for a process of another host: no host single
+-- flight, so that the waiters of this process wait on Redis
+local ELSEWHERE = { dict = false }
+
+-- what a host's turn adds to a fence counter's lifetime, in ms
+local SPAN = require("resty.shmlock.redis.host").TURN_SPAN * 1000
 
 local redis_lock
 local server
@@ -62,6 +70,9 @@ end
 
 
 describe("resty.shmlock.redis", function()
+    -- the zones of host single flight (shmlock_redis) in a directory of
+    -- this block's, for its children too
+    fixture.new { dir = "block", env = true }
 
     setup(function()
         server = server_helper.start()
@@ -190,6 +201,32 @@ describe("resty.shmlock.redis", function()
             assert.equal(1, lock:unlock())
         end)
 
+        it("takes a float number key as the same Redis key under LuaJIT "
+           .. "and Lua 5.4", function()
+            -- 2^10 is "1024" by tostring under LuaJIT, "1024.0" under 5.4
+            -- (resty.shmlock.internal.key).  Lua 5.4 has no redis-lua
+            -- package here: 5.3's, plain Lua, serves it.
+            local function lua54(code)
+                return checkout.trim(checkout.sh("cd /tmp && LUA_PATH='"
+                    .. checkout.ROOT .. "/lua/?.lua;;/usr/share/lua/5.3/?.lua'"
+                    .. " lua5.4 -e \"local l = require('resty.shmlock.redis')"
+                    .. ".new(require('redis').connect('127.0.0.1', "
+                    .. server.port .. "), { timeout = 0 }); " .. code
+                    .. "\" 2>&1"))
+            end
+            local lock = redis_lock.new(raw, { timeout = 0 })
+            assert.equal(0, lock:lock(2 ^ 10))
+            assert.equal("nil\ttimeout", lua54("print(l:lock(2 ^ 10))"))
+            assert.equal(1, lock:unlock())
+            -- taken under 5.4 (and kept: the process exits holding it)
+            assert.equal("0\tnil", lua54("local e, err = l:lock(2 ^ 10); "
+                                         .. "print(e, err)"))
+            assert.same({ nil, "timeout" }, { lock:lock(2 ^ 10) })
+            local keys = raw:keys("*")
+            table.sort(keys)
+            assert.same({ "lock:{1024}", "lock:{1024}:fence" }, keys)
+        end)
+
         it("returns nil, 'locked' while this object holds a lock", function()
             local lock = redis_lock.new(raw)
             assert.equal(0, lock:lock("a"))
@@ -201,7 +238,7 @@ describe("resty.shmlock.redis", function()
 
         it("waits for the holder and returns the measured elapsed time",
            function()
-            local holder = redis_lock.new(raw, { exptime = 0.2 })
+            local holder = redis_lock.new(raw, { exptime = 0.2, dict = false })
             local t_lock = now()
             assert.equal(0, holder:lock("w"))
             -- elapsed is measured: at least its sleeps' span (first start
@@ -225,7 +262,7 @@ describe("resty.shmlock.redis", function()
 
         it("returns nil, 'timeout' at the deadline, never sleeping past it",
            function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("t"))
             -- a large max_step: the backoff must still stop at the deadline
             local waiter = redis_lock.new(client(), { timeout = 0.3,
@@ -253,7 +290,7 @@ describe("resty.shmlock.redis", function()
 
         it("tries at most once per ms, whatever step and max_step",
            function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("spin"))
             for _, opts in ipairs({ { max_step = 1e-7 },
                                     { step = 1e-7, max_step = 1e-7 } }) do
@@ -281,7 +318,7 @@ describe("resty.shmlock.redis", function()
         end)
 
         it("with timeout 0 tries once", function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("t0"))
             local mod, fc = faked()
             local waiter = mod.new(client(), { timeout = 0 })
@@ -300,7 +337,8 @@ describe("resty.shmlock.redis", function()
             local mod, fc = faked()
             local fwaiter = mod.new(client(), { timeout = 5 })
             local function run(key)
-                local holder = redis_lock.new(raw, { exptime = 0.6 })
+                local holder = redis_lock.new(raw, { exptime = 0.6,
+                                                     dict = false })
                 local held = now()
                 assert.equal(0, holder:lock(key))
                 fc.sleeps = {}
@@ -411,7 +449,7 @@ describe("resty.shmlock.redis", function()
 
         it("returns nil, 'timeout' at once on a held key, whatever the"
            .. " timeout", function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("try"))
             local mod, fc = faked()
             local other = mod.new(client(), { timeout = 5 })
@@ -444,16 +482,16 @@ describe("resty.shmlock.redis", function()
             assert.equal(1, lock:unlock())
         end)
 
-        it("returns nil, 'expired' when the lock expired, then 'unlocked'",
+        it("returns 1, 'expired' when the lock expired, then 'unlocked'",
            function()
             local lock = redis_lock.new(raw, { exptime = 0.05 })
             assert.equal(0, lock:lock("e"))
             sleep(0.1)
-            assert.same({ nil, "expired" }, { lock:unlock() })
+            assert.same({ 1, "expired" }, { lock:unlock() })
             assert.same({ nil, "unlocked" }, { lock:unlock() })
         end)
 
-        it("after expiry and re-lock by B: A gets nil, 'expired' and B still"
+        it("after expiry and re-lock by B: A gets 1, 'expired' and B still"
            .. " holds", function()
             local a = redis_lock.new(raw, { exptime = 0.1 })
             local b = redis_lock.new(client())
@@ -462,7 +500,7 @@ describe("resty.shmlock.redis", function()
             local elapsed, _, fence = b:lock("steal")
             assert.equal(0, elapsed)
             assert.equal(2, fence)
-            assert.same({ nil, "expired" }, { a:unlock() })
+            assert.same({ 1, "expired" }, { a:unlock() })
             assert.equal(b.token, raw:get("lock:{steal}"))
             assert.is_true(b:owned())
             assert.equal(1, b:unlock())
@@ -576,7 +614,7 @@ describe("resty.shmlock.redis", function()
             sleep(0.2)
             assert.same({ false, "expired" }, { lock:owned() })
             -- owned() only looks: unlock() still reports the expiry
-            assert.same({ nil, "expired" }, { lock:unlock() })
+            assert.same({ 1, "expired" }, { lock:unlock() })
             assert.same({ false, "unlocked" }, { lock:owned() })
         end)
     end)
@@ -601,33 +639,43 @@ describe("resty.shmlock.redis", function()
             assert.equal(1, a:unlock())
         end)
 
-        it("live fence_ttl past the lock's exptime, refreshed by every"
-           .. " acquisition and by expire()", function()
-            -- (exptime 10: the counter lives 12 s, then 2 s once unlocked)
-            local lock = redis_lock.new(raw, { exptime = 10, fence_ttl = 2 })
-            local t0 = now()
-            assert.equal(0, lock:lock("ft"))
-            local pttl = raw:pttl("lock:{ft}:fence")
-            assert.is_true(pttl >= 12000 - passed_ms(t0) and pttl <= 12000,
-                           pttl)
-            assert.equal(1, lock:unlock())
-            sleep(0.3)                  -- (at least: it runs down meanwhile)
-            pttl = raw:pttl("lock:{ft}:fence")
-            assert.is_true(pttl > 0 and pttl <= 12000 - 300 + 1, pttl)
-            -- the next acquisition refreshes it, and the count goes on
-            t0 = now()
-            local _, _, fence = lock:lock("ft")
-            assert.equal(2, fence)
-            pttl = raw:pttl("lock:{ft}:fence")
-            assert.is_true(pttl >= 12000 - passed_ms(t0) and pttl <= 12000,
-                           pttl)
-            -- expire(t): the counter outlives the new lifetime as well
-            t0 = now()
-            assert.is_true(lock:expire(20))
-            pttl = raw:pttl("lock:{ft}:fence")
-            assert.is_true(pttl >= 22000 - passed_ms(t0) and pttl <= 22000,
-                           pttl)
-            assert.equal(1, lock:unlock())
+        it("live fence_ttl past the lock's exptime (and a host's turn), "
+           .. "refreshed by every acquisition and by expire()", function()
+            -- without host single flight: the lock's lifetime + fence_ttl;
+            -- with it, a host's turn (TURN_SPAN) more
+            for _, span in ipairs({ 0, SPAN }) do
+                -- (exptime 10: the counter lives 12 s; each pttl is
+                -- checked against what can have passed since the call)
+                local opts = { exptime = 10, fence_ttl = 2 }
+                if span == 0 then
+                    opts.dict = false
+                end
+                local lock = redis_lock.new(raw, opts)
+                raw:del("lock:{ft}:fence")
+                local t0 = now()
+                assert.equal(0, lock:lock("ft"))
+                local pttl = raw:pttl("lock:{ft}:fence") - span
+                assert.is_true(pttl >= 12000 - passed_ms(t0)
+                               and pttl <= 12000, pttl)
+                assert.equal(1, lock:unlock())
+                sleep(0.3)              -- (at least: it runs down meanwhile)
+                pttl = raw:pttl("lock:{ft}:fence") - span
+                assert.is_true(pttl > -span and pttl <= 12000 - 300 + 1, pttl)
+                -- the next acquisition refreshes it, and the count goes on
+                t0 = now()
+                local _, _, fence = lock:lock("ft")
+                assert.equal(2, fence)
+                pttl = raw:pttl("lock:{ft}:fence") - span
+                assert.is_true(pttl >= 12000 - passed_ms(t0)
+                               and pttl <= 12000, pttl)
+                -- expire(t): the counter outlives the new lifetime as well
+                t0 = now()
+                assert.is_true(lock:expire(20))
+                pttl = raw:pttl("lock:{ft}:fence") - span
+                assert.is_true(pttl >= 22000 - passed_ms(t0)
+                               and pttl <= 22000, pttl)
+                assert.equal(1, lock:unlock())
+            end
         end)
 
         it("default to a lifetime of exptime + 7 days", function()
@@ -635,8 +683,8 @@ describe("resty.shmlock.redis", function()
             local lock = redis_lock.new(raw, { exptime = 10 })
             assert.equal(0, lock:lock("fd"))
             local ttl = raw:ttl("lock:{fd}:fence")
-            assert.is_true(ttl > 7 * 24 * 3600 and ttl <= 7 * 24 * 3600 + 10,
-                           ttl)
+            assert.is_true(ttl > 7 * 24 * 3600
+                           and ttl <= 7 * 24 * 3600 + 11 + SPAN / 1000, ttl)
             assert.equal(1, lock:unlock())
         end)
 
@@ -652,15 +700,17 @@ describe("resty.shmlock.redis", function()
             -- extended to a finite lifetime: the counter expires again
             assert.is_true(lock:expire(5))
             local pttl = raw:pttl("lock:{fe0}:fence")
-            assert.is_true(pttl > 5000 and pttl <= (5 + 7 * 24 * 3600) * 1000)
+            assert.is_true(pttl > 5000
+                           and pttl <= (5 + 7 * 24 * 3600) * 1000 + SPAN)
             assert.equal(1, lock:unlock())
         end)
 
         it("start again at 1 only after fence_ttl with no lock", function()
             local lock = redis_lock.new(raw, { exptime = 0.1,
                                                fence_ttl = 0.2 })
-            -- the second lock must come within the counter's 0.3 s: a
-            -- run late for it is done again with a fresh key (5 at most)
+            -- the second lock must come within the counter's 0.3 s (and a
+            -- host's turn): a run late for it is done again with a fresh
+            -- key (5 at most)
             local key, second
             for i = 1, 5 do
                 key = "fgone" .. i
@@ -669,7 +719,7 @@ describe("resty.shmlock.redis", function()
                 assert.equal(1, lock:unlock())
                 second = { lock:lock(key) }
                 assert.equal(1, lock:unlock())
-                if now() < t0 + 0.3 then
+                if now() < t0 + 0.3 + SPAN / 1000 then
                     break
                 end
                 second = nil
@@ -678,7 +728,7 @@ describe("resty.shmlock.redis", function()
             assert.is_true(eventually(function()
                 return raw:exists("lock:{" .. key .. "}:fence") == false
                        or raw:exists("lock:{" .. key .. "}:fence") == 0
-            end, 10))
+            end, 10 + SPAN / 1000))
             assert.same({ 0, nil, 1 }, { lock:lock(key) })
             assert.equal(1, lock:unlock())
         end)
@@ -700,7 +750,7 @@ describe("resty.shmlock.redis", function()
             local lock = redis_lock.new(raw, { exptime = 0.05 })
             local _, _, f1 = lock:lock("fe")
             sleep(0.1)
-            assert.same({ nil, "expired" }, { lock:unlock() })
+            assert.same({ 1, "expired" }, { lock:unlock() })
             local _, _, f2 = lock:lock("fe")
             assert.equal(f1 + 1, f2)
             assert.equal(1, lock:unlock())
@@ -825,11 +875,18 @@ describe("resty.shmlock.redis", function()
         local NULL = newproxy(false)
         local sleeps
         local saved_ngx, saved_mod
+        -- the modules that ask, when they load, whether they are in nginx
+        local NGINX_SIDE = { "resty.shmlock.redis", "resty.shmlock.redis.wait",
+                             "resty.shmlock.redis.link" }
         local resty_lock
 
         setup(function()
             saved_ngx = rawget(_G, "ngx")
-            saved_mod = package.loaded["resty.shmlock.redis"]
+            saved_mod = {}
+            for _, name in ipairs(NGINX_SIDE) do
+                saved_mod[name] = package.loaded[name]
+                package.loaded[name] = nil
+            end
             _G.ngx = {
                 get_phase = function() return "content" end,
                 null = NULL,
@@ -838,13 +895,14 @@ describe("resty.shmlock.redis", function()
                     sleep(s)
                 end,
             }
-            package.loaded["resty.shmlock.redis"] = nil
             resty_lock = require "resty.shmlock.redis"
+            _G.ngx = saved_ngx
         end)
 
         teardown(function()
-            _G.ngx = saved_ngx
-            package.loaded["resty.shmlock.redis"] = saved_mod
+            for _, name in ipairs(NGINX_SIDE) do
+                package.loaded[name] = saved_mod[name]
+            end
         end)
 
         before_each(function()
@@ -866,7 +924,7 @@ describe("resty.shmlock.redis", function()
         it("reads the null reply of a held key as busy and waits with"
            .. " ngx.sleep", function()
             local holder = resty_lock.new(resty_mock.new(client(), NULL),
-                                          { exptime = 0.1 })
+                                          { exptime = 0.1, dict = false })
             local t0 = now()
             assert.equal(0, holder:lock("rw"))
             local waiter = resty_lock.new(resty_mock.new(client(), NULL),
@@ -884,13 +942,13 @@ describe("resty.shmlock.redis", function()
             for _, s in ipairs(sleeps) do
                 assert.is_true(s > 0 and s <= 0.5)
             end
-            assert.same({ nil, "expired" }, { holder:unlock() })
+            assert.same({ 1, "expired" }, { holder:unlock() })
             assert.equal(1, waiter:unlock())
         end)
 
         it("never calls ngx.sleep below 1 ms, the last sleep before the"
            .. " deadline included", function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("floor"))
             local waiter = resty_lock.new(resty_mock.new(client(), NULL))
             for i = 0, 40 do
@@ -975,7 +1033,7 @@ describe("resty.shmlock.redis", function()
         it("a stopped server: clear errors at once; a new client works once"
            .. " it is back", function()
             local c = client(1)
-            local holder = redis_lock.new(c, { timeout = 30 })
+            local holder = redis_lock.new(c, { timeout = 30, dict = false })
             local waiter = redis_lock.new(c, { timeout = 30 })
             assert.same({ 0, nil, 1 }, { holder:lock("down") })
 

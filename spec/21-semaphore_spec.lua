@@ -6,6 +6,7 @@
 -- lateness: counts, states, returns.
 
 local semaphore = require "resty.shmlock.semaphore"
+local shdict = require "resty.shmlock.shdict"
 local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local children = require "helpers.children"
@@ -40,6 +41,18 @@ describe("resty.shmlock.semaphore", function()
         assert.equal(0, a:count("k"))
     end)
 
+    it("takes a number key as the string every Lua gives it", function()
+        local a = assert(semaphore:new(dict, { permits = 1 }))
+        local b = assert(semaphore:new(dict, { permits = 1 }))
+        assert.same({ 0 }, { a:acquire(1e15) })
+        assert.same({ nil, "timeout" }, { b:acquire("1000000000000000", 0) })
+        assert.equal(1, b:count("1000000000000000"))
+        assert.equal(1, b:count(1e15))
+        assert.equal(1, #assert(semaphore.inspect(dict, "1000000000000000"))
+                             .holders)
+        assert.same({ 1 }, { a:release() })
+    end)
+
     it("counts every holder against the caller's own limit", function()
         local big = assert(semaphore:new(dict, { permits = 3 }))
         local big2 = assert(semaphore:new(dict, { permits = 3 }))
@@ -54,26 +67,58 @@ describe("resty.shmlock.semaphore", function()
     end)
 
     it("gives a lease: an expired permit counts no more, its release "
-       .. "answers 1, 'expired' and its expire nil, 'expired'", function()
+       .. "answers 1, 'expired'", function()
         local a = assert(semaphore:new(dict, { exptime = 0.001 }))
         local b = assert(semaphore:new(dict))
         assert.same({ 0 }, { a:acquire("k") })
         proc.sleep(0.01)          -- at least: the lease is over by then
         assert.same({ 0 }, { b:acquire("k", 0) })
-        assert.same({ nil, "expired" }, { a:expire() })
         assert.same({ 1, "expired" }, { a:release() })
+        assert.same({ nil, "unlocked" }, { a:release() })
         assert.same({ 1 }, { b:release() })
+    end)
+
+    it("after expire() answers nil, 'expired' the object holds nothing, "
+       .. "as the lock: owned() false, acquire() takes a permit again",
+       function()
+        -- (a lease of 30 s cut to 1 ms: a's next permit keeps 30 s)
+        local a = assert(semaphore:new(dict))
+        local b = assert(semaphore:new(dict))
+        assert.same({ 0 }, { a:acquire("k") })
+        assert.same({ true }, { a:expire(0.001) })
+        proc.sleep(0.01)          -- at least: the lease is over by then
+        assert.same({ 0 }, { b:acquire("k", 0) })
+        assert.same({ nil, "expired" }, { a:expire() })
+        assert.is_false(a:owned())
+        assert.same({ nil, "unlocked" }, { a:expire() })
+        assert.same({ nil, "unlocked" }, { a:release() })
+        -- (b holds the one permit: a's acquire now waits for it, not
+        -- "locked")
+        assert.same({ nil, "timeout" }, { a:acquire("k", 0) })
+        assert.same({ 1 }, { b:release() })
+        assert.same({ 0 }, { a:acquire("k", 0) })
+        assert.is_true(a:owned())
+        assert.same({ 1 }, { a:release() })
+        assert.equal(0, b:count("k"))
     end)
 
     it("refuses bad input", function()
         assert.has_error(function() semaphore:new(dict, { permits = 0 }) end,
-                         "opts.permits must be an integer from 1 to 65535")
+                         "opts.permits must be an integer from 1 to 16777215")
         assert.has_error(function() semaphore:new(dict, { permits = 1.5 }) end,
-                         "opts.permits must be an integer from 1 to 65535")
+                         "opts.permits must be an integer from 1 to 16777215")
         assert.has_error(function() semaphore:new(dict, { exptime = -1 }) end,
                          "opts.exptime must be >= 0")
-        assert.same({ nil, "dictionary not found" },
+        -- the lock's words: what was tried (before: a bare "dictionary
+        -- not found")
+        assert.same({ nil, 'dictionary not found: no zone '
+                           .. '"no_such_zone_here" in ' .. shdict.directory() },
                     { semaphore:new("no_such_zone_here") })
+        assert.same({ nil, "dictionary not found: a number is no dict" },
+                    { semaphore:new(42) })
+        assert.same({ nil, 'dictionary not found: no zone '
+                           .. '"no_such_zone_here" in ' .. shdict.directory() },
+                    { semaphore.inspect("no_such_zone_here", "k") })
         local s = assert(semaphore.new(dict))
         assert.same({ nil, "nil key" }, { s:acquire(nil) })
         assert.same({ nil, "empty key" }, { s:acquire("") })
@@ -272,9 +317,11 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
         local reloaded = { "resty.shmlock.semaphore",
                            "resty.shmlock.lock.nginx_wait" }
         local saved = {}
+        fake.shared = { limits = {} }       -- lua_shared_dict limits 1m;
         _G.ngx = {
             get_phase = function() return fake.phase end,
             sleep = function(s) return fake.sleep(s) end,
+            shared = fake.shared,
         }
         for i, name in ipairs(reloaded) do
             saved[i] = package.loaded[name]
@@ -304,6 +351,30 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
                 fake.on_sleep(fake.clock)
             end
         end
+    end)
+
+    it("refuses a lua_shared_dict's name, even beside a zone of that "
+       .. "name, naming the dict and what to do (the one name rule)",
+       function()
+        -- a zone file of that name in the default directory: the lock
+        -- takes the name for the dict, and so does the semaphore now
+        -- (before, it attached the zone)
+        local zone = fx:zone("limits", { size = "64k" })
+        local refusal = 'the semaphore needs a zone: "limits" is a '
+            .. "lua_shared_dict, and inside nginx a lua_shared_dict name is "
+            .. "that dict: give the zone another name, or pass the zone "
+            .. 'object (shdict.open("limits"))'
+        assert.same({ nil, refusal }, { nginx_sem:new("limits") })
+        assert.same({ nil, refusal }, { nginx_sem:new(fake.shared.limits) })
+        assert.same({ nil, refusal }, { nginx_sem.inspect("limits", "k") })
+        -- the zone, given as its object, is a semaphore's
+        local s = assert(nginx_sem:new(zone))
+        assert.same({ 0 }, { s:acquire("k") })
+        assert.equal(1, s:release())
+        -- a name neither: the lock's words for what was tried (zones only:
+        -- no lua_shared_dict would do)
+        assert.same({ nil, 'dictionary not found: no zone "nowhere" in '
+                           .. fx.dir }, { nginx_sem:new("nowhere") })
     end)
 
     it("waits with resty.lock's steps; elapsed is their sum (0.127)",
@@ -368,6 +439,73 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
         assert.is_true(held:await(20))
         go:notify()
         local elapsed, err = s:acquire("k")
+        assert.is_nil(err)
+        assert.is_true(elapsed >= 0)
+        children.expect_clean_exits({ pid })
+        assert.equal(1, s:release())
+        holder:release()
+    end)
+
+    it("with blocking_timeout, refuses at once a key whose every holder "
+       .. "is this process, more of them than one batch of holders (70)",
+       function()
+        -- (room for 70 permits' slots in the key's shard)
+        local big = fx:zone("nsem_many", { size = "2m", shards = 1 })
+        local held = {}
+        for i = 1, 70 do
+            held[i] = assert(nginx_sem:new(big, { permits = 70 }))
+            assert.equal(0, held[i]:acquire("many"))
+        end
+        fake.phase = "log"
+        local s = assert(nginx_sem:new(big, { permits = 70, timeout = 30,
+                                              blocking_timeout = 30 }))
+        assert.same({ nil, "cannot wait in log phase: held by this worker" },
+                    { s:acquire("many") })
+        for i = 1, 70 do
+            assert.equal(1, held[i]:release())
+        end
+    end)
+
+    it("with blocking_timeout, a release by another process between the "
+       .. "count and the listing of holders is no wait on itself", function()
+        local holder = assert(nginx_sem:new(dict, { permits = 2 }))
+        assert.equal(0, holder:acquire("k"))
+        local held, go, gone = proc.pipe(), proc.pipe(), proc.pipe()
+        local pid = proc.spawn(function()
+            held:close_read()
+            go:close_write()
+            gone:close_read()
+            local o = assert(semaphore:new(dict, { permits = 2 }))
+            assert(o:acquire("k", 0) == 0)
+            held:notify()
+            assert(go:await(30))
+            assert(o:release() == 1)
+            gone:notify()
+        end)
+        held:close_write()
+        go:close_read()
+        gone:close_write()
+        assert.is_true(held:await(20))
+        -- the other process releases after the count (2 of 2, full) and
+        -- before the listing, which then shows this process's holder only
+        local zone_backend = package.loaded["resty.shmlock.lock.zone"]
+        local list = zone_backend.group_tickets
+        local released = false
+        zone_backend.group_tickets = function(...)
+            if not released then
+                released = true
+                go:notify()
+                assert(gone:await(20))
+            end
+            return list(...)
+        end
+        fake.phase = "log"
+        local s = assert(nginx_sem:new(dict, { permits = 2, timeout = 30,
+                                               blocking_timeout = 30 }))
+        local ok, elapsed, err = pcall(s.acquire, s, "k")
+        zone_backend.group_tickets = list
+        assert.is_true(ok, elapsed)
+        assert.is_true(released)
         assert.is_nil(err)
         assert.is_true(elapsed >= 0)
         children.expect_clean_exits({ pid })

@@ -3,17 +3,29 @@
 -- Every fenced block of README.md, docs/*.md, bench/README.md and
 -- CONTRIBUTING.md whose info string starts with `lua` is one of:
 --
---   ```lua            runnable: run here by a fresh `luajit`, in a fresh
---                     directory, with a fresh $SHMLOCK_DIR and this
---                     checkout's modules; it must exit 0, write nothing to
---                     stderr, and print exactly what its `--> ...` comments
---                     say, one line per comment, in order (runs of blanks
+--   ```lua            runnable: run here by `luajit` with this checkout's
+--                     modules; it must exit 0, write nothing to stderr,
+--                     and print exactly what its `--> ...` comments say,
+--                     one line per comment, in order (runs of blanks
 --                     compare equal, so print's tabs may be written as
---                     spaces).  A block that requires "redis" (lua-redis)
---                     gets a private, empty redis-server (spec/helpers/
---                     redis_server.lua), its port in place of 6379.
+--                     spaces).  Every block runs twice, as a reader who
+--                     tries them all and then tries them again would: all
+--                     of them in order, then all of them again, in one
+--                     working directory and one $SHMLOCK_DIR (both fresh
+--                     when the spec starts, then left as the blocks leave
+--                     them), so that a block whose output depends on what
+--                     ran before (its own earlier run, or another block
+--                     using the same zone name) fails.  A block that
+--                     requires "redis" (lua-redis) gets the spec's private
+--                     redis-server (spec/helpers/redis_server.lua), its
+--                     port in place of 6379, empty when the spec starts
+--                     and then kept, as a reader's would be.
 --   ```lua fragment   not runnable as it stands (a piece of a larger
 --                     program): it is only compiled, so it stays Lua.
+--   ```lua nginx      code for nginx's *_by_lua_block directives, in
+--                     sections that each start with a `-- <directive>`
+--                     line (`-- access_by_lua_block`): t/08-readme.t runs
+--                     them in a test nginx; here each section is compiled.
 --
 -- Any other info string on a lua fence fails, so that a typo cannot turn a
 -- block into one that nobody runs.  nginx blocks are t/08-readme.t's.
@@ -85,6 +97,33 @@ local function blocks_of(file)
     return blocks
 end
 
+-- the sections of a ```lua nginx block, as fragments: one per
+-- `-- <directive>` line (t/08-readme.t's split); code before the first
+-- such line is an error
+local function nginx_sections(b)
+    local sections, cur = {}, nil
+    local n = b.line
+    for line in b.code:gmatch("([^\n]*)\n") do
+        n = n + 1
+        local directive = line:match("^%-%- ([%w_]+_by_lua_block)")
+        if directive then
+            cur = { file = b.file, line = n, heading = b.heading .. ", "
+                    .. directive, lines = {} }
+            sections[#sections + 1] = cur
+        elseif not cur then
+            assert(not line:match("%S"), b.file .. ":" .. n .. ": a lua "
+                   .. "nginx block starts with a -- <directive> line")
+        else
+            cur.lines[#cur.lines + 1] = line
+        end
+    end
+    assert(#sections > 0, b.file .. ":" .. b.line .. ": no section")
+    for _, sec in ipairs(sections) do
+        sec.code = table.concat(sec.lines, "\n") .. "\n"
+    end
+    return sections
+end
+
 local function lua_blocks()
     local runnable, fragments = {}, {}
     for _, file in ipairs(doc_files()) do
@@ -95,9 +134,14 @@ local function lua_blocks()
                     runnable[#runnable + 1] = b
                 elseif rest == "fragment" then
                     fragments[#fragments + 1] = b
+                elseif rest == "nginx" then
+                    for _, sec in ipairs(nginx_sections(b)) do
+                        fragments[#fragments + 1] = sec
+                    end
                 else
                     error(b.file .. ":" .. b.line .. ": unknown info string "
-                          .. "'" .. b.info .. "' (lua or lua fragment)")
+                          .. "'" .. b.info .. "' (lua, lua fragment or lua "
+                          .. "nginx)")
                 end
             end
         end
@@ -209,16 +253,19 @@ end
 
 local redis_server      -- started for the first block that needs it
 
+-- the one working directory and zone directory of every run (see the top)
+local work
+
 local function run_block(b)
-    local work = sh("mktemp -d /tmp/shmlock-docs.XXXXXX"):gsub("%s+$", "")
-    assert(work ~= "", "mktemp failed")
-    local made = os.execute("mkdir " .. quote(work .. "/zones"))
-    assert(made == 0 or made == true, "mkdir failed")
+    if not work then
+        work = sh("mktemp -d /tmp/shmlock-docs.XXXXXX"):gsub("%s+$", "")
+        assert(work ~= "", "mktemp failed")
+        local made = os.execute("mkdir " .. quote(work .. "/zones"))
+        assert(made == 0 or made == true, "mkdir failed")
+    end
     local code = b.code
     if code:find("require%s*%(?%s*[\"']redis[\"']") then
-        if redis_server then
-            redis_server:restart()      -- empty: fences start at 1 again
-        else
+        if not redis_server then
             redis_server = require("helpers.redis_server").start()
         end
         code = code:gsub("6379", tostring(redis_server.port))
@@ -233,7 +280,9 @@ local function run_block(b)
     local status = tonumber(sh(cmd))
     local out = read_file(work .. "/out") or ""
     local err = read_file(work .. "/err") or ""
-    os.execute("rm -rf " .. quote(work))
+    os.remove(work .. "/block.lua")
+    os.remove(work .. "/out")
+    os.remove(work .. "/err")
     return status, out, err
 end
 
@@ -243,6 +292,9 @@ describe("the documentation's Lua blocks", function()
     teardown(function()
         if redis_server then
             redis_server:destroy()
+        end
+        if work then
+            os.execute("rm -rf " .. quote(work))
         end
     end)
 
@@ -308,9 +360,13 @@ describe("the documentation's Lua blocks", function()
         end)
     end
 
-    for _, b in ipairs(runnable) do
-        it(("%s:%d (%s) runs and prints what its --> comments say")
-           :format(b.file, b.line, b.heading), function()
+    -- all of them, then all of them again (see the top)
+    for pass = 1, 2 do
+      for _, b in ipairs(runnable) do
+        it(("%s:%d (%s) runs and prints what its --> comments say%s")
+           :format(b.file, b.line, b.heading,
+                   pass == 1 and "" or ", again after every block ran"),
+           function()
             local status, out, err = run_block(b)
             assert.are.equal("", err, "stderr of the block")
             assert.are.equal(0, status, "exit status of the block")
@@ -318,8 +374,11 @@ describe("the documentation's Lua blocks", function()
             for line in out:gmatch("([^\n]*)\n") do
                 got[#got + 1] = squeeze(line)
             end
-            assert.are.same(expected_output(b.code), got)
+            -- as text, so that a failure shows every line
+            assert.are.equal(table.concat(expected_output(b.code), "\n"),
+                             table.concat(got, "\n"))
         end)
+      end
     end
 end)
 
@@ -389,5 +448,33 @@ describe("the documentation's figures", function()
             end
         end
         assert.same({}, missing)
+    end)
+end)
+
+
+-- The README's main command, `make demo` (demo/stampede.lua, here with few
+-- processes and short queries): it writes its output where git ignores it
+-- (demo/out/), so a checkout stays as clean as it was.  Before, its plot
+-- overwrote the committed demo/stampede.png.
+describe("make demo", function()
+    local git = "git -C " .. quote(ROOT)
+    local in_git = sh(git .. " rev-parse --is-inside-work-tree 2>/dev/null")
+                   :match("true")
+
+    it("leaves the checkout's files as they were", function()
+        if not in_git then
+            pending("not a git checkout")
+            return
+        end
+        local status = git .. " status --porcelain --untracked-files=all"
+        local before = sh(status)
+        local out = sh("cd " .. quote(ROOT) .. " && timeout -s KILL 120 "
+                       .. "luajit demo/stampede.lua -n 4 --ms 20 --slots 2 "
+                       .. "2>&1; echo \"exit $?\"")
+        assert.matches("exit 0\n$", out, out)
+        local png = out:match("\nplot:%s+(%S+)")
+        assert.is_string(png, out)
+        assert.truthy(io.open(ROOT .. "/" .. png), ROOT .. "/" .. png)
+        assert.are.equal(before, sh(status))
     end)
 end)

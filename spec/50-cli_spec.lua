@@ -232,7 +232,9 @@ describe("bin/shmlock", function()
             assert.same({ 4, "" }, { status, out })
             assert.matches("is a zone of layout 5, made by another version "
                            .. "of lua%-resty%-shmlock %(this one reads layout "
-                           .. "%d+%): destroy it", err)
+                           .. "%d+%): destroy it to make it anew %(shmlock "
+                           .. "%-%-dir [^ ]+ destroy older, or shdict%.destroy",
+                           err)
             assert.equal(0, (run("destroy", "older")))
             assert.is_nil(io.open(dir .. "/shmlock.older"))
         end)
@@ -451,6 +453,62 @@ describe("bin/shmlock", function()
             assert.same({ 0, "[]\n", "" }, { run("locks", "cache", "--json") })
         end)
 
+        it("says each lock's kind as its slot does, whatever the key's "
+           .. "bytes", function()
+            local function listed()
+                local status, out = run("locks", "cache", "--json")
+                assert.equal(0, status)
+                local got = {}
+                for i, l in ipairs(jd.decode(out)) do
+                    got[i] = { l.key, l.key_len, l.kind, l.pid }
+                end
+                return got, out
+            end
+            local pid = env.pid()
+            -- an exclusive lock on a key spelt as a semaphore's permit
+            -- record of "abc" (layouts before 10: src/group.h) is a lock
+            local first = assert(resty_lock:new(dict))
+            assert.same({ 0 }, { first:lock("\0s\0\0abc", 0) })
+            local got, out = listed()
+            assert.same({ { "\0s\0\0abc", 7, "lock", pid } }, got)
+            -- its bytes as the command escapes them
+            assert.truthy(out:find('"key":"\\u0000s\\u0000\\u0000abc"',
+                                   1, true), out)
+            -- beside it: a real permit of "abc", real shared holds of
+            -- "rw", and locks spelt as their records and heads
+            local semaphore = require "resty.shmlock.semaphore"
+            local sem = assert(semaphore:new(dict, { permits = 2 }))
+            assert.equal(0, sem:acquire("abc", 0))
+            local r1, r2 = assert(resty_lock:new(dict)),
+                           assert(resty_lock:new(dict))
+            assert.equal(0, r1:lock_shared("rw", 0))
+            assert.equal(0, r2:lock_shared("rw", 0))
+            local held = { first }
+            for _, key in ipairs { "\0s\255\255abc", "\0r\0\0rw" } do
+                held[#held + 1] = assert(resty_lock:new(dict))
+                assert.same({ 0 }, { held[#held]:lock(key, 0) })
+            end
+            got, out = listed()
+            assert.same({
+                { "\0r\0\0rw", 6, "lock", pid },
+                { "\0s\0\0abc", 7, "lock", pid },
+                -- (the decoder gives \u00ff as UTF-8)
+                { "\0s\195\191\195\191abc", 7, "lock", pid },
+                { "abc", 3, "semaphore", pid },
+                { "rw", 2, "shared", pid },
+                { "rw", 2, "shared", pid },
+            }, got)
+            assert.truthy(out:find('"key":"\\u0000s\\u00ff\\u00ffabc"',
+                                   1, true), out)
+            for _, lk in ipairs(held) do
+                assert.equal(1, lk:unlock())
+            end
+            assert.equal(1, sem:release())
+            assert.equal(1, r1:unlock())
+            assert.equal(1, r2:unlock())
+            assert.same({ 0, "[]\n", "" }, { run("locks", "cache", "--json") })
+        end)
+
         it("shows nothing but the header for a zone without locks",
            function()
             assert(dict:set("k", "v"))
@@ -640,13 +698,41 @@ describe("bin/shmlock", function()
             end
         end)
 
-        it("prints its help with --help, exit 0", function()
+        it("prints its help with --help, exit 0: every command, every "
+           .. "option, --group in the usage line", function()
             local status, out, err = shmlock(dir, "--help")
             assert.same({ 0, "" }, { status, err })
-            assert.truthy(out:match("^usage: shmlock "))
-            for _, cmd in ipairs { "ls", "stat", "keys", "get", "locks",
-                                   "verify", "destroy" } do
-                assert.truthy(out:find("\n  " .. cmd .. " ", 1, true), cmd)
+            assert.equal("usage: shmlock [--dir D] [--group G] [--json] "
+                         .. "COMMAND [ARGS]", out:match("^[^\n]*"))
+            for name in pairs(args.COMMANDS) do
+                assert.truthy(out:find("\n  " .. name .. " ", 1, true), name)
+            end
+            for _, option in ipairs(args.OPTIONS) do
+                assert.truthy(out:find("--" .. option, 1, true), option)
+            end
+        end)
+
+        it("prints its version with --version, exit 0", function()
+            local version = require "resty.shmlock.version"
+            assert.same({ 0, "shmlock " .. version .. "\n", "" },
+                        { shmlock(dir, "--version") })
+            assert.same({ 0, "shmlock " .. version .. "\n", "" },
+                        { shmlock(dir, "run", "--version") })
+        end)
+
+        it("has a manual page, shmlock(1), that renders without a warning "
+           .. "and names every command and option", function()
+            local page = checkout.ROOT .. "/docs/shmlock.1"
+            assert.equal("", checkout.sh("env -u LD_PRELOAD groff -man -ww -z " .. q(page)
+                                         .. " 2>&1"))
+            local text = checkout.sh("env -u LD_PRELOAD MANWIDTH=80 man -l " .. q(page)
+                                     .. " 2>/dev/null")
+            assert.truthy(text:find("^SHMLOCK%(1%)"), text)
+            for name in pairs(args.COMMANDS) do
+                assert.truthy(text:find("\n       " .. name .. "[ \n]"), name)
+            end
+            for _, option in ipairs(args.OPTIONS) do
+                assert.truthy(text:find("--" .. option, 1, true), option)
             end
         end)
 
@@ -660,6 +746,38 @@ describe("bin/shmlock", function()
 end)
 
 describe("resty.shmlock.cli pieces", function()
+    it("process.reap: nil while a child runs, its stop signal (untraced), its "
+       .. "status; false and ECHILD's message for a pid that is no child",
+       function()
+        local process = require "resty.shmlock.cli.process"
+        local pid = assert(process.fork())
+        if pid == 0 then
+            process.kill(process.getpid(), process.SIGSTOP)
+            process.exit(7)
+        end
+        local r, stop
+        for _ = 1, 1000 do      -- (10 s at most)
+            r, stop = process.reap(pid, true)
+            if r ~= nil or stop then
+                break
+            end
+            proc.sleep(0.01)
+        end
+        assert.same({ nil, process.SIGSTOP }, { r, stop })
+        assert.is_nil(process.reap(pid))        -- stopped: not ended
+        assert.is_true(process.kill(pid, process.SIGCONT))
+        for _ = 1, 1000 do
+            r = process.reap(pid)
+            if r then
+                break
+            end
+            proc.sleep(0.01)
+        end
+        assert.equal(7, r)
+        assert.same({ false, "No child processes", process.ECHILD },
+                    { process.reap(pid) })
+    end)
+
     it("a zone destroyed or whose file was removed meanwhile exits 6",
        function()
         local commands = require "resty.shmlock.cli.commands"

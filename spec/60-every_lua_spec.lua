@@ -316,6 +316,69 @@ describe("every Lua", function()
         assert.equal(tostring(2 * #takers * N), got)
     end)
 
+    it("makes each number key the same string under each interpreter, "
+       .. "the dictionary's methods taking it so", function()
+        for _, lua in ipairs(ALL) do
+            local own = dir .. "/" .. lua
+            sh("mkdir '" .. own .. "'")
+            assert.equal("ok", run(lua, "keys.lua", "'" .. own .. "'"), lua)
+        end
+        -- a few thousand numbers, exact %.14g ties among them: every line
+        -- as LuaJIT's
+        local function lines(lua)
+            local t = {}
+            for l in run(lua, "keys.lua", "'" .. dir .. "' sweep")
+                     :gmatch("[^\n]+") do
+                t[#t + 1] = l
+            end
+            return t
+        end
+        local want = lines("luajit")
+        assert.is_true(#want > 3000, #want .. " lines")
+        for _, lua in ipairs(PUC) do
+            local got = lines(lua)
+            for i = 1, math.max(#want, #got) do
+                if got[i] ~= want[i] then
+                    assert.equal(want[i], got[i], lua .. ", line " .. i)
+                end
+            end
+        end
+    end)
+
+    it("lets no process of another interpreter take a number key one "
+       .. "holds: lock, shared hold, semaphore, dict value", function()
+        for _, holder in ipairs(ALL) do
+            -- the holder keeps its keys until its stdin, a FIFO, ends:
+            -- no timing (timeout(1) only ends a holder that never does)
+            local fifo = dir .. "/" .. holder .. ".go"
+            sh("mkfifo '" .. fifo .. "'")
+            local p = assert(io.popen("cd /tmp && LUA_PATH='" .. LUA_PATH
+                .. "' timeout 120 " .. holder .. " '" .. ROOT
+                .. "/spec/every_lua/keys.lua' '" .. dir .. "' hold " .. holder
+                .. " < '" .. fifo .. "' 2>&1"))
+            local go = assert(io.open(fifo, "w"))
+            local first = p:read("*l")
+            local pid = first and first:match("^held (%d+)$")
+            local tries = {}
+            if pid then
+                for _, lua in ipairs(ALL) do
+                    if lua ~= holder then
+                        tries[lua] = run(lua, "keys.lua", "'" .. dir
+                                         .. "' try " .. holder .. " " .. pid)
+                    end
+                end
+            end
+            go:close()
+            local rest = trim(p:read("*a"))
+            p:close()
+            assert.truthy(pid, holder .. ": " .. tostring(first) .. rest)
+            for lua, out in pairs(tries) do
+                assert.equal("ok", out, lua .. " against " .. holder)
+            end
+            assert.equal("ok", rest, holder)
+        end
+    end)
+
     it("names what is missing and how to get it where no binding loads",
        function()
         for _, lua in ipairs(PUC) do
@@ -335,6 +398,9 @@ describe("every Lua", function()
                           out)
             assert.truthy(out:find("luarocks --lua-version=" .. v, 1, true),
                           out)
+            -- this Lua's paths, not LuaRocks' default Lua's
+            assert.truthy(out:find('eval "$(luarocks --lua-version=' .. v
+                                   .. ' path)"', 1, true), out)
             assert.truthy(out:find("build/lua" .. v .. "/resty/shmlock/core.so"
                                    .. " (absent)", 1, true), out)
             assert.is_nil(out:find("module 'ffi' not found", 1, true), out)

@@ -15,22 +15,19 @@ group_init(group_t *g, slots_t *t, int kind, char *buf, const char *key,
     g->buf = buf;
     g->klen = klen;
     g->kind = kind;
-    buf[0] = '\0';
-    buf[1] = (char) kind;
-    buf[2] = (char) 0xff;
-    buf[3] = (char) 0xff;
+    memset(buf, 0, GROUP_PREFIX);
     memcpy(buf + GROUP_PREFIX, key, klen);
     g->hash = hash_bytes(key, klen);
-    g->head_hash = kind == GROUP_SHARED
-                   ? g->hash : hash_bytes(buf, GROUP_PREFIX + klen);
 }
 
 /* buf as record i's key; its hash */
 static uint32_t
 group_rec_key(group_t *g, uint32_t i)
 {
+    g->buf[0] = (char) (i >> 24);
+    g->buf[1] = (char) (i >> 16);
     g->buf[2] = (char) (i >> 8);
-    g->buf[3] = (char) (i & 0xff);
+    g->buf[3] = (char) i;
     return hash_bytes(g->buf, GROUP_PREFIX + g->klen);
 }
 
@@ -39,21 +36,26 @@ group_rec_look(group_t *g, uint32_t i, slot_ticket_t *tk)
 {
     uint32_t  h = group_rec_key(g, i);
 
-    return slot_look_locked(g->t, g->buf, GROUP_PREFIX + g->klen, h, tk);
+    return slot_look_locked(g->t, g->kind, g->buf, GROUP_PREFIX + g->klen,
+                            h, tk);
 }
 
-/* the head's key: K for shared holds, else the index GROUP_MAX record */
-static const char *
-group_head_key(group_t *g, size_t *len)
+static int
+group_rec_acquire(group_t *g, uint32_t i, uint64_t owner, uint64_t process,
+    int64_t expiry, int64_t now, slot_ticket_t *tk)
 {
-    if (g->kind == GROUP_SHARED) {
-        *len = g->klen;
-        return g->buf + GROUP_PREFIX;
-    }
-    g->buf[2] = (char) 0xff;
-    g->buf[3] = (char) 0xff;
-    *len = GROUP_PREFIX + g->klen;
-    return g->buf;
+    uint32_t  h = group_rec_key(g, i);
+
+    return slot_acquire_locked(g->t, g->kind, g->buf, GROUP_PREFIX + g->klen,
+                               h, owner, process, expiry, now, tk);
+}
+
+/* the head's kind: K's own lock slot for shared holds, a semaphore's
+ * head of its own (its key K, as the lock's: the kind tells them apart) */
+static inline int
+group_head_kind(const group_t *g)
+{
+    return g->kind == GROUP_SHARED ? SLOT_KIND_LOCK : GROUP_SEM_HEAD;
 }
 
 
@@ -92,16 +94,10 @@ group_later(uint64_t stamp, int64_t expiry)
     return (int64_t) e > expiry ? (int64_t) e : expiry;
 }
 
-int
-group_is_head(uint64_t owner)
-{
-    return owner >> 32 == GROUP_TAG;
-}
-
 static inline uint64_t
 group_owner(uint32_t count, uint32_t top)
 {
-    return count == 0 ? 0 : GROUP_TAG << 32 | (uint64_t) count << 16 | top;
+    return count == 0 ? 0 : GROUP_TAG | (uint64_t) count << 24 | top;
 }
 
 
@@ -110,12 +106,13 @@ group_owner(uint32_t count, uint32_t top)
 void
 group_head_locked(group_t *g, int64_t now, group_head_t *h)
 {
-    size_t        len;
-    const char   *key = group_head_key(g, &len);
     slot_state_t  st;
 
     memset(h, 0, sizeof(*h));
-    if (slot_look_locked(g->t, key, len, g->head_hash, &h->tk) != SLOT_OK) {
+    if (slot_look_locked(g->t, group_head_kind(g), g->buf + GROUP_PREFIX,
+                         g->klen, g->hash, &h->tk)
+        != SLOT_OK)
+    {
         return;
     }
     h->found = 1;
@@ -124,8 +121,8 @@ group_head_locked(group_t *g, int64_t now, group_head_t *h)
         return;
     }
     if (group_is_head(st.owner)) {
-        h->count = (uint32_t) (st.owner >> 16) & 0xffff;
-        h->top = (uint32_t) st.owner & 0xffff;
+        h->count = (uint32_t) (st.owner >> 24) & GROUP_MAX;
+        h->top = (uint32_t) st.owner & GROUP_MAX;
     } else {
         h->exclusive = 1;
     }
@@ -139,8 +136,6 @@ static int
 group_head_set(group_t *g, const group_head_t *h, uint32_t count,
     uint32_t top, int64_t expiry, int64_t now, uint64_t marked)
 {
-    size_t          len;
-    const char     *key = group_head_key(g, &len);
     uint64_t        owner = group_owner(count, top);
     slot_ticket_t   tk;
     int             rc;
@@ -149,8 +144,9 @@ group_head_set(group_t *g, const group_head_t *h, uint32_t count,
         if (owner == 0) {
             return SLOT_OK;
         }
-        rc = slot_acquire_locked(g->t, key, len, g->head_hash, owner, 0,
-                                 expiry, now, &tk);
+        rc = slot_acquire_locked(g->t, group_head_kind(g),
+                                 g->buf + GROUP_PREFIX, g->klen, g->hash,
+                                 owner, 0, expiry, now, &tk);
         return rc == SLOT_OK || rc == SLOT_FULL ? rc : SLOT_GONE;
     }
     if (owner == 0 && h->tk.state.owner == 0) {
@@ -208,8 +204,8 @@ group_head_count(group_t *g, const group_head_t *h, uint32_t count,
      * none (a marked slot has an owner), until the waiter comes
      * (group_marked) or its mark goes stale */
     if (slot_mark_read(g->t, &h->tk, &m) == SLOT_OK && m.until > now) {
-        return slot_swap_locked(g->t, &h->tk, GROUP_TAG << 32, 0, marked,
-                                expiry, &tk);
+        return slot_swap_locked(g->t, &h->tk, GROUP_TAG, 0, marked, expiry,
+                                &tk);
     }
     return slot_swap_locked(g->t, &h->tk, 0, 0, 0, 0, &tk);
 }
@@ -286,7 +282,7 @@ group_acquire_locked(group_t *g, uint64_t owner, uint64_t process,
 {
     uint32_t  limit = permits == 0 || permits > GROUP_MAX ? GROUP_MAX
                                                           : permits;
-    uint32_t  i, top, rh;
+    uint32_t  i, top;
     uint64_t  keep;
     int       n, rc, swept = 0, handed, mark;
 
@@ -297,16 +293,18 @@ group_acquire_locked(group_t *g, uint64_t owner, uint64_t process,
             return SLOT_HELD;
         }
         keep = mark == GROUP_MARK_MINE ? 0 : h->tk.state.stamp & SLOT_MARKED;
+        /* full: by the caller's permits (wait), or (no limit, or an
+         * index space used up: more than a table has slots) no room */
         if (h->count >= limit) {
             if (swept++) {
-                return SLOT_HELD;
+                return permits == 0 ? SLOT_FULL : SLOT_HELD;
             }
             group_sweep_locked(g, now, &handed);
             continue;
         }
         i = group_free_index(g, h, now);
         if (i == GROUP_MAX) {
-            return SLOT_HELD;
+            return SLOT_FULL;
         }
         top = i + 1 > h->top ? i + 1 : h->top;
         rc = group_head_set(g, h, h->count + 1, top,
@@ -319,14 +317,12 @@ group_acquire_locked(group_t *g, uint64_t owner, uint64_t process,
         if (rc != SLOT_OK) {
             return rc;
         }
-        rh = group_rec_key(g, i);
-        rc = slot_acquire_locked(g->t, g->buf, GROUP_PREFIX + g->klen, rh,
-                                 owner, process, expiry, now, tk);
+        rc = group_rec_acquire(g, i, owner, process, expiry, now, tk);
         if (rc == SLOT_OK) {
             return SLOT_OK;
         }
-        /* no slot for the record (or a user key in its place): the count
-         * back, best effort (an over-count is safe) */
+        /* no slot for the record: the count back, best effort (an
+         * over-count is safe) */
         group_head_locked(g, now, h);
         if (h->count > 0) {
             group_head_count(g, h, h->count - 1, h->top,

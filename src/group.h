@@ -4,23 +4,34 @@
  * slot.h.  No structure of its own: a group is a head slot and one
  * record slot per holder, all in the shard of the key's hash.
  *
- *   head     the count: owner = GROUP_TAG << 32 | count << 16 | top
- *            (0 when there is no holder: a free slot, reclaimed like any
- *            other), expiry = the latest of the records' expiries
+ *   head     the count: owner = GROUP_TAG | count << 24 | top (0 when
+ *            there is no holder: a free slot, reclaimed like any other),
+ *            expiry = the latest of the records' expiries
  *   record   one holder: owner = the holder (pid << 32 | id), expiry =
  *            its lease, process hint = its process (slot.h), exactly as
  *            an exclusive lock's slot
  *
- *   the keys, for a user key K (n bytes):
- *     record i of a semaphore    "\0" 's' i>>8 i&255 K    (i < GROUP_MAX)
- *     a semaphore's head         "\0" 's' 0xff  0xff   K
- *     record i of shared holds   "\0" 'r' i>>8 i&255 K
- *     the shared holds' head     K itself: the slot of K's exclusive
- *                                lock, so that each sees the other
+ *   the keys, for a user key K (n bytes), by slot kind (slot.h) and bytes:
+ *     record i of shared holds   GROUP_SHARED    i (4 bytes, big-endian) K
+ *     record i of a semaphore    GROUP_SEM       i (4 bytes, big-endian) K
+ *     a semaphore's head         GROUP_SEM_HEAD  K
+ *     the shared holds' head     SLOT_KIND_LOCK  K: the slot of K's
+ *                                exclusive lock, so that each sees the
+ *                                other
  *
- * A user key equal to one of these (it starts with a NUL byte) shares the
- * slot: two locks merged (extra exclusion, never less), as slot.h's long
- * keys.
+ * The kind is part of every lookup of a slot (slot.h), so a user's lock
+ * key (SLOT_KIND_LOCK), whatever its bytes, never finds a record or a
+ * semaphore's head, nor they it.  (Layouts before 10 spelt the kind in
+ * the key's bytes, "\0" 's' or 'r' and a 16-bit index before K, and a
+ * user key of those bytes shared the slot: across shards and through the
+ * hinted acquire, two holders of one lock, issue 30.)
+ *
+ * A head counts up to GROUP_MAX holders (24 bits; so does top): more
+ * than any shard's table has slots (a ticket names a slot in 24 bits),
+ * so the limit of a group is the room of its shard's table: an acquire
+ * that finds no slot for its record answers SLOT_FULL.  The head's
+ * owner has its top 16 bits set (GROUP_TAG): its pid field (owner >> 32)
+ * is at least 0xffff0000, no process's (Linux pids are below 2^22).
  *
  * Every call below runs under the shard's mutex, so counting is exact:
  * an acquire checks count < permits and raises the count in one CAS of
@@ -62,7 +73,7 @@
  * permits free, and the marked waiter comes in (dropping the mark in the
  * head's CAS) as soon as fewer than its `permits` are held.  So that the
  * mark survives the last holder's release, a marked head counting none
- * keeps an owner (GROUP_TAG << 32: a marked slot always has one) until
+ * keeps an owner (GROUP_TAG alone: a marked slot always has one) until
  * its waiter comes or its mark goes stale; then it is freed as any head.
  *
  * The dead are judged outside this file (it reads no /proc): the caller
@@ -81,24 +92,27 @@
 
 #include "slot.h"
 
-#define GROUP_TAG        ((uint64_t) 0xffffffff)    /* a head's pid field */
-#define GROUP_MAX        65535      /* holders of a key, and the head index */
+#define GROUP_TAG        ((uint64_t) 0xffff << 48)  /* a head's owner */
+#define GROUP_MAX        0xffffff   /* holders a head counts; the index no
+                                       record has */
 #define GROUP_PREFIX     4          /* bytes a record's key adds to K */
 
+/* A group's kind is its records' slot kind (slot.h: never
+ * SLOT_KIND_LOCK); a semaphore's head has a kind of its own. */
 enum {
-    GROUP_SEM = 's',
-    GROUP_SHARED = 'r'
+    GROUP_SHARED = 1,
+    GROUP_SEM = 2,
+    GROUP_SEM_HEAD = 3
 };
 
-/* A key's group as the calls see it: buf holds the record keys' prefix
- * and K (GROUP_PREFIX + klen bytes); hash: K's hash (the shard, the wait
- * word), head_hash: the head's. */
+/* A key's group as the calls see it: buf holds a record's index and K
+ * (GROUP_PREFIX + klen bytes); hash: K's hash (the shard, the wait word,
+ * the head's slot); kind: GROUP_SHARED or GROUP_SEM. */
 typedef struct {
     slots_t     *t;
     char        *buf;
     size_t       klen;
     uint32_t     hash;
-    uint32_t     head_hash;
     int          kind;
 } group_t;
 
@@ -115,15 +129,22 @@ typedef struct {
 void group_init(group_t *g, slots_t *t, int kind, char *buf, const char *key,
     size_t klen);
 
-int group_is_head(uint64_t owner);
+/* Whether a slot's owner is a head's (inline: shmlock_slot_alive asks it
+ * of every holder a waiter looks at). */
+static inline int
+group_is_head(uint64_t owner)
+{
+    return (owner & GROUP_TAG) == GROUP_TAG;
+}
+
 /* The head of g now. */
 void group_head_locked(group_t *g, int64_t now, group_head_t *h);
 
 /*
- * A record of g for owner, if fewer than permits (0: no limit but
- * GROUP_MAX) are counted: SLOT_OK (tk: the record); SLOT_HELD (h: the
- * head: full, or K held exclusive, or marked for an exclusive waiter);
- * SLOT_FULL (no slot left).  expiry: absolute ms (0: never); now: a
+ * A record of g for owner, if fewer than permits (0: no limit) are
+ * counted: SLOT_OK (tk: the record); SLOT_HELD (h: the head: permits
+ * held, or K held exclusive, or marked for an exclusive waiter);
+ * SLOT_FULL (no slot left for the record or the head).  expiry: absolute ms (0: never); now: a
  * fresh reading of the zone clock.
  */
 int group_acquire_locked(group_t *g, uint64_t owner, uint64_t process,

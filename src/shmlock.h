@@ -78,7 +78,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
     SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
     SHMLOCK_GEN_WORDS = 1024,     /* generation words of a zone */
-    SHMLOCK_LAYOUT = 9,           /* the zone layout this build reads and
+    SHMLOCK_LAYOUT = 10,          /* the zone layout this build reads and
                                      makes (zone.h) */
     SHMLOCK_WATCH_MS = 100        /* a process looks whether a zone's file
                                      was removed at most this often, at its
@@ -136,7 +136,10 @@ SHMLOCK_API int shmlock_zone_open(const char *dir, const char *name,
  *
  * Out, on success and on SHMLOCK_NOT_OWNER, SHMLOCK_UNSAFE_MODE and a
  * SHMLOCK_SYSTEM with EACCES (then from stat(2) of the name, when it can):
- * the file's owner, group and permission bits (file_mode 0: unknown);
+ * the file's owner, group and permission bits (file_mode 0: unknown); on
+ * that EACCES with no file to stat (none could be created, or the name
+ * cannot be looked at), the directory's, with S_IFDIR (0040000) set in
+ * file_mode;
  * created: 1 if this call made the zone; zone_size: the bytes of the zone
  * attached or created.  On SHMLOCK_INCOMPATIBLE, why: file_layout, the
  * layout of a file that starts as a zone does (SHMLOCK_LAYOUT: this
@@ -459,7 +462,7 @@ SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
 /* ---- lock slots (issue 22): a lock pair in one 16-byte CAS each way ---- */
 
 /*
- * Each shard of a zone (layout 9) ends with a table of 64-byte lock
+ * Each shard of a zone (layout 10) ends with a table of 64-byte lock
  * slots, memory for locks only (src/slot.h draws it): one slot per key,
  * made at the key's first acquire and kept after its release, so that a
  * pair is one compare-and-swap each way, without the shard's mutex.
@@ -527,9 +530,11 @@ SHMLOCK_API int shmlock_slot_acquire(shmlock_zone_t *zone, const char *key,
 /*
  * shmlock_slot_acquire, t's slot tried first: t (in) is a ticket this
  * zone handed out before, e.g. for the key a lock object took last (any
- * bytes are safe: a slot that does not hold key, free, is passed over;
- * keys of up to 32 bytes); the same answers, t (out) as there.  A hint
- * that names key's slot saves hashing the key and finding its shard.
+ * bytes are safe: a slot that does not hold key as a lock's key, free,
+ * is passed over, a holder group's record or head among them whatever
+ * its bytes; keys of up to 32 bytes); the same answers, t (out) as
+ * there.  A hint that names key's slot saves hashing the key and finding
+ * its shard.
  */
 SHMLOCK_API int shmlock_slot_acquire_hint(shmlock_zone_t *zone,
     const char *key, size_t key_len, uint32_t id, int64_t exptime_ms,
@@ -607,16 +612,36 @@ SHMLOCK_API int shmlock_slot_read_mark(shmlock_zone_t *zone,
  * at most max of the slots that are a key's (held or free: owner 0), in
  * slot order, into out; *count of them; *next: the cursor to go on from,
  * 0 when the walk is done.  Each slot is read whole, without the mutex
- * (a slot that changes while read is left out of this step).  A key of
- * up to 32 bytes is given whole; of a longer one, its first 24 bytes
- * (shown < key_len): slots keep no more of it.  max < 1:
- * SHMLOCK_BAD_VALUE.  Writes nothing.
+ * (a slot that changes while read is left out of this step).  kind: the
+ * slot's, kept in the slot beside the key (never read from the key's
+ * bytes: a lock's key may have any bytes):
+ *
+ *   SHMLOCK_SLOT_LOCK       a lock's key (shmlock_slot_*): its holder,
+ *                           or a head counting the key's shared holds
+ *                           (shmlock_group_*, below)
+ *   SHMLOCK_SLOT_SHARED     one shared hold of the key (a record)
+ *   SHMLOCK_SLOT_PERMIT     one semaphore permit of the key (a record)
+ *   SHMLOCK_SLOT_SEMAPHORE  a semaphore's head, counting its permits
+ *
+ * key and key_len are the user's key (a record's index is in index): a
+ * key of up to 32 bytes (28 for a record) is given whole; of a longer
+ * one, its first 24 bytes (20 for a record; shown < key_len): slots keep
+ * no more of it.  max < 1: SHMLOCK_BAD_VALUE.  Writes nothing.
  */
+enum {
+    SHMLOCK_SLOT_LOCK = 0,
+    SHMLOCK_SLOT_SHARED = 1,
+    SHMLOCK_SLOT_PERMIT = 2,
+    SHMLOCK_SLOT_SEMAPHORE = 3
+};
+
 typedef struct {
     shmlock_ticket_t  ticket;
-    uint32_t          key_len;
+    uint32_t          key_len;      /* the user's key's length */
     uint32_t          shown;        /* bytes of the key in key[] */
     char              key[32];
+    uint32_t          kind;         /* SHMLOCK_SLOT_* */
+    uint32_t          index;        /* a record's index in its group */
 } shmlock_slot_info_t;
 
 SHMLOCK_API int shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
@@ -635,8 +660,9 @@ SHMLOCK_API int shmlock_slot_alive(const shmlock_ticket_t *t);
  * (src/group.h draws it): a semaphore's permits (kind SHMLOCK_SEMAPHORE:
  * at most `permits` holders, the caller's limit, checked when it
  * acquires; every holder counts against every caller's limit) or the
- * shared (reader) holds of a lock key (kind SHMLOCK_SHARED: any number,
- * none while the key's exclusive slot lock, shmlock_slot_*, is held).
+ * shared (reader) holds of a lock key (kind SHMLOCK_SHARED: no limit
+ * but the slots of the key's shard, none while the key's exclusive slot
+ * lock, shmlock_slot_*, is held).
  * A semaphore's key and a lock's key of the same name are distinct; a
  * key's shared holds and its exclusive lock are one slot, so that each
  * finds the other held.
@@ -648,13 +674,15 @@ SHMLOCK_API int shmlock_slot_alive(const shmlock_ticket_t *t);
  * instruction leaves the count exact or one too high, never too low (a
  * full group is counted again before an acquirer is refused).
  *
- * Records and heads appear in shmlock_slot_scan: a head's owner has the
- * pid field 0xffffffff (no process) and counts its
- * holders in bits 16-31; a record's key is "\0" 's' (semaphore) or 'r'
- * (shared) and a 16-bit big-endian index, then the user's key; index
- * 0xffff with 's' is a semaphore's head; a shared head is the key's own
- * slot.  shmlock_slot_alive answers 1 for a head (its holders are judged
- * by shmlock_group_reclaim).
+ * Records and heads appear in shmlock_slot_scan, each with its kind: a
+ * head's owner has its top 16 bits set (a pid field of at least
+ * 0xffff0000: no process's) and counts its holders in bits 24-47; a
+ * semaphore's head is a slot of its own (SHMLOCK_SLOT_SEMAPHORE), a
+ * shared holds' head is the key's own lock slot (SHMLOCK_SLOT_LOCK).
+ * shmlock_slot_alive answers 1 for a head (its holders are judged by
+ * shmlock_group_reclaim).  A group holds as many holders as its key's
+ * shard has slots for (a record each, and the head): past that an
+ * acquire answers SHMLOCK_NO_MEMORY at once.
  *
  * An exclusive locker waiting for shared holders marks the key's slot
  * (shmlock_slot_mark): new shared holds are then refused until the mark's
@@ -669,7 +697,8 @@ SHMLOCK_API int shmlock_slot_alive(const shmlock_ticket_t *t);
 enum {
     SHMLOCK_SEMAPHORE = 0,
     SHMLOCK_SHARED = 1,
-    SHMLOCK_GROUP_MAX = 65535     /* holders of a key at once */
+    SHMLOCK_GROUP_MAX = 16777215  /* the most a head counts (2^24 - 1):
+                                     more than a shard has slots for */
 };
 
 /*
@@ -679,7 +708,8 @@ enum {
  * SHMLOCK_EXISTS: full, or (shared) the key held exclusive or marked for
  * an exclusive waiter (t: the state of the key's head, to look at: its
  * owner is the exclusive holder, or a head counting its holders);
- * SHMLOCK_NO_MEMORY: no slot left in the key's shard; SHMLOCK_BAD_KEY
+ * SHMLOCK_NO_MEMORY: no slot left in the key's shard for the hold (free
+ * slots are reclaimed first), answered at once; SHMLOCK_BAD_KEY
  * (empty, or longer than SHMLOCK_KEY_MAX - 4); SHMLOCK_BAD_VALUE
  * (permits, exptime_ms < 0, kind).  Expired holders do not count (a full
  * group is swept first); dead ones are dropped by shmlock_group_reclaim.
@@ -807,6 +837,20 @@ SHMLOCK_API uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone,
  * someone, out[1] the sleepers woken, out[2] the most one call woke;
  * reset = 1 zeroes them after reading. */
 SHMLOCK_API void shmlock_test_wakes(uint64_t out[3], int reset);
+/* The next attach of a zone file in this process pauses between its open
+ * and its mmap: it writes a byte to notify_fd, then reads wait_fd (a byte
+ * or EOF) before it goes on. */
+SHMLOCK_API void shmlock_test_attach_pause(int notify_fd, int wait_fd);
+/* This process's last creation scan for removed files of the name
+ * (shm_removed.h): out[0] maps read, out[1] maps lines naming a removed
+ * file of the name, out[2] removed zones marked dead, out[3] lines whose
+ * file could not be reached, out[4] flocks on the file system in
+ * /proc/locks, out[5] 1 if every process's maps was read. */
+SHMLOCK_API void shmlock_test_removed_scan(uint32_t out[6]);
+/* The next time this process takes a shard's mutex (any zone's), zone is
+ * marked removed (its dead word set to 2): a creator's mark landing
+ * in the middle of a call, after the call looked at the word. */
+SHMLOCK_API void shmlock_test_dead_at_lock(shmlock_zone_t *zone);
 #endif
 
 #endif /* SHMLOCK_H */

@@ -5,6 +5,7 @@
  */
 
 #include "shmlock.h"
+#include "group.h"
 #include "hash.h"
 #include "shard_lock.h"
 #include "shm_watch.h"
@@ -16,6 +17,14 @@
 #include <string.h>
 
 #define SHMLOCK_SLOT_SHARD_SHIFT  24
+
+/* the kinds a listing names are the slots' own (slot.h, group.h) */
+_Static_assert(SHMLOCK_SLOT_LOCK == SLOT_KIND_LOCK
+               && (int) SHMLOCK_SLOT_SHARED == (int) GROUP_SHARED
+               && (int) SHMLOCK_SLOT_PERMIT == (int) GROUP_SEM
+               && (int) SHMLOCK_SLOT_SEMAPHORE == (int) GROUP_SEM_HEAD,
+               "slot kinds");
+_Static_assert(SHMLOCK_GROUP_MAX == GROUP_MAX, "a head's count");
 
 static inline void
 shmlock_slot_out(shmlock_ticket_t *t, uint32_t shard, uint32_t hash,
@@ -29,14 +38,19 @@ shmlock_slot_out(shmlock_ticket_t *t, uint32_t shard, uint32_t hash,
 }
 
 /* The shard of ticket t and its slot_ticket_t; NULL for a slot no zone
- * of this geometry has (never a ticket this zone handed out). */
+ * of this geometry has, or a state no slot is handed out in (not LIVE: a
+ * zeroed ticket, an EMPTY or DEAD slot's): never a ticket this zone
+ * handed out.  (A CAS from an EMPTY slot's state, all zeros, would make
+ * that slot live without a key.) */
 static inline shard_t *
 shmlock_slot_in(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     slot_ticket_t *tk)
 {
     uint32_t  shard = t->slot >> SHMLOCK_SLOT_SHARD_SHIFT;
 
-    if (shard >= zone->nshards) {
+    if (shard >= zone->nshards
+        || (t->stamp & (SLOT_LIVE | SLOT_DEAD)) != SLOT_LIVE)
+    {
         return NULL;
     }
     tk->index = t->slot & ((1u << SHMLOCK_SLOT_SHARD_SHIFT) - 1);
@@ -45,6 +59,42 @@ shmlock_slot_in(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     tk->state.stamp = t->stamp;
     tk->process = t->process;
     return &zone->shard[shard];
+}
+
+/* An acquisition made in a zone found dead after its CAS (shm_watch.h):
+ * the key given back (its new file may be the name's now, where another
+ * process may hold it), and the dead status. */
+static __attribute__((noinline)) int
+shmlock_slot_undo(shmlock_zone_t *zone, const shmlock_ticket_t *t, int rc)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+
+    if (rc == SHMLOCK_OK) {
+        sh = shmlock_slot_in(zone, t, &tk);
+        rc = slot_release(&sh->slots, &tk);
+        if (rc == SLOT_SLOW) {
+            shard_lock(sh);
+            rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
+        }
+        if (rc == SLOT_OK) {
+            wait_wake(zone, t->hash, 0);
+        }
+    }
+    return shm_watch_dead_status(zone);
+}
+
+/* An acquire's answer rc, once its CAS is done: the dead word read after
+ * it (one load); a zone found dead undoes the acquisition. */
+static inline int
+shmlock_slot_taken(shmlock_zone_t *zone, const shmlock_ticket_t *t, int rc)
+{
+    if (__builtin_expect(
+            __atomic_load_n(&zone->hdr->dead, __ATOMIC_SEQ_CST) == 0, 1))
+    {
+        return rc;
+    }
+    return shmlock_slot_undo(zone, t, rc);
 }
 
 /* The absolute expiry of a time to live (0: never); -1 if it is bad. */
@@ -80,13 +130,13 @@ shmlock_slot_acquire_slow(shmlock_zone_t *zone, const shmlock_slot_req_t *r,
     shard_t       *sh = &zone->shard[r->shard];
     int            rc;
 
-    rc = slot_acquire(&sh->slots, r->key, r->key_len, r->hash, r->owner,
-                      r->self, r->expiry, r->now_ms, &tk);
+    rc = slot_acquire(&sh->slots, SLOT_KIND_LOCK, r->key, r->key_len,
+                      r->hash, r->owner, r->self, r->expiry, r->now_ms, &tk);
     if (rc == SLOT_SLOW) {
         shard_lock(sh);
-        rc = slot_acquire_locked(&sh->slots, r->key, r->key_len, r->hash,
-                                 r->owner, r->self, r->expiry, r->now_ms,
-                                 &tk);
+        rc = slot_acquire_locked(&sh->slots, SLOT_KIND_LOCK, r->key,
+                                 r->key_len, r->hash, r->owner, r->self,
+                                 r->expiry, r->now_ms, &tk);
         rc = shard_unlock(sh, rc);
         if (rc == SHMLOCK_CORRUPT) {
             return rc;
@@ -110,7 +160,8 @@ shmlock_slot_acquire_slow(shmlock_zone_t *zone, const shmlock_slot_req_t *r,
 /*
  * One clock reading (the expiry's, and the watch's gate), the checks, the
  * hash; then the uncontended case inline (slot_acquire_fast: the key's
- * slot is its home slot, free), anything else out of line.
+ * slot is its home slot, free), anything else out of line; the dead word
+ * after the CAS, not before (shm_watch.h).
  */
 int
 shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
@@ -120,7 +171,10 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     slot_ticket_t       tk;
     int                 rc;
 
-    rc = shm_watch_now(zone, &now_ms);
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_gate(zone, now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }
@@ -141,12 +195,13 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
             == SLOT_OK, 1))
     {
         shmlock_slot_out(t, r.shard, r.hash, &tk);
-        return SHMLOCK_OK;
+        return shmlock_slot_taken(zone, t, SHMLOCK_OK);
     }
     r.key = key;
     r.key_len = key_len;
     r.now_ms = now_ms;
-    return shmlock_slot_acquire_slow(zone, &r, t);
+    return shmlock_slot_taken(zone, t,
+                              shmlock_slot_acquire_slow(zone, &r, t));
 }
 
 /*
@@ -167,7 +222,10 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
     int64_t        expiry;
     int            rc;
 
-    rc = shm_watch_now(zone, &now_ms);
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_gate(zone, now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }
@@ -190,7 +248,7 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
             t->owner = tk.state.owner;
             t->stamp = tk.state.stamp;
             t->process = tk.process;
-            return SHMLOCK_OK;
+            return shmlock_slot_taken(zone, t, SHMLOCK_OK);
         }
     }
     return shmlock_slot_acquire(zone, key, key_len, id, exptime_ms, now_ms,
@@ -235,28 +293,35 @@ shmlock_slot_release_slow(shmlock_zone_t *zone, const shmlock_ticket_t *t)
         shard_lock(sh);
         rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
     }
-    if (rc == SLOT_OK) {
+    rc = shm_watch_after(zone, shmlock_slot_rc(rc));
+    if (rc == SHMLOCK_OK) {
         wait_wake(zone, t->hash, 0);
     }
-    return shmlock_slot_rc(rc);
+    return rc;
 }
 
-/* The release of a ticket whose state is still the slot's: the inline
- * slot_release_fast, then the waiters' word (one load when none waits). */
+/* The release of a ticket whose state is still the slot's: the watch's
+ * gate, the inline slot_release_fast, the dead word after it (shm_watch.h:
+ * a zone found dead answers so, the key released all the same), then the
+ * waiters' word (one load when none waits). */
 int
 shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
     shard_t       *sh;
+    int            rc;
 
-    if (__builtin_expect(shm_watch(zone) == SHMLOCK_OK, 1)) {
+    if (__builtin_expect(shm_watch_gate(zone, sys_coarse_ms()) == SHMLOCK_OK,
+                         1))
+    {
         sh = shmlock_slot_in(zone, t, &tk);
         if (__builtin_expect(sh != NULL, 1)
             && __builtin_expect(slot_release_fast(&sh->slots, &tk)
                                 == SLOT_OK, 1))
         {
+            rc = shm_watch_after(zone, SHMLOCK_OK);
             wait_wake(zone, t->hash, 0);
-            return SHMLOCK_OK;
+            return rc;
         }
     }
     return shmlock_slot_release_slow(zone, t);
@@ -292,7 +357,7 @@ shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
         t->owner = tk.state.owner;
         t->stamp = tk.state.stamp;
     }
-    return shmlock_slot_rc(rc);
+    return shm_watch_after(zone, shmlock_slot_rc(rc));
 }
 
 int
@@ -314,17 +379,20 @@ shmlock_slot_look(shmlock_zone_t *zone, const char *key, size_t key_len,
     hash = hash_bytes(key, key_len);
     shard = (uint32_t) ((uint64_t) hash >> zone->shard_shift);
     sh = &zone->shard[shard];
-    rc = slot_look(&sh->slots, key, key_len, hash, &tk);
+    rc = slot_look(&sh->slots, SLOT_KIND_LOCK, key, key_len, hash, &tk);
     if (rc == SLOT_SLOW) {
         shard_lock(sh);
-        rc = slot_look_locked(&sh->slots, key, key_len, hash, &tk);
+        rc = slot_look_locked(&sh->slots, SLOT_KIND_LOCK, key, key_len, hash,
+                              &tk);
         rc = shard_unlock(sh, rc);
     }
     if (rc == SLOT_OK) {
         shmlock_slot_out(t, shard, hash, &tk);
-        return SHMLOCK_OK;
+        rc = SHMLOCK_OK;
+    } else {
+        rc = rc == SLOT_ABSENT ? SHMLOCK_NOT_FOUND : SHMLOCK_CORRUPT;
     }
-    return rc == SLOT_ABSENT ? SHMLOCK_NOT_FOUND : SHMLOCK_CORRUPT;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -374,9 +442,11 @@ shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     if (rc == SLOT_OK) {
         shmlock_slot_out(t, seen->slot >> SHMLOCK_SLOT_SHARD_SHIFT,
                          seen->hash, &tk);
-        return SHMLOCK_OK;
+        rc = SHMLOCK_OK;
+    } else {
+        rc = rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
     }
-    return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -389,7 +459,7 @@ shmlock_slot_alive(const shmlock_ticket_t *t)
     }
     /* a holder group's head (shmlock_group_*): no process, its holders
      * are judged one by one (shmlock_group_reclaim) */
-    if (pid == 0xffffffffu) {
+    if (group_is_head(t->owner)) {
         return 1;
     }
     /* the process known: pid and start time (low 32 bits), as the shard
@@ -433,9 +503,11 @@ shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     if (rc == SLOT_OK) {
         shmlock_slot_out(t, seen->slot >> SHMLOCK_SLOT_SHARD_SHIFT,
                          seen->hash, &tk);
-        return SHMLOCK_OK;
+        rc = SHMLOCK_OK;
+    } else {
+        rc = rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
     }
-    return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -469,7 +541,32 @@ shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     m->exptime_ms = r.expiry;
     m->since_ms = r.since;
     m->until_ms = r.until;
-    return SHMLOCK_OK;
+    return shm_watch_after(zone, SHMLOCK_OK);
+}
+
+/* A listed slot's key as the user's: a record's (group.h) without its
+ * index, which goes to info->index; the kind is the slot's, never read
+ * from the bytes. */
+static void
+shmlock_slot_scan_key(shmlock_slot_info_t *info, int kind, uint32_t klen,
+    uint32_t shown)
+{
+    const unsigned char  *k = (const unsigned char *) info->key;
+
+    info->kind = (uint32_t) kind;
+    info->index = 0;
+    if ((kind == GROUP_SHARED || kind == GROUP_SEM) && klen > GROUP_PREFIX
+        && shown >= GROUP_PREFIX)
+    {
+        info->index = (uint32_t) k[0] << 24 | (uint32_t) k[1] << 16
+                      | (uint32_t) k[2] << 8 | k[3];
+        memmove(info->key, info->key + GROUP_PREFIX, shown - GROUP_PREFIX);
+        klen -= GROUP_PREFIX;
+        shown -= GROUP_PREFIX;
+    }
+    memset(info->key + shown, 0, sizeof(info->key) - shown);
+    info->key_len = klen;
+    info->shown = shown;
 }
 
 int
@@ -480,7 +577,7 @@ shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
     shard_t       *sh;
     uint64_t       n, per, total;
     uint32_t       shard, klen, shown, hash;
-    int            rc, got = 0, ok;
+    int            rc, got = 0, ok, kind;
 
     *count = 0;
     *next = 0;
@@ -497,24 +594,23 @@ shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
         shard = (uint32_t) (n / per);
         sh = &zone->shard[shard];
         if (sh->slots.cas16) {
-            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk,
+            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk, &kind,
                            out[got].key, &klen, &shown, &hash);
         } else {
             shard_lock(sh);
-            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk,
+            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk, &kind,
                            out[got].key, &klen, &shown, &hash);
             if (shard_unlock(sh, SHMLOCK_OK) != SHMLOCK_OK) {
                 return SHMLOCK_CORRUPT;
             }
         }
         if (ok) {
+            shmlock_slot_scan_key(&out[got], kind, klen, shown);
             shmlock_slot_out(&out[got].ticket, shard, hash, &tk);
-            out[got].key_len = klen;
-            out[got].shown = shown;
             got++;
         }
     }
     *count = got;
     *next = n < total ? n : 0;
-    return SHMLOCK_OK;
+    return shm_watch_after(zone, SHMLOCK_OK);
 }

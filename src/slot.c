@@ -99,7 +99,8 @@ slot_fingerprint(const char *key, size_t len)
 }
 
 static void
-slot_key_write(slot_t *s, const char *key, size_t klen, uint32_t hash)
+slot_key_write(slot_t *s, int kind, const char *key, size_t klen,
+    uint32_t hash)
 {
     uint64_t  fp;
 
@@ -111,7 +112,7 @@ slot_key_write(slot_t *s, const char *key, size_t klen, uint32_t hash)
         memcpy(s->key + SLOT_KEY_PREFIX, &fp, 8);
     }
     WORDSTORE32(s->hash, hash);
-    WORDSTORE32(s->key_len, (uint32_t) klen);
+    WORDSTORE32(s->key_len, slot_len_word(kind, klen));
 }
 
 
@@ -127,9 +128,10 @@ enum { FIND_FOUND, FIND_ABSENT, FIND_RETRY };
  * changed while its key was compared (lock-free callers only).
  */
 static int
-slot_find(slots_t *t, const char *key, size_t klen, uint32_t hash,
+slot_find(slots_t *t, int kind, const char *key, size_t klen, uint32_t hash,
     uint32_t *at, slot_state_t *st, uint32_t *hole, uint64_t *process)
 {
+    uint32_t       word = slot_len_word(kind, klen);
     uint32_t       i = hash & t->mask, n;
     uint32_t       limit = t->mask < SLOT_PROBE_MAX ? t->mask + 1
                                                     : SLOT_PROBE_MAX;
@@ -153,7 +155,7 @@ slot_find(slots_t *t, const char *key, size_t klen, uint32_t hash,
             continue;
         }
         if (__atomic_load_n(&s->hash, __ATOMIC_RELAXED) != hash
-            || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != klen
+            || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != word
             || !slot_key_is(s, key, klen))
         {
             /* a key being rewritten changed the state first: a slot
@@ -183,10 +185,11 @@ slot_find(slots_t *t, const char *key, size_t klen, uint32_t hash,
 /* ---- lock-free ---- */
 
 int
-slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    uint64_t owner, uint64_t process, int64_t expiry, int64_t now,
-    slot_ticket_t *tk)
+slot_acquire(slots_t *t, int kind, const char *key, size_t klen,
+    uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
+    int64_t now, slot_ticket_t *tk)
 {
+    uint32_t      word = slot_len_word(kind, klen);
     uint32_t      i, hole, n;
     slot_state_t  st, want, b;
     uint64_t      holder;
@@ -203,7 +206,7 @@ slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
         st = slot_load(s);
         if ((st.stamp & (SLOT_LIVE | SLOT_DEAD)) == SLOT_LIVE
             && __atomic_load_n(&s->hash, __ATOMIC_RELAXED) == hash
-            && __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) == klen
+            && __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) == word
             && slot_key_is(s, key, klen))
         {
             holder = __atomic_load_n(&s->process, __ATOMIC_RELAXED);
@@ -214,7 +217,9 @@ slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
             }
             holder = slot_process_of(st.owner, holder);
         } else {
-            switch (slot_find(t, key, klen, hash, &i, &st, &hole, &holder)) {
+            switch (slot_find(t, kind, key, klen, hash, &i, &st, &hole,
+                              &holder))
+            {
             case FIND_ABSENT:
                 return SLOT_SLOW;         /* its slot is made locked */
             case FIND_RETRY:
@@ -274,7 +279,7 @@ slot_extend(slots_t *t, slot_ticket_t *tk, int64_t expiry)
 }
 
 int
-slot_look(slots_t *t, const char *key, size_t klen, uint32_t hash,
+slot_look(slots_t *t, int kind, const char *key, size_t klen, uint32_t hash,
     slot_ticket_t *tk)
 {
     uint32_t      i, hole, n;
@@ -285,7 +290,7 @@ slot_look(slots_t *t, const char *key, size_t klen, uint32_t hash,
         return SLOT_SLOW;
     }
     for (n = 0; n < SLOT_CAS_TRIES; n++) {
-        switch (slot_find(t, key, klen, hash, &i, &st, &hole, &holder)) {
+        switch (slot_find(t, kind, key, klen, hash, &i, &st, &hole, &holder)) {
         case FIND_FOUND:
             slot_ticket(tk, i, st, holder);
             return SLOT_OK;
@@ -405,13 +410,14 @@ slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, uint32_t n,
 /* The probe under the mutex: nobody changes a key meanwhile, so a state
  * that moved during the compare only means the holder changed; again. */
 static int
-slot_find_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    uint32_t *at, slot_state_t *st, uint32_t *hole, uint64_t *process)
+slot_find_locked(slots_t *t, int kind, const char *key, size_t klen,
+    uint32_t hash, uint32_t *at, slot_state_t *st, uint32_t *hole,
+    uint64_t *process)
 {
     int  rc, n;
 
     for (n = 0; n < 1000; n++) {
-        rc = slot_find(t, key, klen, hash, at, st, hole, process);
+        rc = slot_find(t, kind, key, klen, hash, at, st, hole, process);
         if (rc != FIND_RETRY) {
             return rc;
         }
@@ -421,9 +427,9 @@ slot_find_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
 
 /* Makes key's slot at hole (EMPTY or DEAD), held by owner. */
 static int
-slot_create_locked(slots_t *t, uint32_t hole, const char *key, size_t klen,
-    uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
-    slot_ticket_t *tk)
+slot_create_locked(slots_t *t, uint32_t hole, int kind, const char *key,
+    size_t klen, uint32_t hash, uint64_t owner, uint64_t process,
+    int64_t expiry, slot_ticket_t *tk)
 {
     slot_t        *s = &t->slots[hole];
     slot_state_t   st = slot_load(s), want;
@@ -431,7 +437,7 @@ slot_create_locked(slots_t *t, uint32_t hole, const char *key, size_t klen,
 
     /* EMPTY and DEAD slots are changed only under the mutex: this is
      * their state; the key goes in before the CAS that publishes it */
-    slot_key_write(s, key, klen, hash);
+    slot_key_write(s, kind, key, klen, hash);
     WORDSTORE64(s->process, process);
     want.owner = owner;
     want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
@@ -454,9 +460,9 @@ slot_room(const slots_t *t, uint32_t used)
 }
 
 int
-slot_acquire_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    uint64_t owner, uint64_t process, int64_t expiry, int64_t now,
-    slot_ticket_t *tk)
+slot_acquire_locked(slots_t *t, int kind, const char *key, size_t klen,
+    uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
+    int64_t now, slot_ticket_t *tk)
 {
     uint32_t      i, hole, n;
     slot_state_t  st, want;
@@ -464,19 +470,21 @@ slot_acquire_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
     int           reclaimed = 0;
 
     for (n = 0; n < 1000; n++) {
-        if (slot_find_locked(t, key, klen, hash, &i, &st, &hole, &holder)
+        if (slot_find_locked(t, kind, key, klen, hash, &i, &st, &hole,
+                             &holder)
             == FIND_ABSENT)
         {
             if (hole != UINT32_MAX
                 && slot_room(t, t->hdr->live + t->hdr->dead))
             {
-                return slot_create_locked(t, hole, key, klen, hash, owner,
-                                          process, expiry, tk);
+                return slot_create_locked(t, hole, kind, key, klen, hash,
+                                          owner, process, expiry, tk);
             }
             if (reclaimed || slot_reclaim_locked(t, now) == 0) {
                 if (hole != UINT32_MAX && slot_room(t, t->hdr->live)) {
-                    return slot_create_locked(t, hole, key, klen, hash,
-                                              owner, process, expiry, tk);
+                    return slot_create_locked(t, hole, kind, key, klen,
+                                              hash, owner, process, expiry,
+                                              tk);
                 }
                 return SLOT_FULL;
             }
@@ -548,14 +556,14 @@ slot_extend_locked(slots_t *t, slot_ticket_t *tk, int64_t expiry)
 }
 
 int
-slot_look_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    slot_ticket_t *tk)
+slot_look_locked(slots_t *t, int kind, const char *key, size_t klen,
+    uint32_t hash, slot_ticket_t *tk)
 {
     uint32_t      i, hole;
     slot_state_t  st;
     uint64_t      holder;
 
-    if (slot_find_locked(t, key, klen, hash, &i, &st, &hole, &holder)
+    if (slot_find_locked(t, kind, key, klen, hash, &i, &st, &hole, &holder)
         != FIND_FOUND)
     {
         return SLOT_ABSENT;
@@ -650,7 +658,7 @@ slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m)
 }
 
 int
-slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, char *key,
+slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, int *kind, char *key,
     uint32_t *klen, uint32_t *shown, uint32_t *hash)
 {
     const slot_t  *s;
@@ -672,6 +680,8 @@ slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, char *key,
     process = __atomic_load_n(&s->process, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     b = slot_load(s);
+    *kind = (int) (len >> SLOT_KIND_SHIFT);
+    len &= SLOT_LEN_MASK;
     if (!slot_same(a, b) || len == 0) {
         return 0;
     }
@@ -768,10 +778,11 @@ slot_recover_locked(slots_t *t)
 int
 slot_verify_locked(slots_t *t, char *msg, size_t msg_size)
 {
-    uint32_t       i, at, hole, live = 0, dead = 0, n;
+    uint32_t       i, at, hole, live = 0, dead = 0, n, len;
     slot_state_t   st, found;
     const slot_t  *s;
     uint64_t       flags, process;
+    int            kind;
 
     if (t->hdr->nslots != t->mask + 1) {
         snprintf(msg, msg_size, "slot table: %u slots, %u at attach",
@@ -812,17 +823,18 @@ slot_verify_locked(slots_t *t, char *msg, size_t msg_size)
             continue;
         }
         live++;
-        if (s->key_len == 0 || s->key_len > 65535
-            || (s->key_len <= SLOT_KEY_INLINE
-                && hash_bytes(s->key, s->key_len) != s->hash))
+        kind = (int) (s->key_len >> SLOT_KIND_SHIFT);
+        len = s->key_len & SLOT_LEN_MASK;
+        if (len == 0 || len > 65535
+            || (len <= SLOT_KEY_INLINE && hash_bytes(s->key, len) != s->hash))
         {
-            snprintf(msg, msg_size, "slot %u: bad key (length %u)", i,
-                     s->key_len);
+            snprintf(msg, msg_size, "slot %u: bad key (kind %d, length %u)",
+                     i, kind, len);
             return -1;
         }
         /* its own probe reaches it first: no EMPTY slot, no twin before */
-        if (s->key_len <= SLOT_KEY_INLINE
-            && (slot_find_locked(t, s->key, s->key_len, s->hash, &at, &found,
+        if (len <= SLOT_KEY_INLINE
+            && (slot_find_locked(t, kind, s->key, len, s->hash, &at, &found,
                                  &hole, &process) != FIND_FOUND || at != i))
         {
             snprintf(msg, msg_size, "slot %u: its key's probe does not "

@@ -16,9 +16,9 @@
  *
  *   slot_t (64 bytes, 64-aligned)
  *   +----------------------+------+---------+---------+-------------------+
- *   | state: owner | stamp | hash | key_len | process | key: 32 bytes     |
- *   | (16 bytes, one CAS)  |      |         |         | inline, or 24 +   |
- *   |                      |      |         |         | fingerprint       |
+ *   | state: owner | stamp | hash | kind << | process | key: 32 bytes     |
+ *   | (16 bytes, one CAS)  |      | 24 |    |         | inline, or 24 +   |
+ *   |                      |      | key_len |         | fingerprint       |
  *   +----------------------+------+---------+---------+-------------------+
  *
  * The state is two 64-bit words changed together by one 16-byte CAS
@@ -59,6 +59,18 @@
  *           the holder; MARKED: a waiter is queued for it (the mark's
  *           fields are the caller's; every fast path leaves a marked
  *           slot to the slow path)
+ *
+ * A slot's key is its kind, its length and its bytes (zone layout 10):
+ * the kind (SLOT_KIND_SHIFT) says whose the key is.  SLOT_KIND_LOCK (0)
+ * is a lock's key, the bytes a caller of the ABI gave; other kinds are
+ * the holder groups' records (group.h), whose bytes the group makes.
+ * Every lookup compares the kind with the length, in one word, so no
+ * user key, whatever its bytes, ever finds a record's slot (before: a
+ * user key spelt as a record's bytes took a record's slot through the
+ * hinted acquire while another process took the key's own slot in
+ * another shard: two holders, issue 30).  The lock-free paths of a
+ * lock's key (slot_acquire_fast, slot_acquire_hint) compare the word
+ * with the bare length: kind 0, never a record's.
  *
  * Lookups are linear probing from the hash's home slot, without the
  * mutex: read the state (acquire), then the key, then the state again; a
@@ -134,6 +146,11 @@
 #define SLOT_KEY_INLINE      32
 #define SLOT_KEY_PREFIX      24
 
+/* slot_t.key_len: the key's kind in the high byte, its length below */
+#define SLOT_KIND_SHIFT      24
+#define SLOT_LEN_MASK        (((uint32_t) 1 << SLOT_KIND_SHIFT) - 1)
+#define SLOT_KIND_LOCK       0      /* a lock's key: a user's bytes */
+
 #define SLOT_SERIAL_MASK     ((uint64_t) 0xfffff)
 #define SLOT_LIVE            ((uint64_t) 1 << 20)
 #define SLOT_DEAD            ((uint64_t) 1 << 21)
@@ -153,7 +170,7 @@ typedef struct {
 typedef struct {
     slot_state_t  state;
     uint32_t      hash;
-    uint32_t      key_len;
+    uint32_t      key_len;      /* kind << SLOT_KIND_SHIFT | length */
     uint64_t      process;      /* the holder's process: a hint */
     char          key[SLOT_KEY_INLINE];
 } __attribute__((aligned(64))) slot_t;
@@ -238,15 +255,16 @@ uint64_t slot_fingerprint(const char *key, size_t len);
 
 /* ---- lock-free (each answers SLOT_SLOW without a 16-byte CAS) ---- */
 
-/* expiry: absolute ms of the zone clock (0: SLOT_NEVER); now: the clock */
-int slot_acquire(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    uint64_t owner, uint64_t process, int64_t expiry, int64_t now,
-    slot_ticket_t *tk);
+/* kind: the key's (SLOT_KIND_LOCK, or a group's record kind); expiry:
+ * absolute ms of the zone clock (0: SLOT_NEVER); now: the clock */
+int slot_acquire(slots_t *t, int kind, const char *key, size_t klen,
+    uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
+    int64_t now, slot_ticket_t *tk);
 int slot_release(slots_t *t, const slot_ticket_t *tk);
 int slot_extend(slots_t *t, slot_ticket_t *tk, int64_t expiry);
 /* SLOT_OK (tk: the slot's state, owner 0 when free), SLOT_ABSENT */
-int slot_look(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    slot_ticket_t *tk);
+int slot_look(slots_t *t, int kind, const char *key, size_t klen,
+    uint32_t hash, slot_ticket_t *tk);
 /* From the state `seen` (a look's ticket) to owner/flags/expiry: a dead
  * holder's takeover, a mark set or cleared.  SLOT_OK (tk: the new state),
  * SLOT_GONE. */
@@ -255,13 +273,13 @@ int slot_swap(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
 
 /* ---- the caller's mutex held ---- */
 
-int slot_acquire_locked(slots_t *t, const char *key, size_t klen,
+int slot_acquire_locked(slots_t *t, int kind, const char *key, size_t klen,
     uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
     int64_t now, slot_ticket_t *tk);
 int slot_release_locked(slots_t *t, const slot_ticket_t *tk);
 int slot_extend_locked(slots_t *t, slot_ticket_t *tk, int64_t expiry);
-int slot_look_locked(slots_t *t, const char *key, size_t klen, uint32_t hash,
-    slot_ticket_t *tk);
+int slot_look_locked(slots_t *t, int kind, const char *key, size_t klen,
+    uint32_t hash, slot_ticket_t *tk);
 int slot_swap_locked(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
     uint64_t process, uint64_t flags, int64_t expiry, slot_ticket_t *tk);
 /* The mark of the marked state `seen`: its record written, then MARKED
@@ -274,12 +292,12 @@ int slot_mark_locked(slots_t *t, const slot_ticket_t *seen,
  * again). */
 int slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m);
 /* Slot i, lock-free (under the mutex without a 16-byte CAS): 1 if it is
- * a key's (LIVE), read whole: tk its state, *klen the key's length, key
- * (SLOT_KEY_INLINE bytes) the key's first *shown bytes (all of it, or
- * SLOT_KEY_PREFIX of a longer one), *hash its hash; 0 if not a key's,
- * or it changed while read. */
-int slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, char *key,
-    uint32_t *klen, uint32_t *shown, uint32_t *hash);
+ * a key's (LIVE), read whole: tk its state, *kind the key's kind, *klen
+ * its length, key (SLOT_KEY_INLINE bytes) its first *shown bytes (all of
+ * it, or SLOT_KEY_PREFIX of a longer one), *hash its hash; 0 if not a
+ * key's, or it changed while read. */
+int slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, int *kind,
+    char *key, uint32_t *klen, uint32_t *shown, uint32_t *hash);
 /* Free slots (no owner, or expired and unmarked) become DEAD, and runs of
  * DEAD slots that end at an EMPTY one become EMPTY; returns the slots
  * freed. */
@@ -366,7 +384,14 @@ slot_hint(slot_t *s, uint64_t process)
     }
 }
 
-/* Whether slot s holds key (its hash and length already compared). */
+/* The word slot_t.key_len holds for a key of that kind and length. */
+static inline uint32_t
+slot_len_word(int kind, size_t klen)
+{
+    return (uint32_t) kind << SLOT_KIND_SHIFT | (uint32_t) klen;
+}
+
+/* Whether slot s holds key (its hash, kind and length already compared). */
 static inline int
 slot_key_is(const slot_t *s, const char *key, size_t klen)
 {
@@ -406,8 +431,9 @@ slot_not_ours(slot_state_t found, const slot_ticket_t *tk)
 }
 
 /*
- * slot_acquire's common case, inline: the key's slot is its home slot,
- * LIVE, free and unmarked.  SLOT_OK (tk: the caller's state), or
+ * slot_acquire's common case for a lock's key (SLOT_KIND_LOCK: the
+ * length word compared with the bare length, which no record's equals),
+ * inline: the key's slot is its home slot, LIVE, free and unmarked.  SLOT_OK (tk: the caller's state), or
  * SLOT_SLOW for anything else (another slot, held, marked, a CAS lost,
  * no 16-byte CAS): then slot_acquire, which starts over.
  *
@@ -436,7 +462,8 @@ slot_acquire_fast(slots_t *t, const char *key, size_t klen, uint32_t hash,
     if (!t->cas16 || st.owner != 0
         || (st.stamp & SLOT_FLAGS) != SLOT_LIVE
         || __atomic_load_n(&s->hash, __ATOMIC_RELAXED) != hash
-        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != klen
+        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED)
+           != slot_len_word(SLOT_KIND_LOCK, klen)
         || !slot_key_is(s, key, klen))
     {
         return SLOT_SLOW;
@@ -458,9 +485,12 @@ slot_acquire_fast(slots_t *t, const char *key, size_t klen, uint32_t hash,
  * key's home slot: the same one read of the state, and the key compared
  * whole (keys of at most SLOT_KEY_INLINE bytes: a longer one would need
  * its fingerprint, i.e. hashing, which the hint is there to avoid).  A
- * key has at most one LIVE slot (made under the mutex after a probe,
- * reclaimed only through DEAD), so a LIVE slot that holds key is key's
- * slot wherever it sits.  *hash: the slot's hash, which is key's (written
+ * lock's key (SLOT_KIND_LOCK: the length word compared with the bare
+ * length) has at most one LIVE slot (made under the mutex after a probe
+ * of its own shard, reclaimed only through DEAD), so a LIVE slot that
+ * holds key is key's slot wherever it sits.  A record's slot, whatever
+ * its bytes, has another kind in that word: never taken here (it sits
+ * in its group's key's shard, not in the bytes' own).  *hash: the slot's hash, which is key's (written
  * with the key, before the CAS that made the slot LIVE; validated by our
  * CAS as the key is).  SLOT_OK, or SLOT_SLOW for anything else.
  */
@@ -478,7 +508,8 @@ slot_acquire_hint(slots_t *t, uint32_t i, const char *key, size_t klen,
     s = &t->slots[i];
     st = slot_load(s);
     if (st.owner != 0 || (st.stamp & SLOT_FLAGS) != SLOT_LIVE
-        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) != klen
+        || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED)
+           != slot_len_word(SLOT_KIND_LOCK, klen)
         || !hash_equal(s->key, key, klen))
     {
         return SLOT_SLOW;

@@ -66,7 +66,10 @@
  * ends with its lock slots (slot.h).  Layout 9: the locks live there (no
  * lock is a dictionary entry any more), so the slots take more room: a
  * power of two of them, about 1/16 of the shard's bytes (ZONE_SLOT_SHARE),
- * at least ZONE_SLOTS_MIN.
+ * at least ZONE_SLOTS_MIN.  Layout 10: a slot keeps its key's kind beside
+ * the length (a lock's, or a holder group's record or head: slot.h,
+ * group.h), no longer spelt in the key's bytes, and a group's head
+ * counts 24 bits of holders, not 16.
  *
  * The header starts with a magic string, the layout version and the size,
  * so a foreign, older or truncated file is refused rather than trusted;
@@ -150,6 +153,9 @@ struct shmlock_zone_s {
     int            fd;            /* open on the file; -1 if none */
     int            lost;          /* this process can no longer tell that
                                      its name reaches the file: refused */
+    int            listed;        /* the mapping's flock is taken
+                                     (shm_removed.h); if not, each look
+                                     at the file tries again */
     int64_t        watch_at;      /* coarse ms of the next check */
     char          *path;          /* the name it was opened by */
     shard_t        shard[ZONE_SHARDS_MAX];

@@ -1,7 +1,12 @@
 # ngx.shared dicts: resty_lock:new("x") where x is `lua_shared_dict x 1m;`
 # behaves as resty.lock on ngx.shared.x, and a name declared with
 # lua_shared_dict is that dict even when a zone of ours has the same name
-# (the zone is reached by passing its object).
+# (the zone is reached by passing its object).  The same name rule for
+# every module: the cache's opts.dict of a lua_shared_dict's name keeps
+# its values (and locks) in that dict, with no zone file made; the
+# semaphore, which needs a zone, refuses such a name, naming the dict and
+# what to do, and says what it tried for an unknown one in the lock's
+# words.
 use strict;
 use warnings;
 use FindBin;
@@ -15,11 +20,16 @@ my $t = ShmTest->new(
     http_config => <<'EOF',
     lua_shared_dict x 1m;
     lua_shared_dict both 1m;
+    lua_shared_dict cache_shm 1m;
 EOF
     init_by_lua => <<'EOF',
         -- a zone of ours with the name of a lua_shared_dict: the name
         -- means the dict; the zone is reached through its object
         T.both = assert(require("resty.shmlock.shdict").open("both"))
+        -- mlcache's habit: the app's lua_shared_dict named as the store
+        T.users = assert(require("resty.shmlock.cache").new("users",
+                         { dict = "cache_shm", ttl = 60 }))
+        T.semaphore = require "resty.shmlock.semaphore"
 EOF
     config => <<'EOF',
         location = /api {
@@ -130,6 +140,54 @@ EOF
                 ngx.say(T.fmt(zl:unlock()))
             }
         }
+        location = /cache {
+            content_by_lua_block {
+                local fmt = T.fmt
+                local users = T.users
+                local v, err, level = users:get("u1", nil, function()
+                    -- the miss's lock is in the lua_shared_dict too
+                    local held = 0
+                    for _, k in ipairs(ngx.shared.cache_shm:get_keys(0)) do
+                        if k:find("u1", 1, true) then held = held + 1 end
+                    end
+                    return "user 1, lock keys seen: " .. held
+                end)
+                ngx.say(fmt(v, err, level))
+                ngx.say("dict is ngx.shared.cache_shm: ",
+                        users.dict == ngx.shared.cache_shm)
+                ngx.say("lock_dict: ", users.lock_dict)
+                ngx.say("values in it: ",
+                        #ngx.shared.cache_shm:get_keys(0) > 0)
+            }
+        }
+        location = /sem {
+            content_by_lua_block {
+                local fmt = T.fmt
+                ngx.say(fmt(T.semaphore:new("x")))
+                ngx.say(fmt(T.semaphore:new(ngx.shared.x)))
+                ngx.say(fmt(T.semaphore:new("nowhere")))
+                local s = assert(T.semaphore:new(T.both))
+                ngx.say(fmt(s:acquire("k")), " ", fmt(s:release()))
+            }
+        }
+        # a number key is the string every Lua gives it (not the dict's
+        # tostring: "1e+15" and "-0" under LuaJIT), inspect's included
+        location = /number {
+            content_by_lua_block {
+                local fmt = T.fmt
+                local d = ngx.shared.x
+                local lock = assert(resty_lock:new("x"))
+                ngx.say(fmt(lock:lock(1e15)))
+                ngx.say("1000000000000000: ", d:get("1000000000000000") ~= nil,
+                        ", 1e+15: ", d:get(1e15) ~= nil)
+                ngx.say("inspect: ", resty_lock.inspect("x", 1e15).pid
+                                     == ngx.worker.pid())
+                ngx.say(fmt(lock:unlock()))
+                ngx.say(fmt(lock:lock(-0.0)))
+                ngx.say("0: ", d:get("0") ~= nil, ", -0: ", d:get("-0") ~= nil)
+                ngx.say(fmt(lock:unlock()))
+            }
+        }
         location = /unknown {
             content_by_lua_block {
                 ngx.say(T.fmt(resty_lock:new("nowhere")))
@@ -212,6 +270,18 @@ $t->block("a held key: 'timeout' after opts.timeout, and with timeout = 0",
     request => "GET /timeout",
     body    => "nil timeout\nnil timeout\n");
 
+$t->block("a number key on an ngx.shared dict: the string every Lua gives it",
+    request => "GET /number",
+    body    => <<'EOF');
+0
+1000000000000000: true, 1e+15: false
+inspect: true
+1
+0
+0: true, -0: false
+1
+EOF
+
 $t->block("a lock object collected while holding releases its key",
     request => "GET /gc",
     body    => "0\n");
@@ -254,6 +324,34 @@ $t->block("a name that is neither: nil, 'dictionary not found', the zone, "
     request => "GET /unknown",
     body    => "nil dictionary not found: no zone \"nowhere\" in "
              . $t->zone_dir . ", and no lua_shared_dict \"nowhere\"\n");
+
+$t->block("the cache's opts.dict named as a lua_shared_dict: its values and "
+          . "its locks in that dict",
+    request => "GET /cache",
+    body    => "user 1, lock keys seen: 1 nil 3\n"
+             . "dict is ngx.shared.cache_shm: true\n"
+             . "lock_dict: cache_shm\n"
+             . "values in it: true\n");
+
+subtest "the cache's choice is logged at info (by init_by_lua)" => sub {
+    open my $fh, '<', $t->{error_log} or die "error.log: $!";
+    my @lines = grep { /shmlock: cache "users": opts.dict "cache_shm" is the lua_shared_dict "cache_shm"/ } <$fh>;
+    ok(@lines >= 1, "logged") or diag("no such line");
+    like($lines[0] // '', qr/\[info\]/, "at info");
+};
+
+ok(!-e $t->zone_dir . "/shmlock.cache_shm",
+   "no zone file named after the lua_shared_dict (before: made by the cache)");
+
+my $sem_refusal = qq{the semaphore needs a zone: "x" is a lua_shared_dict, }
+    . qq{and inside nginx a lua_shared_dict name is that dict: give the zone }
+    . qq{another name, or pass the zone object (shdict.open("x"))};
+$t->block("the semaphore refuses a lua_shared_dict, naming it and what to do; "
+          . "an unknown name in the lock's words",
+    request => "GET /sem",
+    body    => "nil $sem_refusal\nnil $sem_refusal\n"
+             . "nil dictionary not found: no zone \"nowhere\" in "
+             . $t->zone_dir . "\n0 1\n");
 
 ok(!-e $t->zone_dir . "/shmlock.x",
    "the fallback did not create a zone file named x");

@@ -13,6 +13,13 @@
 # bench/README.md must be an excerpt of that file (its lines, indentation
 # aside, in a row), so that it runs here too, or be marked
 # ```nginx fragment (see CONTRIBUTING.md, "Documentation").
+#
+# Every ```lua nginx block of those files (code for *_by_lua_block
+# directives, in sections that start with a `-- <directive>` line) runs as
+# written in a test nginx of 2 workers (as root, workers as nobody): its
+# init sections at the http level, the others in one location, which says
+# "ok" when the block has no content section; its requests must be
+# answered without a 5xx and leave nothing at [error] or worse.
 use strict;
 use warnings;
 use FindBin;
@@ -69,6 +76,63 @@ subtest "the docs' other nginx blocks are excerpts of the nginx.conf" => sub {
 };
 
 my $root_run = $> == 0;
+
+# the ```lua nginx blocks: [ "file:line", { directive => code } ]
+sub lua_nginx_blocks {
+    my @blocks;
+    for my $file ("README.md", "CONTRIBUTING.md", "bench/README.md",
+                  map { s{^\Q$root\E/}{}r } sort glob("$root/docs/*.md")) {
+        my $text = slurp("$root/$file") // next;
+        while ($text =~ /^```lua\s+nginx\s*\n(.*?)^```/msg) {
+            my $block = $1;
+            my $line = 1 + (() = substr($text, 0, $-[0]) =~ /\n/g);
+            my (%code, $cur);
+            for (split /\n/, $block) {
+                if (/^-- (\w+_by_lua_block)\b/) {
+                    $cur = $1;
+                    $code{$cur} = '';
+                } elsif (defined $cur) {
+                    $code{$cur} .= "$_\n";
+                }
+            }
+            push @blocks, [ "$file:$line", \%code ];
+        }
+    }
+    return @blocks;
+}
+
+subtest "the docs' lua nginx blocks run as written" => sub {
+    my @blocks = lua_nginx_blocks();
+    ok(@blocks >= 1, "docs/semaphore.md's limit.conn recipe is one");
+    for my $b (@blocks) {
+        my ($where, $code) = @$b;
+        my %code = %$code;
+        my %http = map { $_ => 1 } qw(init_by_lua_block init_worker_by_lua_block);
+        my @unknown = grep { !/^(init|init_worker|set|rewrite|access|content|header_filter|body_filter|log)_by_lua_block$/ }
+                      keys %code;
+        is_deeply(\@unknown, [], "$where: sections of known directives");
+        my $http = join '', map { "    $_ {\n$code{$_}    }\n" }
+                            grep { $code{$_} } sort keys %http;
+        $code{content_by_lua_block} //= qq{ngx.say("ok")\n};
+        my $location = join '', map { "            $_ {\n$code{$_}            }\n" }
+                                grep { !$http{$_} } sort keys %code;
+        my $t = ShmTest->new(
+            workers => 2, preamble => 0,
+            ($root_run ? (user => 'nobody nogroup') : ()),
+            http_config => $http,
+            config => "        location = /doc {\n$location        }\n");
+        $t->start;
+        subtest "$where" => sub {
+            for my $i (1 .. 4) {
+                my $res = $t->get("/doc");
+                cmp_ok($res->{status}, '<', 500, "request $i: no 5xx")
+                    or diag($res->{body});
+            }
+            $t->check_log("$where", nested => 1);
+        };
+        $t->stop;
+    }
+};
 
 my @rewrite = (
     [ pid => qr/^pid .*;$/m, "pid {{PREFIX}}/logs/nginx.pid;\ndaemon off;" ],

@@ -5,7 +5,8 @@
 # exclusion holds (a flag in a lua_shared_dict, set while holding); the
 # fence counter has a TTL.  A private redis-server is started on a free
 # loopback port and stopped at the end.  The client is t/lib/resp.lua, a
-# lua-resty-redis stand-in over cosockets (Debian has no lua-resty-redis).
+# lua-resty-redis stand-in over cosockets (t/33 and t/34 run Debian's
+# lua-resty-redis, lua-nginx-redis).
 use strict;
 use warnings;
 use FindBin;

@@ -11,7 +11,13 @@
 # * a zone a worker makes for root (mode 0660, group nogroup), which a root
 #   LuaJIT process attaches by naming the group, and is refused without;
 # * a worker refused root's private zone, with the cause in the answer and
-#   at [error] in error.log.
+#   at [error] in error.log;
+# * a worker that may not create a zone file in its directory (0755, root's,
+#   as /dev/shm on some hosts): the directory, its owner and mode, and the
+#   fix in the answer;
+# * init_by_lua after nginx's `user` changed: a zone file of the old
+#   workers' user (www-data) is refused with how to remove it, and the
+#   command it names does.
 use strict;
 use warnings;
 use FindBin;
@@ -34,6 +40,8 @@ EOF
         -- made by root (the master) for the workers, on purpose
         T.team = assert(shdict.open("team", { size = "64k", mode = "0660",
                                               group = "nogroup" }))
+        -- a zone of the workers' user before nginx's `user` changed
+        T.left = select(2, shdict.open("left"))
         function T.uid()
             for line in io.lines("/proc/self/status") do
                 local uid = line:match("^Uid:%s+(%d+)")
@@ -72,6 +80,15 @@ EOF
                 ngx.say(T.fmt(d:set("k", "from a worker")))
             }
         }
+        location = /closed {
+            content_by_lua_block {
+                local shdict = require "resty.shmlock.shdict"
+                ngx.say(T.fmt(shdict.open("wz", { dir = "{{ZONE_DIR}}/closed" })))
+            }
+        }
+        location = /leftover {
+            content_by_lua_block { ngx.say(T.left) }
+        }
         location = /rootonly {
             content_by_lua_block {
                 local shdict = require "resty.shmlock.shdict"
@@ -90,7 +107,41 @@ for my $name (qw(both rootonly)) {
         print("made")});
     is($out, "made\n", "a root LuaJIT process made zone $name");
 }
+# the workers' directory for zone files is root's, 0755
+mkdir $t->zone_dir . "/closed", 0755 or die "mkdir closed: $!";
+chmod 0755, $t->zone_dir . "/closed";
+# left by the workers of `user www-data;`, before the line changed
+{
+    my ($rc, $out) = $t->luajit(q{
+        assert(require("resty.shmlock.shdict").open("left", { size = "64k" }))
+        print("made")}, as => 'www-data');
+    is($out, "made\n", "a www-data LuaJIT process made zone left");
+}
 $t->start;
+
+my $left = $t->zone_dir . "/shmlock.left";
+my $uid33 = (getpwnam 'www-data')[2];
+$t->block("init_by_lua after nginx's user changed: the old user's zone is "
+          . "refused, saying how to remove it",
+    request   => "GET /leftover",
+    body      => qq{zone file owned by another user (uid $uid33): run as }
+               . qq{www-data (the zone's owner), or share the zone with a }
+               . qq{group on purpose: create it with opts.group = "G" and }
+               . qq{opts.mode = "0660", and attach with opts.group = "G"; a }
+               . qq{file left from an earlier setup (nginx's user changed, }
+               . qq{say) goes with `shmlock --dir } . $t->zone_dir
+               . qq{ destroy left` run as root or www-data, and the next open }
+               . qq{makes the zone anew\n},
+    error_log => [ qr/\[error\].*shmlock: zone "left" refused: zone file owned by another user/ ]);
+
+subtest "the command the refusal names removes the file" => sub {
+    my $body = $t->get("/leftover")->{body};
+    my ($cmd) = $body =~ /`(shmlock [^`]+)`/ or return fail("no command in: $body");
+    $cmd =~ s{^shmlock}{$ShmTest::REPO/bin/shmlock};
+    my $out = `$cmd 2>&1`;
+    is($?, 0, "`$cmd` exits 0") or diag($out);
+    ok(!-e $left, "the zone file is gone");
+};
 
 subtest "the workers run as nobody" => sub {
     for (1 .. 4) {
@@ -161,6 +212,20 @@ $t->block("a worker is refused root's private zone, naming the cause",
                . qq{opening zone file $path (owner uid 0, group root, }
                . qq{mode 0600)\n},
     error_log => [ qr/\[error\].*shmlock: zone "rootonly" refused: failed to open zone "rootonly": permission denied/ ]);
+
+my $closed = $t->zone_dir . "/closed";
+$t->block("a worker that may not create a zone file: the directory, its "
+          . "owner and mode, and the fix",
+    request   => "GET /closed",
+    body      => qq{nil failed to open zone "wz": permission denied opening }
+               . qq{zone file $closed/shmlock.wz: the directory $closed }
+               . qq{(owner root, group root, mode 0755) does not let uid }
+               . qq{65534 (nobody) create files in it: open the zone in }
+               . qq{init_by_lua* (nginx's master makes it there and hands it }
+               . qq{to the workers' user), make the directory writable for }
+               . qq{this user (chmod 1777 $closed, the mode /dev/shm has), or }
+               . qq{use a directory it may write (\$SHMLOCK_DIR, or opts.dir)\n},
+    error_log => [ qr/\[error\].*shmlock: zone "wz" refused: failed to open zone "wz": permission denied opening zone file \Q$closed\E/ ]);
 
 $t->stop;
 done_testing;

@@ -158,8 +158,10 @@ sub on_worker {
 
 $t->block("an ngx.shared dict answers that shared holds need a zone",
     request => "GET /fallback",
-    body    => "ngx.shared nil shared holds need a zone: this lock's store "
-             . "is an ngx.shared dict\n");
+    body    => qq{ngx.shared nil shared holds need a zone: "rw_fallback" is a }
+             . qq{lua_shared_dict, and inside nginx a lua_shared_dict name }
+             . qq{is that dict: give the zone another name, or pass the }
+             . qq{zone object (shdict.open("rw_fallback"))\n});
 
 # -- both workers hold s shared --
 my ($victim, $survivor) = both_workers("/hold?key=s");

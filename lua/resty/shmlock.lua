@@ -72,6 +72,7 @@ local C = require("resty.shmlock.lock.slots").C
 local shdict = require "resty.shmlock.shdict"
 local version = require "resty.shmlock.version"
 local nginx = require "resty.shmlock.internal.nginx"
+local names = require "resty.shmlock.internal.names"
 local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
@@ -173,11 +174,11 @@ end
 -- The dict object (a zone) or the ngx.shared dict behind dict_name; else
 -- nil, nil, and why our zone of that name could not be opened.
 --
--- The rule (docs/lock.md, "How names resolve"): inside nginx, a name
--- declared with lua_shared_dict is that dict, whatever files exist; any
--- other name is a zone, attached by name (never created).  So the store a
--- name reaches never depends on leftover files or on the user a process
--- runs as.
+-- The rule (resty.shmlock.internal.names; docs/lock.md, "How names
+-- resolve"): inside nginx, a name declared with lua_shared_dict is that
+-- dict, whatever files exist; any other name is a zone, attached by name
+-- (never created).  So the store a name reaches never depends on leftover
+-- files or on the user a process runs as.
 local function find(name)
     if type(name) == "table" then
         if name._zone then
@@ -203,7 +204,7 @@ local function find(name)
         return nil, shared
     end
     if in_nginx then
-        shared = ngx.shared[name]
+        shared = names.lua_shared_dict(ngx, name)
         if shared then
             shared_names[name] = shared
             log_store(name, 'the lua_shared_dict "' .. name .. '"')
@@ -226,27 +227,6 @@ local function find(name)
 end
 
 
--- resty.lock's "dictionary not found" (callers match its start), then
--- what was tried: the zone and directory, and inside nginx the
--- lua_shared_dict of that name
-local function not_found(name)
-    local msg = "dictionary not found"
-    if type(name) ~= "string" then
-        return msg .. ": " .. (name == nil and "no name"
-                               or "a " .. type(name) .. " is no dict")
-    end
-    if shdict.check_name(name) then
-        msg = msg .. ': no zone "' .. name .. '" in ' .. shdict.directory()
-    else
-        msg = msg .. ': "' .. name .. '" is no zone name'
-    end
-    if in_nginx then
-        msg = msg .. ', and no lua_shared_dict "' .. name .. '"'
-    end
-    return msg
-end
-
-
 -- find(), with new()'s errors: the dict or nil, the ngx.shared dict; or
 -- nil, nil and the error
 local function resolve(dict_name)
@@ -257,7 +237,19 @@ local function resolve(dict_name)
     if why and not NOT_FOUND[why] then
         return nil, nil, why
     end
-    return nil, nil, not_found(dict_name)
+    -- resty.lock's words, then what was tried (the zone, its directory,
+    -- and inside nginx the lua_shared_dict of that name)
+    return nil, nil, names.not_found(dict_name, ngx)
+end
+
+
+-- Misuse: a method called on anything but a lock object (lock.lock(key),
+-- a dict, another module's object) raises at the method's caller, before
+-- anything of it is read.  One compare on the hot path.
+local function check_self(self)
+    if getmetatable(self) ~= mt then
+        error("bad lock object (use lock:method(), not lock.method())", 3)
+    end
 end
 
 
@@ -464,6 +456,7 @@ end
 -- the longest wait of this call instead of the object's, checked and
 -- clamped (to exptime) as opts.timeout; a bad one raises at the caller.
 function _M.lock(self, key, timeout)
+    check_self(self)
     if timeout == nil then
         timeout = self.timeout
     else
@@ -475,10 +468,12 @@ end
 
 -- syntax: elapsed, err = lock:lock_shared(key, timeout?)
 -- A shared (reader) hold of key (resty.shmlock.lock.shared): as lock(),
--- with the same returns and errors; shared with any number of other
--- shared holders, never with an exclusive lock(key).  On an ngx.shared
+-- with the same returns and errors; shared with the other shared holders
+-- (as many as the key's shard has lock slots for: then "no memory"),
+-- never with an exclusive lock(key).  On an ngx.shared
 -- dict: nil, "shared holds need a zone ...".
 function _M.lock_shared(self, key, timeout)
+    check_self(self)
     if timeout == nil then
         timeout = self.timeout
     else
@@ -500,8 +495,9 @@ function _M.lock_shared(self, key, timeout)
         return nil, "key too long"
     end
     if self.number ~= 0 then
-        return nil, "shared holds need a zone: this lock's store is an "
-                    .. "ngx.shared dict"
+        return nil, names.needs_zone("shared holds need",
+                                     names.shared_name(ngx, self.target)
+                                     or "?")
     end
     return shared_hold.lock(self, key, #key, wait, timeout)
 end
@@ -527,6 +523,7 @@ end
 -- every look while waiting, and true ends the wait with nil, "done"; the
 -- wait queues at once (no resty.lock steps).  Elsewhere, lock(key).
 function _M._lock_unless(self, key, done)
+    check_self(self)
     return acquire(self, key, true, self.timeout, done)
 end
 
@@ -535,6 +532,7 @@ end
 -- lock() without waiting: 0, or nil, "timeout" (as lock() with timeout 0),
 -- and the same other errors.
 function _M.trylock(self, key)
+    check_self(self)
     return acquire(self, key, false, 0)
 end
 
@@ -548,6 +546,7 @@ end
 -- the object keeps holding it (unlock again, or the lock goes when the
 -- object is collected or at its exptime).
 function _M.unlock(self)
+    check_self(self)
     local cd = held(self)
     if not cd then
         if self.sh then
@@ -583,6 +582,7 @@ end
 -- meanwhile: the object no longer holds it); nil and the store's error
 -- (the object still holds the lock, with its old expiry).
 function _M.expire(self, time)
+    check_self(self)
     local cd = held(self)
     if not cd then
         if self.sh then
@@ -621,6 +621,7 @@ end
 -- syntax: held = lock:owned()
 -- true while this object's lock is held by it in the store.
 function _M.owned(self)
+    check_self(self)
     local cd = held(self)
     if not cd then
         if self.sh then

@@ -118,9 +118,10 @@ function _M.spawn(self)
     local cmd = string.format(
         "env -u LD_PRELOAD timeout -s TERM %d %s --port %d --bind 127.0.0.1"
         .. " --save '' --appendonly no --dir %s --daemonize no"
-        .. " --pidfile %s/redis.pid --logfile %s/redis.log"
+        .. " --pidfile %s/redis.pid --logfile %s/redis.log %s"
         .. " </dev/null >/dev/null 2>&1 & echo $!",
-        MAX_LIFETIME, REDIS_SERVER, self.port, dir, dir, dir)
+        MAX_LIFETIME, REDIS_SERVER, self.port, dir, dir, dir,
+        self.args or "")
     os.remove(dir .. "/redis.pid")
     self.wrapper = process(tonumber(shell_line(cmd)))
 
@@ -142,13 +143,14 @@ function _M.spawn(self)
     return false
 end
 
--- start(port?): a running server answering PING; raises with its log if
--- it does not come up
-function _M.start(port)
+-- start(port?, args?): a running server answering PING; raises with its
+-- log if it does not come up.  args: more of redis-server's options, as
+-- shell words (e.g. "--enable-debug-command local"), kept for restart().
+function _M.start(port, args)
     _M.check()
     local dir = shell_line("mktemp -d /tmp/shmlock-redis.XXXXXX")
     assert(dir and dir ~= "", "mktemp -d failed")
-    local self = setmetatable({ dir = dir }, mt)
+    local self = setmetatable({ dir = dir, args = args }, mt)
     for _ = 1, port and 1 or 5 do
         self.port = port or free_port()
         if self:spawn() then

@@ -19,6 +19,10 @@
 --   stats.lua    the counters
 --   l1.lua       lua-resty-lrucache under LuaJIT, an LRU in plain Lua
 --                under PUC Lua
+--   fleet*.lua   with opts.redis, the fleet tier: values shared by every
+--                host through Redis, loaded once in the fleet, and the
+--                change log that carries set, delete and purge to the
+--                other hosts (fleet.lua says how)
 
 local core = require "resty.shmlock.internal.core"
 local shdict = require "resty.shmlock.shdict"
@@ -32,6 +36,13 @@ local load = require "resty.shmlock.cache.load"
 local cache_options = require "resty.shmlock.cache.options"
 local stats = require "resty.shmlock.cache.stats"
 local l1 = require "resty.shmlock.cache.l1"
+local fleet = require "resty.shmlock.cache.fleet"
+local fleet_log = require "resty.shmlock.cache.fleet_log"
+local names = require "resty.shmlock.internal.names"
+local log_event = require("resty.shmlock.internal.log").event
+
+-- inside nginx (asked when this module loads, as every module does)
+local ngx = require("resty.shmlock.internal.nginx").api()
 
 local type = type
 local tostring = tostring
@@ -54,6 +65,8 @@ local call_opts = cache_options.call
 local load_miss = load.miss
 local refresh = load.refresh
 local count = stats.count
+local fleet_sync = fleet_log.sync
+local huge = math.huge
 local NIL = store.NIL
 local CHANGED, INVALIDATE = store.CHANGED, store.INVALIDATE
 
@@ -82,39 +95,62 @@ local function check_key(key, level)
     end
 end
 
--- a zone given by name (opened, or created, in the default directory) or
--- as an object: a zone, or anything with ngx.shared.DICT's get, get_stale,
--- set, delete, incr and get_keys (an ngx.shared dict inside nginx)
-local function resolve_dict(dict, what)
+-- lua_shared_dict names whose use was logged, by cache name
+local logged = {}
+
+-- A dict given by name, by the one name rule (resty.shmlock.internal.
+-- names): inside nginx a lua_shared_dict's name is that ngx.shared dict
+-- (logged once at info: which store a name reaches must not surprise an
+-- operator); any other name is a zone, opened or created in the default
+-- directory.  Or given as an object: a zone, or anything with ngx.shared.
+-- DICT's get, get_stale, set, delete, incr and get_keys (an ngx.shared
+-- dict inside nginx).  Returns the dict and what resty.shmlock takes for
+-- it (a lua_shared_dict's name: the lock resolves it to that dict); nil,
+-- err when a zone cannot be opened.
+local function resolve_dict(dict, what, cache_name)
     if type(dict) == "string" then
+        local shared = names.lua_shared_dict(ngx, dict)
+        if shared then
+            local key = cache_name .. "\0" .. dict
+            if not logged[key] then
+                logged[key] = true
+                log_event("info", 'cache "' .. cache_name .. '": ' .. what
+                          .. ' "' .. dict .. '" is the lua_shared_dict "'
+                          .. dict .. '" (only this nginx shares it)')
+            end
+            return shared, dict
+        end
         local zone, err = shdict.open(dict)
         if not zone then
             return nil, "could not open zone \"" .. dict .. "\": " .. err
         end
-        return zone
+        return zone, zone
     end
     if type(dict) == "table" and dict.get and dict.get_stale and dict.set
        and dict.delete and dict.incr and dict.get_keys
     then
-        return dict
+        return dict, dict
     end
     error(what .. " must be a zone or a zone name", 4)
 end
 
--- the value zone and the lock zone; nil, err if one cannot be opened or
--- the lock cannot be made there.
+-- the value dict and the lock's store (the lock dict, or the name of a
+-- lua_shared_dict); nil, err if one cannot be opened or the lock cannot
+-- be made there.
 local function open_dicts(name, opts)
-    local dict, err = resolve_dict(opts.dict == nil and name or opts.dict,
-                                   "opts.dict")
+    local dict, lock_dict = resolve_dict(opts.dict == nil and name
+                                         or opts.dict, "opts.dict", name)
     if not dict then
-        return nil, err
+        return nil, lock_dict
     end
-    local lock_dict = dict
+    local err
     if opts.lock_dict ~= nil then
-        lock_dict, err = resolve_dict(opts.lock_dict, "opts.lock_dict")
-        if not lock_dict then
-            return nil, err
+        local ld, lockable = resolve_dict(opts.lock_dict, "opts.lock_dict",
+                                          name)
+        if not ld then
+            return nil, lockable
         end
+        lock_dict = lockable
     end
     if not opts.lock then
         -- a bad lock_dict or lock_opts shows now, not at the first miss
@@ -127,6 +163,8 @@ local function open_dicts(name, opts)
     return dict, lock_dict
 end
 
+
+local delete_here, purge_here     -- (below: the zone's part of delete, purge)
 
 -- syntax: c, err = cache.new(name, opts?)
 -- (cache:new(name, opts?) works too)
@@ -141,6 +179,11 @@ function _M.new(a, b, c)
     end
     local o
     opts, o = cache_options.new(opts)
+    local fl = false
+    if opts.redis ~= nil then
+        fl = fleet.new(name, opts, opts.lock_opts,
+                       { delete = delete_here, purge = purge_here })
+    end
 
     local dict, lock_dict = open_dicts(name, opts)
     if not dict then
@@ -169,7 +212,7 @@ function _M.new(a, b, c)
         stale_ttl = o.stale_ttl,
         zone = zone,
         gens = gens,
-        counts = stats.new(),
+        counts = stats.new(fl),
         l1_hits = stats.l1_hits(),
         counts_pid = core.self_pid(),
         flushed = now_ms(),
@@ -178,6 +221,10 @@ function _M.new(a, b, c)
         prefix = name .. ":",
         lock_prefix = name .. "#lock:",
         gen_key = name .. "#gen",
+        fleet = fl,
+        -- (zone-clock ms) until when this host's view of the fleet's
+        -- changes is current: get() pulls the change log after it
+        fleet_until = fl and 0 or huge,
     }, mt)
 end
 
@@ -185,7 +232,7 @@ end
 -- syntax: value, err, hit_level = c:get(key, opts?, loader, ...)
 -- hit_level: 1 (L1), 2 (L2), 3 (the loader ran), 4 (a stale value served:
 -- stale_ttl while one caller refreshes it, or resurrect_ttl because the
--- loader failed or the lock timed out)
+-- loader failed or the lock timed out), 5 (from Redis: the fleet tier)
 function _M.get(self, key, opts, loader, ...)
     check_self(self, 2)
     check_key(key, 2)
@@ -193,11 +240,16 @@ function _M.get(self, key, opts, loader, ...)
         error("loader must be a function", 2)
     end
 
+    local now = now_ms()
+    if now >= self.fleet_until then
+        -- (opts.redis: the host's view of the fleet's changes is due)
+        now = fleet_sync(self, now)
+    end
     local lru = self.lru
     local old
     if lru then
         old = lru:get(key)
-        if old and old.exp <= now_ms() then
+        if old and old.exp <= now then
             -- expired by the monotonic clock (see store.lua's set_l1)
             lru:delete(key)
             old = nil
@@ -331,16 +383,15 @@ function _M.set(self, key, value, ttl)
     if not ok then
         return nil, err
     end
+    if self.fleet then
+        return fleet.set(self, key, value, ttl)
+    end
     return true
 end
 
 
--- syntax: ok, err = c:delete(key)
--- Removes the key from L2 and from this process's L1; every process's
--- next get misses.
-function _M.delete(self, key)
-    check_self(self, 2)
-    check_key(key, 2)
+-- the zone's part of delete(): true, or nil and err
+function delete_here(self, key)
     local vkey = self.prefix .. key
     local slot = slot_of(vkey)
     -- the loads running now must not store over the deletion
@@ -362,13 +413,33 @@ function _M.delete(self, key)
     return true
 end
 
+-- syntax: ok, err = c:delete(key)
+-- Removes the key from L2 and from this process's L1; every process's
+-- next get misses.
+function _M.delete(self, key)
+    check_self(self, 2)
+    check_key(key, 2)
+    local ok, err = delete_here(self, key)
+    if not ok then
+        return nil, err
+    end
+    if self.fleet then
+        return fleet.delete(self, key)
+    end
+    return true
+end
+
 
 -- syntax: stats, err = c:stats()
 -- The counters of every process using this cache (from the zone), this
 -- process's own counts added first.  nil, err if the zone cannot be read.
 function _M.stats(self)
     check_self(self, 2)
-    return stats.read(self)
+    local res, err = stats.read(self)
+    if res and self.fleet then
+        fleet_log.describe(self, res)
+    end
+    return res, err
 end
 
 
@@ -391,11 +462,8 @@ end
 -- buckets a step of purge's walk of a zone visits (dict:scan's count)
 local PURGE_STEP = 4096
 
--- syntax: ok, err = c:purge()
--- Removes every key of this cache from L2 and from every process's L1
--- (each revalidates against the zone at its next hit).
-function _M.purge(self)
-    check_self(self, 2)
+-- the zone's part of purge(): true, or nil and err
+function purge_here(self)
     local dict = self.dict
     -- the loads running now must not store what they read before
     local ok, err = gen_bump(self, nil, INVALIDATE)
@@ -428,6 +496,21 @@ function _M.purge(self)
     err = err or berr
     if err then
         return nil, err
+    end
+    return true
+end
+
+-- syntax: ok, err = c:purge()
+-- Removes every key of this cache from L2 and from every process's L1
+-- (each revalidates against the zone at its next hit).
+function _M.purge(self)
+    check_self(self, 2)
+    local ok, err = purge_here(self)
+    if not ok then
+        return nil, err
+    end
+    if self.fleet then
+        return fleet.purge(self)
     end
     return true
 end

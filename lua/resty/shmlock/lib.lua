@@ -1,4 +1,9 @@
--- resty.shmlock.lib: the C core, declared and loaded once per process.
+-- resty.shmlock.lib (internal): the C core, declared and loaded once per
+-- process.  The raw FFI library, not an API: its functions trust their
+-- arguments as C does (a NULL zone, a length past its string, a ticket
+-- of another zone crash the process or worse).  The public modules check
+-- every argument before they call it (spec/62: no bad argument of theirs
+-- crashes); programs use them, never this.
 --
 -- The library is looked for, in order (resty.shmlock.internal.locate):
 -- $SHMLOCK_LIB; libshmlock.so at the root of the checkout this file belongs
@@ -66,7 +71,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,
     SHMLOCK_MIN_SIZE = 32768,
     SHMLOCK_GEN_WORDS = 1024,
-    SHMLOCK_LAYOUT = 9,
+    SHMLOCK_LAYOUT = 10,
     SHMLOCK_WATCH_MS = 100
 };
 
@@ -236,11 +241,19 @@ int shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     const shmlock_mark_t *m, shmlock_ticket_t *t);
 int shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     shmlock_mark_t *m);
+enum {
+    SHMLOCK_SLOT_LOCK = 0,
+    SHMLOCK_SLOT_SHARED = 1,
+    SHMLOCK_SLOT_PERMIT = 2,
+    SHMLOCK_SLOT_SEMAPHORE = 3
+};
 typedef struct {
     shmlock_ticket_t  ticket;
     uint32_t          key_len;
     uint32_t          shown;
     char              key[32];
+    uint32_t          kind;
+    uint32_t          index;
 } shmlock_slot_info_t;
 int shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
     shmlock_slot_info_t *out, int max, int *count, uint64_t *next);
@@ -249,7 +262,7 @@ int shmlock_slot_alive(const shmlock_ticket_t *t);
 enum {
     SHMLOCK_SEMAPHORE = 0,
     SHMLOCK_SHARED = 1,
-    SHMLOCK_GROUP_MAX = 65535
+    SHMLOCK_GROUP_MAX = 16777215
 };
 int shmlock_group_acquire(shmlock_zone_t *zone, int kind, const char *key,
     size_t key_len, uint32_t id, uint32_t permits, int64_t exptime_ms,

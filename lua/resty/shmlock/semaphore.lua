@@ -35,7 +35,7 @@ local slots = require "resty.shmlock.lock.slots"
 local core = require "resty.shmlock.internal.core"
 local permit = core.ffi and require "resty.shmlock.semaphore.permit"
                or require "resty.shmlock.semaphore.permit.capi"
-local shdict = require "resty.shmlock.shdict"
+local names = require "resty.shmlock.internal.names"
 local version = require "resty.shmlock.version"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
@@ -89,19 +89,41 @@ local mt = { __index = _M }
 
 local tk = slots.ticket()       -- acquire's out-parameter
 
-local ATTACH = { create = false }
+-- Misuse: a method called on anything but a semaphore object (sem.count(
+-- "name", key) for semaphore.inspect, a dict, another module's object)
+-- raises at the method's caller, before its zone reaches the core.
+local function check_self(self)
+    if getmetatable(self) ~= mt then
+        error("bad semaphore object (use sem:method(), not sem.method())",
+              3)
+    end
+end
 
 
 -- ---- new ----
 
+-- The zone behind dict_name, by the one name rule (resty.shmlock.
+-- internal.names): a zone object, or a zone attached by name; inside
+-- nginx a lua_shared_dict's name is that dict, which has no permits: a
+-- refusal naming it.  nil and the error (the lock's words).
 local function find(name)
     if type(name) == "table" then
-        return name._zone and name or nil
+        if name._zone then
+            return name
+        end
+        local shared = names.shared_name(ngx, name)
+        if shared then
+            return nil, names.needs_zone("the semaphore needs", shared)
+        end
+        return nil, names.not_found(name)
     end
     if type(name) ~= "string" then
-        return nil
+        return nil, names.not_found(name)
     end
-    return shdict.opened(name) or shdict.open(name, ATTACH)
+    if names.lua_shared_dict(ngx, name) then
+        return nil, names.needs_zone("the semaphore needs", name)
+    end
+    return names.attach(name)
 end
 
 local function check_permits(v)
@@ -124,9 +146,9 @@ function _M.new(a, b, c)
     local exptime, timeout, step, ratio, max_step, blocking =
         options.lock(opts, "opts", 2)
     local permits = check_permits(opts and opts.permits)
-    local dict = find(dict_name)
+    local dict, err = find(dict_name)
     if not dict then
-        return nil, "dictionary not found"
+        return nil, err
     end
     return setmetatable({
         dict = dict, zone = dict._zone, permits = permits,
@@ -329,16 +351,21 @@ end
 -- syntax: here = here(sem, key, klen)
 -- Every live holder of key is this process, and they fill the permits:
 -- a worker blocked in a phase that cannot yield would wait for itself.
-local HOLDERS_MAX = 64
-
 function sem_backend.here(sem, key, klen)
     local n = reclaim(sem.zone, key, klen)
     if not n or n < sem.permits then
         return false
     end
-    local rc, count, list = slots.group_holders(sem.zone, SEMAPHORE, key,
-                                                klen, HOLDERS_MAX)
-    if rc ~= OK then
+    -- (all of them: more than a batch too)
+    local list, count = zone_backend.group_tickets(sem.zone, SEMAPHORE, key,
+                                                   klen)
+    if not list then
+        return false
+    end
+    -- The count and the listing are two looks: a holder of another
+    -- process may have released in between, leaving only ours listed but
+    -- a permit free (then the next try takes it: not a wait on ourselves).
+    if count < sem.permits then
         return false
     end
     local me = self_pid()
@@ -347,7 +374,7 @@ function sem_backend.here(sem, key, klen)
             return false
         end
     end
-    return count > 0
+    return true
 end
 
 -- syntax: elapsed, err = block(sem, key, klen, w, exp_ms, timeout, step,
@@ -425,6 +452,7 @@ end
 
 -- syntax: elapsed, err = sem:acquire(key, timeout?)
 function _M.acquire(self, key, timeout)
+    check_self(self)
     if held(self.permit) then
         return nil, "locked"
     end
@@ -473,6 +501,7 @@ end
 
 -- syntax: ok, err = sem:release()
 function _M.release(self)
+    check_self(self)
     local cd = held(self.permit)
     if not cd then
         return nil, "unlocked"
@@ -493,6 +522,7 @@ end
 
 -- syntax: ok, err = sem:expire(seconds?)
 function _M.expire(self, seconds)
+    check_self(self)
     if seconds == nil then
         seconds = self.exptime
     else
@@ -507,6 +537,10 @@ function _M.expire(self, seconds)
         return true
     end
     if rc == NOT_FOUND then
+        -- the lease ran out: the permit is gone, and the object holds
+        -- nothing any more (as the lock's expire): owned() is false, and
+        -- acquire() may take a permit again
+        permit.drop(cd)
         return nil, "expired"
     end
     return nil, errors[rc]
@@ -516,6 +550,7 @@ end
 -- The permits of key held now (dead holders and expired leases dropped
 -- first).
 function _M.count(self, key)
+    check_self(self)
     local err
     key, err = key_check(key)
     if not key then
@@ -528,17 +563,16 @@ end
 -- What holds the permits of key, read without changing anything
 -- (docs/semaphore.md): { count, holders = { { pid, alive, ttl }, ... },
 -- marked = { pid, alive, deadline, waited } or nil, waiters }; nil, "not
--- locked"; nil, "dictionary not found"; the key's errors.
+-- locked"; new()'s errors ("dictionary not found: ..."); the key's errors.
 function _M.inspect(a, b, c)
     local dict_name, key = a, b
     if a == _M then
         dict_name, key = b, c
     end
-    local dict = find(dict_name)
+    local dict, err = find(dict_name)
     if not dict then
-        return nil, "dictionary not found"
+        return nil, err
     end
-    local err
     key, err = key_check(key)
     if not key then
         return nil, err
@@ -549,6 +583,7 @@ end
 -- syntax: holding = sem:owned()
 -- Whether this object holds a permit (false in a forked child).
 function _M.owned(self)
+    check_self(self)
     return held(self.permit) ~= nil
 end
 

@@ -11,6 +11,8 @@
 local core = require "resty.shmlock.internal.core"
 local store = require "resty.shmlock.cache.store"
 local stats = require "resty.shmlock.cache.stats"
+local fleet = require "resty.shmlock.cache.fleet"
+local fleet_log = require "resty.shmlock.cache.fleet_log"
 local resty_lock = require "resty.shmlock"
 local nginx = require "resty.shmlock.internal.nginx"
 local options = require "resty.shmlock.internal.options"
@@ -34,6 +36,8 @@ local put = store.put
 local gen_read = store.gen_read
 local slot_of = store.slot_of
 local extra_ttl = store.extra_ttl
+local fleet_load = fleet.load
+local fleet_recheck = fleet_log.recheck
 
 local _M = {}
 
@@ -112,6 +116,13 @@ local function loaded(ok, value, err, ttl, neg_ttl, lttl)
     return value, nil, value == nil and neg_ttl or ttl
 end
 
+-- the loader's call, counted: value, err, ttl (as loaded's)
+local function call_loader(self, ttl, neg_ttl, loader, ...)
+    count(self, "loads")
+    local ok, lvalue, lerr, lttl = pcall(loader, ...)
+    return loaded(ok, lvalue, lerr, ttl, neg_ttl, lttl)
+end
+
 -- Inside nginx, a miss that finds the key being loaded must not wait for
 -- the lock alone: every waiter would then take the lock in turn just to
 -- find the value.  It waits for the lock or the value, whichever comes
@@ -149,32 +160,53 @@ local function poll_lock(self, lock, lkey, key, vkey)
     end, tonumber(lock.timeout) or 5)
 end
 
--- With the key's lock held: calls the loader, stores its value and
--- releases the lock.  value, nil, 3; or, when the loader failed, with
--- keep_stale (a refresh: the stale value stays as it is) nil, err; else
--- the resurrected value, nil, 4 (resurrect_ttl) or nil, err.
+-- With the key's lock held: calls the loader (with opts.redis, the fleet
+-- tier: Redis's value, or the loader under the fleet's single flight),
+-- stores its value and releases the lock.  value, nil, 3 (5: the value
+-- came from Redis); or, when the loader failed, with keep_stale (a
+-- refresh: the stale value stays as it is) nil, err; else the
+-- resurrected value, nil, 4 (resurrect_ttl) or nil, err.
 local function run_loader(self, key, vkey, lock, ttl, neg_ttl, resurrect_ttl,
                           stale_ttl, keep_stale, loader, ...)
-    count(self, "loads")
     -- what a set, delete or purge from now on must find changed
     local gen = gen_read(self, slot_of(vkey))
-    local ok, lvalue, lerr, lttl = pcall(loader, ...)
-    local value, err, vttl = loaded(ok, lvalue, lerr, ttl, neg_ttl, lttl)
+    local value, err, vttl, level, refused, waited_out, mark
+    if self.fleet then
+        value, err, vttl, level, refused, waited_out, mark =
+            fleet_load(self, key, ttl, neg_ttl, call_loader, loader, ...)
+    else
+        value, err, vttl = call_loader(self, ttl, neg_ttl, loader, ...)
+        level = 3
+    end
+    if level == 5 then
+        count(self, "hits_fleet")
+    end
     if err == nil then
-        local bad
+        if refused then
+            -- another host's change came first: the value is the
+            -- caller's, not the cache's
+            lock:unlock()
+            return value, nil, level
+        end
+        local ok, bad
         ok, err, bad = put(self, key, vkey, value, vttl,
                            extra_ttl(stale_ttl, resurrect_ttl), gen)
         -- false: a change began while the loader ran; its value is the
         -- caller's, not the cache's
         if ok or ok == false then
+            if ok and mark then
+                fleet_recheck(self, vkey, mark)
+            end
             lock:unlock()
-            return value, nil, 3
+            return value, nil, level
         end
         if bad then
             err = "loader returned a value that cannot be cached: " .. err
         end
     end
-    count(self, "loader_errors")
+    if not waited_out then
+        count(self, "loader_errors")
+    end
 
     local found
     if not keep_stale then

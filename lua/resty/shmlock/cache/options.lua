@@ -24,6 +24,8 @@ local DEFAULT_L1_SIZE = 1000
 local OPTIONS = {
     dict = true, lock_dict = true, lock_opts = true, lock = true, ttl = true,
     neg_ttl = true, resurrect_ttl = true, stale_ttl = true, l1_size = true,
+    -- the fleet tier (checked by resty.shmlock.cache.fleet)
+    redis = true, fleet_lag = true, redis_timeout = true,
 }
 
 -- lua-resty-mlcache's options of new() that are not ours: what to use

@@ -21,15 +21,36 @@ local _M = {}
 local COUNTERS = { "hits_l1", "hits_l2", "misses", "loads", "loader_errors",
                    "lock_waits", "stale", "refreshes" }
 _M.COUNTERS = COUNTERS     -- (shmlock stat shows them in this order)
+-- and those of a cache with opts.redis (resty.shmlock.cache.fleet)
+local FLEET_COUNTERS = { "hits_fleet", "fleet_waits", "redis_errors",
+                         "demotions", "log_reads", "host_only" }
+_M.FLEET_COUNTERS = FLEET_COUNTERS
 local STATS_FLUSH = 1000   -- ms
 
 local ngx = nginx.api()
 
--- syntax: counts = stats.new(): every counter at 0
-function _M.new()
+-- the counters of a cache: COUNTERS, and FLEET_COUNTERS with a fleet tier
+local function names(self)
+    return self.fleet and self.fleet.counters or COUNTERS
+end
+
+-- syntax: counts = stats.new(fleet?): every counter at 0 (fleet: the
+-- cache has a fleet tier)
+function _M.new(fleet)
     local t = {}
     for i = 1, #COUNTERS do
         t[COUNTERS[i]] = 0
+    end
+    if fleet then
+        local all = {}
+        for i = 1, #COUNTERS do
+            all[i] = COUNTERS[i]
+        end
+        for i = 1, #FLEET_COUNTERS do
+            t[FLEET_COUNTERS[i]] = 0
+            all[#COUNTERS + i] = FLEET_COUNTERS[i]
+        end
+        fleet.counters = all
     end
     return t
 end
@@ -55,8 +76,9 @@ local function adopt_counts(self)
     if self.counts_pid ~= pid then
         self.counts_pid = pid
         local counts = self.counts
-        for i = 1, #COUNTERS do
-            counts[COUNTERS[i]] = 0
+        local list = names(self)
+        for i = 1, #list do
+            counts[list[i]] = 0
         end
         self.l1_hits[0] = 0
     end
@@ -73,8 +95,9 @@ local function flush(self)
     -- the L1 hits are counted in their own field (the hit's one store)
     counts.hits_l1 = counts.hits_l1 + self.l1_hits[0]
     self.l1_hits[0] = 0
-    for i = 1, #COUNTERS do
-        local name = COUNTERS[i]
+    local list = names(self)
+    for i = 1, #list do
+        local name = list[i]
         local n = counts[name]
         if n ~= 0 then
             local ok, ierr = dict:incr(prefix .. name, n, 0)
@@ -140,8 +163,9 @@ function _M.read(self)
     flush(self)
     local dict, prefix = self.dict, self.stats_prefix
     local res = {}
-    for i = 1, #COUNTERS do
-        local name = COUNTERS[i]
+    local list = names(self)
+    for i = 1, #list do
+        local name = list[i]
         local n, err = dict:get(prefix .. name)
         if err then
             return nil, err

@@ -2,8 +2,10 @@
 -- the caches (resty.shmlock.cache) that keep their L2 in a zone.  A cache
 -- named N keeps key K's entry under "N:K" (its encoding: cache.lua's
 -- codec, read through cache.decode_entry) and its counters under
--- "N#stats:<counter>" (cache.COUNTERS, what c:stats() returns); cache
--- names are zone names, so they hold no ':' or '#'.
+-- "N#stats:<counter>" (cache.COUNTERS, what c:stats() returns), and with
+-- a fleet tier its host's view of Redis under "N#fleet:..."
+-- (resty.shmlock.cache.fleet_log); cache names are zone names, so they
+-- hold no ':' or '#'.
 
 local cache = require "resty.shmlock.cache"
 local clock = require "resty.shmlock.internal.clock"
@@ -130,6 +132,15 @@ function _M.stats(dict, keys)
         sort(extra)
         for _, c in ipairs(extra) do
             fields[#fields + 1] = { "  " .. c, counts[c] }
+        end
+        -- a cache with a fleet tier (opts.redis): its host's view of Redis
+        local read_at = dict:get(name .. "#fleet:read")
+        if type(read_at) == "number" then
+            counts.log_age = (clock.now_ms() - read_at) / 1000
+            counts.redis_down = dict:get(name .. "#fleet:down") and 1 or 0
+            fields[#fields + 1] = { "  log_age",
+                                    format("%.3fs", counts.log_age) }
+            fields[#fields + 1] = { "  redis_down", counts.redis_down }
         end
         sections[i] = format("cache %s\n", name) .. output.fields(fields)
     end

@@ -23,6 +23,8 @@ local NAMES = {
     "KEEP_TTL", "KEY_MAX", "MIN_SIZE", "GEN_WORDS", "LAYOUT",
     -- holder groups: their kinds, the holders of a key at most
     "SEMAPHORE", "SHARED", "GROUP_MAX",
+    -- the kinds of a listed lock slot (shmlock_slot_scan)
+    "SLOT_LOCK", "SLOT_SHARED", "SLOT_PERMIT", "SLOT_SEMAPHORE",
 }
 
 -- Run once, when the module loads: not worth a trace.  Under the FFI a

@@ -22,9 +22,9 @@ local proc_alive = core.proc_alive
 local C = slots.C
 local tonumber = tonumber
 local min = math.min
-local byte = string.byte
 local sub = string.sub
 local ipairs = ipairs
+local is_head = slots.is_head
 local now_ms = clock.now_ms
 local state = zone_backend.state
 local NEVER = zone_backend.NEVER
@@ -40,9 +40,6 @@ local TRIES = 8
 
 -- slots read per step of a listing
 local STEP = 64
-
--- the pid field of a shared holds' head (src/group.h): no process
-local HEAD_PID = 0xffffffff
 
 
 -- { pid, alive, deadline, waited } of the starving waiter marked on the
@@ -66,8 +63,8 @@ end
 -- syntax: info, err = inspect.ticket(zone, tk)
 -- The lock in the state of ticket tk (a look's or a listing's): the table
 -- documented in docs/lock.md (inspect), or nil, "not locked" (free or
--- expired).  A shared holds' head gives pid 0xffffffff (no process):
--- inspect.key lists its holders instead.
+-- expired).  A shared holds' head gives a pid no process has
+-- (slots.is_head): inspect.key lists its holders instead.
 local function of_ticket(zone, tk)
     local pid, id, expiry, is_marked = state(tk)
     if pid == 0 and id == 0 then
@@ -151,7 +148,7 @@ function _M.key(dict, key, zone)
     if not info then
         return nil, err
     end
-    if info.pid ~= HEAD_PID then
+    if not is_head(info.pid) then
         info.kind = "lock"
         return info
     end
@@ -216,24 +213,14 @@ function _M.semaphore(zone, key)
 end
 
 
--- a slot's key: the key of a lock, or of a semaphore's permit or a shared
--- hold (src/group.h: "\0", 's' or 'r', two bytes of index, the key; the
--- group's head, index 0xffff, counts holders and is no holder itself)
-local KINDS = { s = "semaphore", r = "shared" }
-
-local function key_of(raw, len)
-    if byte(raw, 1) ~= 0 or len < 4 then
-        return "lock", raw, len
-    end
-    local kind = KINDS[sub(raw, 2, 2)]
-    if not kind then
-        return "lock", raw, len
-    end
-    if byte(raw, 3) == 255 and byte(raw, 4) == 255 then
-        return nil      -- the head
-    end
-    return kind, sub(raw, 5), len - 4
-end
+-- a listed slot's kind, as the slot itself says (shmlock_slot_scan: the
+-- key is the user's whatever its bytes, a record's index left out); a
+-- semaphore's head counts permits and is no holder itself: nil
+local KINDS = {
+    [codes.SLOT_LOCK] = "lock",
+    [codes.SLOT_SHARED] = "shared",
+    [codes.SLOT_PERMIT] = "semaphore",
+}
 
 
 -- The head (of the list heads) of a shared hold's key, by its full
@@ -268,9 +255,9 @@ function _M.locks(zone)
         end
         for i = 1, #step do
             local slot = step[i]
-            local kind, key, len = key_of(slot.key, slot.key_len)
+            local kind, key, len = KINDS[slot.kind], slot.key, slot.key_len
             local info = kind and of_ticket(zone, slot.ticket)
-            if info and info.pid == HEAD_PID then
+            if info and is_head(info.pid) then
                 -- a shared holds' head is no holder: its mark and waiters
                 -- go to the key's shared holders, listed one by one
                 info.key, info.key_len = key, len

@@ -5,8 +5,9 @@
 -- (src/group.h draws them; the ABI: shmlock_group_* in src/shmlock.h):
 -- one record slot per reader, counted by a head that is the key's own
 -- lock slot, so that the exclusive lock (resty.shmlock.lock.zone) and the
--- readers each find the other held.  Any number of readers; none while an
--- exclusive holder holds; an exclusive waiter that marks the slot
+-- readers each find the other held.  As many readers as the key's shard
+-- has slots for (then "no memory", at once); none while an exclusive
+-- holder holds; an exclusive waiter that marks the slot
 -- (zone.lua's starvation mode) keeps new readers out, and the last reader
 -- out hands the key to it.  Readers never mark: a stream of writers may
 -- keep a reader waiting (to its timeout), never the other way round.
@@ -86,19 +87,14 @@ local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
 local EXISTS = codes.EXISTS
 local TIMEOUT = codes.TIMEOUT
-local AGAIN = codes.AGAIN
 local KEEP_TTL = codes.KEEP_TTL
 local SHARED = codes.SHARED
-local GROUP_MAX = codes.GROUP_MAX
 local ACQUIRED = zone_backend.ACQUIRED
 local BUSY = zone_backend.BUSY
 local FAILED = zone_backend.FAILED
 
 -- a waiter sleeps at most this long between looks for dead holders
 local CHECK_EVERY_US = 100000
-
--- holders' tickets read at a time (more: again, with room for them all)
-local HOLDERS_BATCH = 64
 
 local _M = {}
 
@@ -196,9 +192,13 @@ end
 
 
 -- syntax: here = shared.here(zone, key, klen)
--- Whether key is held exclusive by this very process (a blocking wait
--- for it would wait for itself).
-_M.here = zone_backend.here
+-- Whether a shared waiter for key would wait for this very process (a
+-- blocking wait could never end): key held exclusive by it, or a writer
+-- that keeps readers out waits for a shared hold of it (zone.here).
+local zone_here = zone_backend.here
+function _M.here(zone, key, klen)
+    return zone_here(zone, key, klen, true)
+end
 
 
 -- syntax: ident = shared.ident(cd)
@@ -345,19 +345,11 @@ end
 
 -- the tickets of key's shared holders now (a list), and how many; nil, err
 local function tickets(zone, key, klen)
-    local n = HOLDERS_BATCH
-    while true do
-        local rc, count, list = slots.group_holders(zone, SHARED, key, klen, n)
-        if rc == OK then
-            return list, count
-        end
-        if rc ~= AGAIN or n >= GROUP_MAX then
-            return nil, errors[rc]
-        end
-        -- more holders than the batch: again, with room for them all
-        -- (bounded: a key has at most GROUP_MAX holders)
-        n = min(count + 16, GROUP_MAX)
+    local list, n = zone_backend.group_tickets(zone, SHARED, key, klen)
+    if not list then
+        return nil, errors[n]
     end
+    return list, n
 end
 
 

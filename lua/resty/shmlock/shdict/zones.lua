@@ -5,6 +5,7 @@
 -- module whose dicts have those methods (the binding's: FFI or C module).
 
 local core = require "resty.shmlock.internal.core"
+local nginx = require "resty.shmlock.internal.nginx"
 local version = require "resty.shmlock.version"
 local codes = require "resty.shmlock.internal.codes"
 local check_key = require("resty.shmlock.internal.key").check
@@ -33,6 +34,10 @@ local UNSAFE_MODE = codes.UNSAFE_MODE
 
 -- errno values of Linux, for messages
 local EPERM, EACCES = 1, 13
+
+-- the file type bit the core sets in file_mode when what it tells of is
+-- the zone directory (shmlock_open_t in src/shmlock.h)
+local S_IFDIR = 16384                                     -- 0040000
 
 -- open() errors that refuse a file found under the zone's name, or where
 -- the system said no: logged (error) as well as returned
@@ -226,8 +231,73 @@ local function hand_over_to(ngx)
     return hand_to[1], hand_to[2]
 end
 
--- the message for a zone file open() refused, naming the cause
-local function refusal(rc, o, name, path)
+-- this process's effective uid (the second field of /proc/self/status's
+-- Uid line, readable under every binding), or nil
+local function euid()
+    local f = io.open("/proc/self/status", "r")
+    if not f then
+        return nil
+    end
+    local status = f:read("*a")
+    f:close()
+    return tonumber(status:match("\nUid:%s+%d+%s+(%d+)"))
+end
+
+-- " --dir DIR" for a shmlock command on a zone of dir, unless dir is
+-- /dev/shm (the operator's shell may not have this process's
+-- $SHMLOCK_DIR)
+local function dir_option(dir)
+    if dir == "/dev/shm" then
+        return ""
+    end
+    return " --dir " .. dir
+end
+
+-- how to get rid of a zone file of `uid` left from an earlier setup: the
+-- file is never used by another user, so nothing else makes it go
+local function leftover_hint(uid, name, dir)
+    return "; a file left from an earlier setup (nginx's user changed, "
+           .. "say) goes with `shmlock" .. dir_option(dir) .. " destroy "
+           .. name .. "` run as root or " .. user_name(uid)
+           .. ", and the next open makes the zone anew"
+end
+
+-- how to destroy zone `name` of directory `dir`, from the shell and Lua
+local function destroy_hint(name, dir)
+    if dir == "/dev/shm" then
+        return str_format('shmlock destroy %s, or shdict.destroy("%s")',
+                          name, name)
+    end
+    return str_format('shmlock --dir %s destroy %s, or shdict.destroy("%s", '
+                      .. '{ dir = "%s" })', dir, name, name, dir)
+end
+
+-- why this process may not create (or look at) a zone file in dir, whose
+-- owner, group and mode the core found (o), and how to change that
+local function directory_refusal(o, dir)
+    local uid = euid()
+    local who = uid and (user_name(uid) == "uid " .. uid and "uid " .. uid
+                         or "uid " .. uid .. " (" .. user_name(uid) .. ")")
+                or "this process's user"
+    local msg = "the directory " .. dir .. " (owner "
+                .. user_name(tonumber(o.file_uid)) .. ", group "
+                .. group_name(tonumber(o.file_gid)) .. ", mode "
+                .. octal(band(tonumber(o.file_mode), 4095))
+                .. ") does not let " .. who .. " create files in it: "
+    if nginx.api() then
+        msg = msg .. "open the zone in init_by_lua* (nginx's master makes "
+              .. "it there and hands it to the workers' user), "
+    else
+        msg = msg .. "run as a user who may write there, "
+    end
+    return msg .. "make the directory writable for this user (chmod 1777 "
+           .. dir .. ", the mode /dev/shm has), or use a directory it may "
+           .. "write ($SHMLOCK_DIR, or opts.dir)"
+end
+
+-- the message for a zone file open() refused, naming the cause; dir: the
+-- zone directory, path: the zone file's path
+local function refusal(rc, o, name, dir, path)
     if rc == INCOMPATIBLE then
         local layout = tonumber(o.file_layout)
         if layout == 0 then
@@ -236,8 +306,8 @@ local function refusal(rc, o, name, path)
             return str_format("incompatible zone: %s is a zone of layout %d, "
                               .. "made by another version of lua-resty-"
                               .. "shmlock (this one reads layout %d): "
-                              .. "destroy it to make it anew", path, layout,
-                              LAYOUT)
+                              .. "destroy it to make it anew (%s)", path,
+                              layout, LAYOUT, destroy_hint(name, dir))
         end
         return "incompatible zone: " .. path .. " has a header that does "
                .. "not match the file (truncated, or changed by another "
@@ -247,6 +317,7 @@ local function refusal(rc, o, name, path)
         return "zone file owned by another user (uid "
                .. tostring(tonumber(o.file_uid)) .. ")"
                .. owner_hint(tonumber(o.file_uid))
+               .. leftover_hint(tonumber(o.file_uid), name, dir)
     end
     if rc == UNSAFE_MODE then
         local mode = tonumber(o.file_mode)
@@ -259,6 +330,10 @@ local function refusal(rc, o, name, path)
     if rc == SYSTEM then
         local errno = o.errno
         local msg = "failed to open zone \"" .. name .. "\": "
+        if errno == EACCES and tonumber(o.file_mode) >= S_IFDIR then
+            return msg .. "permission denied opening zone file " .. path
+                   .. ": " .. directory_refusal(o, dir)
+        end
         if errno == EACCES then
             msg = msg .. "permission denied opening zone file " .. path
             if o.file_mode ~= 0 then
@@ -361,8 +436,12 @@ function _M.open(name, opts)
     if why then
         error('bad "opts.mode" argument: ' .. why, 2)
     end
+    -- (a NUL byte would cut the name getgrnam sees: "adm\0x" would trust
+    -- group adm)
     local group = opts and opts.group
-    if group ~= nil and not (type(group) == "string" and group ~= "")
+    if group ~= nil
+       and not (type(group) == "string" and group ~= ""
+                and not group:find("\0", 1, true))
        and not (type(group) == "number" and group % 1 == 0 and group >= 0
                 and group < 2 ^ 32)
     then
@@ -413,7 +492,7 @@ function _M.open(name, opts)
         group = gid, owner_uid = owner_uid, owner_gid = owner_gid,
     }
     if not zone then
-        local err = refusal(rc, o, name, path_of(dir, name))
+        local err = refusal(rc, o, name, directory(dir), path_of(dir, name))
         -- once per name and cause (a lock name refused at every request
         -- would fill error.log with the same line)
         if REFUSED[rc] and refused[id] ~= err then

@@ -38,7 +38,10 @@ local function load()
           .. "LUA_PATH='<checkout>/lua/?.lua;;'; or install the rock for "
           .. "this Lua: `luarocks --lua-version=" .. VERSION .. " make` (in "
           .. "the checkout) or `luarocks --lua-version=" .. VERSION
-          .. " install lua-resty-shmlock`; tried: " .. tried, 0)
+          .. " install lua-resty-shmlock`, with this Lua's paths: `eval "
+          .. "\"$(luarocks --lua-version=" .. VERSION .. " path)\"` (a "
+          .. "bare `luarocks path` gives those of LuaRocks' default Lua); "
+          .. "tried: " .. tried, 0)
 end
 
 local mod = load()

@@ -43,6 +43,14 @@ local _M = {
 }
 
 
+-- a holder group's head: its pid field (resty.shmlock.lock.slots.ffi)
+local HEAD_PID = 0xffff0000
+
+function _M.is_head(pid)
+    return pid >= HEAD_PID
+end
+
+
 function _M.owner(tk)
     local pid, id = ticket_state(tk)
     return pid, id

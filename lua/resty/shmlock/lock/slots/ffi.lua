@@ -28,7 +28,10 @@
 --     rc = swap_to_mark(zone, seen, m, out)             a handoff to m
 --     rc = swap_to(zone, seen, id, exp_ms, out)         to our waiter id
 --     rc = place_mark(zone, seen, id, ask, since, till, out)
---     rc, next, list = scan(zone, cursor, max)  { ticket, key, key_len }
+--     rc, next, list = scan(zone, cursor, max)  { ticket, key, key_len,
+--         kind (the slot's: codes.SLOT_LOCK ...), index (a record's) }
+--     head = is_head(pid)         a ticket's pid field is a holder group's
+--                                 head (src/group.h), no process's
 --     rc, count = group_reclaim(zone, kind, key, klen)   the holders left
 --     rc, count, list = group_holders(zone, kind, key, klen, max)
 --         at most max holders' tickets (list: 1 .. at most max); count:
@@ -81,6 +84,16 @@ local _M = {
 local want = ffi_new(mark_t)            -- a mark we place
 local probe = ffi_new(ticket_t)         -- a starver, to ask if it lives
 local count_out = ffi_new("uint32_t[1]")
+
+
+-- A holder group's head (src/group.h) has the top 16 bits of its owner
+-- set: its pid field is at least this, which no process's is (Linux pids
+-- are below 2^22).
+local HEAD_PID = 0xffff0000
+
+function _M.is_head(pid)
+    return pid >= HEAD_PID
+end
 
 
 function _M.ticket()
@@ -194,7 +207,9 @@ function _M.scan(zone, cursor, max)
             ffi_copy(tk, out[i].ticket, TICKET_SIZE)
             list[i + 1] = { ticket = tk,
                             key = ffi_str(out[i].key, out[i].shown),
-                            key_len = tonumber(out[i].key_len) }
+                            key_len = tonumber(out[i].key_len),
+                            kind = tonumber(out[i].kind),
+                            index = tonumber(out[i].index) }
         end
     end
     return rc, tonumber(next_at[0]), list
