@@ -1015,6 +1015,11 @@ describe("resty.shmlock.cache", function()
                 end
                 local redis_lock = require "resty.shmlock.redis"
                 local server = server_helper.start()
+                -- the lock's host zone (shmlock_redis) in this block's
+                -- directory, not the machine's default one, which other
+                -- checkouts' runs share (one of another layout was there)
+                local old = os.getenv("SHMLOCK_DIR")
+                assert.equal(0, ffi.C.setenv("SHMLOCK_DIR", dir, 1))
                 local finished, err = pcall(function()
                     local client = server:client()
                     local c = new_cache({ lock = function()
@@ -1033,6 +1038,11 @@ describe("resty.shmlock.cache", function()
                     assert.equal(0, probe:lock(lock_key(c, "k")))
                     probe:unlock()
                 end)
+                if old then
+                    ffi.C.setenv("SHMLOCK_DIR", old, 1)
+                else
+                    ffi.C.unsetenv("SHMLOCK_DIR")
+                end
                 server:destroy()
                 assert(finished, err)
             end)
