@@ -534,6 +534,11 @@ local function round_ctx(lane, id, who)
     }
 end
 
+-- How long a victim keeps trying for the key before it reports that it
+-- never took it: contention and the machine's load delay it, only a lock
+-- that never frees stops it.
+local VICTIM_LIFE = 90
+
 -- The victim: a round on key, killed between its counter write and its
 -- tally write while it holds every shard mutex of the zone.
 local function spawn_victim(zi, key)
@@ -553,23 +558,25 @@ local function spawn_victim(zi, key)
             end
         end
         local lock = assert(resty_lock:new(d, { timeout = 2 }))
-        for _ = 1, 10 do
+        local give_up = now_us() + VICTIM_LIFE * 1e6
+        repeat
             local r = round.enter(ctx, d, lock, key)
             if r then
                 round.leave(ctx, r)
             end
-        end
-        error("never took L:" .. key)
+        until now_us() > give_up
+        error("never took L:" .. key .. " in " .. VICTIM_LIFE .. " s")
     end, nil, who)
     held:close_write()
     running[pid] = { pid = pid, kind = "victim", who = who,
                      base = VICTIM_LANE, lanes = 1, started = now_us() }
     S.victims = S.victims + 1
-    -- (its life is bounded: 10 lock() calls of 2 s at most, then it
+    -- (its life is bounded: lock() calls of 2 s for VICTIM_LIFE, then it
     -- errors out; under AddressSanitizer with every scenario running, the
-    -- key's contention has kept it from the lock past 5 s: wait its whole
-    -- life, so that only a victim that really never gets there is a hang)
-    local ok = held:await(25)
+    -- key's contention has kept it from the lock past 5 s, and on a loaded
+    -- 2-core machine past 20 s: wait its whole life, so that only a victim
+    -- that really never gets there is a hang)
+    local ok = held:await(VICTIM_LIFE + 5)
     held:close()
     return pid, ok
 end
