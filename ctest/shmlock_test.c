@@ -1286,41 +1286,137 @@ test_slot_calls(shmlock_zone_t *z)
     verify(z);
 }
 
+/* Locks of keys prefix0, prefix1, ... until NO_MEMORY: how many; *first
+ * the first one's ticket. */
+static int
+locks_until_full(shmlock_zone_t *z, const char *prefix, int most,
+    shmlock_ticket_t *first)
+{
+    shmlock_ticket_t  t;
+    char              key[32];
+    int               i, rc;
+
+    for (i = 0; ; i++) {
+        CHECK(i <= most);
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        rc = shmlock_slot_acquire(z, KEY(key), 1, 0, 0, &t);
+        if (rc == SHMLOCK_NO_MEMORY) {
+            return i;
+        }
+        CHECK_RC(rc, SHMLOCK_OK);
+        if (i == 0) {
+            *first = t;
+        }
+    }
+}
+
 /*
- * A shard whose slots are all held answers NO_MEMORY; a slot released
- * is reclaimed for another key.  In a zone of one shard.
+ * Locks past the floor of a shard's slots spill into its chunks, two
+ * each (zone layout 11, issue 34): a shard answers NO_MEMORY only when
+ * its floor is full and no chunk is left, free or a `set` entry's to
+ * evict; live `add` entries are never evicted for a lock.  A slot released
+ * is reclaimed for another key, a spilled one's chunks given back at
+ * once.  In zones of one shard.
  */
 static void
 test_slots_full(void)
 {
     shmlock_zone_t   *z = open_zone("slots", SHMLOCK_MIN_SIZE);
-    shmlock_ticket_t  t, first;
-    shmlock_stats_t   st;
-    char              key[32];
-    int               i, rc;
+    shmlock_ticket_t  t, first, spilled;
+    shmlock_stats_t   st, st2;
+    shmlock_value_t   v;
+    char              key[32], val[200];
+    uint64_t          floor, chunks;
+    int               i, n, rc, forcible;
 
     CHECK_RC(shmlock_dict_stats(z, -1, &st), SHMLOCK_OK);
-    for (i = 0; ; i++) {
-        CHECK(i <= (int) st.slots);
-        snprintf(key, sizeof(key), "full%d", i);
-        rc = shmlock_slot_acquire(z, KEY(key), 1, 0, 0, &t);
-        if (rc == SHMLOCK_NO_MEMORY) {
-            break;
-        }
-        CHECK_RC(rc, SHMLOCK_OK);
-        if (i == 0) {
-            first = t;
-        }
-    }
-    /* 7/8 of the slots: probes stay short */
-    CHECK(i == (int) (st.slots - st.slots / 8));
+    floor = st.slots;
+    chunks = st.free_space / 64;
+    n = locks_until_full(z, "full", (int) (floor + chunks), &first);
+    /* 7/8 of the floor (probes stay short), then a pair of chunks each */
+    CHECK(n == (int) (floor - floor / 8 + chunks / 2));
+    CHECK_RC(shmlock_dict_stats(z, -1, &st2), SHMLOCK_OK);
+    CHECK(st2.slots == floor + chunks / 2 && st2.slots_used == (uint64_t) n
+          && st2.free_space < 128);
     verify(z);
+    /* the dictionary has no room left either */
+    memset(&v, 0, sizeof(v));
+    v.type = SHMLOCK_TSTRING;
+    v.str = val;
+    v.len = 40;                             /* two chunks with its key */
+    memset(val, 'v', sizeof(val));
+    CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, KEY("val"), &v, 0,
+                                &forcible), SHMLOCK_NO_MEMORY);
+    /* a floor slot released: reclaimed for a new key once no chunk is
+     * left */
     CHECK_RC(shmlock_slot_release(z, &first), SHMLOCK_OK);
     CHECK_RC(shmlock_slot_acquire(z, KEY("one more"), 1, 0, 0, &t),
              SHMLOCK_OK);
     CHECK_RC(shmlock_slot_look(z, KEY("full0"), &t), SHMLOCK_NOT_FOUND);
     CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
              SHMLOCK_NO_MEMORY);
+    /* a spilled one released: its chunks are back at once, for a lock or
+     * for the dictionary */
+    snprintf(key, sizeof(key), "full%d", n - 1);
+    CHECK_RC(shmlock_slot_look(z, KEY(key), &spilled), SHMLOCK_OK);
+    CHECK(spilled.slot & 0x80000000u);
+    CHECK_RC(shmlock_slot_release(z, &spilled), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &spilled), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_look(z, KEY(key), &t), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_dict_stats(z, -1, &st2), SHMLOCK_OK);
+    CHECK(st2.free_space >= 128);
+    /* (an `add` entry: a lock takes a `set` entry's chunks, not an
+     * add's) */
+    CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_ADD, KEY("val"), &v, 0,
+                                &forcible), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
+             SHMLOCK_NO_MEMORY);
+    v.type = SHMLOCK_TNIL;                  /* a delete */
+    CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, KEY("val"), &v, 0,
+                                &forcible), SHMLOCK_OK);
+    v.type = SHMLOCK_TSTRING;
+    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
+             SHMLOCK_OK);
+    verify(z);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("slots")), SHMLOCK_OK);
+
+    /* a dictionary full of `set` entries: every lock still fits, the
+     * entries evicted for them */
+    z = open_zone("slots", SHMLOCK_MIN_SIZE);
+    for (i = 0; ; i++) {
+        CHECK(i < 100000);
+        snprintf(key, sizeof(key), "set%d", i);
+        CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, KEY(key), &v, 0,
+                                    &forcible), SHMLOCK_OK);
+        if (forcible) {
+            break;
+        }
+    }
+    CHECK_RC(shmlock_dict_stats(z, -1, &st2), SHMLOCK_OK);
+    CHECK(st2.free_space < 256 && st2.entries > 10);
+    CHECK(locks_until_full(z, "lock", (int) (floor + chunks), &first)
+          == (int) (floor - floor / 8 + chunks / 2));
+    CHECK_RC(shmlock_dict_stats(z, -1, &st2), SHMLOCK_OK);
+    CHECK(st2.entries == 0 && st2.evictions > 10);
+    verify(z);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("slots")), SHMLOCK_OK);
+
+    /* full of `add` entries: only the floor's locks */
+    z = open_zone("slots", SHMLOCK_MIN_SIZE);
+    for (i = 0; ; i++) {
+        CHECK(i < 100000);
+        snprintf(key, sizeof(key), "add%d", i);
+        rc = shmlock_dict_store(z, SHMLOCK_OP_ADD, KEY(key), &v, 0,
+                                &forcible);
+        if (rc == SHMLOCK_NO_MEMORY) {
+            break;
+        }
+        CHECK_RC(rc, SHMLOCK_OK);
+    }
+    CHECK(locks_until_full(z, "lock", (int) (floor + chunks), &first)
+          == (int) (floor - floor / 8));
     verify(z);
     close_zone(z);
     CHECK_RC(shmlock_zone_destroy(dir, KEY("slots")), SHMLOCK_OK);
@@ -2418,14 +2514,15 @@ test_processes(shmlock_zone_t *z)
  */
 /*
  * Slot writes: keys' first slots (more keys than the zone's slots, so
- * reclaim and tombstones too), marks set and cleared, handoffs, releases;
- * 1 ms locks, so that a child killed holding one leaves nothing for long.
+ * reclaim and tombstones too), marks set and cleared, handoffs, releases,
+ * slots spilled into chunks (evicting) and given back; 1 ms locks, so
+ * that a child killed holding one leaves nothing for long.
  */
 static void
 crash_child_slots(shmlock_zone_t *z)
 {
     shmlock_mark_t    mk = { OWN(8), 0, 1, 0, 0 };
-    shmlock_ticket_t  t, m, u;
+    shmlock_ticket_t  t, m, u, held[60];
     char              key[16];
     int               i;
 
@@ -2448,6 +2545,29 @@ crash_child_slots(shmlock_zone_t *z)
             }
         }
         shmlock_slot_release(z, &t);
+    }
+    /* past the floor's room (14 of a 64 KiB zone's 16 slots), held at
+     * once: the last ones spill into chunks (layout 11), more than are
+     * free, evicting `set` entries of the full zone; a spilled one marked and handed off; all
+     * released, their chunks given back */
+    for (i = 0; i < 60; i++) {
+        snprintf(key, sizeof(key), "held%d", i);
+        if (shmlock_slot_acquire(z, KEY(key), 9, 1, 0, &held[i])
+            != SHMLOCK_OK)
+        {
+            held[i].owner = 0;
+        }
+    }
+    if (held[59].owner != 0
+        && shmlock_slot_mark(z, &held[59], &mk, &m) == SHMLOCK_OK
+        && shmlock_slot_swap(z, &m, OWN(8), 0, 0, 1, 0, &u) == SHMLOCK_OK)
+    {
+        held[59] = u;
+    }
+    for (i = 0; i < 60; i++) {
+        if (held[i].owner != 0) {
+            shmlock_slot_release(z, &held[i]);
+        }
     }
 }
 

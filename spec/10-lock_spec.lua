@@ -404,14 +404,20 @@ describe("resty.shmlock", function()
             end)
         end
 
-        it("returns 'no memory' when every lock slot of the key's shard "
-           .. "is held, and takes locks again once one is free", function()
+        it("returns 'no memory' when the key's shard has no room left (its "
+           .. "floor of lock slots held, no chunk to spill into), and takes "
+           .. "locks again once one is free", function()
             local small = assert(shdict.open("small" .. n, { size = "32k" }))
-            -- a full dictionary takes nothing from the locks
+            -- a dictionary full of add() entries: nothing to evict, every
+            -- chunk used; the floor of lock slots is the locks' own
             local i = 0
             repeat
                 i = i + 1
             until not small:add("fill" .. i, string.rep("x", 200))
+            repeat
+                i = i + 1
+            until not small:add("fill" .. i, "")
+            assert.equal(0, small:free_space())
             local held = {}
             local err
             for k = 1, 1000 do

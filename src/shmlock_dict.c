@@ -628,8 +628,9 @@ shmlock_dict_stats_add(shard_t *sh, shmlock_stats_t *out, int rc)
     out->sleeps += h->stats.sleeps;
     out->takeovers += __atomic_load_n(&h->mutex.takeovers, __ATOMIC_RELAXED);
     out->recoveries += h->dict.recoveries;
-    out->slots += (uint64_t) sh->slots.mask + 1;
-    out->slots_used += sh->slots.hdr->live;
+    out->slots += (uint64_t) sh->slots.mask + 1 + sh->slots.hdr->spilled;
+    out->slots_used += (uint64_t) sh->slots.hdr->live
+                       + sh->slots.hdr->spilled;
     return shard_unlock(sh, rc);
 }
 

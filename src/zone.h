@@ -69,7 +69,10 @@
  * at least ZONE_SLOTS_MIN.  Layout 10: a slot keeps its key's kind beside
  * the length (a lock's, or a holder group's record or head: slot.h,
  * group.h), no longer spelt in the key's bytes, and a group's head
- * counts 24 bits of holders, not 16.
+ * counts 24 bits of holders, not 16.  Layout 11: the slot table is a
+ * floor; keys past it spill into the shard's chunks, two each, chained
+ * from their home slot's mark record (slot.h, spill.h), and a ticket
+ * names its slot by an index of its shard (the shard is its hash's).
  *
  * The header starts with a magic string, the layout version and the size,
  * so a foreign, older or truncated file is refused rather than trusted;

@@ -48,7 +48,7 @@ typedef struct {
 ]]
 
 return {
-    LAYOUT = 10,
+    LAYOUT = 11,
     ZONE_HDR = "shmlock_spec_zone_hdr_t",
     SHARD_HDR = "shmlock_spec_shard_hdr_t",
     ENTRY = "shmlock_spec_entry_t",
