@@ -76,6 +76,9 @@ PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.1
 INST_LUADIR ?= $(PREFIX)/share/lua/5.1
 INST_BINDIR ?= $(PREFIX)/bin
+# the manual page, shmlock(1): where man finds it under PREFIX (luarocks
+# passes its rock's directory: see the rockspec)
+INST_MANDIR ?= $(PREFIX)/share/man/man1
 
 .PHONY: all lib clean install deps demo demo-fleet bench soak test test-lua \
         test-nginx test-asan test-valgrind test-slots test-groups test-every-lua test-install \
@@ -214,13 +217,21 @@ test:
 
 # Every Lua (docs/every-lua.md): spec/60 (run by test-lua too) starts
 # lua5.1 ... lua5.4 and LuaJIT on the modules and on one zone at once; then
-# every dictionary method, the cache, the lock and number keys under each
-# PUC Lua through its C module, under valgrind and with the module built with ASan
+# every dictionary method, the cache, the lock, the semaphore, shared
+# holds, number keys and the bad-argument sweep (every public function and
+# every function of the C module, wrong arguments) under each PUC Lua
+# through its C module, under valgrind and with the module built with ASan
 # and UBSan (the C API binding's memory: any report fails).
 ASAN_LUA_MODS = $(LUA_VERSIONS:%=build-asan/lua%/resty/shmlock/core.so)
 EVERY_LUA_SCRIPTS = spec/every_lua/dict.lua spec/every_lua/cache.lua \
                     spec/every_lua/lock.lua spec/every_lua/semaphore.lua \
-                    spec/every_lua/lock_shared.lua spec/every_lua/keys.lua
+                    spec/every_lua/lock_shared.lua spec/every_lua/keys.lua \
+                    spec/every_lua/sweep.lua
+# the sweep under valgrind makes one in VALGRIND_SAMPLE of its calls (a
+# different one per function; ASan's pass makes them all)
+VALGRIND_SAMPLE ?= 3
+# the call the bad-argument sweep (sweep.lua) was making when it died
+PROGRESS = sh -c 'tail -n 1 "$$0/progress" 2>/dev/null | sed "s/^/last call: /"'
 # (that the ASan build is the module loaded, not the checkout's)
 ASAN_PROBE = require "resty.shmlock.internal.core"; assert(io.open("/proc/self/maps"):read("*a"):find("build%-asan/lua"), "the ASan module did not load")
 
@@ -233,12 +244,14 @@ test-every-lua: all $(ASAN_LUA_MODS)
 	    for s in $(EVERY_LUA_SCRIPTS); do \
 	    dir=$$(mktemp -d /tmp/shmlock-everylua.XXXXXX); \
 	    echo "valgrind lua$$v $$s"; \
-	    LUA_PATH='$(CURDIR)/lua/?.lua;;' $(VALGRIND) lua$$v \
-	        $$s "$$dir" || { rm -rf "$$dir"; exit 1; }; \
+	    LUA_PATH='$(CURDIR)/lua/?.lua;;' SWEEP_SAMPLE=$(VALGRIND_SAMPLE) \
+	        $(VALGRIND) lua$$v $$s "$$dir" \
+	        || { $(PROGRESS) "$$dir"; rm -rf "$$dir"; exit 1; }; \
 	    echo "asan lua$$v $$s"; mkdir "$$dir/asan"; \
 	    LUA_PATH='$(CURDIR)/lua/?.lua;;' LD_PRELOAD='$(ASAN_RT)' \
 	        SHMLOCK_CORE='$(CURDIR)/build-asan/lua'$$v/resty/shmlock/core.so \
-	        $(ASAN_ENV) lua$$v $$s "$$dir/asan" || { rm -rf "$$dir"; exit 1; }; \
+	        $(ASAN_ENV) lua$$v $$s "$$dir/asan" \
+	        || { $(PROGRESS) "$$dir/asan"; rm -rf "$$dir"; exit 1; }; \
 	    rm -rf "$$dir"; \
 	    done; \
 	done
@@ -317,6 +330,8 @@ install: $(LIB) $(ROCK_MOD)
 	done
 	install -d '$(INST_BINDIR)'
 	install -m 0755 bin/shmlock '$(INST_BINDIR)/shmlock'
+	install -d '$(INST_MANDIR)'
+	install -m 0644 docs/shmlock.1 '$(INST_MANDIR)/shmlock.1'
 
 clean:
 	rm -rf build build-test build-asan $(LIB) $(TEST_LIB) $(ASAN_LIB)

@@ -66,15 +66,21 @@ build = {
       INST_LIBDIR = "$(LIBDIR)",
       INST_LUADIR = "$(LUADIR)",
       INST_CONFDIR = "$(CONFDIR)",
+      -- shmlock(1) stays in the rock's directory (LuaRocks deploys no
+      -- manual pages): man -l "$(luarocks show --rock-dir
+      -- lua-resty-shmlock)/share/man/man1/shmlock.1"
+      INST_MANDIR = "$(PREFIX)/share/man/man1",
    },
    -- The command, on PATH as `shmlock` (it finds the modules and the
    -- library of its tree next to itself: bin/shmlock).
    install = { bin = { shmlock = "bin/shmlock" } },
 }
 
--- Commands are installed as they are, their `#!/usr/bin/env luajit` line
--- intact: LuaRocks would otherwise wrap a Lua script to run under its
--- configured interpreter, which is lua5.1 (no FFI) where that is installed.
+-- Commands are installed as they are: LuaRocks would otherwise wrap a Lua
+-- script to run under the interpreter of the install (lua5.1 or lua5.4: no
+-- FFI).  bin/shmlock starts as a shell script that finds LuaJIT (or says
+-- what to install) and runs itself with it, whatever Lua the library was
+-- installed for.
 deploy = {
    wrap_bin_scripts = false,
 }

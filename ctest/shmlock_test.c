@@ -442,6 +442,39 @@ test_zone_files(void)
     CHECK_RC(shmlock_zone_destroy(dir, KEY("files")), SHMLOCK_OK);
 }
 
+/*
+ * A zone file removed (rm) and made again under its name (issue 30): the
+ * creator marks the removed zone dead before it publishes the new file
+ * (shm_removed.h); here the one process is both the holder and the
+ * creator, so its scan reaches the old mapping through /proc/self.  The
+ * holder's release and a new acquisition there refuse at once, whatever
+ * the watch's clock, and the new zone holds the key.
+ */
+static void
+test_zone_made_again(void)
+{
+    shmlock_zone_t    *a, *b;
+    shmlock_ticket_t   t, u;
+
+    a = open_zone("again", 64 * 1024);
+    CHECK_RC(shmlock_slot_acquire(a, KEY("k"), 1, 0, 0, &t), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(a, KEY("j"), 1, 0, 0, &u), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(a, &u), SHMLOCK_OK);
+    CHECK(unlink(zone_file("again")) == 0);
+    b = open_zone("again", 64 * 1024);
+    CHECK(b != a);
+    CHECK(*shmlock_zone_dead_word(a) == 2);
+    CHECK_RC(shmlock_slot_acquire(b, KEY("k"), 2, 0, 0, &u), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(a, &t), SHMLOCK_REMOVED);
+    CHECK_RC(shmlock_slot_acquire(a, KEY("j"), 3, 0, 0, &t),
+             SHMLOCK_REMOVED);
+    CHECK_RC(set_str(a, SHMLOCK_OP_SET, "x", "lost"), SHMLOCK_REMOVED);
+    CHECK_RC(shmlock_slot_release(b, &u), SHMLOCK_OK);
+    close_zone(a);
+    close_zone(b);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("again")), SHMLOCK_OK);
+}
+
 static void
 write_file(const char *path, size_t size, int fill)
 {
@@ -2783,6 +2816,7 @@ main(int argc, char **argv)
     test_open2();
     test_hand_over();
     test_zone_files();
+    test_zone_made_again();
     test_foreign_files();
 
     /* the dictionary walk, on a zone of one shard and on one of eight */

@@ -5,7 +5,9 @@
 # installed libshmlock.so, which must export no test hook (shmlock_test_*:
 # those are the test build's, libshmlock-test.so).  Then the installed
 # command, `shmlock`, on PATH through `luarocks path --bin`, and also with
-# no LUA_PATH at all (it finds its tree next to itself).
+# no LUA_PATH at all (it finds its tree next to itself), from the tree of
+# every Lua (a LuaJIT program, whatever Lua the library was installed
+# for), and its man page; without LuaJIT it says what to install.
 #
 # The first install is the README's plain `luarocks make`, for whichever Lua
 # luarocks picks (LuaJIT counts as 5.1); the LuaJIT checks run on a 5.1 tree
@@ -70,7 +72,34 @@ for lua in $(cd /usr/bin && ls lua5.[1-4] 2>/dev/null); do
     done
     echo "test-install: $lua: luarocks --lua-version=$v make; the installed" \
          "C module runs every dictionary method, the cache and the lock"
+
+    # the installed command is a LuaJIT program whatever Lua the tree is
+    # for: it finds its modules in share/lua/$v, with no LUA_PATH
+    out=$(cd "$work/elsewhere" && env -u LUA_PATH -u LUA_CPATH -u SHMLOCK_LIB \
+          SHMLOCK_DIR="$work/zones-$v" "$vtree/bin/shmlock" run cli_check k \
+          -- echo ran 2>&1) || true
+    if [ "$out" != ran ]; then
+        echo "$out"
+        echo "test-install: $vtree/bin/shmlock run (a Lua $v tree) fails" >&2
+        exit 1
+    fi
+    echo "test-install: $lua: the tree's shmlock runs (under LuaJIT)"
 done
+
+# without LuaJIT, the command says what to install
+nolj=$work/no-luajit
+mkdir -p "$nolj"
+ln -s "$(command -v sh)" "$nolj/sh"
+status=0
+out=$(env -i PATH="$nolj" "$tree/bin/shmlock" ls 2>&1) || status=$?
+case "$status $out" in
+"127 shmlock: needs LuaJIT, and found no 'luajit' on PATH: install it"*) ;;
+*) echo "$out"
+   echo "test-install: shmlock without LuaJIT on PATH: exit $status," \
+        "not 127 and what to install" >&2
+   exit 1 ;;
+esac
+echo "test-install: without LuaJIT, shmlock says what to install"
 
 installed=$(find "$tree" -name libshmlock.so | head -n 1)
 [ -n "$installed" ] \
@@ -106,8 +135,18 @@ check() {   # check WHAT EXPECTED ACTUAL
         exit 1
     fi
 }
-check "--help" "usage: shmlock [--dir D] [--json] COMMAND [ARGS]" \
+check "--help" "usage: shmlock [--dir D] [--group G] [--json] COMMAND [ARGS]" \
     "$(shmlock --help | head -n 1)"
+check "--version" "shmlock $(luajit -e 'io.write(require "resty.shmlock.version")')" \
+    "$(shmlock --version)"
+# the manual page: in the rock's directory, and it renders without a
+# warning
+man_page=$(luarocks --lua-version=5.1 --tree "$tree" show --rock-dir \
+           lua-resty-shmlock)/share/man/man1/shmlock.1
+check "man page" "$man_page" "$(find "$tree" -name shmlock.1)"
+check "man page renders" "" "$(groff -man -ww -z "$man_page" 2>&1)"
+check "man page's name" "shmlock - look at shmlock zones, and run a command under a lock of one" \
+    "$(MANWIDTH=200 man -l "$man_page" 2>/dev/null | sed -n '/^NAME/{n;s/^ *//;p;}')"
 check "keys" "k" "$(shmlock keys cli_check)"
 check "get (no LUA_PATH)" "v" \
     "$(env -u LUA_PATH -u LUA_CPATH shmlock get cli_check k)"
@@ -119,3 +158,17 @@ check "stat of a missing zone: exit status" 3 "$status"
     || { echo "test-install: shmlock stat created a zone" >&2; exit 1; }
 check "destroy" "destroyed cli_check" "$(shmlock destroy cli_check)"
 echo "test-install: shmlock runs from $cmd"
+
+# make install (no luarocks): the command and its manual page where man
+# finds them under the prefix
+prefix=$work/prefix
+make -C "$root" --no-print-directory install PREFIX="$prefix" \
+    >"$work/make-install.log" 2>&1 \
+    || { cat "$work/make-install.log"; echo "test-install: make install" \
+         "failed" >&2; exit 1; }
+check "make install: shmlock --version" "$(shmlock --version)" \
+    "$(env -u LUA_PATH -u LUA_CPATH "$prefix/bin/shmlock" --version)"
+check "make install: man -M PREFIX/share/man shmlock" "SHMLOCK(1)" \
+    "$(MANWIDTH=80 man -M "$prefix/share/man" shmlock 2>/dev/null \
+       | awk 'NR == 1 { print $1 }')"
+echo "test-install: make install puts shmlock and shmlock(1) under PREFIX"

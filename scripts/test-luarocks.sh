@@ -7,6 +7,7 @@
 #   2. luarocks --lua-version=5.1 install lua-resty-shmlock
 #      (the rock packed from the copy and served from a local directory:
 #      the same download, unpack, build and install as from luarocks.org)
+#   2b. the same for Lua 5.4 (when installed): its `shmlock` must run
 #   3. luarocks config --scope user lua_version 5.1, then a plain
 #      `luarocks make` (the README's one-time setting)
 #
@@ -132,6 +133,32 @@ if (cd "$work/server" && luarocks pack "$rockspec" \
 else
     cat "$work/pack.log" "$work/install.log" 2>/dev/null || true
     fail "luarocks --lua-version=5.1 install lua-resty-shmlock"
+fi
+
+# 2b. the same rock installed for Lua 5.4 (when it is here): the library
+#     for 5.4, and a `shmlock` on PATH that runs (a LuaJIT program, which
+#     finds the 5.4 tree's modules)
+if [ -x /usr/bin/lua5.4 ] && [ -f "$work/server/manifest" ]; then
+    tree=$work/tree-install-5.4
+    if luarocks --lua-version=5.4 install --tree "$tree" \
+            --only-server="$work/server" lua-resty-shmlock \
+            >"$work/install-5.4.log" 2>&1; then
+        pass "luarocks --lua-version=5.4 install lua-resty-shmlock"
+        status=0
+        out=$(cd "$work/elsewhere" && env -u LUA_PATH -u LUA_CPATH \
+              -u SHMLOCK_LIB SHMLOCK_DIR="$work/zones" \
+              "$tree/bin/shmlock" ls --json 2>&1) || status=$?
+        if [ "$status" = 0 ] && [ "$out" = "[]" ]; then
+            pass "install (Lua 5.4): $tree/bin/shmlock ls --json"
+        else
+            echo "$out"
+            fail "install (Lua 5.4): the installed shmlock command" \
+                 "(exit $status)"
+        fi
+    else
+        cat "$work/install-5.4.log"
+        fail "luarocks --lua-version=5.4 install lua-resty-shmlock"
+    fi
 fi
 
 # 3. the README's one-time setting, then a plain `luarocks make`

@@ -67,15 +67,39 @@ describe("resty.shmlock.semaphore", function()
     end)
 
     it("gives a lease: an expired permit counts no more, its release "
-       .. "answers 1, 'expired' and its expire nil, 'expired'", function()
+       .. "answers 1, 'expired'", function()
         local a = assert(semaphore:new(dict, { exptime = 0.001 }))
         local b = assert(semaphore:new(dict))
         assert.same({ 0 }, { a:acquire("k") })
         proc.sleep(0.01)          -- at least: the lease is over by then
         assert.same({ 0 }, { b:acquire("k", 0) })
-        assert.same({ nil, "expired" }, { a:expire() })
         assert.same({ 1, "expired" }, { a:release() })
+        assert.same({ nil, "unlocked" }, { a:release() })
         assert.same({ 1 }, { b:release() })
+    end)
+
+    it("after expire() answers nil, 'expired' the object holds nothing, "
+       .. "as the lock: owned() false, acquire() takes a permit again",
+       function()
+        -- (a lease of 30 s cut to 1 ms: a's next permit keeps 30 s)
+        local a = assert(semaphore:new(dict))
+        local b = assert(semaphore:new(dict))
+        assert.same({ 0 }, { a:acquire("k") })
+        assert.same({ true }, { a:expire(0.001) })
+        proc.sleep(0.01)          -- at least: the lease is over by then
+        assert.same({ 0 }, { b:acquire("k", 0) })
+        assert.same({ nil, "expired" }, { a:expire() })
+        assert.is_false(a:owned())
+        assert.same({ nil, "unlocked" }, { a:expire() })
+        assert.same({ nil, "unlocked" }, { a:release() })
+        -- (b holds the one permit: a's acquire now waits for it, not
+        -- "locked")
+        assert.same({ nil, "timeout" }, { a:acquire("k", 0) })
+        assert.same({ 1 }, { b:release() })
+        assert.same({ 0 }, { a:acquire("k", 0) })
+        assert.is_true(a:owned())
+        assert.same({ 1 }, { a:release() })
+        assert.equal(0, b:count("k"))
     end)
 
     it("refuses bad input", function()
@@ -415,6 +439,73 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
         assert.is_true(held:await(20))
         go:notify()
         local elapsed, err = s:acquire("k")
+        assert.is_nil(err)
+        assert.is_true(elapsed >= 0)
+        children.expect_clean_exits({ pid })
+        assert.equal(1, s:release())
+        holder:release()
+    end)
+
+    it("with blocking_timeout, refuses at once a key whose every holder "
+       .. "is this process, more of them than one batch of holders (70)",
+       function()
+        -- (room for 70 permits' slots in the key's shard)
+        local big = fx:zone("nsem_many", { size = "2m", shards = 1 })
+        local held = {}
+        for i = 1, 70 do
+            held[i] = assert(nginx_sem:new(big, { permits = 70 }))
+            assert.equal(0, held[i]:acquire("many"))
+        end
+        fake.phase = "log"
+        local s = assert(nginx_sem:new(big, { permits = 70, timeout = 30,
+                                              blocking_timeout = 30 }))
+        assert.same({ nil, "cannot wait in log phase: held by this worker" },
+                    { s:acquire("many") })
+        for i = 1, 70 do
+            assert.equal(1, held[i]:release())
+        end
+    end)
+
+    it("with blocking_timeout, a release by another process between the "
+       .. "count and the listing of holders is no wait on itself", function()
+        local holder = assert(nginx_sem:new(dict, { permits = 2 }))
+        assert.equal(0, holder:acquire("k"))
+        local held, go, gone = proc.pipe(), proc.pipe(), proc.pipe()
+        local pid = proc.spawn(function()
+            held:close_read()
+            go:close_write()
+            gone:close_read()
+            local o = assert(semaphore:new(dict, { permits = 2 }))
+            assert(o:acquire("k", 0) == 0)
+            held:notify()
+            assert(go:await(30))
+            assert(o:release() == 1)
+            gone:notify()
+        end)
+        held:close_write()
+        go:close_read()
+        gone:close_write()
+        assert.is_true(held:await(20))
+        -- the other process releases after the count (2 of 2, full) and
+        -- before the listing, which then shows this process's holder only
+        local zone_backend = package.loaded["resty.shmlock.lock.zone"]
+        local list = zone_backend.group_tickets
+        local released = false
+        zone_backend.group_tickets = function(...)
+            if not released then
+                released = true
+                go:notify()
+                assert(gone:await(20))
+            end
+            return list(...)
+        end
+        fake.phase = "log"
+        local s = assert(nginx_sem:new(dict, { permits = 2, timeout = 30,
+                                               blocking_timeout = 30 }))
+        local ok, elapsed, err = pcall(s.acquire, s, "k")
+        zone_backend.group_tickets = list
+        assert.is_true(ok, elapsed)
+        assert.is_true(released)
         assert.is_nil(err)
         assert.is_true(elapsed >= 0)
         children.expect_clean_exits({ pid })

@@ -138,6 +138,7 @@ describe("lock:lock_shared", function()
         proc.sleep(0.01)          -- at least: the lease is over by then
         assert.same({ 0 }, { w:lock("k", 0) })
         assert.same({ nil, "expired" }, { r:expire() })
+        assert.is_false(r:owned())
         assert.same({ nil, "unlocked" }, { r:unlock() })
         assert.same({ 1 }, { w:unlock() })
         assert.same({ 0 }, { r:lock_shared("k") })
@@ -228,6 +229,92 @@ describe("lock:lock_shared", function()
         end)
         package.loaded["resty.shmlock"] = saved
         _G.ngx = saved_ngx
+        assert(ok, err)
+    end)
+
+    it("with blocking_timeout, refuses at once a wait only this process's "
+       .. "own shared hold could end, and waits for another's (a stand-in "
+       .. "ngx, log phase)", function()
+        local saved_ngx, saved = _G.ngx, package.loaded["resty.shmlock"]
+        _G.ngx = { get_phase = function() return "log" end,
+                   sleep = function() end }
+        package.loaded["resty.shmlock"] = nil
+        local pids = {}
+        -- a child holding key shared (released when told, or once a
+        -- waiter sleeps on the key: when_waited)
+        local function reader(key, when_waited)
+            local held, go = proc.pipe(), proc.pipe()
+            pids[#pids + 1] = proc.spawn(function()
+                held:close_read()
+                go:close_write()
+                local l = assert(resty_lock:new(dict))
+                assert(l:lock_shared(key) == 0)
+                held:notify()
+                if when_waited then
+                    for _ = 1, 20000 do
+                        local info = resty_lock.inspect(dict, key)
+                        if info and info.waiters > 0 then
+                            break
+                        end
+                        proc.sleep(0.001)
+                    end
+                else
+                    assert(go:await(30))
+                end
+                assert(l:unlock() == 1)
+            end)
+            held:close_write()
+            go:close_read()
+            assert(held:await(20))
+            return go
+        end
+        local ok, err = pcall(function()
+            local nginx_lock = require "resty.shmlock"
+            local refused = { nil, "cannot wait in log phase: held by this "
+                                   .. "worker" }
+            local opts = { timeout = 30, blocking_timeout = 30 }
+            local own = assert(nginx_lock:new(dict))
+            local w = assert(nginx_lock:new(dict, opts))
+            -- a writer, the key held shared by this process alone
+            assert.same({ 0 }, { own:lock_shared("a") })
+            assert.same(refused, { w:lock("a") })
+            assert.same({ 1 }, { own:unlock() })
+            -- ... and by another process too
+            local go = reader("m")
+            assert.same({ 0 }, { own:lock_shared("m") })
+            assert.same(refused, { w:lock("m") })
+            assert.same({ 1 }, { own:unlock() })
+            go:notify()
+            -- a reader behind a writer (another process) that waits for
+            -- this process's shared hold
+            assert.same({ 0 }, { own:lock_shared("b") })
+            pids[#pids + 1] = proc.spawn(function()
+                local l = assert(resty_lock:new(dict, { timeout = 60 }))
+                local e, why = l:lock("b")
+                assert(e, why)
+                assert(l:unlock() == 1)
+            end)
+            for _ = 1, 20000 do
+                if (resty_lock.inspect(dict, "b") or {}).marked then
+                    break
+                end
+                proc.sleep(0.001)
+            end
+            assert.truthy(resty_lock.inspect(dict, "b").marked)
+            local r = assert(nginx_lock:new(dict, opts))
+            assert.same(refused, { r:lock_shared("b") })
+            assert.same({ 1 }, { own:unlock() })        -- the writer's turn
+            -- the key held shared by another process only: a writer
+            -- waits, and gets it at the release
+            reader("c", true)
+            local elapsed, why = w:lock("c")
+            assert.is_nil(why)
+            assert.is_true(elapsed > 0)
+            assert.same({ 1 }, { w:unlock() })
+        end)
+        package.loaded["resty.shmlock"] = saved
+        _G.ngx = saved_ngx
+        children.expect_clean_exits(pids)
         assert(ok, err)
     end)
 

@@ -698,13 +698,41 @@ describe("bin/shmlock", function()
             end
         end)
 
-        it("prints its help with --help, exit 0", function()
+        it("prints its help with --help, exit 0: every command, every "
+           .. "option, --group in the usage line", function()
             local status, out, err = shmlock(dir, "--help")
             assert.same({ 0, "" }, { status, err })
-            assert.truthy(out:match("^usage: shmlock "))
-            for _, cmd in ipairs { "ls", "stat", "keys", "get", "locks",
-                                   "verify", "destroy" } do
-                assert.truthy(out:find("\n  " .. cmd .. " ", 1, true), cmd)
+            assert.equal("usage: shmlock [--dir D] [--group G] [--json] "
+                         .. "COMMAND [ARGS]", out:match("^[^\n]*"))
+            for name in pairs(args.COMMANDS) do
+                assert.truthy(out:find("\n  " .. name .. " ", 1, true), name)
+            end
+            for _, option in ipairs(args.OPTIONS) do
+                assert.truthy(out:find("--" .. option, 1, true), option)
+            end
+        end)
+
+        it("prints its version with --version, exit 0", function()
+            local version = require "resty.shmlock.version"
+            assert.same({ 0, "shmlock " .. version .. "\n", "" },
+                        { shmlock(dir, "--version") })
+            assert.same({ 0, "shmlock " .. version .. "\n", "" },
+                        { shmlock(dir, "run", "--version") })
+        end)
+
+        it("has a manual page, shmlock(1), that renders without a warning "
+           .. "and names every command and option", function()
+            local page = checkout.ROOT .. "/docs/shmlock.1"
+            assert.equal("", checkout.sh("groff -man -ww -z " .. q(page)
+                                         .. " 2>&1"))
+            local text = checkout.sh("MANWIDTH=80 man -l " .. q(page)
+                                     .. " 2>/dev/null")
+            assert.truthy(text:find("^SHMLOCK%(1%)"), text)
+            for name in pairs(args.COMMANDS) do
+                assert.truthy(text:find("\n       " .. name .. "[ \n]"), name)
+            end
+            for _, option in ipairs(args.OPTIONS) do
+                assert.truthy(text:find("--" .. option, 1, true), option)
             end
         end)
 
@@ -718,6 +746,38 @@ describe("bin/shmlock", function()
 end)
 
 describe("resty.shmlock.cli pieces", function()
+    it("process.reap: nil while a child runs, its stop signal (untraced), its "
+       .. "status; false and ECHILD's message for a pid that is no child",
+       function()
+        local process = require "resty.shmlock.cli.process"
+        local pid = assert(process.fork())
+        if pid == 0 then
+            process.kill(process.getpid(), process.SIGSTOP)
+            process.exit(7)
+        end
+        local r, stop
+        for _ = 1, 1000 do      -- (10 s at most)
+            r, stop = process.reap(pid, true)
+            if r ~= nil or stop then
+                break
+            end
+            proc.sleep(0.01)
+        end
+        assert.same({ nil, process.SIGSTOP }, { r, stop })
+        assert.is_nil(process.reap(pid))        -- stopped: not ended
+        assert.is_true(process.kill(pid, process.SIGCONT))
+        for _ = 1, 1000 do
+            r = process.reap(pid)
+            if r then
+                break
+            end
+            proc.sleep(0.01)
+        end
+        assert.equal(7, r)
+        assert.same({ false, "No child processes", process.ECHILD },
+                    { process.reap(pid) })
+    end)
+
     it("a zone destroyed or whose file was removed meanwhile exits 6",
        function()
         local commands = require "resty.shmlock.cli.commands"

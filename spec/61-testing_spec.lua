@@ -35,8 +35,13 @@ describe("resty.shmlock.testing", function()
             assert.is_false(ok)
             return (tostring(err):gsub("^[^:]+:%d+: ", ""))
         end
-        assert.equal("n must be an integer >= 1", msg(0, ""))
-        assert.equal("n must be an integer >= 1", msg(1.5, ""))
+        local n = "n must be an integer from 1 to 1024"
+        assert.equal(n, msg(0, ""))
+        assert.equal(n, msg(1.5, ""))
+        -- (2^32 processes would only exhaust the host's)
+        assert.equal(n, msg(1025, ""))
+        assert.equal(n, msg(2 ^ 32, ""))
+        assert.equal(n, msg(0 / 0, ""))
         assert.equal("source must be a string of Lua code", msg(1, print))
         assert.equal("opts must be a table", msg(1, "", 5))
         assert.equal("opts.timeout must be a number > 0",

@@ -39,6 +39,12 @@ shard_lock_waited(shard_t *sh, int how)
     }
 }
 
+#ifdef SHMLOCK_TESTING
+/* the test build's hook, once a shard's mutex is ours (shmlock_test_hooks.c,
+ * shmlock_test_dead_at_lock: a zone marked dead in the middle of a call) */
+void shard_test_locked(void);
+#endif
+
 static inline void
 shard_lock(shard_t *sh)
 {
@@ -47,6 +53,9 @@ shard_lock(shard_t *sh)
     if (__builtin_expect(how != 0, 0)) {
         shard_lock_waited(sh, how);
     }
+#ifdef SHMLOCK_TESTING
+    shard_test_locked();
+#endif
 }
 
 /*

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "shm_watch.h"
+#include "shm_removed.h"
 #include "shm_zone.h"
 
 #include <errno.h>
@@ -69,6 +70,11 @@ shm_watch_file(shmlock_zone_t *z)
     if (z->fd < 0 || fstat(z->fd, &st) != 0 || !shm_zone_is_file(z, &st)) {
         shm_watch_reopen(z);
         return;
+    }
+    if (!z->listed) {
+        /* refused at the attach (another program's exclusive flock):
+         * a creator's scan relies on it (shm_removed.h) */
+        z->listed = shm_removed_list(z->fd);
     }
     if (st.st_nlink == 0) {
         /* a destroy's mark (ZONE_DESTROYED) stays */

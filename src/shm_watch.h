@@ -18,6 +18,20 @@
  * calls, and a process that does not call acts on nothing.  A zone
  * destroyed meanwhile stays "destroyed".
  *
+ * A removal followed at once by a new file under the name is not left to
+ * that bound: the process that makes the new file first marks dead every
+ * removed one a process still maps (shm_removed.h).  A call may have read
+ * the dead word before that mark and act after it, so each call that
+ * takes, releases or changes anything reads the word again after its step
+ * (its CAS, or the shard mutex released): shm_watch_after.  The mark is
+ * stored before the new file is published, and our step before our read,
+ * each followed by a full barrier (a locked instruction; the creator's
+ * system calls); so a word still 0 after our step means the step came
+ * before the new file existed, and no process of the new file can have
+ * held the key meanwhile.  A word set means the answer may be wrong: the
+ * call answers the dead status instead (an acquisition gives its key
+ * back first).  That is one load, no system call.
+ *
  * The fd may be lost: a program that closes every fd (closefrom after a
  * fork) closes it too, and the number may then name another file.  The
  * check then opens the path the zone was opened by: the very file again
@@ -72,6 +86,39 @@ shm_watch_now(shmlock_zone_t *z, int64_t *now_ms)
         *now_ms = sys_now_ms();
     }
     return shm_watch_at(z, *now_ms);
+}
+
+/*
+ * The clock's half of shm_watch_at alone, for the lock pair's fast paths,
+ * which read the dead word after their CAS (shm_watch_after) instead of
+ * before it: a call on a dead zone then makes its step and undoes it.
+ */
+static inline int
+shm_watch_gate(shmlock_zone_t *z, int64_t now_ms)
+{
+    if (__builtin_expect(
+            now_ms < __atomic_load_n(&z->watch_at, __ATOMIC_RELAXED), 1))
+    {
+        return SHMLOCK_OK;
+    }
+    return shm_watch_check(z, now_ms);
+}
+
+/*
+ * After a call's step in the zone (a slot's CAS, a shard's mutex
+ * released; both full barriers): rc while the zone lives, else its dead
+ * status (see above).  The load is sequentially consistent: it is not
+ * done before the step.
+ */
+static inline int
+shm_watch_after(shmlock_zone_t *z, int rc)
+{
+    if (__builtin_expect(
+            __atomic_load_n(&z->hdr->dead, __ATOMIC_SEQ_CST) != 0, 0))
+    {
+        return shm_watch_dead_status(z);
+    }
+    return rc;
 }
 
 /* shm_watch_at with the coarse clock (a vDSO read, no system call). */

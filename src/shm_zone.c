@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "shm_zone.h"
+#include "shm_removed.h"
 #include "shmlock.h"
 #include "sys.h"
 
@@ -23,6 +24,37 @@
 /* attach outcomes that send shm_zone_open round again */
 #define SHM_ZONE_GONE  (-1)          /* no file under the name */
 #define SHM_ZONE_DEAD  (-2)          /* a dead zone still under the name */
+#define SHM_ZONE_AGAIN (-3)          /* the file went between our open and
+                                        our mmap, or a file was published */
+
+#ifdef SHMLOCK_TESTING
+/* the test build's pause in an attach, between its open and its mmap */
+static int  shm_zone_pause_fd[2] = { -1, -1 };
+
+void
+shm_zone_test_pause(int notify_fd, int wait_fd)
+{
+    shm_zone_pause_fd[0] = notify_fd;
+    shm_zone_pause_fd[1] = wait_fd;
+}
+
+/* Once armed: a byte to notify_fd, then a read of wait_fd (a byte or
+ * EOF), then disarmed. */
+static void
+shm_zone_test_paused(void)
+{
+    char  c = '!';
+
+    if (shm_zone_pause_fd[0] < 0) {
+        return;
+    }
+    if (write(shm_zone_pause_fd[0], &c, 1) == 1) {
+        while (read(shm_zone_pause_fd[1], &c, 1) < 0 && errno == EINTR) {
+        }
+    }
+    shm_zone_pause_fd[0] = shm_zone_pause_fd[1] = -1;
+}
+#endif
 
 int
 shm_zone_name_ok(const char *name, size_t len)
@@ -143,6 +175,7 @@ shm_zone_reg_add(char *base, uint64_t size, const struct stat *st, int fd,
     z->handles = 1;
     z->fd = fd;
     z->lost = 0;
+    z->listed = 0;
     z->watch_at = 0;
     z->path = p;
     shm_zone_reg_lock();
@@ -151,6 +184,54 @@ shm_zone_reg_add(char *base, uint64_t size, const struct stat *st, int fd,
     shm_zone_reg_unlock();
     *out = z;
     return SHMLOCK_OK;
+}
+
+/*
+ * This process's own mappings, for a creator's scan (shm_removed.h): one
+ * opened by a path ending in "/<file>" (the name being made anew) whose
+ * file has no link left is marked dead here, through the mapping; the
+ * files of the mappings judged (any other name's; ours when our fd still
+ * tells) go to *mine, so that the scan need not read our own maps for our
+ * flocks on them.  *mine is NULL (the scan reads them) without memory.
+ */
+static size_t
+shm_zone_reg_judge(const char *file, shm_removed_mine_t **mine)
+{
+    shmlock_zone_t  *z;
+    struct stat      st;
+    size_t           count = 0, n = 0, flen = strlen(file), plen;
+    uint32_t         live;
+
+    shm_zone_reg_lock();
+    for (z = shm_zone_reg_head; z != NULL; z = z->next) {
+        count++;
+    }
+    *mine = count > 0 ? malloc(count * sizeof(**mine)) : NULL;
+    for (z = shm_zone_reg_head; z != NULL; z = z->next) {
+        plen = strlen(z->path);
+        if (plen > flen && z->path[plen - flen - 1] == '/'
+            && strcmp(z->path + plen - flen, file) == 0)
+        {
+            if (z->fd < 0 || fstat(z->fd, &st) != 0
+                || !shm_zone_is_file(z, &st))
+            {
+                continue;           /* left to the scan */
+            }
+            if (st.st_nlink == 0) {
+                live = 0;
+                __atomic_compare_exchange_n(&z->hdr->dead, &live,
+                                            ZONE_REMOVED, 0, __ATOMIC_SEQ_CST,
+                                            __ATOMIC_SEQ_CST);
+            }
+        }
+        if (*mine != NULL) {
+            (*mine)[n].dev = z->dev;
+            (*mine)[n].ino = z->ino;
+            n++;
+        }
+    }
+    shm_zone_reg_unlock();
+    return n;
 }
 
 void
@@ -198,6 +279,8 @@ shm_zone_close(shmlock_zone_t *z)
     }
     shm_zone_reg_unlock();
     if (last) {
+        /* the fd first: the mapping holds the open file, and with it the
+         * flock that lists it (shm_removed.h), until munmap drops both */
         shm_zone_close_fd(z);
         munmap(z->base, z->size);
         free(z->path);
@@ -218,6 +301,12 @@ shm_zone_map(int fd, uint64_t size, char **base)
     }
     *base = p;
     return 0;
+}
+
+static int
+shm_zone_same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
 /* What the caller learns of the file under a zone's name. */
@@ -340,17 +429,42 @@ shm_zone_same_time(const char *base)
 }
 
 /*
+ * Whether the file mapped at base (fd) has lost its name, looked at once
+ * it is mapped and listed (flocked): removed between our open and then,
+ * it may have been missed by the scan of a process making the name's zone
+ * anew (shm_removed.h), which found no mapping or flock of ours yet.
+ * Marked dead then (for the others mapping it), and the name looked at
+ * again.  A removal after this look finds our mapping and our flock.
+ */
+static int
+shm_zone_removed(int fd, char *base)
+{
+    struct stat  st;
+    uint32_t     live = 0;
+
+    if (fstat(fd, &st) != 0 || st.st_nlink != 0) {
+        return 0;
+    }
+    __atomic_compare_exchange_n(&((zone_hdr_t *) base)->dead, &live,
+                                ZONE_REMOVED, 0, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+    return 1;
+}
+
+/*
  * Attach to the zone published under `path`.  SHM_ZONE_GONE: no such file
  * (it may be created); SHM_ZONE_DEAD: a dead zone is still there (*dead
- * gets its identity).
+ * gets its identity); SHM_ZONE_AGAIN: the file lost its name meanwhile.
+ * made (or NULL): the file this call built, ours whatever its mode (a
+ * group-writable one is the caller's choice, not a planted file).
  */
 static int
 shm_zone_attach_file(shmlock_open_t *o, const char *path,
-    shmlock_zone_t **out, int *err, struct stat *dead)
+    shmlock_zone_t **out, int *err, struct stat *dead, const struct stat *made)
 {
     struct stat  st;
     char        *base;
-    int          fd, rc;
+    int          fd, rc, listed = 0;
 
     fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
@@ -371,7 +485,8 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
     }
     shm_zone_note_file(o, &st);
     /* fstat before mmap: a short file would SIGBUS instead of failing */
-    rc = shm_zone_file_ok(&st, o);
+    rc = made != NULL && shm_zone_same_file(&st, made)
+         ? SHMLOCK_OK : shm_zone_file_ok(&st, o);
     if (rc != SHMLOCK_OK) {
         close(fd);
         return rc;
@@ -387,6 +502,9 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
         close(fd);
         return SHMLOCK_OK;
     }
+#ifdef SHMLOCK_TESTING
+    shm_zone_test_paused();
+#endif
     if (shm_zone_map(fd, (uint64_t) st.st_size, &base) != 0) {
         *err = errno;
         close(fd);
@@ -406,6 +524,12 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
         rc = SHMLOCK_FOREIGN_NS;
     } else if (!shm_zone_same_time(base)) {
         rc = SHMLOCK_FOREIGN_TIME;
+    } else {
+        /* listed (a flock), then the link count: see shm_zone_removed */
+        listed = shm_removed_list(fd);
+        if (shm_zone_removed(fd, base)) {
+            rc = SHM_ZONE_AGAIN;
+        }
     }
     if (rc != SHMLOCK_OK) {
         munmap(base, (size_t) st.st_size);
@@ -415,7 +539,9 @@ shm_zone_attach_file(shmlock_open_t *o, const char *path,
     rc = shm_zone_reg_add(base, (uint64_t) st.st_size, &st, fd, path, out);
     if (rc != SHMLOCK_OK) {
         *err = errno;
+        return rc;
     }
+    (*out)->listed = listed;
     return rc;
 }
 
@@ -496,15 +622,27 @@ shm_zone_publish(int fd, const char *tmp, const char *path)
     return linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH);
 }
 
-/* Build a zone in an unpublished file and publish it under `path`. */
+/*
+ * Builds a zone in an unpublished file and publishes it under `path`,
+ * once every removed file of the name that a process still maps is marked
+ * dead (shm_removed.h): from the publication on, none of them answers as
+ * the name's zone.  The file is not kept mapped: the caller attaches by
+ * the name as any opener does (*made tells it the file it made), since
+ * /proc/PID/maps names a mapping by the path it was opened by, and the
+ * built file's is no name (O_TMPFILE) or a temporary one, which no later
+ * creator's scan would look for.
+ */
 static int
 shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
-    uint64_t size, uint32_t nshards, shmlock_zone_t **out, int *err)
+    uint64_t size, uint32_t nshards, struct stat *made, int *err)
 {
-    char         tmp[4096];
-    char        *base;
-    struct stat  st;
-    int          fd, rc;
+    char                 tmp[4096];
+    char                 file[sizeof(SHM_ZONE_PREFIX) + SHMLOCK_NAME_MAX];
+    char                *base;
+    struct stat          st;
+    shm_removed_mine_t  *mine;
+    size_t               nmine;
+    int                  fd;
 
     fd = shm_zone_tmpfile(dir, o->name, o->name_len, tmp, sizeof(tmp));
     if (fd < 0) {
@@ -523,24 +661,23 @@ shm_zone_create_file(shmlock_open_t *o, const char *dir, const char *path,
     }
 
     zone_format(base, size, nshards);
+    munmap(base, size);
 
+    snprintf(file, sizeof(file), SHM_ZONE_PREFIX "%.*s", (int) o->name_len,
+             o->name);
+    nmine = shm_zone_reg_judge(file, &mine);
+    shm_removed_mark(dir, file, fd, mine, nmine, NULL);
+    free(mine);
     if (shm_zone_publish(fd, tmp, path) != 0) {
         *err = errno;
-        munmap(base, size);
         goto failed;
     }
     if (tmp[0] != '\0') {
         unlink(tmp);
     }
-
-    rc = shm_zone_reg_add(base, size, &st, fd, path, out);
-    if (rc != SHMLOCK_OK) {
-        *err = errno;
-        return rc;
-    }
-    shm_zone_note_file(o, &st);
-    o->created = 1;
-    return rc;
+    close(fd);
+    *made = st;
+    return SHMLOCK_OK;
 
 failed:
     if (tmp[0] != '\0') {
@@ -581,12 +718,6 @@ shm_zone_dir_lock(const char *dir, int *err)
         usleep(1000);
     }
     return fd;
-}
-
-static int
-shm_zone_same_file(const struct stat *a, const struct stat *b)
-{
-    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
 /* Unlinks `path` if it still names the file `st`; dir lock held. */
@@ -728,13 +859,14 @@ int
 shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
 {
     char         path[4096];
-    struct stat  dead;
+    struct stat  dead, made;
     const char  *dir;
     uint64_t     size = o->size;
-    int          rc, attempt;
+    int          rc, attempt, made_one = 0;
     uint32_t     nshards;
 
     *err = 0;
+    memset(&made, 0, sizeof(made));
     o->created = 0;
     o->file_mode = 0;
     o->file_layout = 0;
@@ -765,14 +897,19 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
         return SHMLOCK_SYSTEM;
     }
 
-    /* attach, else create; a racing creator or destroyer sends us round */
+    /* attach, else create (then attach what we made); a racing creator,
+     * destroyer or remover sends us round */
     for (attempt = 0; attempt < SHM_ZONE_ATTEMPTS; attempt++) {
-        rc = shm_zone_attach_file(o, path, out, err, &dead);
+        rc = shm_zone_attach_file(o, path, out, err, &dead,
+                                  made_one ? &made : NULL);
         if (rc == SHM_ZONE_DEAD) {
             rc = shm_zone_remove_dead(dir, path, &dead, err);
             if (rc != SHMLOCK_OK) {
                 return rc;
             }
+            continue;
+        }
+        if (rc == SHM_ZONE_AGAIN) {
             continue;
         }
         if (rc != SHM_ZONE_GONE) {
@@ -782,7 +919,11 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
         if (size == 0) {
             return SHMLOCK_NOT_FOUND;    /* attach only */
         }
-        rc = shm_zone_create_file(o, dir, path, size, nshards, out, err);
+        rc = shm_zone_create_file(o, dir, path, size, nshards, &made, err);
+        if (rc == SHMLOCK_OK) {
+            made_one = 1;
+            continue;
+        }
         if (rc != SHMLOCK_EXISTS) {
             break;
         }
@@ -796,6 +937,7 @@ shm_zone_open(shmlock_open_t *o, shmlock_zone_t **out, int *err)
     }
     if (rc == SHMLOCK_OK) {
         o->zone_size = (size_t) (*out)->size;
+        o->created = made_one && shm_zone_is_file(*out, &made);
     }
     return rc;
 }

@@ -8,7 +8,11 @@
  * file (O_TMPFILE; where the file system lacks it, a temporary name with
  * 64 random bits) and publishes it with link(2), which fails with EEXIST
  * if another process published first; the loser then attaches to the
- * winner's zone.  Files are created 0600 (or the mode and group asked, for
+ * winner's zone.  Before it publishes, the creator marks dead every
+ * removed file of the name that a process still maps (shm_removed.h), and
+ * it then attaches by the name like any opener.  An attach looks at the
+ * file's link count once it is mapped: a file removed between its open
+ * and its mmap is marked dead and the name looked at again.  Files are created 0600 (or the mode and group asked, for
  * zones shared between users), opened with O_NOFOLLOW, and must be regular
  * files made in our pid namespace that nobody untrusted may write: owned
  * by the caller or of the group it trusts, never writable by others (the
@@ -42,6 +46,12 @@ void shm_zone_close(shmlock_zone_t *z);
 int shm_zone_destroy(const char *dir, const char *name, size_t name_len,
     int *err);
 int shm_zone_name_ok(const char *name, size_t len);
+
+#ifdef SHMLOCK_TESTING
+/* The next attach that maps a file pauses between its open and its mmap:
+ * a byte to notify_fd, then a read of wait_fd (a byte, or EOF). */
+void shm_zone_test_pause(int notify_fd, int wait_fd);
+#endif
 
 /* Whether st (an fstat's) is the file z maps. */
 static inline int

@@ -837,6 +837,20 @@ SHMLOCK_API uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone,
  * someone, out[1] the sleepers woken, out[2] the most one call woke;
  * reset = 1 zeroes them after reading. */
 SHMLOCK_API void shmlock_test_wakes(uint64_t out[3], int reset);
+/* The next attach of a zone file in this process pauses between its open
+ * and its mmap: it writes a byte to notify_fd, then reads wait_fd (a byte
+ * or EOF) before it goes on. */
+SHMLOCK_API void shmlock_test_attach_pause(int notify_fd, int wait_fd);
+/* This process's last creation scan for removed files of the name
+ * (shm_removed.h): out[0] maps read, out[1] maps lines naming a removed
+ * file of the name, out[2] removed zones marked dead, out[3] lines whose
+ * file could not be reached, out[4] flocks on the file system in
+ * /proc/locks, out[5] 1 if every process's maps was read. */
+SHMLOCK_API void shmlock_test_removed_scan(uint32_t out[6]);
+/* The next time this process takes a shard's mutex (any zone's), zone is
+ * marked removed (its dead word set to 2): a creator's mark landing
+ * in the middle of a call, after the call looked at the word. */
+SHMLOCK_API void shmlock_test_dead_at_lock(shmlock_zone_t *zone);
 #endif
 
 #endif /* SHMLOCK_H */

@@ -21,7 +21,9 @@
 #include <string.h>
 
 /* A destroyed zone, or one whose file was removed (shm_watch.h), is
- * refused before anything is read or written in it. */
+ * refused before anything is read or written in it; and each call reads
+ * the dead word again once its step is done (shm_watch_after: a write
+ * answered true went into a zone that was still the name's). */
 #define CHECK_LIVE(zone)                                                     \
     do {                                                                     \
         int  live_rc_ = shm_watch(zone);                                     \
@@ -63,7 +65,7 @@ shmlock_dict_put(shmlock_zone_t *zone, int op, const char *key,
     shard_write_lock(sh);
     rc = shdict_store(sh, op, key, key_len, hash, val, exptime_ms, now_ms,
                       forcible);
-    return shard_write_unlock(sh, rc);
+    return shm_watch_after(zone, shard_write_unlock(sh, rc));
 }
 
 /* A compare-and-delete of a checked key, hashed by the caller. */
@@ -79,7 +81,7 @@ shmlock_dict_del(shmlock_zone_t *zone, const char *key, size_t key_len,
     }
     shard_write_lock(sh);
     rc = shdict_cad(sh, key, key_len, hash, old);
-    return shard_write_unlock(sh, rc);
+    return shm_watch_after(zone, shard_write_unlock(sh, rc));
 }
 
 int
@@ -126,7 +128,7 @@ shmlock_dict_store_at(shmlock_zone_t *zone, int op, const char *key,
             rc = shdict_store(sh, op, key, key_len, hash, val, exptime_ms,
                               now_ms > 0 ? now_ms : 0, forcible);
         }
-        return shard_write_unlock(sh, rc);
+        return shm_watch_after(zone, shard_write_unlock(sh, rc));
     }
     return shmlock_dict_put(zone, op, key, key_len, hash, val, exptime_ms,
                             now_ms, forcible);
@@ -159,7 +161,7 @@ shmlock_dict_store_guarded(shmlock_zone_t *zone, int op, const char *key,
         rc = shdict_store(sh, op, key, key_len, hash, val, exptime_ms, 0,
                           forcible);
     }
-    return shard_write_unlock(sh, rc);
+    return shm_watch_after(zone, shard_write_unlock(sh, rc));
 }
 
 int
@@ -217,7 +219,7 @@ shmlock_dict_get_general(shmlock_zone_t *zone, const char *key,
     shard_lock(sh);
     rc = shdict_get(sh, key, key_len, hash, get_stale, out, buf, buf_size,
                     now);
-    return shard_unlock(sh, rc);
+    return shm_watch_after(zone, shard_unlock(sh, rc));
 }
 
 /*
@@ -330,7 +332,7 @@ shmlock_dict_incr(shmlock_zone_t *zone, const char *key, size_t key_len,
     shard_write_lock(sh);
     rc = shdict_incr(sh, key, key_len, hash, value, has_init, init,
                      init_ttl_ms, forcible);
-    return shard_write_unlock(sh, rc);
+    return shm_watch_after(zone, shard_write_unlock(sh, rc));
 }
 
 int
@@ -347,7 +349,7 @@ shmlock_dict_ttl(shmlock_zone_t *zone, const char *key, size_t key_len,
     sh = zone_shard(zone, hash);
     shard_lock(sh);
     rc = shdict_ttl(sh, key, key_len, hash, ttl_ms);
-    return shard_unlock(sh, rc);
+    return shm_watch_after(zone, shard_unlock(sh, rc));
 }
 
 int
@@ -364,7 +366,7 @@ shmlock_dict_expire(shmlock_zone_t *zone, const char *key, size_t key_len,
     sh = zone_shard(zone, hash);
     shard_write_lock(sh);
     rc = shdict_expire(sh, key, key_len, hash, exptime_ms);
-    return shard_write_unlock(sh, rc);
+    return shm_watch_after(zone, shard_write_unlock(sh, rc));
 }
 
 int
@@ -386,7 +388,7 @@ shmlock_dict_cas(shmlock_zone_t *zone, const char *key, size_t key_len,
     sh = zone_shard(zone, hash);
     shard_write_lock(sh);
     rc = shdict_cas(sh, key, key_len, hash, old, val, exptime_ms, forcible);
-    return shard_write_unlock(sh, rc);
+    return shm_watch_after(zone, shard_write_unlock(sh, rc));
 }
 
 int
@@ -419,7 +421,7 @@ shmlock_dict_push(shmlock_zone_t *zone, int side, const char *key,
     sh = zone_shard(zone, hash);
     shard_write_lock(sh);
     rc = shdict_push(sh, side != SHMLOCK_LEFT, key, key_len, hash, val, len);
-    return shard_write_unlock(sh, rc);
+    return shm_watch_after(zone, shard_write_unlock(sh, rc));
 }
 
 int
@@ -438,7 +440,7 @@ shmlock_dict_pop(shmlock_zone_t *zone, int side, const char *key,
     shard_write_lock(sh);
     rc = shdict_pop(sh, side != SHMLOCK_LEFT, key, key_len, hash, out, buf,
                     buf_size);
-    return shard_write_unlock(sh, rc);
+    return shm_watch_after(zone, shard_write_unlock(sh, rc));
 }
 
 int
@@ -456,7 +458,7 @@ shmlock_dict_llen(shmlock_zone_t *zone, const char *key, size_t key_len,
     sh = zone_shard(zone, hash);
     shard_lock(sh);
     rc = shdict_llen(sh, key, key_len, hash, len);
-    return shard_unlock(sh, rc);
+    return shm_watch_after(zone, shard_unlock(sh, rc));
 }
 
 int
@@ -471,7 +473,7 @@ shmlock_dict_flush_all(shmlock_zone_t *zone)
         shdict_flush_all(&zone->shard[i]);
         rc = shard_write_unlock(&zone->shard[i], rc);
     }
-    return rc;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -489,7 +491,7 @@ shmlock_dict_flush_expired(shmlock_zone_t *zone, int max_count, int *freed)
         rc = shard_write_unlock(&zone->shard[i], rc);
     }
     *freed = n;
-    return rc;
+    return shm_watch_after(zone, rc);
 }
 
 /* Shard by shard; once buf is full, the rest only counts the bytes. */
@@ -517,10 +519,10 @@ shmlock_dict_get_keys(shmlock_zone_t *zone, int max_count, char *buf,
     }
     *count = keys;
     *used = total;
-    if (rc != SHMLOCK_OK) {
-        return rc;
+    if (rc == SHMLOCK_OK && total > buf_size) {
+        rc = SHMLOCK_AGAIN;
     }
-    return total > buf_size ? SHMLOCK_AGAIN : SHMLOCK_OK;
+    return shm_watch_after(zone, rc);
 }
 
 /* One shard's step; the cursor is the shard (high 32 bits) and its next
@@ -558,7 +560,7 @@ shmlock_dict_scan(shmlock_zone_t *zone, uint64_t cursor, int count,
             *next = (shard + 1) << 32;
         }
     }
-    return rc;
+    return shm_watch_after(zone, rc);
 }
 
 size_t
@@ -610,7 +612,7 @@ shmlock_dict_verify(shmlock_zone_t *zone, char *msg, size_t msg_size)
             snprintf(msg, msg_size, "corrupt: shard %u: %s", i, rest);
         }
     }
-    return rc;
+    return shm_watch_after(zone, rc);
 }
 
 /* Adds the figures of shard sh to out, read under its mutex. */
@@ -647,13 +649,14 @@ shmlock_dict_stats(shmlock_zone_t *zone, int shard, shmlock_stats_t *out)
     }
     if (shard >= 0) {
         out->capacity = zone->hdr->shard_size;
-        return shmlock_dict_stats_add(&zone->shard[shard], out, rc);
+        rc = shmlock_dict_stats_add(&zone->shard[shard], out, rc);
+    } else {
+        out->capacity = zone->size;
+        for (i = 0; i < zone->nshards; i++) {
+            rc = shmlock_dict_stats_add(&zone->shard[i], out, rc);
+        }
     }
-    out->capacity = zone->size;
-    for (i = 0; i < zone->nshards; i++) {
-        rc = shmlock_dict_stats_add(&zone->shard[i], out, rc);
-    }
-    return rc;
+    return shm_watch_after(zone, rc);
 }
 
 
@@ -692,8 +695,17 @@ shmlock_lock_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     {
         return SHMLOCK_EXISTS;
     }
-    return shmlock_dict_put(zone, SHMLOCK_OP_ADD, key, key_len, hash, &v,
-                            exptime_ms, now_ms, &forcible);
+    rc = shmlock_dict_put(zone, SHMLOCK_OP_ADD, key, key_len, hash, &v,
+                          exptime_ms, now_ms, &forcible);
+    /* a zone found dead after the add (shm_watch.h): the key given back
+     * if the add took it (a compare-and-delete of our token, which is no
+     * one else's), as the name's new file may hold it */
+    if (__builtin_expect(rc == SHMLOCK_REMOVED || rc == SHMLOCK_DESTROYED,
+                         0))
+    {
+        shmlock_dict_del(zone, key, key_len, hash, &v);
+    }
+    return rc;
 }
 
 int

@@ -90,12 +90,36 @@ shmlock_group_in(const shmlock_group_key_t *k, const shmlock_ticket_t *t,
     return (tk->index & SLOT_SPILL) || tk->index <= k->g.t->mask;
 }
 
+/* The mutex released (a full barrier), then the dead word read after it
+ * (shm_watch.h): a zone found dead answers so.  k stays open. */
 static inline int
-shmlock_group_rc(shmlock_group_key_t *k, int rc)
+shmlock_group_unlock(shmlock_zone_t *zone, shmlock_group_key_t *k, int rc)
 {
-    rc = shard_unlock(k->sh, rc);
+    return shm_watch_after(zone, shard_unlock(k->sh, rc));
+}
+
+static inline int
+shmlock_group_rc(shmlock_zone_t *zone, shmlock_group_key_t *k, int rc)
+{
+    rc = shmlock_group_unlock(zone, k, rc);
     shmlock_group_close(k);
     return rc;
+}
+
+/* A hold taken in a zone found dead after it (shm_watch.h): given back,
+ * as its new file may be the name's now, where another process may hold
+ * the key. */
+static __attribute__((noinline)) void
+shmlock_group_undo(shmlock_group_key_t *k, const shmlock_ticket_t *t)
+{
+    slot_ticket_t  tk;
+    int            handed = 0;
+
+    if (shmlock_group_in(k, t, &tk)) {
+        shard_lock(k->sh);
+        group_release_locked(&k->g, &tk, sys_now_ms(), &handed);
+        shard_unlock(k->sh, SHMLOCK_OK);
+    }
 }
 
 int
@@ -108,7 +132,7 @@ shmlock_group_acquire(shmlock_zone_t *zone, int kind, const char *key,
     slot_ticket_t        tk;
     uint64_t             self = sys_self();
     int64_t              now;
-    int                  rc;
+    int                  rc, taken;
 
     if (exptime_ms < 0 || permits > SHMLOCK_GROUP_MAX
         || (permits == 0 && kind == SHMLOCK_SEMAPHORE))
@@ -140,7 +164,14 @@ shmlock_group_acquire(shmlock_zone_t *zone, int kind, const char *key,
     default:
         rc = SHMLOCK_CORRUPT;
     }
-    rc = shmlock_group_rc(&k, rc);
+    taken = rc == SHMLOCK_OK;
+    rc = shmlock_group_unlock(zone, &k, rc);
+    if (__builtin_expect(taken && rc != SHMLOCK_OK, 0)
+        && (rc == SHMLOCK_REMOVED || rc == SHMLOCK_DESTROYED))
+    {
+        shmlock_group_undo(&k, t);
+    }
+    shmlock_group_close(&k);
     /* readers do not exclude each other: one woken passes it on */
     if (rc == SHMLOCK_OK && kind == SHMLOCK_SHARED) {
         wait_wake(zone, t->hash, 0);
@@ -171,7 +202,8 @@ shmlock_group_release(shmlock_zone_t *zone, int kind, const char *key,
     }
     shard_lock(k.sh);
     rc = group_release_locked(&k.g, &tk, sys_now_ms(), &handed);
-    rc = shmlock_group_rc(&k, rc == SLOT_OK ? SHMLOCK_OK : SHMLOCK_NOT_FOUND);
+    rc = shmlock_group_rc(zone, &k,
+                          rc == SLOT_OK ? SHMLOCK_OK : SHMLOCK_NOT_FOUND);
     /* a sleeper of the key: every one after a handoff (it must reach its
      * waiter), else one */
     if (rc == SHMLOCK_OK || handed) {
@@ -207,8 +239,8 @@ shmlock_group_extend(shmlock_zone_t *zone, int kind, const char *key,
     if (rc == SLOT_OK) {
         shmlock_group_out(t, &k, &tk);
     }
-    return shmlock_group_rc(&k, rc == SLOT_OK ? SHMLOCK_OK
-                                              : SHMLOCK_NOT_FOUND);
+    return shmlock_group_rc(zone, &k, rc == SLOT_OK ? SHMLOCK_OK
+                                                    : SHMLOCK_NOT_FOUND);
 }
 
 /* Whether a record's (or an exclusive holder's) process may live. */
@@ -286,7 +318,7 @@ shmlock_group_reclaim(shmlock_zone_t *zone, int kind, const char *key,
     } while (got == SHMLOCK_GROUP_BATCH);
     n = group_sweep_locked(&k.g, sys_now_ms(), &handed);
     woke |= handed;
-    rc = shmlock_group_rc(&k, SHMLOCK_OK);
+    rc = shmlock_group_rc(zone, &k, SHMLOCK_OK);
     if (woke) {
         wait_wake(zone, k.g.hash, 1);  /* maybe several freed */
     }
@@ -321,7 +353,7 @@ shmlock_group_holders(shmlock_zone_t *zone, int kind, const char *key,
             }
         }
     } while (got == SHMLOCK_GROUP_BATCH);
-    rc = shmlock_group_rc(&k, SHMLOCK_OK);
+    rc = shmlock_group_rc(zone, &k, SHMLOCK_OK);
     *count = n;
     return rc == SHMLOCK_OK && n > max ? SHMLOCK_AGAIN : rc;
 }
@@ -343,6 +375,6 @@ shmlock_group_head(shmlock_zone_t *zone, int kind, const char *key,
     if (h.found) {
         shmlock_group_out(t, &k, &h.tk);
     }
-    rc = shmlock_group_rc(&k, SHMLOCK_OK);
+    rc = shmlock_group_rc(zone, &k, SHMLOCK_OK);
     return rc == SHMLOCK_OK && !h.found ? SHMLOCK_NOT_FOUND : rc;
 }

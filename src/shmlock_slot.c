@@ -25,20 +25,60 @@ _Static_assert(SHMLOCK_SLOT_LOCK == SLOT_KIND_LOCK
                "slot kinds");
 _Static_assert(SHMLOCK_GROUP_MAX == GROUP_MAX, "a head's count");
 
-/* The shard of ticket t and its slot_ticket_t; NULL for a shard no zone
- * of this geometry has (never a ticket this zone handed out; the slot
- * calls check the index). */
+/* The shard of ticket t and its slot_ticket_t; NULL for a slot no zone
+ * of this geometry has, or a state no slot is handed out in (not LIVE: a
+ * zeroed ticket, an EMPTY or DEAD slot's): never a ticket this zone
+ * handed out.  (A CAS from an EMPTY slot's state, all zeros, would make
+ * that slot live without a key.) */
 static inline shard_t *
 shmlock_slot_in(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     slot_ticket_t *tk)
 {
     uint32_t  shard = ticket_shard(t);
 
-    if (shard >= zone->nshards) {
+    if (shard >= zone->nshards
+        || (t->stamp & (SLOT_LIVE | SLOT_DEAD)) != SLOT_LIVE)
+    {
         return NULL;
     }
     ticket_in(t, tk);
     return &zone->shard[shard];
+}
+
+/* An acquisition made in a zone found dead after its CAS (shm_watch.h):
+ * the key given back (its new file may be the name's now, where another
+ * process may hold it), and the dead status. */
+static __attribute__((noinline)) int
+shmlock_slot_undo(shmlock_zone_t *zone, const shmlock_ticket_t *t, int rc)
+{
+    slot_ticket_t  tk;
+    shard_t       *sh;
+
+    if (rc == SHMLOCK_OK) {
+        sh = shmlock_slot_in(zone, t, &tk);
+        rc = slot_release(&sh->slots, &tk);
+        if (rc == SLOT_SLOW) {
+            shard_lock(sh);
+            rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
+        }
+        if (rc == SLOT_OK) {
+            wait_wake(zone, t->hash, 0);
+        }
+    }
+    return shm_watch_dead_status(zone);
+}
+
+/* An acquire's answer rc, once its CAS is done: the dead word read after
+ * it (one load); a zone found dead undoes the acquisition. */
+static inline int
+shmlock_slot_taken(shmlock_zone_t *zone, const shmlock_ticket_t *t, int rc)
+{
+    if (__builtin_expect(
+            __atomic_load_n(&zone->hdr->dead, __ATOMIC_SEQ_CST) == 0, 1))
+    {
+        return rc;
+    }
+    return shmlock_slot_undo(zone, t, rc);
 }
 
 /* The absolute expiry of a time to live (0: never); -1 if it is bad. */
@@ -104,7 +144,8 @@ shmlock_slot_acquire_slow(shmlock_zone_t *zone, const shmlock_slot_req_t *r,
 /*
  * One clock reading (the expiry's, and the watch's gate), the checks, the
  * hash; then the uncontended case inline (slot_acquire_fast: the key's
- * slot is its home slot, free), anything else out of line.
+ * slot is its home slot, free), anything else out of line; the dead word
+ * after the CAS, not before (shm_watch.h).
  */
 int
 shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
@@ -114,7 +155,10 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
     slot_ticket_t       tk;
     int                 rc;
 
-    rc = shm_watch_now(zone, &now_ms);
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_gate(zone, now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }
@@ -135,12 +179,13 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
             == SLOT_OK, 1))
     {
         ticket_out(t, r.shard, r.hash, &tk);
-        return SHMLOCK_OK;
+        return shmlock_slot_taken(zone, t, SHMLOCK_OK);
     }
     r.key = key;
     r.key_len = key_len;
     r.now_ms = now_ms;
-    return shmlock_slot_acquire_slow(zone, &r, t);
+    return shmlock_slot_taken(zone, t,
+                              shmlock_slot_acquire_slow(zone, &r, t));
 }
 
 /*
@@ -161,7 +206,10 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
     int64_t        expiry;
     int            rc;
 
-    rc = shm_watch_now(zone, &now_ms);
+    if (now_ms <= 0) {
+        now_ms = sys_now_ms();
+    }
+    rc = shm_watch_gate(zone, now_ms);
     if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
         return rc;
     }
@@ -177,12 +225,12 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
                                   (uint64_t) (uint32_t) self << 32 | id,
                                   self, expiry, &tk, &hash) == SLOT_OK, 1))
         {
-            /* shmlock_slot_out, but t->slot: the hint was the slot */
+            /* ticket_out, but t->slot: the hint was the slot */
             t->hash = hash;
             t->owner = tk.state.owner;
             t->stamp = tk.state.stamp;
             t->process = tk.process;
-            return SHMLOCK_OK;
+            return shmlock_slot_taken(zone, t, SHMLOCK_OK);
         }
     }
     return shmlock_slot_acquire(zone, key, key_len, id, exptime_ms, now_ms,
@@ -227,28 +275,35 @@ shmlock_slot_release_slow(shmlock_zone_t *zone, const shmlock_ticket_t *t)
         shard_lock(sh);
         rc = shard_unlock(sh, slot_release_locked(&sh->slots, &tk));
     }
-    if (rc == SLOT_OK) {
+    rc = shm_watch_after(zone, shmlock_slot_rc(rc));
+    if (rc == SHMLOCK_OK) {
         wait_wake(zone, t->hash, 0);
     }
-    return shmlock_slot_rc(rc);
+    return rc;
 }
 
-/* The release of a ticket whose state is still the slot's: the inline
- * slot_release_fast, then the waiters' word (one load when none waits). */
+/* The release of a ticket whose state is still the slot's: the watch's
+ * gate, the inline slot_release_fast, the dead word after it (shm_watch.h:
+ * a zone found dead answers so, the key released all the same), then the
+ * waiters' word (one load when none waits). */
 int
 shmlock_slot_release(shmlock_zone_t *zone, const shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
     shard_t       *sh;
+    int            rc;
 
-    if (__builtin_expect(shm_watch(zone) == SHMLOCK_OK, 1)) {
+    if (__builtin_expect(shm_watch_gate(zone, sys_coarse_ms()) == SHMLOCK_OK,
+                         1))
+    {
         sh = shmlock_slot_in(zone, t, &tk);
         if (__builtin_expect(sh != NULL, 1)
             && __builtin_expect(slot_release_fast(&sh->slots, &tk)
                                 == SLOT_OK, 1))
         {
+            rc = shm_watch_after(zone, SHMLOCK_OK);
             wait_wake(zone, t->hash, 0);
-            return SHMLOCK_OK;
+            return rc;
         }
     }
     return shmlock_slot_release_slow(zone, t);
@@ -284,7 +339,7 @@ shmlock_slot_extend(shmlock_zone_t *zone, shmlock_ticket_t *t,
         t->owner = tk.state.owner;
         t->stamp = tk.state.stamp;
     }
-    return shmlock_slot_rc(rc);
+    return shm_watch_after(zone, shmlock_slot_rc(rc));
 }
 
 int
@@ -315,9 +370,11 @@ shmlock_slot_look(shmlock_zone_t *zone, const char *key, size_t key_len,
     }
     if (rc == SLOT_OK) {
         ticket_out(t, shard, hash, &tk);
-        return SHMLOCK_OK;
+        rc = SHMLOCK_OK;
+    } else {
+        rc = rc == SLOT_ABSENT ? SHMLOCK_NOT_FOUND : SHMLOCK_CORRUPT;
     }
-    return rc == SLOT_ABSENT ? SHMLOCK_NOT_FOUND : SHMLOCK_CORRUPT;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -366,9 +423,11 @@ shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     }
     if (rc == SLOT_OK) {
         ticket_out(t, ticket_shard(seen), seen->hash, &tk);
-        return SHMLOCK_OK;
+        rc = SHMLOCK_OK;
+    } else {
+        rc = rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
     }
-    return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -424,9 +483,11 @@ shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     rc = shard_unlock(sh, slot_mark_locked(&sh->slots, &from, &r, &tk));
     if (rc == SLOT_OK) {
         ticket_out(t, ticket_shard(seen), seen->hash, &tk);
-        return SHMLOCK_OK;
+        rc = SHMLOCK_OK;
+    } else {
+        rc = rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
     }
-    return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+    return shm_watch_after(zone, rc);
 }
 
 int
@@ -459,7 +520,7 @@ shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     m->exptime_ms = r.expiry;
     m->since_ms = r.since;
     m->until_ms = r.until;
-    return SHMLOCK_OK;
+    return shm_watch_after(zone, SHMLOCK_OK);
 }
 
 /* A listed slot's key as the user's: a record's (group.h) without its
@@ -589,5 +650,5 @@ shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
     }
     *count = got;
     *next = n;
-    return SHMLOCK_OK;
+    return shm_watch_after(zone, SHMLOCK_OK);
 }

@@ -10,6 +10,8 @@
 #include "shmlock.h"
 #include "crash.h"
 #include "shard_lock.h"
+#include "shm_removed.h"
+#include "shm_zone.h"
 #include "sys.h"
 #include "wait.h"
 #include "zone.h"
@@ -58,6 +60,45 @@ shmlock_test_shard_seq(shmlock_zone_t *zone, unsigned shard)
     shard_t  *sh = &zone->shard[shard % zone->nshards];
 
     return __atomic_load_n(&sh->hdr->seq, __ATOMIC_SEQ_CST);
+}
+
+void
+shmlock_test_attach_pause(int notify_fd, int wait_fd)
+{
+    shm_zone_test_pause(notify_fd, wait_fd);
+}
+
+void
+shmlock_test_removed_scan(uint32_t out[6])
+{
+    shm_removed_stats_t  st;
+
+    shm_removed_last(&st);
+    out[0] = st.procs;
+    out[1] = st.lines;
+    out[2] = st.marked;
+    out[3] = st.unreachable;
+    out[4] = st.locks;
+    out[5] = st.full;
+}
+
+static shmlock_zone_t  *dead_at_lock;
+
+void
+shmlock_test_dead_at_lock(shmlock_zone_t *zone)
+{
+    __atomic_store_n(&dead_at_lock, zone, __ATOMIC_SEQ_CST);
+}
+
+void
+shard_test_locked(void)
+{
+    shmlock_zone_t  *z = __atomic_exchange_n(&dead_at_lock, NULL,
+                                             __ATOMIC_SEQ_CST);
+
+    if (z != NULL) {
+        __atomic_store_n(&z->hdr->dead, ZONE_REMOVED, __ATOMIC_SEQ_CST);
+    }
 }
 
 static uint64_t  wakes[3];

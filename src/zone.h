@@ -156,6 +156,9 @@ struct shmlock_zone_s {
     int            fd;            /* open on the file; -1 if none */
     int            lost;          /* this process can no longer tell that
                                      its name reaches the file: refused */
+    int            listed;        /* the mapping's flock is taken
+                                     (shm_removed.h); if not, each look
+                                     at the file tries again */
     int64_t        watch_at;      /* coarse ms of the next check */
     char          *path;          /* the name it was opened by */
     shard_t        shard[ZONE_SHARDS_MAX];

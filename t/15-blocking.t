@@ -3,7 +3,11 @@
 # a held key by blocking the worker, up to that long: it gets a key that a
 # LuaJIT process releases meanwhile (woken by the release), answers
 # "timeout" after the bound for a key held longer, and without the option
-# still answers "cannot wait in <phase> phase" at once.
+# still answers "cannot wait in <phase> phase" at once.  A blocking wait
+# for a key this very worker holds (a lock behind its own shared hold,
+# alone or beside a LuaJIT reader; a shared hold behind its own lock; a
+# permit behind its own) could never end: refused at once, "held by this
+# worker".
 use strict;
 use warnings;
 use FindBin;
@@ -41,6 +45,41 @@ my $t = ShmTest->new(
             T.zone:set(tag .. "-timeout" .. id, T.try("long", 0.3))
             T.zone:set(tag .. "-default" .. id, T.try("long", nil))
         end
+
+        -- A hold of this very worker on key (how: "shared", "lock" or
+        -- "permit"), then a blocking wait for it by another object (what:
+        -- "lock", "shared" or "permit"), blocking_timeout 30 s: such a
+        -- wait could never end (nothing else runs in the worker while it
+        -- blocks).  "<elapsed> <err> <seconds the call took>", stored
+        -- under "own-<key>".
+        local semaphore = require "resty.shmlock.semaphore"
+        local OPTS = { timeout = 30, blocking_timeout = 30, exptime = 60 }
+        local function take(how, key)
+            if how == "permit" then
+                local s = assert(semaphore:new("blocking", OPTS))
+                return s, s:acquire(key)
+            end
+            local l = assert(resty_lock:new("blocking", OPTS))
+            if how == "shared" then
+                return l, l:lock_shared(key)
+            end
+            return l, l:lock(key)
+        end
+        function T.own(how, what, key)
+            local holder, got = take(how, key)
+            assert(got == 0, "this worker's hold")
+            ngx.update_time()
+            local t0 = ngx.now()
+            local waiter, elapsed, err = take(what, key)
+            ngx.update_time()
+            local took = ngx.now() - t0
+            if elapsed then
+                (waiter.unlock or waiter.release)(waiter)
+            end
+            assert((holder.unlock or holder.release)(holder) == 1)
+            T.zone:set("own-" .. key, string.format("%s %s %.3f",
+                       tostring(elapsed), tostring(err), took))
+        end
 EOF
     http_config => <<'EOF',
     init_worker_by_lua_block {
@@ -66,6 +105,12 @@ EOF
         location = /backend {
             return 200 "backend\n";
         }
+        location = /own {
+            content_by_lua_block { ngx.say("body") }
+            log_by_lua_block {
+                T.own(ngx.var.arg_how, ngx.var.arg_what, ngx.var.arg_key)
+            }
+        }
         location = /get {
             content_by_lua_block {
                 ngx.say(tostring(T.zone:get(ngx.var.arg_key)))
@@ -75,15 +120,16 @@ EOF
 );
 
 # A LuaJIT process holds "long" for the whole file; others hold
-# "short-<phase>" for 0.5 s.
+# "short-<phase>" for 0.5 s.  ($how: "lock_shared" for a shared hold.)
 sub holder {
-    my ($key, $ms) = @_;
+    my ($key, $ms, $how) = @_;
+    $how //= "lock";
     my $p = $t->luajit_bg(ShmTest::lua_prelude() . <<"EOF");
 local shdict = require "resty.shmlock.shdict"
 assert(shdict.open("blocking"))
 local resty_lock = require "resty.shmlock"
 local lock = assert(resty_lock:new("blocking", { exptime = 120 }))
-print("lock: " .. tostring(lock:lock("$key")))
+print("lock: " .. tostring(lock:$how("$key")))
 if $ms > 0 then
     sleep_ms($ms)
 else
@@ -163,9 +209,36 @@ subtest "balancer_by_lua" => sub {
     $t->check_log("balancer_by_lua", nested => 1);
 };
 
+# A blocking wait for a key this very worker holds could never end: it
+# is refused at once, whatever the two kinds of hold, with the cause.
+# (blocking_timeout is 30 s: "at once" is the answer's words and a call
+# far shorter than that, no timer margin.)
+# (a LuaJIT process holds "mixed" shared too, until the end)
+my $mixed = holder("mixed", 0, "lock_shared");
+subtest "log_by_lua: a blocking wait for this worker's own hold is refused "
+        . "at once, for every kind" => sub {
+    for my $case ([ "shared", "lock", "sl" ], [ "lock", "shared", "ls" ],
+                  [ "shared", "lock", "mixed" ],
+                  [ "permit", "permit", "pp" ]) {
+        my ($how, $what, $key) = @$case;
+        my $r = $t->get("/own?how=$how&what=$what&key=$key");
+        is($r->{body}, "body\n", "$key: request answered");
+        my $got = result("own-$key");
+        like($got, qr/^nil cannot wait in log phase: held by this worker (\d+\.\d+)\n\z/,
+             "$key: a $how hold of this worker, then a blocking $what: "
+             . "refused");
+        my ($took) = $got =~ / (\d+\.\d+)\n\z/;
+        cmp_ok($took // 99, '<', 10, "$key: at once, not after the 30 s")
+            if defined $took;
+    }
+    $t->check_log("own holds", nested => 1);
+};
+
 $t->set_flag("release");
 my ($rc, $out) = $long->finish(10);
 is($out, "lock: 0\nunlock: 1\n", "the long holder released its key");
+($rc, $out) = $mixed->finish(10);
+is($out, "lock: 0\nunlock: 1\n", "the shared holder released its key");
 
 $t->stop;
 done_testing;

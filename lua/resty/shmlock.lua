@@ -243,6 +243,16 @@ local function resolve(dict_name)
 end
 
 
+-- Misuse: a method called on anything but a lock object (lock.lock(key),
+-- a dict, another module's object) raises at the method's caller, before
+-- anything of it is read.  One compare on the hot path.
+local function check_self(self)
+    if getmetatable(self) ~= mt then
+        error("bad lock object (use lock:method(), not lock.method())", 3)
+    end
+end
+
+
 -- true inside nginx, in a phase where ngx.sleep may yield
 function _M.can_sleep()
     return in_nginx and YIELDABLE[get_phase()] == true
@@ -446,6 +456,7 @@ end
 -- the longest wait of this call instead of the object's, checked and
 -- clamped (to exptime) as opts.timeout; a bad one raises at the caller.
 function _M.lock(self, key, timeout)
+    check_self(self)
     if timeout == nil then
         timeout = self.timeout
     else
@@ -462,6 +473,7 @@ end
 -- never with an exclusive lock(key).  On an ngx.shared
 -- dict: nil, "shared holds need a zone ...".
 function _M.lock_shared(self, key, timeout)
+    check_self(self)
     if timeout == nil then
         timeout = self.timeout
     else
@@ -511,6 +523,7 @@ end
 -- every look while waiting, and true ends the wait with nil, "done"; the
 -- wait queues at once (no resty.lock steps).  Elsewhere, lock(key).
 function _M._lock_unless(self, key, done)
+    check_self(self)
     return acquire(self, key, true, self.timeout, done)
 end
 
@@ -519,6 +532,7 @@ end
 -- lock() without waiting: 0, or nil, "timeout" (as lock() with timeout 0),
 -- and the same other errors.
 function _M.trylock(self, key)
+    check_self(self)
     return acquire(self, key, false, 0)
 end
 
@@ -532,6 +546,7 @@ end
 -- the object keeps holding it (unlock again, or the lock goes when the
 -- object is collected or at its exptime).
 function _M.unlock(self)
+    check_self(self)
     local cd = held(self)
     if not cd then
         if self.sh then
@@ -567,6 +582,7 @@ end
 -- meanwhile: the object no longer holds it); nil and the store's error
 -- (the object still holds the lock, with its old expiry).
 function _M.expire(self, time)
+    check_self(self)
     local cd = held(self)
     if not cd then
         if self.sh then
@@ -605,6 +621,7 @@ end
 -- syntax: held = lock:owned()
 -- true while this object's lock is held by it in the store.
 function _M.owned(self)
+    check_self(self)
     local cd = held(self)
     if not cd then
         if self.sh then

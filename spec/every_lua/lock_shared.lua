@@ -218,6 +218,7 @@ local short = assert(resty_lock:new(d, { exptime = 0.001 }))
 eq(0, short:lock_shared("l"), "a short lease")
 until_true(function() return w:trylock("l") == 0 end, "the lease runs out")
 eq("expired", select(2, short:expire(10)), "expire of a lapsed lease")
+eq(false, short:owned(), "the lapsed hold is not owned")
 eq("unlocked", select(2, short:unlock()), "the lapsed hold is forgotten")
 eq(1, w:unlock(), "unlock l")
 

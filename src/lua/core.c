@@ -84,6 +84,62 @@ double core_optnum(lua_State *L, int i, double def)
     return lua_isnoneornil(L, i) ? def : (double) luaL_checknumber(L, i);
 }
 
+double core_range(lua_State *L, int i, double lo, double hi)
+{
+    double d = (double) luaL_checknumber(L, i);
+
+    if (!(d >= lo && d < hi)) {
+        lua_pushfstring(L, "number out of range: %f", (lua_Number) d);
+        luaL_argerror(L, i, lua_tostring(L, -1));
+    }
+    return d;
+}
+
+double core_optrange(lua_State *L, int i, double lo, double hi, double def)
+{
+    return lua_isnoneornil(L, i) ? def : core_range(L, i, lo, hi);
+}
+
+int core_int(lua_State *L, int i)
+{
+    return (int) core_range(L, i, -CORE_2_31, CORE_2_31);
+}
+
+uint32_t core_u32(lua_State *L, int i)
+{
+    return (uint32_t) core_range(L, i, 0, CORE_2_32);
+}
+
+int64_t core_i64(lua_State *L, int i)
+{
+    return (int64_t) core_range(L, i, -CORE_2_63, CORE_2_63);
+}
+
+int64_t core_opti64(lua_State *L, int i, int64_t def)
+{
+    return lua_isnoneornil(L, i) ? def : core_i64(L, i);
+}
+
+uint64_t core_u64(lua_State *L, int i)
+{
+    return (uint64_t) core_range(L, i, 0, CORE_2_64);
+}
+
+const char *core_cstr(lua_State *L, int i, int opt)
+{
+    size_t len;
+    const char *s;
+
+    if (opt && lua_isnoneornil(L, i)) {
+        return NULL;
+    }
+    s = luaL_checklstring(L, i, &len);
+    if (memchr(s, '\0', len) != NULL) {
+        luaL_argerror(L, i, "string with a NUL byte");
+    }
+    return s;
+}
+
 void core_push_number(lua_State *L, double d)
 {
 #if LUA_VERSION_NUM >= 503

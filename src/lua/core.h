@@ -52,6 +52,32 @@ const char *core_key(lua_State *L, int i, size_t *len);
 double core_num(lua_State *L, int i);
 double core_optnum(lua_State *L, int i, double def);
 
+/*
+ * Arguments bound for an integer type of the core.  A double outside the
+ * type's range (NaN, an infinity, 2^63 for an int64_t) has no value
+ * there: the cast is undefined, and on x86 gives the type's minimum (a
+ * negative length, count or index).  So a number is checked first:
+ * lo <= n < hi, else it raises "bad argument #i to 'f' (number out of
+ * range: n)".  The limits are powers of two, exact as doubles.
+ */
+#define CORE_2_31 2147483648.0
+#define CORE_2_32 4294967296.0
+#define CORE_2_63 9223372036854775808.0
+#define CORE_2_64 18446744073709551616.0
+
+double core_range(lua_State *L, int i, double lo, double hi);
+double core_optrange(lua_State *L, int i, double lo, double hi, double def);
+/* the number at i as the core's int, uint32_t, int64_t and uint64_t */
+int core_int(lua_State *L, int i);
+uint32_t core_u32(lua_State *L, int i);
+int64_t core_i64(lua_State *L, int i);
+int64_t core_opti64(lua_State *L, int i, int64_t def);
+uint64_t core_u64(lua_State *L, int i);
+/* the string at i for a C string (a path, a name): one with a NUL byte
+ * raises, where C would read a shorter one (another directory, say);
+ * NULL for none when opt */
+const char *core_cstr(lua_State *L, int i, int opt);
+
 #if LUA_VERSION_NUM < 502
 #define core_rawlen(L, i) lua_objlen(L, i)
 #else

@@ -13,7 +13,7 @@
 
 static int64_t ms_arg(lua_State *L, int i)
 {
-    return (int64_t) core_optnum(L, i, 0);
+    return core_opti64(L, i, 0);
 }
 
 /* a bigger buffer, owned by the Lua state (collected with the call's
@@ -84,7 +84,7 @@ static int read_value(lua_State *L, const dict_read_t *r, shmlock_value_t *v,
 static int dict_store(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    int op = (int) core_num(L, 2);
+    int op = core_int(L, 2);
     size_t klen;
     const char *key = core_key(L, 3, &klen);
     shmlock_value_t v;
@@ -94,12 +94,12 @@ static int dict_store(lua_State *L)
     if (!core_to_value(L, 4, &v)) {
         return luaL_argerror(L, 4, "bad value type");
     }
-    v.flags = (uint32_t) core_optnum(L, 5, 0);
+    v.flags = (uint32_t) core_optrange(L, 5, 0, CORE_2_32, 0);
     if (!lua_isnoneornil(L, 7)) {
         shmlock_gen_guard_t g;
-        g.word = (uint32_t) core_num(L, 7);
-        g.mask = (uint32_t) core_num(L, 8);
-        g.value = (uint32_t) core_num(L, 9);
+        g.word = core_u32(L, 7);
+        g.mask = core_u32(L, 8);
+        g.value = core_u32(L, 9);
         rc = shmlock_dict_store_guarded(zone, op, key, klen, &v, exptime,
                                         &g, &forcible);
     } else {
@@ -183,7 +183,7 @@ static int dict_cas(lua_State *L)
     if (!core_to_value(L, 3, &old) || !core_to_value(L, 4, &v)) {
         return luaL_error(L, "bad value type");
     }
-    v.flags = (uint32_t) core_optnum(L, 5, 0);
+    v.flags = (uint32_t) core_optrange(L, 5, 0, CORE_2_32, 0);
     rc = shmlock_dict_cas(zone, key, klen, &old, &v, ms_arg(L, 6),
                           &forcible);
     return push_rc_forcible(L, rc, forcible);
@@ -214,8 +214,9 @@ static int dict_flush_all(lua_State *L)
 static int dict_flush_expired(lua_State *L)
 {
     int freed = 0;
-    int rc = shmlock_dict_flush_expired(core_zone(L, 1),
-                                        (int) core_optnum(L, 2, 0), &freed);
+    shmlock_zone_t *zone = core_zone(L, 1);
+    int max_count = (int) core_optrange(L, 2, -CORE_2_31, CORE_2_31, 0);
+    int rc = shmlock_dict_flush_expired(zone, max_count, &freed);
     return push_rc_number(L, rc, freed);
 }
 
@@ -224,8 +225,8 @@ static int dict_flush_expired(lua_State *L)
 static int dict_scan(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    uint64_t cursor = (uint64_t) core_num(L, 2);
-    int count = (int) core_num(L, 3);
+    uint64_t cursor = core_u64(L, 2);
+    int count = core_int(L, 3);
     char first[BUF_SIZE];
     char *buf = first;
     size_t size = sizeof(first), used = 0, pos = 0;
@@ -273,7 +274,7 @@ static int dict_free_space(lua_State *L)
 static int dict_push(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    int side = (int) core_num(L, 2);
+    int side = core_int(L, 2);
     size_t klen;
     const char *key = core_key(L, 3, &klen);
     shmlock_value_t v;
@@ -296,7 +297,7 @@ static int dict_pop(lua_State *L)
     int rc;
 
     r.zone = core_zone(L, 1);
-    r.arg = (int) core_num(L, 2);
+    r.arg = core_int(L, 2);
     r.key = core_key(L, 3, &r.klen);
     r.pop = 1;
     rc = read_value(L, &r, &v, first);
@@ -339,7 +340,7 @@ static int dict_stats(lua_State *L)
     int rc;
 
     memset(&s, 0, sizeof(s));
-    rc = shmlock_dict_stats(core_zone(L, 1), (int) core_num(L, 2), &s);
+    rc = shmlock_dict_stats(core_zone(L, 1), core_int(L, 2), &s);
     core_push_number(L, rc);
     if (rc != SHMLOCK_OK) {
         return 1;

@@ -58,14 +58,15 @@ static void *test_udata(lua_State *L, int i, const char *mt)
     return same ? p : NULL;
 }
 
-/* the key at i, klen at i + 1 (at most the string's length) */
+/* the key at i, klen at i + 1 (at most the string's length; NaN is no
+ * length: every comparison with it is false) */
 static const char *key_arg(lua_State *L, int i, size_t *klen)
 {
     size_t len;
     const char *key = core_key(L, i, &len);
     double n = core_optnum(L, i + 1, (double) len);
 
-    if (n < 0 || n > (double) len) {
+    if (!(n >= 0 && n <= (double) len)) {
         luaL_argerror(L, i + 1, "bad key length");
     }
     *klen = (size_t) n;
@@ -148,9 +149,11 @@ static int acquire_with(lua_State *L, acquire_fn acquire)
     size_t klen;
     const char *key = key_arg(L, 2, &klen);
 
-    return push_rc(L, acquire(zone, key, klen, (uint32_t) core_num(L, 4),
-                              (int64_t) core_num(L, 5),
-                              (int64_t) core_optnum(L, 6, 0),
+    uint32_t id = core_u32(L, 4);
+    int64_t exptime = core_i64(L, 5);
+    int64_t now = core_opti64(L, 6, 0);
+
+    return push_rc(L, acquire(zone, key, klen, id, exptime, now,
                               ticket_at(L, 7)));
 }
 
@@ -176,9 +179,12 @@ static int slot_release(lua_State *L)
 /* rc = core.slot_extend(zone, tk, exptime_ms, now_ms) */
 static int slot_extend(lua_State *L)
 {
-    return push_rc(L, shmlock_slot_extend(core_zone(L, 1), ticket_at(L, 2),
-                                          (int64_t) core_num(L, 3),
-                                          (int64_t) core_optnum(L, 4, 0)));
+    shmlock_zone_t *zone = core_zone(L, 1);
+    shmlock_ticket_t *t = ticket_at(L, 2);
+    int64_t exptime = core_i64(L, 3);
+
+    return push_rc(L, shmlock_slot_extend(zone, t, exptime,
+                                          core_opti64(L, 4, 0)));
 }
 
 /* rc = core.slot_look(zone, key, klen, tk) */
@@ -214,16 +220,15 @@ static int slot_swap(lua_State *L)
         process = by_mark->process;
     } else {
         owner = (uint64_t) (uint32_t) shmlock_self_pid() << 32
-                | (uint32_t) core_num(L, 3);
+                | core_u32(L, 3);
     }
     if (by_mark != NULL && lua_isnoneornil(L, 5)) {
         exptime = by_mark->exptime_ms;
     } else {
-        exptime = (int64_t) core_num(L, 5);
+        exptime = core_i64(L, 5);
     }
     return push_rc(L, shmlock_slot_swap(zone, seen, owner, process, marked,
-                                        exptime,
-                                        (int64_t) core_optnum(L, 6, 0), out));
+                                        exptime, core_opti64(L, 6, 0), out));
 }
 
 /* rc = core.slot_mark(zone, seen, id, exptime_ms, since_ms, until_ms, out):
@@ -235,11 +240,11 @@ static int slot_mark(lua_State *L)
     shmlock_mark_t m;
 
     m.owner = (uint64_t) (uint32_t) shmlock_self_pid() << 32
-              | (uint32_t) core_num(L, 3);
+              | core_u32(L, 3);
     m.process = 0;
-    m.exptime_ms = (int64_t) core_num(L, 4);
-    m.since_ms = (int64_t) core_num(L, 5);
-    m.until_ms = (int64_t) core_num(L, 6);
+    m.exptime_ms = core_i64(L, 4);
+    m.since_ms = core_i64(L, 5);
+    m.until_ms = core_i64(L, 6);
     return push_rc(L, shmlock_slot_mark(zone, seen, &m, ticket_at(L, 7)));
 }
 
@@ -285,15 +290,16 @@ static int slot_hash(lua_State *L)
 static int slot_scan(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    uint64_t cursor = (uint64_t) core_num(L, 2);
-    int max = (int) core_num(L, 3);
+    uint64_t cursor = core_u64(L, 2);
+    double n = core_num(L, 3);
     shmlock_slot_info_t *out;
     uint64_t next = 0;
-    int count = 0, rc, i;
+    int max, count = 0, rc, i;
 
-    if (max < 1 || max > SCAN_MAX) {
+    if (!(n >= 1 && n <= SCAN_MAX)) {
         return luaL_argerror(L, 3, "from 1 to 256");
     }
+    max = (int) n;
     /* on the Lua stack: collected whatever raises below */
     out = lua_newuserdata(L, sizeof(*out) * (size_t) max);
     rc = shmlock_slot_scan(zone, cursor, out, max, &count, &next);
@@ -333,14 +339,16 @@ static int owner_ids(lua_State *L)
 static int group_acquire(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    int kind = (int) core_num(L, 2);
+    int kind = core_int(L, 2);
     size_t klen;
     const char *key = key_arg(L, 3, &klen);
 
-    return push_rc(L, shmlock_group_acquire(zone, kind, key, klen,
-                                            (uint32_t) core_num(L, 5),
-                                            (uint32_t) core_num(L, 6),
-                                            (int64_t) core_num(L, 7),
+    uint32_t id = core_u32(L, 5);
+    uint32_t permits = core_u32(L, 6);
+    int64_t exptime = core_i64(L, 7);
+
+    return push_rc(L, shmlock_group_acquire(zone, kind, key, klen, id,
+                                            permits, exptime,
                                             ticket_at(L, 8)));
 }
 
@@ -348,7 +356,7 @@ static int group_acquire(lua_State *L)
 static int group_release(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    int kind = (int) core_num(L, 2);
+    int kind = core_int(L, 2);
     size_t klen;
     const char *key = key_arg(L, 3, &klen);
 
@@ -360,20 +368,21 @@ static int group_release(lua_State *L)
 static int group_extend(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    int kind = (int) core_num(L, 2);
+    int kind = core_int(L, 2);
     size_t klen;
     const char *key = key_arg(L, 3, &klen);
 
-    return push_rc(L, shmlock_group_extend(zone, kind, key, klen,
-                                           ticket_at(L, 5),
-                                           (int64_t) core_num(L, 6)));
+    shmlock_ticket_t *t = ticket_at(L, 5);
+
+    return push_rc(L, shmlock_group_extend(zone, kind, key, klen, t,
+                                           core_i64(L, 6)));
 }
 
 /* rc, count = core.group_reclaim(zone, kind, key, klen) */
 static int group_reclaim(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    int kind = (int) core_num(L, 2);
+    int kind = core_int(L, 2);
     size_t klen;
     const char *key = key_arg(L, 3, &klen);
     uint32_t count = 0;
@@ -390,16 +399,17 @@ static int group_reclaim(lua_State *L)
 static int group_holders(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    int kind = (int) core_num(L, 2);
+    int kind = core_int(L, 2);
     size_t klen;
     const char *key = key_arg(L, 3, &klen);
-    int max = (int) core_num(L, 5);
+    double n = core_num(L, 5);
     shmlock_ticket_t *out;
-    int count = 0, rc, i;
+    int max, count = 0, rc, i;
 
-    if (max < 1 || max > SHMLOCK_GROUP_MAX) {
+    if (!(n >= 1 && n <= SHMLOCK_GROUP_MAX)) {
         return luaL_argerror(L, 5, "from 1 to 16777215 (SHMLOCK_GROUP_MAX)");
     }
+    max = (int) n;
     out = lua_newuserdata(L, sizeof(*out) * (size_t) max);
     rc = shmlock_group_holders(zone, kind, key, klen, out, max, &count);
     core_push_number(L, rc);
@@ -418,7 +428,7 @@ static int group_holders(lua_State *L)
 static int group_head(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    int kind = (int) core_num(L, 2);
+    int kind = core_int(L, 2);
     size_t klen;
     const char *key = key_arg(L, 3, &klen);
 
@@ -442,7 +452,7 @@ static int test_fork(lua_State *L)
 /* core.test_exit(status): _exit, no finalizer run */
 static int test_exit(lua_State *L)
 {
-    _exit((int) core_num(L, 1));
+    _exit(core_int(L, 1));
     return 0;
 }
 
@@ -451,7 +461,7 @@ static int test_wait(lua_State *L)
 {
     int status = 0;
 
-    if (waitpid((pid_t) core_num(L, 1), &status, 0) < 0
+    if (waitpid((pid_t) core_int(L, 1), &status, 0) < 0
         || !WIFEXITED(status)) {
         return push_rc(L, -1);
     }

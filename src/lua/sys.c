@@ -19,14 +19,14 @@
 /* msg = core.strerror(rc): the core's message for a status */
 static int core_strerror(lua_State *L)
 {
-    lua_pushstring(L, shmlock_strerror((int) core_num(L, 1)));
+    lua_pushstring(L, shmlock_strerror(core_int(L, 1)));
     return 1;
 }
 
 /* msg = core.sys_strerror(errno) */
 static int sys_strerror(lua_State *L)
 {
-    lua_pushstring(L, strerror((int) core_num(L, 1)));
+    lua_pushstring(L, strerror(core_int(L, 1)));
     return 1;
 }
 
@@ -71,15 +71,16 @@ static int self_pid(lua_State *L)
 
 static int proc_start(lua_State *L)
 {
-    core_push_number(L, (double) shmlock_proc_start((int) core_num(L, 1)));
+    core_push_number(L, (double) shmlock_proc_start(core_int(L, 1)));
     return 1;
 }
 
 static int proc_alive(lua_State *L)
 {
-    lua_pushboolean(L, shmlock_proc_alive((int) core_num(L, 1),
-                                          (uint64_t) core_optnum(L, 2, 0))
-                       == 1);
+    int pid = core_int(L, 1);
+    uint64_t start = (uint64_t) core_optrange(L, 2, 0, CORE_2_64, 0);
+
+    lua_pushboolean(L, shmlock_proc_alive(pid, start) == 1);
     return 1;
 }
 
@@ -96,12 +97,17 @@ static int token_block(lua_State *L)
     return 2;
 }
 
-/* core.sleep(seconds): the whole time, whatever signals interrupt it */
+/* core.sleep(seconds): the whole time, whatever signals interrupt it
+ * (none for seconds <= 0; NaN, +inf and more than the library's longest
+ * time, 1e12 s, raise: no time_t holds some of them) */
 static int core_sleep(lua_State *L)
 {
     double s = core_num(L, 1);
     struct timespec req, rem;
 
+    if (!(s <= 1e12)) {
+        return luaL_argerror(L, 1, "seconds up to 1e12 expected");
+    }
     if (!(s > 0)) {
         return 0;
     }
@@ -117,9 +123,9 @@ static int core_sleep(lua_State *L)
  * (the zone directory the core reads, $SHMLOCK_DIR, for resty.shmlock.testing) */
 static int core_setenv(lua_State *L)
 {
-    const char *name = luaL_checkstring(L, 1);
-    int rc = lua_isnoneornil(L, 2) ? unsetenv(name)
-                                   : setenv(name, luaL_checkstring(L, 2), 1);
+    const char *name = core_cstr(L, 1, 0);
+    const char *value = core_cstr(L, 2, 1);
+    int rc = value == NULL ? unsetenv(name) : setenv(name, value, 1);
     if (rc != 0) {
         lua_pushboolean(L, 0);
         lua_pushnumber(L, (lua_Number) errno);
@@ -132,7 +138,7 @@ static int core_setenv(lua_State *L)
 /* gid = core.getgrnam(name), or nil */
 static int core_getgrnam(lua_State *L)
 {
-    struct group *gr = getgrnam(luaL_checkstring(L, 1));
+    struct group *gr = getgrnam(core_cstr(L, 1, 0));
     if (gr == NULL) {
         return 0;
     }
@@ -143,7 +149,7 @@ static int core_getgrnam(lua_State *L)
 /* name = core.getgrgid(gid), or nil */
 static int core_getgrgid(lua_State *L)
 {
-    struct group *gr = getgrgid((gid_t) core_num(L, 1));
+    struct group *gr = getgrgid((gid_t) core_u32(L, 1));
     if (gr == NULL || gr->gr_name == NULL) {
         return 0;
     }
@@ -154,7 +160,7 @@ static int core_getgrgid(lua_State *L)
 /* name = core.getpwuid(uid), or nil */
 static int core_getpwuid(lua_State *L)
 {
-    struct passwd *pw = getpwuid((uid_t) core_num(L, 1));
+    struct passwd *pw = getpwuid((uid_t) core_u32(L, 1));
     if (pw == NULL || pw->pw_name == NULL) {
         return 0;
     }
@@ -167,6 +173,9 @@ static int core_getpwuid(lua_State *L)
 static uint32_t u32(lua_State *L, int i)
 {
     double d = core_num(L, i);
+    if (!isfinite(d)) {
+        return 0;                             /* as LuaJIT: NaN, +-inf */
+    }
     d = fmod(floor(d + 0.5), 4294967296.0);   /* as LuaJIT: rounds */
     if (d < 0) {
         d += 4294967296.0;

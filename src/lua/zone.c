@@ -53,28 +53,52 @@ void core_push_zone(lua_State *L, shmlock_zone_t *zone)
     lua_setmetatable(L, -2);
 }
 
-/* t[field] as a number, or def when absent */
-static double field_num(lua_State *L, int t, const char *field, double def)
+/* t[field] (t: argument 1) as a number from lo to below hi (as
+ * core_range), or def when absent */
+static double field_num(lua_State *L, int t, const char *field, double lo,
+    double hi, double def)
 {
     double d = def;
     lua_getfield(L, t, field);
     if (!lua_isnil(L, -1)) {
-        d = (double) luaL_checknumber(L, -1);
+        if (!lua_isnumber(L, -1)) {
+            lua_pushfstring(L, "field '%s': number expected", field);
+            luaL_argerror(L, 1, lua_tostring(L, -1));
+        }
+        d = (double) lua_tonumber(L, -1);
+        if (!(d >= lo && d < hi)) {
+            lua_pushfstring(L, "field '%s': number out of range: %f", field,
+                            (lua_Number) d);
+            luaL_argerror(L, 1, lua_tostring(L, -1));
+        }
     }
     lua_pop(L, 1);
     return d;
 }
 
-/* t[field] as a string, or NULL when absent; stays on the stack */
+/* t[field] (t: argument 1) as a string, or NULL when absent; stays on
+ * the stack.  The directory is a C string: a NUL byte in it raises (the
+ * system would see a shorter path, another directory). */
 static const char *field_str(lua_State *L, int t, const char *field,
-    size_t *len)
+    size_t *len, int cstr)
 {
+    const char *s;
+
     lua_getfield(L, t, field);
     if (lua_isnil(L, -1)) {
         *len = 0;
         return NULL;
     }
-    return luaL_checklstring(L, -1, len);
+    if (lua_type(L, -1) != LUA_TSTRING) {
+        lua_pushfstring(L, "field '%s': string expected", field);
+        luaL_argerror(L, 1, lua_tostring(L, -1));
+    }
+    s = lua_tolstring(L, -1, len);
+    if (cstr && memchr(s, '\0', *len) != NULL) {
+        lua_pushfstring(L, "field '%s': string with a NUL byte", field);
+        luaL_argerror(L, 1, lua_tostring(L, -1));
+    }
+    return s;
 }
 
 #define SET(t, field, value) \
@@ -95,17 +119,19 @@ static int zone_open(lua_State *L)
 
     luaL_checktype(L, 1, LUA_TTABLE);
     memset(&o, 0, sizeof(o));
-    o.dir = field_str(L, 1, "dir", &len);
-    o.name = field_str(L, 1, "name", &o.name_len);
+    o.dir = field_str(L, 1, "dir", &len, 1);
+    o.name = field_str(L, 1, "name", &o.name_len, 0);
     if (o.name == NULL) {
         return luaL_argerror(L, 1, "no name");
     }
-    o.size = (size_t) field_num(L, 1, "size", 0);
-    o.shards = (unsigned) field_num(L, 1, "shards", 0);
-    o.mode = (unsigned) field_num(L, 1, "mode", 0);
-    o.group = (int64_t) field_num(L, 1, "group", -1);
-    o.owner_uid = (int64_t) field_num(L, 1, "owner_uid", 0);
-    o.owner_gid = (int64_t) field_num(L, 1, "owner_gid", -1);
+    o.size = (size_t) field_num(L, 1, "size", 0, CORE_2_63, 0);
+    o.shards = (unsigned) field_num(L, 1, "shards", 0, CORE_2_32, 0);
+    o.mode = (unsigned) field_num(L, 1, "mode", 0, CORE_2_32, 0);
+    o.group = (int64_t) field_num(L, 1, "group", -CORE_2_63, CORE_2_63, -1);
+    o.owner_uid = (int64_t) field_num(L, 1, "owner_uid", -CORE_2_63,
+                                      CORE_2_63, 0);
+    o.owner_gid = (int64_t) field_num(L, 1, "owner_gid", -CORE_2_63,
+                                      CORE_2_63, -1);
 
     errno = 0;
     rc = shmlock_zone_open2(&o, &zone);
@@ -133,7 +159,7 @@ static int zone_open(lua_State *L)
 static int zone_destroy(lua_State *L)
 {
     size_t len;
-    const char *dir = luaL_optstring(L, 1, NULL);
+    const char *dir = core_cstr(L, 1, 1);
     const char *name = luaL_checklstring(L, 2, &len);
     int rc = shmlock_zone_destroy(dir, name, len);
     core_push_number(L, rc);
@@ -168,8 +194,10 @@ static int zone_shards(lua_State *L)
 static int zone_gen_add(lua_State *L)
 {
     shmlock_zone_t *zone = core_zone(L, 1);
-    uint32_t i = (uint32_t) core_num(L, 2);
-    uint32_t delta = (uint32_t) (int64_t) core_num(L, 3);
+    uint32_t i = core_u32(L, 2);
+    /* (a negative delta counts down) */
+    uint32_t delta = (uint32_t) (int64_t) core_range(L, 3, -CORE_2_32,
+                                                     CORE_2_32);
     if (i >= SHMLOCK_GEN_WORDS) {
         return luaL_argerror(L, 2, "no such generation word");
     }
@@ -180,18 +208,18 @@ static int zone_gen_add(lua_State *L)
 /* seq = core.wait_begin(zone, hash) */
 static int wait_begin(lua_State *L)
 {
-    core_push_number(L, shmlock_wait_begin(core_zone(L, 1),
-                                           (uint32_t) core_num(L, 2)));
+    shmlock_zone_t *zone = core_zone(L, 1);
+    core_push_number(L, shmlock_wait_begin(zone, core_u32(L, 2)));
     return 1;
 }
 
 /* rc = core.wait_end(zone, hash, seq, timeout_us) */
 static int wait_end(lua_State *L)
 {
-    core_push_number(L, shmlock_wait_end(core_zone(L, 1),
-                                         (uint32_t) core_num(L, 2),
-                                         (uint32_t) core_num(L, 3),
-                                         (int64_t) core_num(L, 4)));
+    shmlock_zone_t *zone = core_zone(L, 1);
+    uint32_t hash = core_u32(L, 2);
+    uint32_t seq = core_u32(L, 3);
+    core_push_number(L, shmlock_wait_end(zone, hash, seq, core_i64(L, 4)));
     return 1;
 }
 
@@ -202,14 +230,15 @@ static int wake_waiters(lua_State *L)
     int  all = lua_isnumber(L, 3) ? lua_tonumber(L, 3) != 0
                                   : lua_toboolean(L, 3);
 
-    shmlock_wake_waiters(core_zone(L, 1), (uint32_t) core_num(L, 2), all);
+    shmlock_zone_t *zone = core_zone(L, 1);
+    shmlock_wake_waiters(zone, core_u32(L, 2), all);
     return 0;
 }
 
 static int wait_count(lua_State *L)
 {
-    core_push_number(L, shmlock_wait_count(core_zone(L, 1),
-                                           (uint32_t) core_num(L, 2)));
+    shmlock_zone_t *zone = core_zone(L, 1);
+    core_push_number(L, shmlock_wait_count(zone, core_u32(L, 2)));
     return 1;
 }
 

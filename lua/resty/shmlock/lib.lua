@@ -1,4 +1,9 @@
--- resty.shmlock.lib: the C core, declared and loaded once per process.
+-- resty.shmlock.lib (internal): the C core, declared and loaded once per
+-- process.  The raw FFI library, not an API: its functions trust their
+-- arguments as C does (a NULL zone, a length past its string, a ticket
+-- of another zone crash the process or worse).  The public modules check
+-- every argument before they call it (spec/62: no bad argument of theirs
+-- crashes); programs use them, never this.
 --
 -- The library is looked for, in order (resty.shmlock.internal.locate):
 -- $SHMLOCK_LIB; libshmlock.so at the root of the checkout this file belongs

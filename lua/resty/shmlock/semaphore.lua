@@ -89,6 +89,17 @@ local mt = { __index = _M }
 
 local tk = slots.ticket()       -- acquire's out-parameter
 
+-- Misuse: a method called on anything but a semaphore object (sem.count(
+-- "name", key) for semaphore.inspect, a dict, another module's object)
+-- raises at the method's caller, before its zone reaches the core.
+local function check_self(self)
+    if getmetatable(self) ~= mt then
+        error("bad semaphore object (use sem:method(), not sem.method())",
+              3)
+    end
+end
+
+
 -- ---- new ----
 
 -- The zone behind dict_name, by the one name rule (resty.shmlock.
@@ -340,16 +351,21 @@ end
 -- syntax: here = here(sem, key, klen)
 -- Every live holder of key is this process, and they fill the permits:
 -- a worker blocked in a phase that cannot yield would wait for itself.
-local HOLDERS_MAX = 64
-
 function sem_backend.here(sem, key, klen)
     local n = reclaim(sem.zone, key, klen)
     if not n or n < sem.permits then
         return false
     end
-    local rc, count, list = slots.group_holders(sem.zone, SEMAPHORE, key,
-                                                klen, HOLDERS_MAX)
-    if rc ~= OK then
+    -- (all of them: more than a batch too)
+    local list, count = zone_backend.group_tickets(sem.zone, SEMAPHORE, key,
+                                                   klen)
+    if not list then
+        return false
+    end
+    -- The count and the listing are two looks: a holder of another
+    -- process may have released in between, leaving only ours listed but
+    -- a permit free (then the next try takes it: not a wait on ourselves).
+    if count < sem.permits then
         return false
     end
     local me = self_pid()
@@ -358,7 +374,7 @@ function sem_backend.here(sem, key, klen)
             return false
         end
     end
-    return count > 0
+    return true
 end
 
 -- syntax: elapsed, err = block(sem, key, klen, w, exp_ms, timeout, step,
@@ -436,6 +452,7 @@ end
 
 -- syntax: elapsed, err = sem:acquire(key, timeout?)
 function _M.acquire(self, key, timeout)
+    check_self(self)
     if held(self.permit) then
         return nil, "locked"
     end
@@ -484,6 +501,7 @@ end
 
 -- syntax: ok, err = sem:release()
 function _M.release(self)
+    check_self(self)
     local cd = held(self.permit)
     if not cd then
         return nil, "unlocked"
@@ -504,6 +522,7 @@ end
 
 -- syntax: ok, err = sem:expire(seconds?)
 function _M.expire(self, seconds)
+    check_self(self)
     if seconds == nil then
         seconds = self.exptime
     else
@@ -518,6 +537,10 @@ function _M.expire(self, seconds)
         return true
     end
     if rc == NOT_FOUND then
+        -- the lease ran out: the permit is gone, and the object holds
+        -- nothing any more (as the lock's expire): owned() is false, and
+        -- acquire() may take a permit again
+        permit.drop(cd)
         return nil, "expired"
     end
     return nil, errors[rc]
@@ -527,6 +550,7 @@ end
 -- The permits of key held now (dead holders and expired leases dropped
 -- first).
 function _M.count(self, key)
+    check_self(self)
     local err
     key, err = key_check(key)
     if not key then
@@ -559,6 +583,7 @@ end
 -- syntax: holding = sem:owned()
 -- Whether this object holds a permit (false in a forked child).
 function _M.owned(self)
+    check_self(self)
     return held(self.permit) ~= nil
 end
 

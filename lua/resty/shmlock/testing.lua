@@ -143,6 +143,10 @@ local chunk = assert(loadfile(arg[5]))
 chunk(i, n)
 ]]
 
+-- the most processes one processes() call starts (a count beyond any
+-- test's, which would only exhaust the host's processes)
+local MAX_PROCESSES = 1024
+
 -- syntax: results = testing.processes(n, source, opts?)
 -- Runs the Lua code `source` in n processes of this interpreter started
 -- together: each receives (i, n) as `...` and starts its code once all n
@@ -153,8 +157,10 @@ chunk(i, n)
 -- children inherit $SHMLOCK_DIR (zone_dir()) and this process's
 -- package.path and package.cpath.
 function _M.processes(n, source, opts)
-    if type(n) ~= "number" or n < 1 or n % 1 ~= 0 then
-        error("n must be an integer >= 1", 2)
+    if type(n) ~= "number" or not (n >= 1 and n <= MAX_PROCESSES)
+       or n % 1 ~= 0
+    then
+        error("n must be an integer from 1 to " .. MAX_PROCESSES, 2)
     end
     if type(source) ~= "string" then
         error("source must be a string of Lua code", 2)

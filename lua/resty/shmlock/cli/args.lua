@@ -24,25 +24,55 @@ local COMMANDS = {
     locks = { operands = { "ZONE" } },
     verify = { operands = { "ZONE" } },
     destroy = { operands = { "ZONE" } },
-    unlock = { operands = { "ZONE", "KEY" } },
+    unlock = { operands = { "ZONE", "KEY" }, kind = true, pid = true },
     -- then COMMAND [ARG...]: cmd.command
     run = { operands = { "ZONE", "KEY" }, wait = true, exptime = true,
+            shared = true, permits = true, ["conflict-exit-code"] = true,
             command = true },
 }
 _M.COMMANDS = COMMANDS
 
 -- options that take a value
 local VALUED = { dir = true, match = true, limit = true, group = true,
-                 wait = true, exptime = true }
+                 wait = true, exptime = true, permits = true,
+                 ["conflict-exit-code"] = true, kind = true, pid = true }
 
 -- options for every command
 local GLOBAL = { dir = true, group = true }
-local FLAGS = { json = true, help = true, escaped = true }
+local FLAGS = { json = true, help = true, escaped = true, version = true,
+                shared = true }
+
+-- every long option, sorted (spec/50 checks that the help and the manual
+-- page name each)
+_M.OPTIONS = {}
+for _, t in ipairs { VALUED, FLAGS } do
+    for name in pairs(t) do
+        _M.OPTIONS[#_M.OPTIONS + 1] = name
+    end
+end
+table.sort(_M.OPTIONS)
+
+-- the kinds of hold `unlock --kind` names
+local KINDS = { lock = true, shared = true, semaphore = true }
+
+-- the most permits of a key (src/shmlock.h: SHMLOCK_GROUP_MAX)
+local PERMITS_MAX = require("resty.shmlock.internal.codes").GROUP_MAX
+
+
+-- v (a string) as a whole number from lo to hi, or nil
+local function whole(v, lo, hi)
+    local n = tonumber(v)
+    if not n or find(v, "[^%d]") or n < lo or n > hi then
+        return nil
+    end
+    return n
+end
 
 -- syntax: cmd, err = args.parse(argv)
 -- argv: the arguments (argv[1] ...).  cmd: { name, operands = { ... },
--- dir, json, help, match, limit, group, wait, exptime, escaped, command =
--- { ... } (run's COMMAND and ARGs) }; name is nil with help and no
+-- dir, json, help, version, match, limit, group, wait, exptime, shared,
+-- permits, conflict_exit_code, kind, pid, escaped, command = { ... }
+-- (run's COMMAND and ARGs) }; name is nil with help or version and no
 -- command.  With --escaped, a KEY operand is read as keys prints it:
 -- \xHH a byte, \\ a backslash (output.unprintable).
 -- nil and a message for a usage error.
@@ -91,7 +121,7 @@ function _M.parse(argv)
     end
 
     if #words == 0 then
-        if cmd.help then
+        if cmd.help or cmd.version then
             return cmd
         end
         return nil, "no command"
@@ -101,7 +131,7 @@ function _M.parse(argv)
     if not spec then
         return nil, "unknown command " .. cmd.name
     end
-    if cmd.help then
+    if cmd.help or cmd.version then
         return cmd
     end
     for j = 2, #words do
@@ -120,6 +150,9 @@ function _M.parse(argv)
         if cmd[name] ~= nil and not GLOBAL[name] and not spec[name] then
             return nil, "option --" .. name .. " is not for " .. cmd.name
         end
+    end
+    if cmd.shared and not spec.shared then
+        return nil, "option --shared is not for " .. cmd.name
     end
     if cmd.escaped then
         -- KEY as keys prints it (output.printable)
@@ -158,6 +191,34 @@ function _M.parse(argv)
                             .. "number from 0 to 1e12"
             end
             cmd[name] = s
+        end
+    end
+    if cmd.permits then
+        cmd.permits = whole(cmd.permits, 1, PERMITS_MAX)
+        if not cmd.permits then
+            return nil, "option --permits needs a whole number from 1 to "
+                        .. PERMITS_MAX
+        end
+        if cmd.shared then
+            return nil, "options --shared and --permits do not go together"
+        end
+    end
+    local code = cmd["conflict-exit-code"]
+    if code then
+        cmd["conflict-exit-code"] = nil
+        cmd.conflict_exit_code = whole(code, 0, 255)
+        if not cmd.conflict_exit_code then
+            return nil, "option --conflict-exit-code needs a whole number "
+                        .. "from 0 to 255"
+        end
+    end
+    if cmd.kind and not KINDS[cmd.kind] then
+        return nil, "option --kind needs lock, shared or semaphore"
+    end
+    if cmd.pid then
+        cmd.pid = whole(cmd.pid, 1, 2 ^ 31 - 1)
+        if not cmd.pid then
+            return nil, "option --pid needs a process id"
         end
     end
     if cmd.limit then

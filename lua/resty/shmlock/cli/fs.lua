@@ -50,8 +50,11 @@ int shmlock_cli_statx(int dirfd, const char *path, int flags,
 
 local AT_FDCWD = -100
 local AT_SYMLINK_NOFOLLOW = 0x100
+local AT_EMPTY_PATH = 0x1000
+local STATX_TYPE = 0x1
 local STATX_BASIC_STATS = 0x7ff
 local S_IFMT, S_IFREG, S_IFLNK = 0xf000, 0x8000, 0xa000
+local S_IFIFO, S_IFSOCK = 0x1000, 0xc000
 
 local PREFIX = "shmlock."
 
@@ -76,10 +79,10 @@ function _M.path(dir, name)
 end
 
 
--- syntax: names, err = fs.zone_names(dir)
--- The sorted names of the zone files in dir ("shmlock.<name>" with a valid
--- zone name; hidden files, the ones zones are built in, are not).
-function _M.zone_names(dir)
+-- syntax: names, err = fs.names(dir)
+-- Every name in dir but "." and "..", in the directory's order; nil and
+-- a message naming dir and the system's error.
+function _M.names(dir)
     local d = ffi.C.shmlock_cli_opendir(dir)
     if d == nil then
         return nil, format("cannot read directory %s: %s", dir, sys_error())
@@ -91,6 +94,25 @@ function _M.zone_names(dir)
             break
         end
         local file = ffi_str(e.d_name)
+        if file ~= "." and file ~= ".." then
+            names[#names + 1] = file
+        end
+    end
+    ffi.C.shmlock_cli_closedir(d)
+    return names
+end
+
+
+-- syntax: names, err = fs.zone_names(dir)
+-- The sorted names of the zone files in dir ("shmlock.<name>" with a valid
+-- zone name; hidden files, the ones zones are built in, are not).
+function _M.zone_names(dir)
+    local files, err = _M.names(dir)
+    if not files then
+        return nil, err
+    end
+    local names = {}
+    for _, file in ipairs(files) do
         if str_sub(file, 1, #PREFIX) == PREFIX then
             local name = str_sub(file, #PREFIX + 1)
             if C.shmlock_zone_name_ok(name, #name) == 1 then
@@ -98,9 +120,21 @@ function _M.zone_names(dir)
             end
         end
     end
-    ffi.C.shmlock_cli_closedir(d)
     sort(names)
     return names
+end
+
+
+-- syntax: is_pipe = fs.is_pipe(fd)
+-- Whether file descriptor fd is a pipe or a socket: a reader of its other
+-- end waits for every writer to close it.
+function _M.is_pipe(fd)
+    if ffi.C.shmlock_cli_statx(fd, "", AT_EMPTY_PATH, STATX_TYPE, stx) ~= 0
+    then
+        return false
+    end
+    local fmt = band(tonumber(stx.mode), S_IFMT)
+    return fmt == S_IFIFO or fmt == S_IFSOCK
 end
 
 

@@ -4,6 +4,7 @@
 
 local args = require "resty.shmlock.cli.args"
 local commands = require "resty.shmlock.cli.commands"
+local version = require "resty.shmlock.version"
 
 local EXIT = commands.EXIT
 
@@ -16,7 +17,8 @@ local handlers = setmetatable({
 local _M = { EXIT = EXIT }
 
 _M.USAGE = [[
-usage: shmlock [--dir D] [--json] COMMAND [ARGS]
+usage: shmlock [--dir D] [--group G] [--json] COMMAND [ARGS]
+       shmlock --version | --help
 
 Looks at shmlock zones; never creates one, except run.
 
@@ -32,11 +34,19 @@ commands:
                          waiters, marked waiter
   verify ZONE            checks every structure (exit 0 ok, 1 corrupt)
   destroy ZONE           destroys the zone
-  unlock ZONE KEY        releases the lock held on KEY, whoever holds it
-  run [--wait S] [--exptime S] ZONE KEY -- COMMAND [ARG...]
+  unlock ZONE KEY [--kind lock|shared|semaphore] [--pid PID]
+                         releases KEY's lock, shared holds or semaphore
+                         permits, whoever holds them (PID's only, with
+                         --pid); --kind picks one where KEY has several
+  run [--wait S] [--exptime S] [--shared | --permits N]
+      [--conflict-exit-code N] ZONE KEY -- COMMAND [ARG...]
                          runs COMMAND holding lock KEY, as flock(1) does
-                         with a file (creates ZONE if absent); exits with
-                         COMMAND's status, 1 if --wait S runs out
+                         with a file (creates ZONE if absent), for as
+                         long as any process of COMMAND's process group
+                         lives; exits with COMMAND's status, 1 (or
+                         --conflict-exit-code N) if --wait S runs out;
+                         --shared: a shared hold (flock -s); --permits N:
+                         at most N commands at once on KEY
 
 options:
   --dir D                the zone directory (default: $SHMLOCK_DIR, else
@@ -47,12 +57,15 @@ options:
   -e, --escaped          KEY is written as keys prints it: \xHH for a
                          byte, \\ for a backslash
   -h, --help             this text
+  --version              the version
 
 exit status: 0 ok, 1 corrupt zone, 2 usage error, 3 no such zone,
 4 zone refused (another user's, unsafe mode, not a zone of ours),
-5 no such key (unlock: no lock on KEY), 6 other errors;
-run: COMMAND's status (128+N if killed by signal N), 1 if --wait ran out
+5 no such key (unlock: no hold of that kind on KEY), 6 other errors;
+run: COMMAND's status (128+N if killed by signal N), 1 (or
+--conflict-exit-code N) if --wait ran out
 
+See shmlock(1).
 ]]
 
 local function default_ctx()
@@ -74,6 +87,10 @@ function _M.run(argv, ctx)
     end
     if cmd.help then
         ctx.out(_M.USAGE)
+        return EXIT.OK
+    end
+    if cmd.version then
+        ctx.out("shmlock " .. version .. "\n")
         return EXIT.OK
     end
     local ok, status = pcall(handlers[cmd.name], ctx, cmd)

@@ -1,86 +1,115 @@
 -- resty.shmlock.cli.run (internal): `shmlock run [--wait S] [--exptime S]
--- ZONE KEY -- COMMAND [ARG...]`, flock(1) for zones.
+-- [--shared | --permits N] [--conflict-exit-code N] ZONE KEY -- COMMAND
+-- [ARG...]`, flock(1) for zones.
 --
--- Who holds the lock: the process that runs COMMAND.  shmlock forks a
--- child; the child takes the lock (waiting as resty.shmlock waits), says
--- so up a pipe, and execs COMMAND: the same process, so the lock's holder
--- is COMMAND's process.  The parent then looks at the key's lock slot:
--- held by the child's pid, that state is the lock's ticket (resty.shmlock.
--- lock.zone), which it renews and releases.
--- shmlock stays as the parent: it forwards SIGTERM, SIGINT, SIGHUP and
--- SIGQUIT to COMMAND, renews the lock every third of --exptime (COMMAND
--- need not cooperate), and when COMMAND ends, however it ends (kill -9
--- included), releases the lock at once by its ticket and exits with
--- COMMAND's status (128 + N when signal N killed it).
+-- Three processes:
 --
--- If shmlock itself is killed (kill -9), COMMAND runs on and keeps the
--- lock, as flock(1)'s command keeps its file descriptor: without --exptime
--- (0, the default: no expiry) until COMMAND ends (its process is the
--- holder, and a dead holder's lock is free at once); with --exptime S,
--- until S seconds after the last renewal at most.
+--   shmlock      (this one, the front) the process its caller waits for:
+--                it exits with COMMAND's status, forwards SIGTERM,
+--                SIGINT, SIGHUP and SIGQUIT to COMMAND, and relays the
+--                keeper's reports.
+--   COMMAND      forked first, in a process group of its own (its pid),
+--                which stands for COMMAND and every process it starts
+--                (background ones included): it waits for the keeper's
+--                "go" on a pipe, then execs COMMAND.  Without the go (the
+--                keeper gave up, or died) it exits and COMMAND never runs.
+--   the keeper   (resty.shmlock.cli.keeper) takes the hold on KEY, holds
+--                it while any process of COMMAND's group lives, and
+--                releases it once the group is empty, whether shmlock is
+--                still there or not.
+--
+-- So the lock lives as flock(1)'s does: after COMMAND exits, for as long
+-- as a child it left in the background runs (one that leaves the group,
+-- by setsid or setpgid, is on its own, as one that closes flock's
+-- descriptor), and a kill -9 of shmlock changes nothing.
+--
+-- When COMMAND ends and its group is empty, shmlock tells the keeper,
+-- waits (at most END_WAIT) until it has released the hold and exited,
+-- and only then exits: a script's next `shmlock run --wait 0` on KEY gets
+-- it, as the next flock -n does.  When the group lives on, shmlock exits
+-- at once with COMMAND's status and leaves the hold to the keeper.
+--
+-- The terminal.  COMMAND's process group is not shmlock's, so when
+-- shmlock's group is the terminal's foreground (an interactive shell's
+-- job), COMMAND's group is made the foreground before COMMAND runs, as a
+-- shell does for a job: COMMAND reads the terminal, and Ctrl-C reaches it
+-- and its children as it would under flock(1).  shmlock takes the
+-- terminal back when COMMAND ends.  Job control passes through: when
+-- COMMAND stops (Ctrl-Z), shmlock takes the terminal back and stops its
+-- own process group the same way, so that the shell sees its job
+-- stopped; continued (fg, bg), it gives the terminal again to COMMAND's
+-- group if its own has it, and continues COMMAND's group.  Without a
+-- terminal (cron, a service, a pipeline's script) none of this happens.
+--
+-- SIGCHLD.  Its default action is set back first: a caller that ignores
+-- it (SIG_IGN, inherited across exec: perl's and python's $SIG{CHLD} =
+-- "IGNORE") would make the kernel reap our children, and waitpid never
+-- give COMMAND's status.  COMMAND gets the default too, as under flock(1).
+-- A child that cannot be waited for all the same (ECHILD) ends the wait
+-- with an error; no loop waits for it for ever.
 
 local shdict = require "resty.shmlock.shdict"
-local resty_lock = require "resty.shmlock"
-local zone_backend = require "resty.shmlock.lock.zone"
-local codes = require "resty.shmlock.internal.codes"
-local clock = require "resty.shmlock.internal.clock"
 local commands = require "resty.shmlock.cli.commands"
 local output = require "resty.shmlock.cli.output"
 local process = require "resty.shmlock.cli.process"
+local keeper = require "resty.shmlock.cli.keeper"
+local hold = require "resty.shmlock.cli.hold"
+local clock = require "resty.shmlock.internal.clock"
 
 local format = string.format
 local tonumber = tonumber
-local min = math.min
-local max = math.max
-local floor = math.floor
+local sub = string.sub
 
 local EXIT = commands.EXIT
 local fail = commands.fail
 
 local _M = {}
 
--- the signals shmlock takes: the ones it forwards, and SIGCHLD
+local SIGCHLD, SIGCONT = process.SIGCHLD, process.SIGCONT
+local SIGSTOP, SIGTSTP = process.SIGSTOP, process.SIGTSTP
+local SIGINT = process.SIGINT
+
+-- the signals shmlock takes: the ones it forwards, SIGCHLD, SIGCONT
 local FORWARD = { [process.SIGTERM] = true, [process.SIGINT] = true,
                   [process.SIGHUP] = true, [process.SIGQUIT] = true }
-local SIGNALS = { process.SIGCHLD, process.SIGTERM, process.SIGINT,
+local SIGNALS = { SIGCHLD, SIGCONT, process.SIGTERM, process.SIGINT,
                   process.SIGHUP, process.SIGQUIT }
+-- blocked, not taken: a terminal handed back from a background group
+-- (SIGTTOU), a keeper gone when told COMMAND ended (SIGPIPE)
+local BLOCKED = { process.SIGTTOU, process.SIGPIPE }
 
 -- the longest wait of one poll (ms): every loop wakes at least this often
 local POLL_MS = 1000
+
+-- how long shmlock waits for the keeper to release the hold once
+-- COMMAND's group is empty (s); past it the keeper is killed, which frees
+-- the hold as well (a dead holder's)
+local END_WAIT = 5
+
+-- the exit status of COMMAND's process when it got no go
+local NO_GO = 0
 
 local function now()
     return clock.now_ms() / 1000
 end
 
 
--- In the child: take the lock, report on the pipe, exec COMMAND.  Never
--- returns.  The report: "ok\n", "timeout\n", or
--- "error <status> <message>\n".
-local function child(cmd, dict, key, wfd, old_mask)
-    process.restore_signals(old_mask)
-    local exptime = cmd.exptime or 0
-    local lock, err = resty_lock:new(dict, { exptime = exptime })
-    local elapsed
-    if lock then
-        -- by default, until the key is free: lock() in rounds (a round
-        -- may be cut to exptime, as resty.lock's timeout is)
-        local deadline = now() + (cmd.wait or 1e12)
-        repeat
-            -- (the clock may already be past a --wait 0 deadline)
-            elapsed, err = lock:lock(key, max(0, deadline - now()))
-        until elapsed or err ~= "timeout" or now() >= deadline
-    end
-    if not elapsed then
-        if err == "timeout" then
-            process.write(wfd, "timeout\n")
-            process.exit(1)
+-- In COMMAND's process: wait for the go, take the terminal, exec COMMAND.
+-- Never returns.
+local function command(cmd, go_r, tty, front_pgrp)
+    local got = ""
+    while got ~= "go\n" do
+        local s, errno = process.read(go_r)
+        if s == nil and errno ~= process.EINTR or s == "" then
+            process.exit(NO_GO)     -- no hold: COMMAND never runs
         end
-        local status = commands.status_of(err)
-        process.write(wfd, format("error %d %s\n", status, err))
-        process.exit(status)
+        got = got .. (s or "")
     end
-    process.write(wfd, "ok\n")
-    -- the pipe is close-on-exec: the parent sees its end at the exec
+    process.close(go_r)
+    if tty and process.foreground(tty) == front_pgrp then
+        process.set_foreground(tty, process.getpid())
+    end
+    -- the pipes are close-on-exec
     local msg, errno = process.exec(cmd.command)
     io.stderr:write(format("shmlock: cannot run %s: %s\n", cmd.command[1],
                            msg))
@@ -88,107 +117,280 @@ local function child(cmd, dict, key, wfd, old_mask)
 end
 
 
--- the child's report, read until end of file (the exec, or its exit),
--- forwarding signals meanwhile; and the child's status if it ended first
-local function report(pid, rfd, sigfd)
-    local text = ""
-    while true do
-        local ready = process.poll({ rfd, sigfd }, POLL_MS)
-        if ready[sigfd] then
-            local sig = process.signal(sigfd)
-            if FORWARD[sig] then
-                process.kill(pid, sig)
-            end
+-- In a forked child: fn(arg), which ends the process; an error it raises
+-- ends it too (it must never return into the parent's code, which called
+-- fork), with its message on stderr.
+local function child(fn, arg)
+    local ok, err = pcall(fn, arg)
+    io.stderr:write("shmlock: internal error in a child: ", tostring(ok
+                    and "it returned" or err), "\n")
+    io.stderr:flush()
+    process.exit(EXIT.FAILED)
+end
+
+
+-- what --wait running out says
+local function refusal(st)
+    local cmd, key = st.cmd, output.printable(st.key)
+    if st.kind == "semaphore" then
+        return format('the %d permit%s of "%s" in zone "%s" still held '
+                      .. "after --wait %s", cmd.permits,
+                      cmd.permits == 1 and "" or "s", key, st.name, cmd.wait)
+    end
+    return format('lock "%s" in zone "%s" still held%s after --wait %s', key,
+                  st.name, st.kind == "shared" and " (exclusive)" or "",
+                  cmd.wait)
+end
+
+
+-- a line of the keeper's
+local function on_line(ctx, st, line)
+    if line == "ok" or line == "timeout" or sub(line, 1, 6) == "error " then
+        st.report = line
+    elseif sub(line, 1, 5) == "lost " then
+        st.lost = true
+        fail(ctx, EXIT.FAILED, sub(line, 6))
+    end
+end
+
+
+-- what the keeper wrote, as far as it is there: lines to on_line; the
+-- pipe closed at its end
+local function read_reports(ctx, st)
+    local s = process.read(st.rep)
+    if s == nil or s == "" then
+        if s == "" then
+            process.close(st.rep)
+            st.rep = nil
         end
-        if ready[rfd] then
-            local s = process.read(rfd)
-            if s == nil or s == "" then
-                return text
-            end
-            text = text .. s
-            if text:find("\n", 1, true) and text:sub(1, 3) ~= "ok " then
-                return text
-            end
+        return
+    end
+    st.buf = st.buf .. s
+    while true do
+        local i = st.buf:find("\n", 1, true)
+        if not i then
+            break
+        end
+        on_line(ctx, st, sub(st.buf, 1, i - 1))
+        st.buf = sub(st.buf, i + 1)
+    end
+end
+
+
+-- COMMAND stopped (job control): the terminal back, and shmlock's own
+-- process group stopped the same way, so that the shell sees its job stop
+local function stopped(st, sig)
+    if process.foreground(st.tty) == st.pid then
+        process.set_foreground(st.tty, st.pgrp)
+    end
+    process.kill(0, sig == SIGSTOP and SIGSTOP or SIGTSTP)
+end
+
+
+-- a signal taken
+local function on_signal(st, sig)
+    if FORWARD[sig] then
+        if not st.status then
+            st.forwarded = sig
+            process.kill(st.pid, sig)
+        end
+    elseif sig == SIGCONT and not st.status then
+        -- continued (fg, bg): COMMAND's group again, with the terminal if
+        -- ours has it
+        if st.tty and st.report == "ok"
+           and process.foreground(st.tty) == st.pgrp then
+            process.set_foreground(st.tty, st.pid)
+        end
+        process.kill(-st.pid, SIGCONT)
+    end
+end
+
+
+-- what the keeper wrote and is in the pipe
+local function drain(ctx, st)
+    while st.rep and process.poll({ st.rep }, 0)[st.rep] do
+        read_reports(ctx, st)
+    end
+end
+
+
+-- the keeper's end, seen: its status (how: what became of it, when it
+-- cannot be waited for)
+local function keeper_ended(ctx, st, status, how)
+    st.kstatus = status
+    drain(ctx, st)          -- (all of it: the keeper is gone)
+    if st.report == "ok" and not st.status and not st.lost
+       and status ~= keeper.RELEASED then
+        st.lost = true
+        how = how or status > 128 and "was killed by signal " .. status - 128
+              or "exited with " .. status
+        fail(ctx, EXIT.FAILED, format('%s in zone "%s" lost: its keeper '
+                                      .. "(pid %d) %s (the command runs on)",
+                                      st.what, st.name, st.keeper, how))
+    end
+end
+
+
+-- looks at both children; COMMAND's status into st.status when it ended
+local function look_at_children(ctx, st)
+    if not st.status then
+        local status, stop = process.reap(st.pid, st.tty ~= nil)
+        if status == false then
+            st.status = EXIT.FAILED
+            st.error = format("cannot wait for the command (pid %d): %s",
+                              st.pid, stop)
+        elseif status then
+            st.status = status
+        elseif stop and st.tty then
+            stopped(st, stop)
+        end
+    end
+    if not st.kstatus then
+        local status, err = process.reap(st.keeper)
+        if status == false then
+            keeper_ended(ctx, st, EXIT.FAILED, "cannot be waited for: "
+                                               .. err)
+        elseif status then
+            keeper_ended(ctx, st, status)
         end
     end
 end
 
 
--- waits for the child to end (forwarding signals), its status
-local function reap(pid, sigfd)
-    while true do
-        local status = process.reap(pid)
-        if status then
-            return status
+-- waits for the keeper to end, at most until `deadline`; then kills it
+local function reap_keeper(ctx, st, deadline)
+    while not st.kstatus and now() < deadline do
+        local ready = process.poll({ st.sigfd }, POLL_MS)
+        if ready[st.sigfd] then
+            process.signal(st.sigfd)    -- (SIGCHLD, or one COMMAND missed)
         end
-        local ready = process.poll({ sigfd }, POLL_MS)
-        if ready[sigfd] then
-            local sig = process.signal(sigfd)
-            if FORWARD[sig] then
-                process.kill(pid, sig)
-            end
+        look_at_children(ctx, st)
+    end
+    if not st.kstatus then
+        process.kill(st.keeper, process.SIGKILL)
+        while not st.kstatus do        -- ends: SIGKILL cannot be ignored
+            process.poll({}, 10)
+            look_at_children(ctx, st)
         end
     end
 end
 
 
--- while the child (COMMAND) runs: renew the lock, forward signals; then
--- release it.  Returns COMMAND's status.
-local function hold(ctx, cmd, dict, key, tk, pid, sigfd)
-    local exptime = cmd.exptime or 0
-    local every = exptime / 3
-    local next_renew = exptime > 0 and now() + every or nil
-    local zone = dict._zone
-    while true do
-        local status = process.reap(pid)
-        if status then
-            local ok, err = zone_backend.release(zone, tk)
-            if not ok and err ~= "expired" then
-                fail(ctx, EXIT.FAILED, format('lock "%s" in zone "%s" not '
-                                              .. "released: %s",
-                                              output.printable(key),
-                                              dict.name, err))
-            end
-            return status
-        end
-        local ms = POLL_MS
-        if next_renew then
-            ms = min(ms, floor((next_renew - now()) * 1000))
-        end
-        local ready = ms > 0 and process.poll({ sigfd }, ms) or {}
-        if ready[sigfd] then
-            local sig = process.signal(sigfd)
-            if FORWARD[sig] then
-                process.kill(pid, sig)
-            end
-        end
-        if next_renew and now() >= next_renew then
-            local ok, err = zone_backend.renew(zone, { tk = tk }, exptime)
-            next_renew = now() + every
-            if not ok then
-                -- released by someone (shmlock unlock), or the zone failed
-                fail(ctx, EXIT.FAILED, format('lock "%s" in zone "%s" lost: '
-                                              .. "%s (the command runs on)",
-                                              output.printable(key),
-                                              dict.name, err))
-                next_renew = nil
-            end
-        end
+-- COMMAND, which had the terminal, was ended by its SIGINT (Ctrl-C), which
+-- under flock(1) reaches the whole foreground process group: the caller's
+-- too (a script run from the terminal ends there).  Passed on to our
+-- group, shmlock ending by it as well (its default action back), so that
+-- the shell that ran shmlock sees its child interrupted.  Not a SIGINT
+-- shmlock forwarded itself, nor Ctrl-\ (a core dump of each).
+local function interrupted(st)
+    if not st.had_terminal or st.status ~= 128 + SIGINT
+       or st.forwarded == SIGINT then
+        return
     end
+    io.stdout:flush()
+    io.stderr:flush()
+    process.default_signal(SIGINT)
+    process.kill(0, SIGINT)
+    process.restore_signals(st.mask)    -- delivered: shmlock ends here
 end
 
 
--- the ticket of the lock on key held by process pid (the child, now
--- COMMAND), or nil
-local function held_by(dict, key, pid)
-    if zone_backend.look_at(dict._zone, key, #key) ~= codes.OK then
-        return nil
+-- COMMAND's process ended (or cannot be waited for): what shmlock answers
+local function finish(ctx, st)
+    -- what the keeper wrote before COMMAND could end is in the pipe
+    drain(ctx, st)
+    if st.tty and process.foreground(st.tty) == st.pid then
+        process.set_foreground(st.tty, st.pgrp)
+        st.had_terminal = true
     end
-    local holder = zone_backend.state(zone_backend.seen)
-    if holder ~= pid then
-        return nil
+    if st.error then
+        fail(ctx, EXIT.FAILED, st.error)
     end
-    return zone_backend.holders_ticket()
+    local report = st.report
+    if report == "ok" then
+        if not process.group_alive(st.pid, true) then
+            process.write(st.ctl, "end\n")
+            reap_keeper(ctx, st, now() + END_WAIT)
+        end                             -- else the keeper holds on
+        interrupted(st)
+        return st.status
+    end
+    -- COMMAND never ran: the keeper is of no more use (its group is gone,
+    -- so a hold it may have taken meanwhile is nobody's either)
+    if not st.kstatus then
+        process.kill(st.keeper, process.SIGKILL)
+        reap_keeper(ctx, st, now())
+    end
+    if report == "timeout" then
+        return fail(ctx, st.cmd.conflict_exit_code or 1, refusal(st))
+    end
+    local code, msg = (report or ""):match("^error (%d+) (.*)")
+    if code then
+        return fail(ctx, tonumber(code), format('zone "%s": %s', st.name,
+                                                msg))
+    end
+    if st.status == NO_GO and st.kstatus ~= keeper.GAVE_UP then
+        return fail(ctx, EXIT.FAILED, format('lock "%s" in zone "%s" not '
+                                             .. "taken: its keeper (pid %d)"
+                                             .. " ended (status %d)",
+                                             output.printable(st.key),
+                                             st.name, st.keeper,
+                                             st.kstatus))
+    end
+    return st.status        -- killed while it waited (a forwarded signal)
+end
+
+
+-- until COMMAND's process ends: reports, signals, children
+local function supervise(ctx, st)
+    while not st.status do
+        local fds = { st.sigfd }
+        if st.rep then
+            fds[2] = st.rep
+        end
+        local ready = process.poll(fds, POLL_MS)
+        if st.rep and ready[st.rep] then
+            read_reports(ctx, st)
+        end
+        if ready[st.sigfd] then
+            on_signal(st, process.signal(st.sigfd))
+        end
+        look_at_children(ctx, st)
+    end
+    return finish(ctx, st)
+end
+
+
+-- forks the keeper; its pid, or nil and the error
+local function start_keeper(st, cmd, dict, go_w)
+    local rep_r, rep_w = process.pipe()
+    if not rep_r then
+        return nil, rep_w
+    end
+    local ctl_r, ctl_w = process.pipe()
+    if not ctl_r then
+        process.close(rep_r)
+        process.close(rep_w)
+        return nil, ctl_w
+    end
+    local pid, err = process.fork()
+    if pid == 0 then
+        child(keeper.run, {
+            cmd = cmd, dict = dict, zone = st.name, key = st.key,
+            kind = st.kind, pgid = st.pid, front = st.front,
+            report_fd = rep_w, go_fd = go_w, ctl_fd = ctl_r,
+            close = { st.sigfd, rep_r, ctl_w }, mask = st.mask,
+        })
+    end
+    process.close(rep_w)
+    process.close(ctl_r)
+    if not pid then
+        process.close(rep_r)
+        process.close(ctl_w)
+        return nil, err
+    end
+    st.rep, st.ctl = rep_r, ctl_w
+    return pid
 end
 
 
@@ -206,47 +408,59 @@ function _M.run(ctx, cmd)
         return fail(ctx, commands.status_of(err), format('zone "%s": %s',
                                                          name, err))
     end
-    local sigfd, old_mask = process.take_signals(SIGNALS)
+    process.default_signal(SIGCHLD)
+    local sigfd, mask = process.take_signals(SIGNALS, BLOCKED)
     if not sigfd then
-        return fail(ctx, EXIT.FAILED, "cannot take signals: " .. old_mask)
+        return fail(ctx, EXIT.FAILED, "cannot take signals: " .. mask)
     end
-    local rfd, wfd = process.pipe()
-    if not rfd then
-        return fail(ctx, EXIT.FAILED, "cannot make a pipe: " .. wfd)
+    local st = {
+        cmd = cmd, name = name, key = key, sigfd = sigfd, mask = mask,
+        kind = cmd.shared and "shared" or cmd.permits and "semaphore"
+               or "lock",
+        tty = process.terminal(), pgrp = process.getpgrp(),
+        front = process.getpid(), buf = "",
+    }
+    st.what = hold.describe(st.kind, output.printable(key), cmd.permits)
+
+    -- COMMAND's process, in a group of its own, waiting for the go
+    local go_r, go_w = process.pipe()
+    if not go_r then
+        return fail(ctx, EXIT.FAILED, "cannot make a pipe: " .. go_w)
     end
     io.stdout:flush()
     io.stderr:flush()
     local pid
     pid, err = process.fork()
+    if pid == 0 then
+        child(function()
+            process.setpgid(0, 0)
+            process.close(go_w)
+            process.close(sigfd)
+            process.restore_signals(mask)
+            command(cmd, go_r, st.tty, st.pgrp)
+        end)
+    end
+    process.close(go_r)
     if not pid then
+        process.close(go_w)
         return fail(ctx, EXIT.FAILED, "cannot fork: " .. err)
     end
-    if pid == 0 then
-        process.close(rfd)
-        process.close(sigfd)
-        child(cmd, dict, key, wfd, old_mask)
-    end
-    process.close(wfd)
+    process.setpgid(pid, pid)           -- (as the child does: no race)
+    st.pid = pid
 
-    local text = report(pid, rfd, sigfd)
-    process.close(rfd)
-    local tk = text == "ok\n" and held_by(dict, key, pid)
-    if not tk then
-        local status = reap(pid, sigfd)
-        if text == "timeout\n" then
-            return fail(ctx, 1, format('lock "%s" in zone "%s" still held '
-                                       .. "after --wait %s",
-                                       output.printable(key), name,
-                                       cmd.wait))
+    st.keeper, err = start_keeper(st, cmd, dict, go_w)
+    process.close(go_w)                 -- the keeper's alone now
+    if not st.keeper then
+        -- COMMAND's process sees the end of the pipe, and ends
+        st.kstatus = 0
+        local status = process.reap(pid)
+        while status == nil do
+            process.poll({}, 10)
+            status = process.reap(pid)
         end
-        local code, msg = text:match("^error (%d+) ([^\n]*)")
-        if code then
-            return fail(ctx, tonumber(code), format('zone "%s": %s', name,
-                                                    msg))
-        end
-        return status   -- killed while waiting, or the exec failed
+        return fail(ctx, EXIT.FAILED, "cannot start the keeper: " .. err)
     end
-    return hold(ctx, cmd, dict, key, tk, pid, sigfd)
+    return supervise(ctx, st)
 end
 
 return _M

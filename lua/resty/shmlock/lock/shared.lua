@@ -87,19 +87,14 @@ local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
 local EXISTS = codes.EXISTS
 local TIMEOUT = codes.TIMEOUT
-local AGAIN = codes.AGAIN
 local KEEP_TTL = codes.KEEP_TTL
 local SHARED = codes.SHARED
-local GROUP_MAX = codes.GROUP_MAX
 local ACQUIRED = zone_backend.ACQUIRED
 local BUSY = zone_backend.BUSY
 local FAILED = zone_backend.FAILED
 
 -- a waiter sleeps at most this long between looks for dead holders
 local CHECK_EVERY_US = 100000
-
--- holders' tickets read at a time (more: again, with room for them all)
-local HOLDERS_BATCH = 64
 
 local _M = {}
 
@@ -197,9 +192,13 @@ end
 
 
 -- syntax: here = shared.here(zone, key, klen)
--- Whether key is held exclusive by this very process (a blocking wait
--- for it would wait for itself).
-_M.here = zone_backend.here
+-- Whether a shared waiter for key would wait for this very process (a
+-- blocking wait could never end): key held exclusive by it, or a writer
+-- that keeps readers out waits for a shared hold of it (zone.here).
+local zone_here = zone_backend.here
+function _M.here(zone, key, klen)
+    return zone_here(zone, key, klen, true)
+end
 
 
 -- syntax: ident = shared.ident(cd)
@@ -346,19 +345,11 @@ end
 
 -- the tickets of key's shared holders now (a list), and how many; nil, err
 local function tickets(zone, key, klen)
-    local n = HOLDERS_BATCH
-    while true do
-        local rc, count, list = slots.group_holders(zone, SHARED, key, klen, n)
-        if rc == OK then
-            return list, count
-        end
-        if rc ~= AGAIN or n >= GROUP_MAX then
-            return nil, errors[rc]
-        end
-        -- more holders than the batch: again, with room for them all
-        -- (bounded: a key has at most GROUP_MAX holders)
-        n = min(count + 16, GROUP_MAX)
+    local list, n = zone_backend.group_tickets(zone, SHARED, key, klen)
+    if not list then
+        return nil, errors[n]
     end
+    return list, n
 end
 
 

@@ -200,6 +200,8 @@ local _M = {
 
 
 local SHARED = codes.SHARED
+local AGAIN = codes.AGAIN
+local GROUP_MAX = codes.GROUP_MAX
 local is_head = slots.is_head    -- a shared holds' head (src/group.h)
 local NEVER = 2 ^ 40 - 1        -- the expiry of a lock without one
 
@@ -501,13 +503,63 @@ function _M.holds(zone, key, klen, cd)
 end
 
 
--- syntax: here = zone.here(zone, key, klen)
--- Whether key is held (live) by this very process.
-function _M.here(zone, key, klen)
+-- holders' tickets read at a time (more: again, with room for them all)
+local HOLDERS_BATCH = 64
+
+-- syntax: list, count = zone.group_tickets(zone, kind, key, klen)
+-- The tickets of every holder of key's group of kind (SHARED, SEMAPHORE)
+-- now, and how many; nil and the zone's code.
+function _M.group_tickets(zone, kind, key, klen)
+    local n = HOLDERS_BATCH
+    while true do
+        local rc, count, list = slots.group_holders(zone, kind, key, klen, n)
+        if rc == OK then
+            return list, count
+        end
+        if rc ~= AGAIN or n >= GROUP_MAX then
+            return nil, rc
+        end
+        -- more holders than the batch: again, with room for them all
+        -- (bounded: a key has at most GROUP_MAX holders)
+        n = min(count + 16, GROUP_MAX)
+    end
+end
+local group_tickets = _M.group_tickets
+
+-- whether one of key's live shared holds is this process's
+local function shared_here(zone, key, klen)
+    local list, count = group_tickets(zone, SHARED, key, klen)
+    if not list then
+        return false
+    end
+    local me = self_pid()
+    for i = 1, count do
+        if owner(list[i]) == me then
+            return true
+        end
+    end
+    return false
+end
+
+
+-- syntax: here = zone.here(zone, key, klen, shared?)
+-- Whether a wait for key could only end by a release of this very process
+-- (which cannot come while the process blocks): key held exclusive by
+-- it; or, for an exclusive waiter, a shared hold of it among the key's
+-- readers (a writer waits for every reader); for a shared waiter
+-- (shared), a hold of it among the readers while a writer's mark keeps
+-- new readers out (that writer waits for this process's hold).
+function _M.here(zone, key, klen, shared)
     if look_at(zone, key, klen) ~= OK then
         return false
     end
     local pid, id = owner(seen)
+    if is_head(pid) then
+        if shared and not marked_in(seen) then
+            return false
+        end
+        return shared_here(zone, key, klen)
+    end
     return pid == self_pid() and id ~= 0 and expiry_of(seen) > now_ms()
 end
 

@@ -14,6 +14,8 @@
 --     rc = give_back(cd) the permit released (the core's code); nil if
 --                        cd held nothing, or a forked child's copy
 --     rc = extend(cd, exp_ms)   a new lease (the core's code)
+--     drop(cd)           cd holds nothing any more (its lease ran out:
+--                        nothing to give back)
 --
 -- A handle is a cdata with a finalizer: the zone, the key, the ticket,
 -- the pid that acquired (a forked child's copy releases nothing:
@@ -101,6 +103,11 @@ function _M.held(cd)
         return nil
     end
     return cd
+end
+
+
+function _M.drop(cd)
+    cd.zone = nil
 end
 
 

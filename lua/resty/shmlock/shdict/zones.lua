@@ -436,8 +436,12 @@ function _M.open(name, opts)
     if why then
         error('bad "opts.mode" argument: ' .. why, 2)
     end
+    -- (a NUL byte would cut the name getgrnam sees: "adm\0x" would trust
+    -- group adm)
     local group = opts and opts.group
-    if group ~= nil and not (type(group) == "string" and group ~= "")
+    if group ~= nil
+       and not (type(group) == "string" and group ~= ""
+                and not group:find("\0", 1, true))
        and not (type(group) == "number" and group % 1 == 0 and group >= 0
                 and group < 2 ^ 32)
     then

@@ -87,6 +87,16 @@ end
 local zone_out = ffi_new("shmlock_zone_t *[1]")
 local open_opts = ffi_new("shmlock_open_t")
 
+-- A zone's finalizer.  A Lua function that holds the library (C, an
+-- upvalue), not the library's C function itself: a function pointer does
+-- not keep its library loaded, and when the library's last reference went
+-- with the zone's (a program that drops the modules from package.loaded,
+-- as busted does between spec files), the library could be unloaded
+-- first, and the zone's close jump into unmapped memory (SIGSEGV).
+local function close_zone(zone)
+    C.shmlock_zone_close(zone)
+end
+
 -- syntax: zone, created = core.zone_open(opts)
 --         nil, rc, found = core.zone_open(opts)
 -- opts: dir, name, size, shards, mode, group, owner_uid, owner_gid (as
@@ -104,7 +114,7 @@ function _M.zone_open(opts)
     local errno = C.shmlock_errno()
     o.dir, o.name = nil, nil
     if rc == 0 then
-        return ffi_gc(zone_out[0], C.shmlock_zone_close), o.created == 1
+        return ffi_gc(zone_out[0], close_zone), o.created == 1
     end
     return nil, rc, {
         file_mode = tonumber(o.file_mode), file_uid = tonumber(o.file_uid),

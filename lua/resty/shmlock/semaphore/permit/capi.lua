@@ -76,6 +76,11 @@ function _M.held(cd)
 end
 
 
+function _M.drop(cd)
+    cd.zone = false
+end
+
+
 function _M.extend(cd, exp_ms)
     return group_extend(cd.zone, cd.kind, cd.key, cd.key_len, cd.ticket,
                         exp_ms)
