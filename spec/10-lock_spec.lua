@@ -6,6 +6,7 @@ local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
 local handle = require "resty.shmlock.lock.handle"
+local codes = require "resty.shmlock.internal.codes"
 local slot = require "helpers.lock_slot"
 local env = require "helpers.lock_env"
 local fixture = require "helpers.fixture"
@@ -773,6 +774,14 @@ describe("resty.shmlock", function()
     end)
 
     describe("starvation mode", function()
+        -- a waiter on key of this process: a handle whose acquire (its
+        -- owner id drawn) found key held
+        local function waiter(zone, key)
+            local w = handle.zone(zone)
+            assert.equal(codes.EXISTS, zone_lock.acquire(w, key, #key, 30000))
+            return w
+        end
+
         it("unlock() hands a marked lock to the marked waiter", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
@@ -814,8 +823,8 @@ describe("resty.shmlock", function()
             assert.equal(0, holder:lock("k"))
             local zone, look = dict._zone, zone_lock.look
             local till = later()
-            local w = handle.zone(zone, 0xfffffff1)
-            local other = handle.zone(zone, 0xfffffff2)
+            local w = waiter(zone, "k")
+            local other = waiter(zone, "k")
 
             -- an older starver's mark stays
             assert.is_true(slot.mark(dict, "k", { pid = me, id = other.id,
@@ -843,7 +852,7 @@ describe("resty.shmlock", function()
             -- the handoff reached w: its look finds the lock its own
             assert.equal(zone_lock.ACQUIRED,
                          look(zone, "k", 1, w, 30000, false, nil))
-            assert.is_true(zone_lock.release(zone, w.tk) == 1)
+            assert.is_true(zone_lock.release(zone, w) == 1)
             assert.is_nil(slot.info(dict, "k"))
         end)
 
@@ -886,7 +895,7 @@ describe("resty.shmlock", function()
            .. "starver's", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local w = handle.zone(dict._zone, 0xfffffff1)
+            local w = waiter(dict._zone, "k")
             local till = later()
             assert.is_true(slot.mark(dict, "k", { pid = me, id = STARVER,
                                                   since = 100,
@@ -902,7 +911,7 @@ describe("resty.shmlock", function()
            .. "them", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local w = handle.zone(dict._zone, 0xfffffff1)
+            local w = waiter(dict._zone, "k")
             assert.equal(zone_lock.MARKED,
                          zone_lock.look(dict._zone, "k", 1, w, 1e12, false,
                                         200, 1e15))
@@ -919,7 +928,7 @@ describe("resty.shmlock", function()
            .. "reached us first", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local w = handle.zone(dict._zone, 0xfffffff1)
+            local w = waiter(dict._zone, "k")
             local till = later()
             assert.equal(zone_lock.MARKED,
                          zone_lock.look(dict._zone, "k", 1, w, 30000, false,
@@ -933,7 +942,7 @@ describe("resty.shmlock", function()
                                         200, till))
             assert.equal(1, holder:unlock())
             assert.is_true(zone_lock.withdraw(dict._zone, "k", 1, w))
-            assert.equal(1, zone_lock.release(dict._zone, w.tk))
+            assert.equal(1, zone_lock.release(dict._zone, w))
         end)
     end)
 

@@ -96,11 +96,13 @@ local setmetatable = setmetatable
 local getmetatable = getmetatable
 local min = math.min
 local next_token = token.next
-local next_id = token.next_id
 local cached_ms = clock.cached_ms
 local take = handle.take
 local zone_handle = handle.zone
-local put = handle.put
+local put_zone = handle.put_zone
+local put_shared = handle.put_shared
+local lock_acquire = require("resty.shmlock.lock.slots").lock.acquire
+local zone_release = zone_backend.release
 local retoken = handle.retoken
 local ours = handle.ours
 local seconds_ok = options.seconds_ok
@@ -349,7 +351,11 @@ end
 
 -- the object holds no lock any more
 local function forget(self, cd)
-    put(cd)
+    if self.number == 0 then
+        put_zone(cd)
+    else
+        put_shared(cd)
+    end
     self.cd = false
     self.key = false
 end
@@ -372,16 +378,13 @@ end
 
 -- the lock taken or waited for: on a zone
 local function acquire_zone(self, key, klen, may_wait, timeout, done)
-    local zone = self.target
-    local cd = zone_handle(zone, next_id())
+    local cd = zone_handle(self.target)
     -- (the handle's ticket is its last lock's: a hint of where key's slot
     -- is, right when this object or the handle's last one locks the same
-    -- key again)
-    local rc = C.shmlock_slot_acquire_hint(zone, key, klen, cd.id,
-                                           self.expiry, cached_ms(), cd.tk)
+    -- key again; the core draws the acquisition's owner id)
+    local rc = lock_acquire(cd, key, klen, self.expiry, cached_ms())
     recoveries(self.dict.name)          -- report a shard recovered
     if rc == OK then
-        cd.held = 1
         self.cd = cd
         self.key = key
         return 0
@@ -394,12 +397,11 @@ local function acquire_zone(self, key, klen, may_wait, timeout, done)
         err = errors[rc]
     end
     if elapsed then
-        cd.held = 1
         self.cd = cd
         self.key = key
         return elapsed
     end
-    put(cd)
+    put_zone(cd)
     return nil, err
 end
 
@@ -556,7 +558,7 @@ function _M.unlock(self)
     end
     local ok, err
     if self.number == 0 then
-        ok, err = self.backend.release(self.target, cd.tk)
+        ok, err = zone_release(self.target, cd)
     else
         ok, err = ngx_shared.release(self.target, self.key, cd.key_len,
                                      cd.tok, cd.tok_len)

@@ -484,6 +484,46 @@ if C then
     T["core.group_holders"] = { args = { z, K.SEMAPHORE, "g", 1, 4 } }
     T["core.group_head"] = { args = function()
         return { z, K.SEMAPHORE, "g", 1, tk() } end }
+    -- the lock's calls, on a record of its own (holding "lk" where the
+    -- call needs a lock), given back after each
+    local function lk()
+        return C.lock_new(z)
+    end
+    local function held_lk()
+        local l = C.lock_new(z)
+        C.lock_acquire(l, "lk", 2, 5000, 0)
+        return l
+    end
+    local function free_lk(args)
+        for i = 1, #args do
+            if type(args[i]) == "userdata" and args[i] ~= z then
+                pcall(C.lock_release, args[i], 0)
+            end
+        end
+    end
+    T["core.lock_new"] = { args = { z } }
+    T["core.lock_zone"] = { args = function() return { lk(), z } end }
+    T["core.lock_acquire"] = slot(function()
+        return { lk(), "lk", 2, 5000, 0 } end, free_lk)
+    T["core.lock_retry"] = T["core.lock_acquire"]
+    T["core.lock_look"] = slot(function()
+        return { lk(), "lk", 2, 5000, 1, 0, 0, 0 } end, free_lk)
+    T["core.lock_release"] = slot(function()
+        return { held_lk(), 0 } end, free_lk)
+    T["core.lock_extend"] = slot(function()
+        return { held_lk(), 5000 } end, free_lk)
+    T["core.lock_withdraw"] = slot(function()
+        return { held_lk(), "lk", 2 } end, free_lk)
+    T["core.lock_holds"] = slot(function()
+        return { held_lk(), "lk", 2 } end, free_lk)
+    T["core.lock_here"] = { args = { z, "lk", 2, false } }
+    -- (a wait of 0 s: at once)
+    T["core.lock_wait"] = slot(function()
+        return { lk(), "lk", 2, 5000, 0, 0, 0.001, 2, 0.5, 0 } end,
+        free_lk)
+    T["core.lock_verdict"] = { args = function() return { lk(), true } end }
+    T["core.lock_dead"] = { args = function() return { lk() } end }
+    T["core.lock_ticket"] = { args = function() return { lk() } end }
     -- the test build's (make test-every-lua's ASan module)
     T["core.test_fork"] = { why = "forks, by design", test_build = true }
     T["core.test_exit"] = { why = "exits, by design", test_build = true }

@@ -98,7 +98,7 @@ local function plant(lk, tk)
     assert(lk:lock(own) == 0)
     local cd = lk.cd
     assert(lk:unlock() == 1)
-    slots.copy(cd.tk, tk)
+    slots.lock.ticket(cd, tk)
 end
 
 

@@ -53,8 +53,8 @@ function _M.mark(dict, key, m)
     if zone_lock.look_at(zone, key, #key) ~= codes.OK then
         return false
     end
-    local seen = ffi.new(zone_lock.ticket_t)
-    ffi.copy(seen, zone_lock.seen, zone_lock.TICKET_SIZE)
+    local seen = ffi.new("shmlock_ticket_t")
+    ffi.copy(seen, zone_lock.seen, ffi.sizeof(seen))
     local want = ffi.new("shmlock_mark_t")
     local owner = ffi.new("uint64_t", m.pid) * 2 ^ 32 + m.id
     want.owner = owner
@@ -65,7 +65,7 @@ function _M.mark(dict, key, m)
     want.exptime_ms = m.exptime or 30000
     want.since_ms = m.since or 1
     want.until_ms = m.till or 2 ^ 50
-    local out = ffi.new(zone_lock.ticket_t)
+    local out = ffi.new("shmlock_ticket_t")
     return C.shmlock_slot_mark(zone, seen, want, out) == codes.OK
 end
 
@@ -103,7 +103,7 @@ end
 -- Releases key's lock, whoever holds it (as `shmlock unlock` does).
 function _M.release(dict, key)
     if zone_lock.look_at(dict._zone, key, #key) == codes.OK then
-        zone_lock.release(dict._zone, zone_lock.holders_ticket())
+        zone_lock.release_seen(dict._zone)
     end
 end
 

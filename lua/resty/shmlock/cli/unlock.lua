@@ -89,8 +89,7 @@ local function lock(ctx, cmd, dict, name, key, info)
             return none(ctx, cmd, "lock", shown, name)
         end
         info.pid = cmd.pid or info.pid
-        ok, err = zone_backend.release(dict._zone,
-                                       zone_backend.holders_ticket())
+        ok, err = zone_backend.release_seen(dict._zone)
     elseif rc ~= codes.NOT_FOUND then
         err = errors[rc]
     end

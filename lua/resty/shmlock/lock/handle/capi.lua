@@ -3,25 +3,20 @@
 -- handle a lock object carries while it holds a lock, so that an object
 -- collected while holding releases it.
 --
--- A handle is a table: zone (the zone's userdata, which it keeps open),
--- tk (the lock's ticket, a userdata of the C module), id (the
--- acquisition's owner id), held (1 while the lock is ours) and pid (the
--- process that took it: a copy in a forked child releases nothing).  Its
--- finalizer releases a held lock through the zone backend, handoff to a
--- marked waiter included: a __gc on the table (Lua 5.2 and later), or on a
--- userdata proxy the handle keeps (Lua 5.1, where only userdata have
--- finalizers).  Handles are pooled as the FFI's are.  ngx.shared dicts
--- exist only inside nginx, under LuaJIT: no handle of theirs here.
+-- A handle is the core's record of the acquisition (shmlock_lock_t), a
+-- userdata of the C module (src/lua/lock.c): its fields read by name (id,
+-- pid, held), the lock calls made on it.  It keeps its zone mapped (a
+-- reference of the core's), and its __gc releases a held lock taken by
+-- this process (a copy in a forked child releases nothing), handoff to a
+-- marked waiter included, then closes the zone.  Handles are pooled as
+-- the FFI's are.  ngx.shared dicts exist only inside nginx, under LuaJIT:
+-- no handle of theirs here.
 
 local token = require "resty.shmlock.internal.token"
-local zone_backend = require "resty.shmlock.lock.zone"
-local slots = require "resty.shmlock.lock.slots"
+local new = require("resty.shmlock.lock.slots").lock.new
+local rezone = require("resty.shmlock.lock.slots").lock.zone
 
-local pcall = pcall
 local ours = token.ours
-local self = token.self
-local release = zone_backend.release
-local finalized = require "resty.shmlock.internal.finalized"
 
 local POOL_MAX = 64
 
@@ -31,40 +26,18 @@ local pool = {}                 -- handles not in use
 local pooled = 0
 
 
-local function finalize(cd)
-    local held = cd.held
-    cd.held = 0
-    -- a forked child's copy releases nothing: the lock is the parent's
-    if held ~= 0 and ours(cd.pid) then
-        -- at exit the zone's userdata may be finalized first: then the
-        -- lock is a dead process's, taken over at once
-        pcall(release, cd.zone, cd.tk)
-    end
-end
-
-
-local function new_handle()
-    return finalized({ zone = false, tk = slots.ticket(), id = 0, held = 0,
-                      pid = 0 }, finalize)
-end
-
-
--- syntax: cd = handle.zone(zone, id)
+-- syntax: cd = handle.zone(zone)
 -- As resty.shmlock.lock.handle's: a handle for a lock of the zone, before
--- it is ours; the caller sets cd.held = 1 once it is, or puts it back.
-function _M.zone(zone, id)
-    local cd
+-- it is ours.
+function _M.zone(zone)
     if pooled > 0 then
-        cd = pool[pooled]
+        local cd = pool[pooled]
         pool[pooled] = false
         pooled = pooled - 1
-    else
-        cd = new_handle()
+        rezone(cd, zone)
+        return cd
     end
-    cd.zone = zone
-    cd.pid = self()
-    cd.id = id
-    return cd
+    return new(zone)
 end
 
 
@@ -74,8 +47,8 @@ function _M.ours(cd)
 end
 
 
--- syntax: handle.put(cd)
-function _M.put(cd)
+-- syntax: handle.put_zone(cd)
+function _M.put_zone(cd)
     cd.held = 0
     if pooled < POOL_MAX then
         pooled = pooled + 1
