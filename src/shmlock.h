@@ -880,6 +880,45 @@ SHMLOCK_API int shmlock_lock_here(shmlock_zone_t *zone, const char *key,
  */
 SHMLOCK_API int shmlock_lock_wait(shmlock_lock_t *l, const char *key,
     size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
+/* Whether the lock of l->tk is still ours, unexpired, by its ticket (no
+ * key: a floor slot read at once, a spilled one under its mutex): 1 or 0. */
+SHMLOCK_API int shmlock_lock_owned(shmlock_lock_t *l);
+
+/* ---- shared holds (issue 25, 33): a lock's readers, one call a step ---- */
+
+/*
+ * A lock's shared (reader) holds, on a lock object's record as the
+ * exclusive lock's (shmlock_lock_t: its zone, the hold's ticket, its
+ * owner id, held), the key given with each call: the holder groups of
+ * kind SHMLOCK_SHARED (shmlock_group_*), whose head is the key's own
+ * lock slot, so that an exclusive holder keeps readers out and readers
+ * keep it out; a writer's mark keeps new readers out, the last reader
+ * out hands the key to the writer.  src/shmlock_shared.c tells the rest.
+ *
+ * _acquire: a fresh owner id, one try (SHMLOCK_OK held, l->tk the
+ * record's ticket; SHMLOCK_EXISTS: held exclusive, or marked for a
+ * writer; SHMLOCK_NO_MEMORY; a zone's error); _retry: the same id;
+ * _look: with SHMLOCK_LOOK_CHECK, dead holders dropped and a dead
+ * writer's mark cleared first, then a try (SHMLOCK_ASK as for the lock);
+ * _release: the hold given back (SHMLOCK_NOT_FOUND: its lease had run
+ * out); _extend; _owned: 1 while it is one of key's holders; _wait: the
+ * wait outside nginx, as shmlock_lock_wait's (SHMLOCK_LOOK_HERE: stop,
+ * SHMLOCK_BUSY, while a hold of this process keeps it waiting).
+ */
+SHMLOCK_API int shmlock_shared_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+SHMLOCK_API int shmlock_shared_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+SHMLOCK_API int shmlock_shared_look(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms, int flags);
+SHMLOCK_API int shmlock_shared_release(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+SHMLOCK_API int shmlock_shared_extend(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+SHMLOCK_API int shmlock_shared_owned(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+SHMLOCK_API int shmlock_shared_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
 
 
 /* ---- generation words: change counters for the zone's users ---- */

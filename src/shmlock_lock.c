@@ -64,10 +64,12 @@
  */
 
 #include "shmlock.h"
+#include "shard_lock.h"
 #include "shm_watch.h"
 #include "slot.h"
 #include "sys.h"
 #include "ticket.h"
+#include "token.h"
 #include "wait.h"
 #include "zone.h"
 
@@ -229,44 +231,11 @@ lock_slot_mark(shmlock_lock_t *l, const shmlock_ticket_t *seen,
 
 /* ---- this process: its pid, start time, owner ids ---- */
 
-/* this thread's block of owner ids (initial-exec: a load relative to the
- * thread pointer, not a __tls_get_addr call per acquire) */
-#define LOCK_TLS  __thread __attribute__((tls_model("initial-exec")))
-
-static LOCK_TLS uint32_t  lock_id_at, lock_id_end;
-static LOCK_TLS int       lock_id_pid, lock_start_pid;
-static LOCK_TLS uint32_t  lock_start32;
-
-static __attribute__((noinline)) void
-lock_id_block(int pid)
-{
-    lock_id_pid = pid;
-    lock_id_at = shmlock_owner_ids();
-    lock_id_end = lock_id_at - lock_id_at % SHMLOCK_OWNER_IDS
-                  + SHMLOCK_OWNER_IDS;
-}
-
-/* A fresh owner id, never 0; a child takes a block of its own before its
- * first (the one it inherited is its parent's). */
-static inline uint32_t
-lock_next_id(int pid)
-{
-    if (__builtin_expect(lock_id_at == lock_id_end || lock_id_pid != pid, 0))
-    {
-        lock_id_block(pid);
-    }
-    return lock_id_at++;
-}
-
 /* the low 32 bits of this process's start time, as a slot's hint keeps */
-static uint32_t
-lock_self_start32(int pid)
+static inline uint32_t
+lock_self_start32(void)
 {
-    if (lock_start_pid != pid) {
-        lock_start_pid = pid;
-        lock_start32 = (uint32_t) shmlock_proc_start(pid);
-    }
-    return lock_start32;
+    return (uint32_t) (sys_self() >> 32);
 }
 
 static inline uint64_t
@@ -384,7 +353,7 @@ lock_ours_in(const shmlock_lock_t *l, const shmlock_ticket_t *seen)
         return 0;
     }
     start = (uint32_t) (seen->process >> 32);
-    return start == 0 || start == lock_self_start32(l->pid);
+    return start == 0 || start == lock_self_start32();
 }
 
 /* seen is ours: l->tk becomes its ticket; an unknown hint is written
@@ -443,7 +412,7 @@ shmlock_lock_acquire(shmlock_lock_t *l, const char *key, size_t key_len,
     uint32_t         shard = ticket_shard(&l->tk), hash;
 
     l->pid = (int32_t) (uint32_t) self;
-    l->id = lock_next_id(l->pid);
+    l->id = token_next_id((uint32_t) l->pid);
     l->marked = 0;
     l->waited = 0;
     l->held = 0;
@@ -881,6 +850,36 @@ lock_shared_here(shmlock_zone_t *zone, const char *key, size_t key_len)
         free(out);
     }
     return here;
+}
+
+int
+shmlock_lock_owned(shmlock_lock_t *l)
+{
+    shmlock_ticket_t  seen;
+    slot_state_t      st;
+    uint64_t          process;
+    uint32_t          shard = ticket_shard(&l->tk), i = ticket_index(&l->tk);
+    shard_t          *sh;
+    int               rc;
+
+    if (shard >= l->zone->nshards || l->id == 0) {
+        return 0;
+    }
+    sh = &l->zone->shard[shard];
+    if ((i & SLOT_SPILL) || !sh->slots.cas16) {
+        shard_lock(sh);
+        rc = slot_state_at(&sh->slots, i, &st, &process);
+        shard_unlock(sh, SHMLOCK_OK);
+    } else {
+        rc = slot_state_at(&sh->slots, i, &st, &process);
+    }
+    if (rc != 0) {
+        return 0;
+    }
+    seen.owner = st.owner;
+    seen.stamp = st.stamp;
+    seen.process = process;
+    return lock_ours_in(l, &seen) && lock_expiry(&seen) > lock_now_ms();
 }
 
 int

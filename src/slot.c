@@ -920,6 +920,31 @@ slot_mark_read_locked(slots_t *t, const slot_ticket_t *at, slot_mark_t *m)
     return slot_mark_copy(s, r, at, m);
 }
 
+int
+slot_state_at(slots_t *t, uint32_t i, slot_state_t *st, uint64_t *process)
+{
+    slot_mark_t  *r;
+    uint32_t     *link;
+    slot_t       *s = slot_locate(t, i, &r, &link);
+    slot_state_t  b;
+    int           n;
+
+    if (s == NULL) {
+        return -1;
+    }
+    for (n = 0; n < 1000; n++) {
+        *st = slot_load(s);
+        *process = __atomic_load_n(&s->process, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        b = slot_load(s);
+        if (slot_same(*st, b)) {
+            break;
+        }
+    }
+    *process = slot_process_of(st->owner, *process);
+    return 0;
+}
+
 void
 slot_hint_locked(slots_t *t, uint32_t i, uint64_t process)
 {

@@ -352,6 +352,11 @@ int slot_mark_locked(slots_t *t, const slot_ticket_t *seen,
 int slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m);
 int slot_mark_read_locked(slots_t *t, const slot_ticket_t *at,
     slot_mark_t *m);
+/* The state of ticket index i's slot, and its holder's process (a hint,
+ * 0 unknown): 0; -1 if i names no slot (a spilled one given back).  A
+ * floor slot's lock-free; a spilled one's only with the mutex held. */
+int slot_state_at(slots_t *t, uint32_t i, slot_state_t *st,
+    uint64_t *process);
 /* The process hint of ticket index i's slot written (the mutex held: a
  * spilled slot's too). */
 void slot_hint_locked(slots_t *t, uint32_t i, uint64_t process);

@@ -124,6 +124,10 @@ local get_phase = in_nginx and ngx.get_phase
 local _M = { _VERSION = version }
 local mt = { __index = _M }
 
+-- under PUC Lua, the C module's lock objects (the end of this file)
+local lock_object = not has_ffi
+                    and require("resty.shmlock.internal.core").mod.lock_object
+
 -- names resolved to ngx.shared dicts, and names whose store was logged
 local shared_names = {}
 local logged = {}
@@ -276,6 +280,12 @@ function _M.new(a, b, c)
 
     local exptime, timeout, step, ratio, max_step, blocking_timeout =
         options.lock(opts, "opts", 2)
+
+    if lock_object then
+        -- PUC Lua: the C module's object (see the end of this file)
+        return lock_object(dict._zone, dict.name, exptime, timeout, step,
+                           ratio, max_step)
+    end
 
     local target, backend, number, store
     if dict then
@@ -667,6 +677,23 @@ function _M.inspect(a, b, c)
         return inspect.key(dict, key, dict._zone)
     end
     return inspect.key(shared, key)
+end
+
+
+
+-- Under PUC Lua (no FFI, never inside nginx) a lock object is the C
+-- module's (src/lua/lock_object.c): a userdata whose methods lock,
+-- trylock, lock_shared, unlock, expire and owned are C functions, each one
+-- call of the core, the metatable in their upvalue; their __index is this
+-- module.  The Lua methods above are LuaJIT's.
+if lock_object then
+    local mod = require("resty.shmlock.internal.core").mod
+    mt = mod.lock_class(_M, key_check, zone_backend.dead_notice, recoveries)
+    _M.store = "zone"
+
+    function _M._lock_unless(self, key)
+        return self:lock(key)
+    end
 end
 
 

@@ -524,6 +524,18 @@ if C then
     T["core.lock_verdict"] = { args = function() return { lk(), true } end }
     T["core.lock_dead"] = { args = function() return { lk() } end }
     T["core.lock_ticket"] = { args = function() return { lk() } end }
+    -- the lock objects' (resty.shmlock's under PUC Lua: made once, a
+    -- later call answers the same metatable)
+    T["core.lock_class"] = { args = { resty_lock, function() end,
+                                      function() end, function() end } }
+    T["core.lock_object"] = { args = { z, "sw", 30, 5, 0.001, 2, 0.5 } }
+    T["core.lock_object_ticket"] = { args = function()
+        return { assert(resty_lock:new(d)) } end }
+    -- the dict's hot methods (put into its methods table again: the same)
+    T["core.dict_class"] = { args = function()
+        return { getmetatable(d).__index,
+                 require("resty.shmlock.internal.key").check,
+                 require("resty.shmlock.internal.log").recoveries } end }
     -- the test build's (make test-every-lua's ASan module)
     T["core.test_fork"] = { why = "forks, by design", test_build = true }
     T["core.test_exit"] = { why = "exits, by design", test_build = true }

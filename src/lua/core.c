@@ -10,7 +10,8 @@
 #include "core.h"
 
 static const luaL_Reg *const AREAS[] = {
-    core_zone_funcs, core_dict_funcs, core_sys_funcs, core_lock_funcs, NULL,
+    core_zone_funcs, core_dict_funcs, core_sys_funcs, core_lock_funcs,
+    core_lock_object_funcs, core_dict_methods_funcs, NULL,
 };
 
 #define K(name) { #name, SHMLOCK_##name }

@@ -327,6 +327,21 @@ int shmlock_lock_here(shmlock_zone_t *zone, const char *key,
     size_t key_len, int shared);
 int shmlock_lock_wait(shmlock_lock_t *l, const char *key,
     size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
+int shmlock_lock_owned(shmlock_lock_t *l);
+int shmlock_shared_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+int shmlock_shared_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+int shmlock_shared_look(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms, int flags);
+int shmlock_shared_release(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+int shmlock_shared_extend(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+int shmlock_shared_owned(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+int shmlock_shared_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
 
 volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
 uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,

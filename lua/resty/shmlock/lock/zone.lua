@@ -100,12 +100,11 @@ local function decided(call, cd, ...)
 end
 
 
--- a dead holder the last call took over, told to the operator
-local function report_dead(cd, key)
-    local pid, to = L.dead(cd)
-    if pid == 0 then
-        return
-    end
+-- syntax: zone.dead_notice(key, pid, to)
+-- Tells the operator of a dead holder's lock a call took over (to: 1
+-- handed on to the next waiter, 2 an aborted waiter's, as
+-- shmlock_lock_t's dead_to).
+local function dead_notice(key, pid, to)
     local aborted = band(to, 2) ~= 0
     log_event("notice", 'lock "' .. key .. '": '
               .. (aborted and "an aborted waiter of process "
@@ -113,6 +112,15 @@ local function report_dead(cd, key)
               .. pid .. (aborted and "" or " is dead") .. "; its lock "
               .. (band(to, 1) ~= 0 and "handed to the next waiter"
                   or "taken over"))
+end
+_M.dead_notice = dead_notice
+
+-- a dead holder the last call took over, told to the operator
+local function report_dead(cd, key)
+    local pid, to = L.dead(cd)
+    if pid ~= 0 then
+        dead_notice(key, pid, to)
+    end
 end
 
 

@@ -168,4 +168,8 @@ end
 
 shared.add(methods, mod)
 
+-- the hot methods (get, get_stale, the stores) in C (src/lua/dict_methods.c):
+-- one call each, the same checks, returns and messages as above
+mod.dict_class(methods, check_key, recoveries)
+
 return require("resty.shmlock.shdict.zones").module(methods)
