@@ -645,6 +645,36 @@ for _, h in ipairs{ 1, 3 } do
 end
 put("")
 
+-- (13)
+put("## 13. The Redis lock under contention: Redis commands per acquisition")
+put("")
+put("One key, 8 processes on each host (hosts: zone directories on this",
+    " machine) waiting behind a holder that lets go once they all wait, each",
+    " holding the key for an instant; one redis-server on loopback. Redis",
+    " commands: INFO commandstats for the whole episode (those the scripts",
+    " ran included), per acquisition; last holder: its wait after the",
+    " release. Medians of the repetitions, the modes taking turns.")
+put("")
+header({ "hosts", "", "Redis commands per acquisition", "last holder" },
+       { "---:", "---", "---:", "---:" })
+for _, h in ipairs{ 1, 3 } do
+    for _, x in ipairs{
+        { "wake", "resty.shmlock.redis, a connect function (host single "
+                  .. "flight, wake-ups)" },
+        { "today", "resty.shmlock.redis polling (connected clients, "
+                   .. "`dict = false`)" },
+        { "plain", "the plain SET NX PX polling loop" },
+    } do
+        local per = get("redis_lock", ("%s_h%d_per"):format(x[1], h))
+        local last = get("redis_lock", ("%s_h%d_last"):format(x[1], h))
+        if per then
+            row({ tostring(h), x[2], fmt("%.1f", per.med),
+                  ms(last and last.med) })
+        end
+    end
+end
+put("")
+
 local md = concat(lines, "\n") .. "\n"
 local f = assert(io.open(out_dir .. "/RESULTS.md", "w"))
 f:write(md)

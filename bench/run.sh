@@ -8,7 +8,7 @@
 # Environment:
 #   BENCH_QUICK=1        quick mode
 #   BENCH_RESULTS_DIR    where RESULTS.md and the PNGs go (default bench/)
-#   BENCH_ONLY="1 3"     run only these sections (1..12; 5, 6, 7 and 11's
+#   BENCH_ONLY="1 3"     run only these sections (1..13; 5, 6, 7 and 11's
 #                        nginx loops share nginx)
 #   BENCH_KEEP=1         keep the work directory (raw data, nginx logs)
 #   BENCH_COMMIT=...     what to call the code measured (default: git HEAD)
@@ -23,7 +23,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$ROOT/bench
 RESULTS_DIR=${BENCH_RESULTS_DIR:-$BENCH}
 case $RESULTS_DIR in /*) ;; *) RESULTS_DIR=$PWD/$RESULTS_DIR ;; esac
-ONLY=${BENCH_ONLY:-1 2 3 4 5 6 7 8 9 10 11 12}
+ONLY=${BENCH_ONLY:-1 2 3 4 5 6 7 8 9 10 11 12 13}
 export BENCH_SECTIONS=$ONLY
 export BENCH_QUICK=${BENCH_QUICK:-0}
 
@@ -237,6 +237,7 @@ wants 10 && section "10 instructions" instructions
 wants 11 && section "11 semaphore handoff" \
     step luajit handoff.lua "$WORK/floor_futex" semaphore
 wants 12 && section "12 fleet" step luajit fleet.lua
+wants 13 && section "13 redis lock" step luajit redis_lock.lua
 
 # ---- (5) and (6) inside nginx ----
 

@@ -1181,6 +1181,22 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         assert.same({ 0.002, 0.003, 0.003, 0.002 }, fake.steps)
     end)
 
+    it("sleeps a last step of 1 ms less a rounding error as 1 ms "
+       .. "(ngx.sleep truncates to whole ms: 0.999 ms would be a 0 ms "
+       .. "sleep, logged)", function()
+        local holder = nginx_lock:new(dict)
+        assert.equal(0, holder:lock("k"))
+        -- 16 ms: 1 + 2 + 4 + 8 ms, and 0.016 - 0.015 is 0.000999... here
+        fake.steps, fake.clock = {}, 0
+        assert.same({ nil, "timeout" },
+                    { nginx_lock:new(dict, { timeout = 0.016 }):lock("k") })
+        assert.equal(5, #fake.steps)
+        for _, s in ipairs(fake.steps) do
+            assert.is_true(math.floor(s * 1000) >= 1, "ngx.sleep(" .. s .. ")")
+        end
+        assert.equal(1, holder:unlock())
+    end)
+
     it("times out after the sum of its steps", function()
         local holder = nginx_lock:new(dict)
         assert.equal(0, holder:lock("k"))

@@ -2,6 +2,7 @@
 -- a free 127.0.0.1 port and stops in teardown.
 
 local checkout = require "helpers.checkout"
+local fixture = require "helpers.fixture"
 local server_helper = require "helpers.redis_server"
 local resty_mock = require "helpers.redis_resty_mock"
 local fake_clock = require "helpers.fake_clock"
@@ -10,6 +11,13 @@ local harness_proc = require "harness.proc"
 local spec_children = require "helpers.children"
 
 local now, sleep = socket.gettime, socket.sleep
+
+-- a holder that stands for a process of another host: no host single
+-- flight, so that the waiters of this process wait on Redis
+local ELSEWHERE = { dict = false }
+
+-- what a host's turn adds to a fence counter's lifetime, in ms
+local SPAN = require("resty.shmlock.redis.host").TURN_SPAN * 1000
 
 local redis_lock
 local server
@@ -56,6 +64,9 @@ end
 
 
 describe("resty.shmlock.redis", function()
+    -- the zones of host single flight (shmlock_redis) in a directory of
+    -- this block's, for its children too
+    fixture.new { dir = "block", env = true }
 
     setup(function()
         server = server_helper.start()
@@ -220,7 +231,7 @@ describe("resty.shmlock.redis", function()
 
         it("waits for the holder and returns the measured elapsed time",
            function()
-            local holder = redis_lock.new(raw, { exptime = 0.2 })
+            local holder = redis_lock.new(raw, { exptime = 0.2, dict = false })
             local t_lock = now()
             assert.equal(0, holder:lock("w"))
             -- elapsed is measured: at least its sleeps' span (first start
@@ -244,7 +255,7 @@ describe("resty.shmlock.redis", function()
 
         it("returns nil, 'timeout' at the deadline, never sleeping past it",
            function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("t"))
             -- a large max_step: the backoff must still stop at the deadline
             local waiter = redis_lock.new(client(), { timeout = 0.3,
@@ -272,7 +283,7 @@ describe("resty.shmlock.redis", function()
 
         it("tries at most once per ms, whatever step and max_step",
            function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("spin"))
             for _, opts in ipairs({ { max_step = 1e-7 },
                                     { step = 1e-7, max_step = 1e-7 } }) do
@@ -300,7 +311,7 @@ describe("resty.shmlock.redis", function()
         end)
 
         it("with timeout 0 tries once", function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("t0"))
             local mod, fc = faked()
             local waiter = mod.new(client(), { timeout = 0 })
@@ -313,7 +324,7 @@ describe("resty.shmlock.redis", function()
 
         it("lock(key, timeout) overrides the object's timeout for one call",
            function()
-            local holder = redis_lock.new(raw, { exptime = 0.6 })
+            local holder = redis_lock.new(raw, { exptime = 0.6, dict = false })
             assert.equal(0, holder:lock("pc"))
             local waiter = redis_lock.new(client(), { timeout = 5 })
             local mod, fc = faked()
@@ -408,7 +419,7 @@ describe("resty.shmlock.redis", function()
 
         it("returns nil, 'timeout' at once on a held key, whatever the"
            .. " timeout", function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("try"))
             local mod, fc = faked()
             local other = mod.new(client(), { timeout = 5 })
@@ -441,16 +452,16 @@ describe("resty.shmlock.redis", function()
             assert.equal(1, lock:unlock())
         end)
 
-        it("returns nil, 'expired' when the lock expired, then 'unlocked'",
+        it("returns 1, 'expired' when the lock expired, then 'unlocked'",
            function()
             local lock = redis_lock.new(raw, { exptime = 0.05 })
             assert.equal(0, lock:lock("e"))
             sleep(0.1)
-            assert.same({ nil, "expired" }, { lock:unlock() })
+            assert.same({ 1, "expired" }, { lock:unlock() })
             assert.same({ nil, "unlocked" }, { lock:unlock() })
         end)
 
-        it("after expiry and re-lock by B: A gets nil, 'expired' and B still"
+        it("after expiry and re-lock by B: A gets 1, 'expired' and B still"
            .. " holds", function()
             local a = redis_lock.new(raw, { exptime = 0.1 })
             local b = redis_lock.new(client())
@@ -459,7 +470,7 @@ describe("resty.shmlock.redis", function()
             local elapsed, _, fence = b:lock("steal")
             assert.equal(0, elapsed)
             assert.equal(2, fence)
-            assert.same({ nil, "expired" }, { a:unlock() })
+            assert.same({ 1, "expired" }, { a:unlock() })
             assert.equal(b.token, raw:get("lock:{steal}"))
             assert.is_true(b:owned())
             assert.equal(1, b:unlock())
@@ -544,7 +555,7 @@ describe("resty.shmlock.redis", function()
             sleep(0.2)
             assert.same({ false, "expired" }, { lock:owned() })
             -- owned() only looks: unlock() still reports the expiry
-            assert.same({ nil, "expired" }, { lock:unlock() })
+            assert.same({ 1, "expired" }, { lock:unlock() })
             assert.same({ false, "unlocked" }, { lock:owned() })
         end)
     end)
@@ -569,26 +580,35 @@ describe("resty.shmlock.redis", function()
             assert.equal(1, a:unlock())
         end)
 
-        it("live fence_ttl past the lock's exptime, refreshed by every"
-           .. " acquisition and by expire()", function()
-            local lock = redis_lock.new(raw, { exptime = 1, fence_ttl = 2 })
-            assert.equal(0, lock:lock("ft"))
-            local pttl = raw:pttl("lock:{ft}:fence")
-            assert.is_true(pttl > 2500 and pttl <= 3000, pttl)
-            assert.equal(1, lock:unlock())
-            sleep(0.3)
-            pttl = raw:pttl("lock:{ft}:fence")
-            assert.is_true(pttl > 1500 and pttl <= 2750, pttl)
-            -- the next acquisition refreshes it, and the count goes on
-            local _, _, fence = lock:lock("ft")
-            assert.equal(2, fence)
-            pttl = raw:pttl("lock:{ft}:fence")
-            assert.is_true(pttl > 2800 and pttl <= 3000, pttl)
-            -- expire(t): the counter outlives the new lifetime as well
-            assert.is_true(lock:expire(10))
-            pttl = raw:pttl("lock:{ft}:fence")
-            assert.is_true(pttl > 11500 and pttl <= 12000, pttl)
-            assert.equal(1, lock:unlock())
+        it("live fence_ttl past the lock's exptime (and a host's turn), "
+           .. "refreshed by every acquisition and by expire()", function()
+            -- without host single flight: the lock's lifetime + fence_ttl;
+            -- with it, a host's turn (TURN_SPAN) more
+            for _, span in ipairs({ 0, SPAN }) do
+                local opts = { exptime = 1, fence_ttl = 2 }
+                if span == 0 then
+                    opts.dict = false
+                end
+                local lock = redis_lock.new(raw, opts)
+                raw:del("lock:{ft}:fence")
+                assert.equal(0, lock:lock("ft"))
+                local pttl = raw:pttl("lock:{ft}:fence") - span
+                assert.is_true(pttl > 2500 and pttl <= 3000, pttl)
+                assert.equal(1, lock:unlock())
+                sleep(0.3)
+                pttl = raw:pttl("lock:{ft}:fence") - span
+                assert.is_true(pttl > 1500 and pttl <= 2750, pttl)
+                -- the next acquisition refreshes it, and the count goes on
+                local _, _, fence = lock:lock("ft")
+                assert.equal(2, fence)
+                pttl = raw:pttl("lock:{ft}:fence") - span
+                assert.is_true(pttl > 2800 and pttl <= 3000, pttl)
+                -- expire(t): the counter outlives the new lifetime as well
+                assert.is_true(lock:expire(10))
+                pttl = raw:pttl("lock:{ft}:fence") - span
+                assert.is_true(pttl > 11500 and pttl <= 12000, pttl)
+                assert.equal(1, lock:unlock())
+            end
         end)
 
         it("default to a lifetime of exptime + 7 days", function()
@@ -596,8 +616,8 @@ describe("resty.shmlock.redis", function()
             local lock = redis_lock.new(raw, { exptime = 10 })
             assert.equal(0, lock:lock("fd"))
             local ttl = raw:ttl("lock:{fd}:fence")
-            assert.is_true(ttl > 7 * 24 * 3600 and ttl <= 7 * 24 * 3600 + 10,
-                           ttl)
+            assert.is_true(ttl > 7 * 24 * 3600
+                           and ttl <= 7 * 24 * 3600 + 11 + SPAN / 1000, ttl)
             assert.equal(1, lock:unlock())
         end)
 
@@ -613,7 +633,8 @@ describe("resty.shmlock.redis", function()
             -- extended to a finite lifetime: the counter expires again
             assert.is_true(lock:expire(5))
             local pttl = raw:pttl("lock:{fe0}:fence")
-            assert.is_true(pttl > 5000 and pttl <= (5 + 7 * 24 * 3600) * 1000)
+            assert.is_true(pttl > 5000
+                           and pttl <= (5 + 7 * 24 * 3600) * 1000 + SPAN)
             assert.equal(1, lock:unlock())
         end)
 
@@ -627,7 +648,7 @@ describe("resty.shmlock.redis", function()
             assert.is_true(eventually(function()
                 return raw:exists("lock:{fgone}:fence") == false
                        or raw:exists("lock:{fgone}:fence") == 0
-            end, 2))
+            end, 2 + SPAN / 1000))
             assert.same({ 0, nil, 1 }, { lock:lock("fgone") })
             assert.equal(1, lock:unlock())
         end)
@@ -649,7 +670,7 @@ describe("resty.shmlock.redis", function()
             local lock = redis_lock.new(raw, { exptime = 0.05 })
             local _, _, f1 = lock:lock("fe")
             sleep(0.1)
-            assert.same({ nil, "expired" }, { lock:unlock() })
+            assert.same({ 1, "expired" }, { lock:unlock() })
             local _, _, f2 = lock:lock("fe")
             assert.equal(f1 + 1, f2)
             assert.equal(1, lock:unlock())
@@ -774,11 +795,18 @@ describe("resty.shmlock.redis", function()
         local NULL = newproxy(false)
         local sleeps
         local saved_ngx, saved_mod
+        -- the modules that ask, when they load, whether they are in nginx
+        local NGINX_SIDE = { "resty.shmlock.redis", "resty.shmlock.redis.wait",
+                             "resty.shmlock.redis.link" }
         local resty_lock
 
         setup(function()
             saved_ngx = rawget(_G, "ngx")
-            saved_mod = package.loaded["resty.shmlock.redis"]
+            saved_mod = {}
+            for _, name in ipairs(NGINX_SIDE) do
+                saved_mod[name] = package.loaded[name]
+                package.loaded[name] = nil
+            end
             _G.ngx = {
                 get_phase = function() return "content" end,
                 null = NULL,
@@ -787,13 +815,14 @@ describe("resty.shmlock.redis", function()
                     sleep(s)
                 end,
             }
-            package.loaded["resty.shmlock.redis"] = nil
             resty_lock = require "resty.shmlock.redis"
+            _G.ngx = saved_ngx
         end)
 
         teardown(function()
-            _G.ngx = saved_ngx
-            package.loaded["resty.shmlock.redis"] = saved_mod
+            for _, name in ipairs(NGINX_SIDE) do
+                package.loaded[name] = saved_mod[name]
+            end
         end)
 
         before_each(function()
@@ -815,7 +844,7 @@ describe("resty.shmlock.redis", function()
         it("reads the null reply of a held key as busy and waits with"
            .. " ngx.sleep", function()
             local holder = resty_lock.new(resty_mock.new(client(), NULL),
-                                          { exptime = 0.1 })
+                                          { exptime = 0.1, dict = false })
             assert.equal(0, holder:lock("rw"))
             local waiter = resty_lock.new(resty_mock.new(client(), NULL),
                                           { timeout = 1 })
@@ -827,13 +856,13 @@ describe("resty.shmlock.redis", function()
             for _, s in ipairs(sleeps) do
                 assert.is_true(s > 0 and s <= 0.5)
             end
-            assert.same({ nil, "expired" }, { holder:unlock() })
+            assert.same({ 1, "expired" }, { holder:unlock() })
             assert.equal(1, waiter:unlock())
         end)
 
         it("never calls ngx.sleep below 1 ms, the last sleep before the"
            .. " deadline included", function()
-            local holder = redis_lock.new(raw)
+            local holder = redis_lock.new(raw, ELSEWHERE)
             assert.equal(0, holder:lock("floor"))
             local waiter = resty_lock.new(resty_mock.new(client(), NULL))
             for i = 0, 40 do
@@ -910,7 +939,7 @@ describe("resty.shmlock.redis", function()
         it("a stopped server: clear errors at once; a new client works once"
            .. " it is back", function()
             local c = client(1)
-            local holder = redis_lock.new(c, { timeout = 2 })
+            local holder = redis_lock.new(c, { timeout = 2, dict = false })
             local waiter = redis_lock.new(c, { timeout = 2 })
             assert.same({ 0, nil, 1 }, { holder:lock("down") })
 

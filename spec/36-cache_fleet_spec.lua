@@ -163,7 +163,8 @@ describe("resty.shmlock.cache with opts.redis", function()
         -- the loader's caller still gets what its loader returned
         assert.equal("old nil 3", board:get("first"))
         assert.equal("new", board:get("then"))
-        assert.equal("0:", raw:get("shmlock:1:{fleet}:v:k"):sub(1, 2))
+        -- (its generation: the log's epoch, no purge yet)
+        assert.truthy(raw:get("shmlock:1:{fleet}:v:k"):find("^%d+%.0:"))
         assert.same({ "new", nil, 2 },
                     { hosts:cache_on(2, "fleet", port):get("k", nil,
                                                            error) })
@@ -316,7 +317,10 @@ describe("resty.shmlock.cache with opts.redis", function()
                     .. "/bench/fixed_random.c' -ldl")
         os.execute("mkdir -p '" .. fx.dir .. "/zones'")
         fleet_hosts.reset(raw)
-        local out = checkout.sh("cd '" .. root .. "/bench' && SHMLOCK_DIR='"
+        -- (not under make test-asan's preloaded runtime and library:
+        -- callgrind counts the production library, as the bench does)
+        local out = checkout.sh("cd '" .. root .. "/bench' && env -u "
+            .. "LD_PRELOAD -u SHMLOCK_LIB SHMLOCK_DIR='"
             .. fx.dir .. "/zones' BENCH_REDIS_PORT=" .. port
             .. " INSTR_N=20000 INSTR_PRELOAD='" .. shim .. "' BENCH_DATA='"
             .. fx.dir .. "' LUA_PATH='" .. root .. "/lua/?.lua;lib/?.lua;"

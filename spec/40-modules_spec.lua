@@ -10,7 +10,7 @@ local ROOT, LUA_PATH = checkout.ROOT, checkout.LUA_PATH
 local PUBLIC = {
     "resty.shmlock", "resty.shmlock.shdict", "resty.shmlock.cache",
     "resty.shmlock.redis", "resty.shmlock.testing",
-    "resty.shmlock.semaphore",
+    "resty.shmlock.semaphore", "resty.shmlock.redis.semaphore",
 }
 
 -- every module of the checkout, by name

@@ -35,6 +35,7 @@ local resty_lock = require "resty.shmlock"
 local semaphore = require "resty.shmlock.semaphore"
 local cache = require "resty.shmlock.cache"
 local redis = require "resty.shmlock.redis"
+local rsem = require "resty.shmlock.redis.semaphore"
 local testing = require "resty.shmlock.testing"
 
 -- the public modules (docs/README.md), by the name a user requires
@@ -44,6 +45,7 @@ local MODULES = {
     ["resty.shmlock.semaphore"] = semaphore,
     ["resty.shmlock.cache"] = cache,
     ["resty.shmlock.redis"] = redis,
+    ["resty.shmlock.redis.semaphore"] = rsem,
     ["resty.shmlock.testing"] = testing,
     ["resty.shmlock.errors"] = require "resty.shmlock.errors",
     ["resty.shmlock.version"] = require "resty.shmlock.version",
@@ -100,6 +102,7 @@ local c = assert(cache.new("sw_c", { dict = d, lock_dict = d }))
 local lock_idle = assert(resty_lock:new(d, { timeout = 0, exptime = 5 }))
 local sem_idle = assert(semaphore:new(d, { timeout = 0, exptime = 5 }))
 local rlock = assert(redis.new(fake_redis, { timeout = 0 }))
+local rsem_idle = assert(rsem.new(fake_redis, { timeout = 0 }))
 
 -- keys of the calls that lock: a fresh one per call, so that no hold a
 -- call leaves behind (a wrong self's) makes another call wait
@@ -112,6 +115,7 @@ end
 local OBJECTS = {
     { "a dict", d }, { "a lock", lock_idle }, { "a semaphore", sem_idle },
     { "a cache", c }, { "a Redis lock", rlock },
+    { "a Redis semaphore", rsem_idle },
     { "a destroyed zone's dict", dead_dict },
     { "a destroyed zone's lock", dead_lock },
     { "a destroyed zone's semaphore", dead_sem },
@@ -316,12 +320,29 @@ T["resty.shmlock.cache.decode_entry"] = { args = { "v" } }
 T["resty.shmlock.redis.new"] = {
     args = { fake_redis, { timeout = 0 } },
     opts = { 2, { "exptime", "timeout", "step", "ratio", "max_step",
-                  "prefix", "fence_ttl" } } }
+                  "prefix", "fence_ttl", "dict", "renew",
+                  "redis_timeout" } } }
 T["resty.shmlock.redis.lock"] = { args = { rlock, "k", 0 }, method = true }
 T["resty.shmlock.redis.trylock"] = { args = { rlock, "k" }, method = true }
 T["resty.shmlock.redis.unlock"] = { args = { rlock }, method = true }
 T["resty.shmlock.redis.expire"] = { args = { rlock, 1 }, method = true }
 T["resty.shmlock.redis.owned"] = { args = { rlock }, method = true }
+
+-- resty.shmlock.redis.semaphore (the same client)
+T["resty.shmlock.redis.semaphore.new"] = {
+    args = { fake_redis, { timeout = 0 } },
+    opts = { 2, { "permits", "exptime", "timeout", "step", "ratio",
+                  "max_step", "prefix", "dict", "redis_timeout" } } }
+T["resty.shmlock.redis.semaphore.acquire"] = {
+    args = { rsem_idle, "k", 0 }, method = true }
+T["resty.shmlock.redis.semaphore.release"] = { args = { rsem_idle },
+                                               method = true }
+T["resty.shmlock.redis.semaphore.expire"] = { args = { rsem_idle, 1 },
+                                              method = true }
+T["resty.shmlock.redis.semaphore.count"] = { args = { rsem_idle, "k" },
+                                             method = true }
+T["resty.shmlock.redis.semaphore.owned"] = { args = { rsem_idle },
+                                             method = true }
 
 -- resty.shmlock.testing: the zone directory is this run's again after
 -- each call
@@ -576,7 +597,8 @@ walk("dict", methods_of(d), ":")
 for _, o in ipairs { { "resty.shmlock", lock_idle },
                      { "resty.shmlock.semaphore", sem_idle },
                      { "resty.shmlock.cache", c },
-                     { "resty.shmlock.redis", rlock } } do
+                     { "resty.shmlock.redis", rlock },
+                     { "resty.shmlock.redis.semaphore", rsem_idle } } do
     -- an object's methods are its module's functions
     for k, v in pairs(methods_of(o[2])) do
         if type(v) == "function" and found[o[1] .. "." .. k] ~= v then

@@ -68,6 +68,13 @@ _M.LOG_LENGTH = 100000
 local HOST_ONLY = " (changed on this host only: other hosts keep their "
                   .. "copies for up to their ttl)"
 
+-- The lifetime (s) of a key's load lock in Redis when the host lock never
+-- expires (lock_opts.exptime = 0): a load lock in Redis must expire all
+-- the same, since nothing there learns that the loading host died (a PX
+-- of 0 ms, or none, would let every host load at once, or none ever
+-- again).  The host lock's default exptime.
+local FOREVER_LOCK = 30
+
 local DEFAULT_LAG = 1
 local DEFAULT_TIMEOUT = 1
 
@@ -112,7 +119,8 @@ function _M.new(name, opts, lock_opts, host)
         v_prefix = base .. ":v:",
         l_prefix = base .. ":l:",
         w_prefix = base .. ":w:",
-        lock_ms = format("%.0f", max(1, options.ms(exptime))),
+        lock_ms = format("%.0f", options.ms(exptime > 0 and exptime
+                                             or FOREVER_LOCK)),
         wait = wait,              -- the longest wait for another host's load
         -- the zone (fleet_log, fleet_health)
         k_until = zk .. "until",
@@ -162,6 +170,18 @@ local function ms_text(ttl)
         return "0"
     end
     return format("%.0f", options.ms(ttl))
+end
+
+-- The ttl (s) of a value fetched from Redis, from its PTTL: -1 (no
+-- expiry) is 0, "never expires"; 0 is a value in the millisecond it
+-- expires (Redis expires a key once its time is past, not at it), which
+-- must not become "never expires" either: 1 ms.
+local function ttl_left(pttl)
+    pttl = tonumber(pttl) or -1
+    if pttl < 0 then
+        return 0
+    end
+    return max(pttl, 1) / 1000
 end
 
 -- a value the fleet has not seen is fresh for fleet_lag at most
@@ -262,7 +282,7 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
         local ok, r, reply
         ok, r, reply, a = conn.script(f, a, scripts.fetch, keys[1], keys[2],
                                       keys[3], keys[4], keys[5], tok,
-                                      f.lock_ms)
+                                      f.lock_ms, new_epoch())
         if not ok then
             broke(self, a, r, reply)
             return host_load(self, ttl, neg_ttl, call_loader, loader, ...)
@@ -273,9 +293,7 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
             succeeded(self)
             local dok, value = decode(r[2])
             if dok then
-                local pttl = tonumber(r[3]) or -1
-                return value, nil, pttl > 0 and pttl / 1000 or 0, 5, nil,
-                       nil, mark
+                return value, nil, ttl_left(r[3]), 5, nil, nil, mark
             end
             -- not ours to read (another format): load it here
             return host_load(self, ttl, neg_ttl, call_loader, loader, ...)
@@ -302,6 +320,21 @@ function _M.load(self, key, ttl, neg_ttl, call_loader, loader, ...)
         ok, err, reply = conn.call(a, "xread", "BLOCK", block, "STREAMS",
                                    keys[4], r[2])
         conn.timeout(a, f.timeout)
+        if not ok and not reply and a.reused and not conn.timed_out(err)
+        then
+            -- a kept connection that broke under the wait (CLIENT KILL, a
+            -- restart, a timeout of the pool) is not Redis down, as for a
+            -- script (fleet_conn.script): a new one asks again
+            conn.put(f, a, true)
+            a, err = conn.get(f)
+            if not a then
+                count(self, "redis_errors")
+                failed(self, err)
+                return host_load(self, ttl, neg_ttl, call_loader, loader,
+                                 ...)
+            end
+            ok = true
+        end
         if not ok then
             broke(self, a, err, reply)
             return host_load(self, ttl, neg_ttl, call_loader, loader, ...)

@@ -205,17 +205,27 @@ function _M.get(f)
     return a, err
 end
 
+-- syntax: yes = conn.timed_out(err): err (a connection error) is a read
+-- or write that timed out: Redis is slow or stopped, the connection is
+-- not known to be dead
+local function timed_out(err)
+    return find(err, "timeout$") ~= nil
+end
+_M.timed_out = timed_out
+
 -- syntax: ok, res, reply, a = conn.script(f, a, script, ...)
 -- A script of resty.shmlock.cache.fleet_scripts (its keys, then its
 -- arguments) on client a.  A connection kept since an earlier command
 -- that fails without a reply (killed by CLIENT KILL, by a restart, by a
 -- timeout of the pool) is not Redis down: the script is sent once more,
 -- on a new connection (every script may run twice: a fetch finds its own
--- lock, a store or a change does the same again).  a: the client to use
--- and give back from now on.
+-- lock, a store or a change does the same again).  Not after a timeout:
+-- a Redis that did not answer in redis_timeout on one connection is slow
+-- or stopped, and a second try would double what the call costs.  a: the
+-- client to use and give back from now on.
 function _M.script(f, a, script, ...)
     local ok, res, reply = script_once(a, script, ...)
-    if ok or reply or not a.reused then
+    if ok or reply or not a.reused or timed_out(res) then
         return ok, res, reply, a
     end
     _M.put(f, a, true)

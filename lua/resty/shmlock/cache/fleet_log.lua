@@ -16,6 +16,8 @@
 --                                         generation words); its next get
 --                                         reads Redis
 --   a purge after the cursor              every key of the cache deleted
+--     (also when the log was trimmed past the cursor, and any purge of a
+--     log made again since the host read its own)
 --   a log the host cannot trust           every value demoted to stale
 --     (no cursor yet, another epoch: the log was made again; a cursor
 --     past the log's end: it went back; below what it still holds: it
@@ -192,12 +194,17 @@ local function apply(self, r, epoch, cursor)
     local f = self.fleet
     local e, last, purged, trimmed = tonumber(r[1]), tonumber(r[2]),
                                      tonumber(r[3]), tonumber(r[4])
-    if epoch == nil or e ~= epoch or cursor > last or cursor < trimmed then
-        demote(self)
+    -- a purge we missed comes first: it is known to be newer than every
+    -- value here (after our cursor in our log; or in a log made again
+    -- since we read ours), and stale copies of purged values must not
+    -- be served either
+    if epoch ~= nil and (e == epoch and purged > cursor
+                         or e ~= epoch and purged > 0) then
+        f.host.purge(self)
         return e, last, false
     end
-    if purged > cursor then
-        f.host.purge(self)
+    if epoch == nil or e ~= epoch or cursor > last or cursor < trimmed then
+        demote(self)
         return e, last, false
     end
     local pairs_n = (#r - 4) / 2
@@ -296,7 +303,16 @@ function _M.sync(self, now)
         return now
     end
     local lock = resty_lock:new(self.lock_dict, f.log_lock_opts)
-    local elapsed = lock and lock:lock(f.k_log)
+    local elapsed
+    if lock and dict:get(f.k_demoted) then
+        -- Redis is down for the host and its values are stale already:
+        -- the process probing Redis may wait a whole redis_timeout, and
+        -- nobody else waits for it (a hit would wait as long, once per
+        -- probe interval, for as long as the outage lasts)
+        elapsed = lock:trylock(f.k_log)
+    elseif lock then
+        elapsed = lock:lock(f.k_log)
+    end
     if not elapsed then
         self.fleet_until = now_ms() + RETRY_MS
         return now_ms()

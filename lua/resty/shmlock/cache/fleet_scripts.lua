@@ -6,7 +6,7 @@
 -- The keys of one cache (format 1; resty.shmlock.cache.fleet names them):
 --
 --     shmlock:1:{<name>}:log       the change log, a sorted set
---     shmlock:1:{<name>}:v:<key>   a value: "<purge generation>:<entry>"
+--     shmlock:1:{<name>}:v:<key>   a value: "<generation>:<entry>"
 --     shmlock:1:{<name>}:l:<key>   the load lock of a key (a token, PX)
 --     shmlock:1:{<name>}:w:<key>   the wake stream of a key (XADD on every
 --                                  store, change or release; MAXLEN 1)
@@ -29,16 +29,24 @@
 --            the newest ARGV max changes)
 --
 -- One key, so that an eviction takes the whole log or nothing: a log
--- without its epoch is a new log.  Numbers cross as integer replies (exact
+-- without its epoch is a new log.
+--
+-- A value's generation is "<epoch>.<purge seq>" (e.g. "81985529216486.0"):
+-- a value is alive only under the log and the purge it was written under.
+-- The epoch is part of it because a log made again counts its purges from
+-- 0 again: a value written before a purge of the old log, and never read
+-- since (purges are lazy in Redis), would otherwise match the new log's
+-- generation and come back.  Numbers cross as integer replies (exact
 -- below 2^53); an epoch is below 2^46, so that Redis's Lua (numbers as
 -- "%.14g") writes it exactly too.
 
 local _M = {}
 
--- Fetch a key, or take its load lock, in one step.
--- KEYS: log, value, lock, wake; ARGV: member, token, lock ms.
--- { 1, entry, pttl }: the value (a value of an older purge generation is
--- deleted and counts as absent); { 2, seq, generation }: the lock is ours
+-- Fetch a key, or take its load lock, in one step (making the log if it
+-- is missing: a value's generation needs its epoch).
+-- KEYS: log, value, lock, wake; ARGV: member, token, lock ms, a new epoch.
+-- { 1, entry, pttl }: the value (a value of another generation is deleted
+-- and counts as absent); { 2, seq, generation }: the lock is ours
 -- (seq: the key's last change, "0" for none; both go back to store; a
 -- lock that holds our token already is ours: the same fetch sent again
 -- after a lost reply); { 3,
@@ -46,12 +54,17 @@ local _M = {}
 _M.fetch = {
     keys = 4,
     src = [[
+local e = redis.call('ZSCORE', KEYS[1], '\1e')
+if not e then
+  redis.call('ZADD', KEYS[1], -tonumber(ARGV[4]), '\1e', 0, '\1n')
+  e = '-' .. ARGV[4]
+end
 local p = redis.call('ZSCORE', KEYS[1], '\1p')
-local gen = p and -tonumber(p) or 0
+local gen = string.format('%d.%d', -tonumber(e), p and -tonumber(p) or 0)
 local v = redis.call('GET', KEYS[2])
 if v then
-  local g, at = string.match(v, '^(%d+):()')
-  if g and tonumber(g) == gen then
+  local g, at = string.match(v, '^([%d.]+):()')
+  if g == gen then
     return {1, string.sub(v, at), redis.call('PTTL', KEYS[2])}
   end
   redis.call('DEL', KEYS[2])
@@ -59,7 +72,7 @@ end
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3])
    or redis.call('GET', KEYS[3]) == ARGV[2] then
-  return {2, s or '0', tostring(gen)}
+  return {2, s or '0', gen}
 end
 local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
 local id = '0-0'
@@ -68,21 +81,23 @@ if last[1] then
 end
 return {3, id, redis.call('PTTL', KEYS[3])}
 ]],
-    sha = "5370f0b310c30c3660ebe1ac7c780d17888cc72e",
+    sha = "99446b319aab31de4f023a5a579d1fc58754ae0f",
 }
 
--- Store a loaded value, unless the key changed (or the cache was purged)
--- since fetch took the lock; release the lock if it is still ours; wake
+-- Store a loaded value, unless the key changed (or the cache was purged,
+-- or the log made again) since fetch took the lock; release the lock if it is still ours; wake
 -- the waiters.  KEYS: log, value, lock, wake; ARGV: member, token, seq,
 -- generation, entry, ms ("0": never expires).  1 stored, 0 not.
 _M.store = {
     keys = 4,
     src = [[
+local e = redis.call('ZSCORE', KEYS[1], '\1e')
 local p = redis.call('ZSCORE', KEYS[1], '\1p')
-local gen = p and -tonumber(p) or 0
+local gen = e and string.format('%d.%d', -tonumber(e),
+                                p and -tonumber(p) or 0)
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local stored = 0
-if gen == tonumber(ARGV[4]) and tonumber(s or '0') == tonumber(ARGV[3]) then
+if gen == ARGV[4] and tonumber(s or '0') == tonumber(ARGV[3]) then
   if ARGV[6] == '0' then
     redis.call('SET', KEYS[2], ARGV[4] .. ':' .. ARGV[5])
   else
@@ -97,7 +112,7 @@ redis.call('XADD', KEYS[4], 'MAXLEN', 1, '*', 'v', stored)
 redis.call('PEXPIRE', KEYS[4], 60000)
 return stored
 ]],
-    sha = "aef45534ee5a2b6f7215029b38948db42848ac18",
+    sha = "efa2b5202584577e8b3480ec8fae59c7aa337c76",
 }
 
 -- Release a load lock (the loader failed) and wake the waiters.
@@ -122,13 +137,15 @@ return 1
 _M.change = {
     keys = 3,
     src = [[
-if not redis.call('ZSCORE', KEYS[1], '\1e') then
+local e = redis.call('ZSCORE', KEYS[1], '\1e')
+if not e then
   redis.call('ZADD', KEYS[1], -tonumber(ARGV[4]), '\1e', 0, '\1n')
+  e = '-' .. ARGV[4]
 end
 local n = -tonumber(redis.call('ZSCORE', KEYS[1], '\1n') or '0') + 1
 redis.call('ZADD', KEYS[1], -n, '\1n', n, ARGV[1])
 local p = redis.call('ZSCORE', KEYS[1], '\1p')
-local gen = tostring(p and -tonumber(p) or 0)
+local gen = string.format('%d.%d', -tonumber(e), p and -tonumber(p) or 0)
 if ARGV[3] == '-1' then
   redis.call('DEL', KEYS[2])
 elseif ARGV[3] == '0' then
@@ -149,7 +166,7 @@ if count > max then
 end
 return n
 ]],
-    sha = "0288f64eedabf04ce95f3ae0280b2ebf67fbae79",
+    sha = "83d15fe14f8776c9f33fae638efa986f5b487b9d",
 }
 
 -- A purge: a new purge generation (every value written before it is

@@ -190,6 +190,13 @@ function _M.parse(argv)
                 return nil, "option --" .. name .. " needs seconds, a "
                             .. "number from 0 to 1e12"
             end
+            -- a lifetime the keeper renews every third of: below a tenth
+            -- of a second the renewals would be a busy loop, and the lock
+            -- would lapse at the first scheduling delay
+            if name == "exptime" and s > 0 and s < 0.1 then
+                return nil, "option --exptime needs 0 (never expires) or "
+                            .. "at least 0.1 seconds"
+            end
             cmd[name] = s
         end
     end

@@ -514,7 +514,9 @@ function _M.sleep(backend, store, key, klen, tok, expiry, timeout, step,
     -- ("timeout" up to 1 ms early, as the Redis lock's; 1e-9 absorbs the
     -- rounding of the subtractions).
     while timeout > 0 and step >= MIN_SLEEP - 1e-9 do
-        ngx_sleep(step)
+        -- (a step of 1 ms less the rounding is slept as 1 ms: ngx.sleep
+        -- truncates to whole ms, and 0.999 ms would be ngx.sleep(0))
+        ngx_sleep(step < MIN_SLEEP and MIN_SLEEP or step)
         elapsed = elapsed + step
         timeout = timeout - step
 

@@ -70,10 +70,9 @@ local function raised(msg)
                   .. (match(msg, "^connection error: (.*)$") or msg), false
 end
 
-local function call(c, method, a1, a2, a3, a4, a5, a6, a7)
+local function call(c, method, ...)
     local redis = c.redis
-    local ok, res, err = pcall(redis[method], redis, a1, a2, a3, a4, a5, a6,
-                               a7)
+    local ok, res, err = pcall(redis[method], redis, ...)
     if not ok then
         return raised(res)
     end
@@ -93,21 +92,20 @@ local function call(c, method, a1, a2, a3, a4, a5, a6, a7)
     return true, res
 end
 
--- syntax: ok, res, reply = client.eval(c, script, k1, k2, a1, a2, a3)
--- EVAL of a script (resty.shmlock.redis.scripts) with two keys and three
--- arguments (strings).
-function _M.eval(c, script, k1, k2, a1, a2, a3)
-    return call(c, "eval", script.src, 2, k1, k2, a1, a2, a3)
+-- syntax: ok, res, reply = client.eval(c, script, ...)
+-- EVAL of a script (resty.shmlock.redis.scripts: its keys, then its
+-- arguments, strings).
+function _M.eval(c, script, ...)
+    return call(c, "eval", script.src, script.keys, ...)
 end
 
--- syntax: ok, res, reply = client.script(c, script, k1, k2, a1, a2, a3)
+-- syntax: ok, res, reply = client.script(c, script, ...)
 -- The same by EVALSHA; a server that does not know the script yet
 -- (NOSCRIPT) gets it once by EVAL.
-function _M.script(c, script, k1, k2, a1, a2, a3)
-    local ok, res, reply = call(c, "evalsha", script.sha, 2, k1, k2, a1, a2,
-                                a3)
+function _M.script(c, script, ...)
+    local ok, res, reply = call(c, "evalsha", script.sha, script.keys, ...)
     if not ok and reply and find(res, "^redis error: NOSCRIPT") then
-        ok, res, reply = call(c, "eval", script.src, 2, k1, k2, a1, a2, a3)
+        ok, res, reply = call(c, "eval", script.src, script.keys, ...)
     end
     return ok, res, reply
 end
