@@ -921,6 +921,30 @@ SHMLOCK_API int shmlock_shared_wait(shmlock_lock_t *l, const char *key,
     size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
 
 
+/* ---- the semaphore's steps outside nginx (issue 25, 33) ---- */
+
+/*
+ * A permit of key, on a lock object's record (shmlock_lock_t), the key
+ * given with each call: _acquire, a fresh owner id and one try (a record
+ * of the key's group of kind SHMLOCK_SEMAPHORE while fewer than permits
+ * are held: SHMLOCK_OK, l->tk the permit's ticket; SHMLOCK_EXISTS: full;
+ * SHMLOCK_NO_MEMORY); _retry, the same id; _wait, the wait outside nginx
+ * (woken by a release, dead holders dropped after every sleep no release
+ * cut short; SHMLOCK_LOOK_HERE: stop, SHMLOCK_BUSY, when the key's permits
+ * are all held by this process); _here: 1 if they are.  The permit is
+ * given back by shmlock_group_release.  src/shmlock_sem.c.
+ */
+SHMLOCK_API int shmlock_sem_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, int64_t exptime_ms);
+SHMLOCK_API int shmlock_sem_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, int64_t exptime_ms);
+SHMLOCK_API int shmlock_sem_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, const shmlock_wait_t *w,
+    int64_t *elapsed_us);
+SHMLOCK_API int shmlock_sem_here(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t permits);
+
+
 /* ---- generation words: change counters for the zone's users ---- */
 
 /*

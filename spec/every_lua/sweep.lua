@@ -522,6 +522,13 @@ if C then
             end
         end
     end
+    local function free_sem_lk(args)
+        -- (the sweep's bad arguments put other values first)
+        local ok, t = pcall(C.lock_ticket, args[1])
+        if ok then
+            pcall(C.group_release, z, K.SEMAPHORE, "sk", 2, t)
+        end
+    end
     T["core.lock_new"] = { args = { z } }
     T["core.lock_zone"] = { args = function() return { lk(), z } end }
     T["core.lock_acquire"] = slot(function()
@@ -545,6 +552,14 @@ if C then
     T["core.lock_verdict"] = { args = function() return { lk(), true } end }
     T["core.lock_dead"] = { args = function() return { lk() } end }
     T["core.lock_ticket"] = { args = function() return { lk() } end }
+    -- the semaphore's (a permit of "sk" of 2, on a record of its own)
+    T["core.sem_acquire"] = slot(function()
+        return { lk(), "sk", 2, 2, 5000 } end, free_sem_lk)
+    T["core.sem_retry"] = T["core.sem_acquire"]
+    T["core.sem_wait"] = slot(function()
+        return { lk(), "sk", 2, 2, 5000, 0, 0, 0.001, 2, 0.5, 0 } end,
+        free_sem_lk)
+    T["core.sem_here"] = { args = { z, "sk", 2, 2 } }
     -- the lock objects' (resty.shmlock's under PUC Lua: made once, a
     -- later call answers the same metatable)
     T["core.lock_class"] = { args = { resty_lock, function() end,

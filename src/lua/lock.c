@@ -656,6 +656,70 @@ static int lock_wait(lua_State *L)
     return 2;
 }
 
+/* rc = core.sem_acquire(lk, key, klen, permits, exptime_ms); sem_retry:
+ * the same owner id */
+static int sem_try(lua_State *L, int fresh)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+    uint32_t permits = core_u32(L, 4);
+    int64_t exptime = (int64_t) core_num(L, 5);
+
+    return push_rc(L, fresh ? shmlock_sem_acquire(l, key, klen, permits,
+                                                  exptime)
+                            : shmlock_sem_retry(l, key, klen, permits,
+                                                exptime));
+}
+
+static int sem_acquire(lua_State *L)
+{
+    return sem_try(L, 1);
+}
+
+static int sem_retry(lua_State *L)
+{
+    return sem_try(L, 0);
+}
+
+/* rc, elapsed_us = core.sem_wait(lk, key, klen, permits, exptime_ms,
+ *                                start_us, timeout_us, step, ratio,
+ *                                max_step, flags) */
+static int sem_wait(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+    uint32_t permits = core_u32(L, 4);
+    shmlock_wait_t w;
+    int64_t elapsed = 0;
+    int rc;
+
+    memset(&w, 0, sizeof(w));
+    w.exptime_ms = (int64_t) core_num(L, 5);
+    w.start_us = (int64_t) core_num(L, 6);
+    w.timeout_us = (int64_t) core_num(L, 7);
+    w.step = core_num(L, 8);
+    w.ratio = core_num(L, 9);
+    w.max_step = core_num(L, 10);
+    w.flags = (int32_t) core_optnum(L, 11, 0);
+    rc = shmlock_sem_wait(l, key, klen, permits, &w, &elapsed);
+    core_push_number(L, rc);
+    core_push_number(L, (double) elapsed);
+    return 2;
+}
+
+/* yes = core.sem_here(zone, key, klen, permits) */
+static int sem_here(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+
+    lua_pushboolean(L, shmlock_sem_here(zone, key, klen, core_u32(L, 4)));
+    return 1;
+}
+
 /* core.lock_verdict(lk, gone): lk.ask is gone (true) or alive; nil: the
  * verdicts cleared */
 static int lock_verdict(lua_State *L)
@@ -772,6 +836,10 @@ const luaL_Reg core_lock_funcs[] = {
     { "lock_verdict", lock_verdict },
     { "lock_dead", lock_dead },
     { "lock_ticket", lock_ticket },
+    { "sem_acquire", sem_acquire },
+    { "sem_retry", sem_retry },
+    { "sem_wait", sem_wait },
+    { "sem_here", sem_here },
 #ifdef SHMLOCK_TESTING
     { "test_fork", test_fork },
     { "test_exit", test_exit },

@@ -342,6 +342,15 @@ int shmlock_shared_owned(shmlock_lock_t *l, const char *key,
     size_t key_len);
 int shmlock_shared_wait(shmlock_lock_t *l, const char *key,
     size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
+int shmlock_sem_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, int64_t exptime_ms);
+int shmlock_sem_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, int64_t exptime_ms);
+int shmlock_sem_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, const shmlock_wait_t *w,
+    int64_t *elapsed_us);
+int shmlock_sem_here(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t permits);
 
 volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
 uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,

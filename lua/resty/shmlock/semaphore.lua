@@ -44,12 +44,12 @@ local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
 local clock = require "resty.shmlock.internal.clock"
-local backoff = require "resty.shmlock.internal.backoff"
 local zone_backend = require "resty.shmlock.lock.zone"
 local nginx_wait = require "resty.shmlock.lock.nginx_wait"
 local inspect = require "resty.shmlock.lock.inspect"
 
 local C = slots.C
+local L = slots.lock
 local type = type
 local tostring = tostring
 local error = error
@@ -57,10 +57,8 @@ local setmetatable = setmetatable
 local getmetatable = getmetatable
 local floor = math.floor
 local min = math.min
-local ceil = math.ceil
 local now_ms = clock.now_ms
 local now_us = clock.now_us
-local next_step = backoff.next
 local next_id = token.next_id
 local released = nginx_wait.released
 local self_pid = core.self_pid
@@ -75,6 +73,8 @@ local OK = codes.OK
 local EXISTS = codes.EXISTS
 local NOT_FOUND = codes.NOT_FOUND
 local TIMEOUT = codes.TIMEOUT
+local BUSY_RC = codes.BUSY
+local LOOK_HERE = codes.LOOK_HERE
 local KEEP_TTL = codes.KEEP_TTL
 local SEMAPHORE = codes.SEMAPHORE
 local PERMITS_MAX = codes.GROUP_MAX
@@ -352,29 +352,7 @@ end
 -- Every live holder of key is this process, and they fill the permits:
 -- a worker blocked in a phase that cannot yield would wait for itself.
 function sem_backend.here(sem, key, klen)
-    local n = reclaim(sem.zone, key, klen)
-    if not n or n < sem.permits then
-        return false
-    end
-    -- (all of them: more than a batch too)
-    local list, count = zone_backend.group_tickets(sem.zone, SEMAPHORE, key,
-                                                   klen)
-    if not list then
-        return false
-    end
-    -- The count and the listing are two looks: a holder of another
-    -- process may have released in between, leaving only ours listed but
-    -- a permit free (then the next try takes it: not a wait on ourselves).
-    if count < sem.permits then
-        return false
-    end
-    local me = self_pid()
-    for i = 1, count do
-        if slots.owner(list[i]) ~= me then
-            return false
-        end
-    end
-    return true
+    return L.sem_here(sem.zone, key, klen, sem.permits)
 end
 
 -- syntax: elapsed, err = block(sem, key, klen, w, exp_ms, timeout, step,
@@ -384,37 +362,30 @@ end
 -- holders are dropped after every step no release cut short.
 function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
                            max_step, stop)
-    local zone = sem.zone
+    -- the core's wait (src/shmlock_sem.c), on a record of its own
+    local lk = L.new(sem.zone)
     local start = now_us()
-    local deadline = start + timeout * 1000000
-    local hash = C.shmlock_hash(key, klen)
-    while true do
-        local seq = C.shmlock_wait_begin(zone, hash)
-        local ok, err = sem_backend.add(sem, key, klen, w)
-        if ok ~= false then
-            C.shmlock_wait_end(zone, hash, seq, 0)
-            if not ok then
-                return nil, err
-            end
-            return (now_us() - start) / 1000000
-        end
-        local left = deadline - now_us()
-        err = left > 0 and stop and stop()
-        if left <= 0 or err then
-            C.shmlock_wait_end(zone, hash, seq, 0)
-            -- pass a wake-up we may have taken on to the next sleeper
-            C.shmlock_wake_waiters(zone, hash, 0)
-            return nil, err or "timeout"
-        end
-        -- (at least 1 us: 0 would not sleep at all)
-        local woke = C.shmlock_wait_end(zone, hash, seq,
-                                        ceil(min(step * 1000000, left)))
-        if woke == TIMEOUT then
-            -- nobody released: a holder may have died
-            reclaim(zone, key, klen)
-            step = next_step(step, ratio, max_step)
-        end
+    local rc = L.sem_acquire(lk, key, klen, sem.permits, sem.exp_ms)
+    local us = 0
+    if rc == EXISTS then
+        rc, us = L.sem_wait(lk, key, klen, sem.permits, sem.exp_ms, start,
+                            floor(timeout * 1000000), step, ratio, max_step,
+                            stop and LOOK_HERE or 0)
     end
+    if rc == OK then
+        -- the permit goes to the object's handle (w.tk, then its own):
+        -- the record lets go of it
+        slots.copy(w.tk, L.ticket(lk))
+        lk.held = 0
+        return us / 1000000
+    end
+    if rc == TIMEOUT then
+        return nil, "timeout"
+    end
+    if rc == BUSY_RC then
+        return nil, stop and stop() or "timeout"
+    end
+    return nil, errors[rc]
 end
 
 

@@ -50,6 +50,8 @@ local _M = {
         here = mod.lock_here, wait = mod.lock_wait,
         verdict = mod.lock_verdict, dead = mod.lock_dead,
         ticket = mod.lock_ticket,
+        sem_acquire = mod.sem_acquire, sem_retry = mod.sem_retry,
+        sem_wait = mod.sem_wait, sem_here = mod.sem_here,
     },
 }
 

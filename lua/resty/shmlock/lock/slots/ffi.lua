@@ -332,6 +332,28 @@ function lock.ticket(cd, tk)
     return out
 end
 
+-- the semaphore's steps outside nginx (shmlock_sem_*): as the lock's
+lock.sem_acquire = C.shmlock_sem_acquire
+lock.sem_retry = C.shmlock_sem_retry
+
+function lock.sem_wait(cd, key, klen, permits, exp_ms, start_us, timeout_us,
+                       step, ratio, max_step, flags)
+    wait_arg.exptime_ms = exp_ms
+    wait_arg.start_us = start_us
+    wait_arg.timeout_us = timeout_us
+    wait_arg.step = step
+    wait_arg.ratio = ratio
+    wait_arg.max_step = max_step
+    wait_arg.flags = flags or 0
+    local rc = C.shmlock_sem_wait(cd, key, klen, permits, wait_arg,
+                                  elapsed_out)
+    return rc, tonumber(elapsed_out[0])
+end
+
+function lock.sem_here(zone, key, klen, permits)
+    return C.shmlock_sem_here(zone, key, klen, permits) ~= 0
+end
+
 function lock.dead(cd)
     local pid, to = cd.dead, cd.dead_to
     cd.dead, cd.dead_to = 0, 0
