@@ -1318,7 +1318,7 @@ describe("resty.shmlock.semaphore when a process dies at every write",
             assert.is_true(crashes < 200, sc.name .. ": never completed")
         end)
     end
-    -- A queued waiter's turn (inside nginx: nginx_wait's mark on the key's
+    -- A queued waiter's turn (inside nginx: lock.wait's mark on the key's
     -- head, src/group.h) across a crash of the holder's release at each
     -- of its writes: the turn stays, the waiter comes in, nobody else.
     it("keeps a waiter's turn when the releasing holder dies at any write",

@@ -1065,7 +1065,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         fake.shared = { fallback = shared_dict() }
         local saved_ngx = _G.ngx
         -- the modules that ask at load time whether they run in nginx
-        local reloaded = { "resty.shmlock", "resty.shmlock.lock.nginx_wait" }
+        local reloaded = { "resty.shmlock", "resty.shmlock.lock.wait" }
         local saved = {}
         _G.ngx = {
             get_phase = function() return fake.phase end,

@@ -315,7 +315,7 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
     setup(function()
         local saved_ngx = _G.ngx
         local reloaded = { "resty.shmlock.semaphore",
-                           "resty.shmlock.lock.nginx_wait" }
+                           "resty.shmlock.lock.wait" }
         local saved = {}
         fake.shared = { limits = {} }       -- lua_shared_dict limits 1m;
         _G.ngx = {
@@ -330,7 +330,7 @@ describe("resty.shmlock.semaphore inside nginx (stand-in ngx)", function()
         nginx_sem = require "resty.shmlock.semaphore"
         -- turns of 60 s (renewed at half): a descheduled test never sees
         -- one end while it looks at it
-        package.loaded["resty.shmlock.lock.nginx_wait"].ACCEPT = 60
+        package.loaded["resty.shmlock.lock.wait"].ACCEPT = 60
         for i, name in ipairs(reloaded) do
             package.loaded[name] = saved[i]
         end

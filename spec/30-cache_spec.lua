@@ -1360,7 +1360,7 @@ describe("resty.shmlock.cache inside nginx (stand-in ngx)", function()
 
     setup(function()
         local saved_ngx = _G.ngx
-        local reloaded = { "resty.shmlock", "resty.shmlock.lock.nginx_wait",
+        local reloaded = { "resty.shmlock", "resty.shmlock.lock.wait",
                            "resty.shmlock.cache" }
         local saved = {}
         -- a busy worker: every sleep takes 4 times what it asked

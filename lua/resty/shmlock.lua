@@ -16,7 +16,7 @@
 --
 -- Inside nginx, waiting is resty.lock's (ngx.sleep steps, elapsed = the
 -- sum of the steps), then, past 0.2 s of steps, a queue without barging
--- (resty.shmlock.lock.nginx_wait).  Where the phase cannot yield (init,
+-- (resty.shmlock.lock.wait).  Where the phase cannot yield (init,
 -- init_worker, set, header_filter, body_filter, log, balancer, ...), a
 -- free key is taken and a held one answers nil, "cannot wait in <phase>
 -- phase", unless opts.blocking_timeout lets the worker block that long
@@ -43,7 +43,7 @@
 --         the wait outside nginx (zones only: ngx.shared dicts exist only
 --         inside nginx)
 --     here = backend.here(store, key, klen)   held by this very process
---     ident = backend.ident(tok)               nginx_wait's name of tok
+--     ident = backend.ident(tok)               lock.wait's name of tok
 --
 -- Releasing, extending and asking whether the lock is still ours differ
 -- (a zone's ticket, a dict's token): unlock, expire and owned call each
@@ -80,7 +80,7 @@ local handle = has_ffi and require "resty.shmlock.lock.handle"
                or require "resty.shmlock.lock.handle.capi"
 local zone_backend = require "resty.shmlock.lock.zone"
 local ngx_shared = has_ffi and require "resty.shmlock.lock.ngx_shared"
-local nginx_wait = require "resty.shmlock.lock.nginx_wait"
+local waits = require "resty.shmlock.lock.wait"
 local inspect = require "resty.shmlock.lock.inspect"
 local shared_hold = require "resty.shmlock.lock.shared"
 local log = require "resty.shmlock.internal.log"
@@ -90,11 +90,9 @@ local clock = require "resty.shmlock.internal.clock"
 
 local ffi_str = has_ffi and ffi.string
 local type = type
-local tostring = tostring
 local error = error
 local setmetatable = setmetatable
 local getmetatable = getmetatable
-local min = math.min
 local next_token = token.next
 local cached_ms = clock.cached_ms
 local take = handle.take
@@ -109,8 +107,7 @@ local seconds_ok = options.seconds_ok
 local check_timeout = options.timeout
 local ACQUIRED = zone_backend.ACQUIRED
 local FAILED = zone_backend.FAILED
-local YIELDABLE = nginx.YIELDABLE
-local released = nginx_wait.released
+local released = waits.released
 local log_event = log.event
 local recoveries = log.recoveries
 local OK = codes.OK
@@ -119,7 +116,6 @@ local KEY_MAX = codes.KEY_MAX
 
 local ngx = nginx.api()
 local in_nginx = ngx ~= nil
-local get_phase = in_nginx and ngx.get_phase
 
 local _M = { _VERSION = version }
 local mt = { __index = _M }
@@ -260,9 +256,7 @@ end
 
 
 -- true inside nginx, in a phase where ngx.sleep may yield
-function _M.can_sleep()
-    return in_nginx and YIELDABLE[get_phase()] == true
-end
+_M.can_sleep = waits.can_sleep
 
 
 -- syntax: lock, err = resty_lock:new(dict_name, opts?)
@@ -314,36 +308,18 @@ function _M.new(a, b, c)
 end
 
 
--- the wait inside nginx where the phase may yield: resty.lock's steps,
--- then a queue (resty.shmlock.lock.nginx_wait); done: see _lock_unless
-local function sleep(self, backend, key, klen, tok, timeout, done)
-    return nginx_wait.sleep(backend, self.target, key, klen, tok, self.expiry,
-                            timeout, self.step, self.ratio, self.max_step,
-                            done)
-end
-
-
--- after the first add found the key held; timeout: this call's
+-- after the first add found the key held; timeout: this call's; done:
+-- see _lock_unless.  Where and how: resty.shmlock.lock.wait's choice.
 local function wait(self, backend, key, klen, tok, may_wait, timeout, done)
     local refusal = "timeout"
     if may_wait and timeout > 0 then
-        if not in_nginx then
-            return backend.block(self.target, key, klen, tok, self.expiry,
-                                 timeout, self.step, self.ratio,
-                                 self.max_step)
+        local elapsed, err, refused = waits.wait(backend, self.target, key,
+                                                 klen, tok, self.expiry,
+                                                 timeout, self, done)
+        if not refused then
+            return elapsed, err
         end
-        local phase = get_phase()
-        if YIELDABLE[phase] then
-            return sleep(self, backend, key, klen, tok, timeout, done)
-        end
-        local blocking = self.blocking_timeout
-        if blocking > 0 then
-            return nginx_wait.block(backend, self.target, key, klen, tok,
-                                    self.expiry, min(timeout, blocking),
-                                    self.step, self.ratio, self.max_step,
-                                    phase)
-        end
-        refusal = "cannot wait in " .. tostring(phase) .. " phase"
+        refusal = err
     end
 
     -- no waiting; a dead holder's lock is still ours at once

@@ -25,7 +25,7 @@
 --
 -- Waiting: outside nginx, on the zone's wait word of the key (a release
 -- wakes a sleeper at once), in steps that look for dead holders between
--- them; inside nginx, the lock's one wait (resty.shmlock.lock.nginx_wait:
+-- them; inside nginx, the lock's one wait (resty.shmlock.lock.wait:
 -- resty.lock's steps, then the worker's queue, where the oldest queued
 -- waiter's turn keeps everyone else out: a bounded wait); where the phase
 -- cannot yield, nil, "cannot wait in <phase> phase", unless
@@ -45,13 +45,12 @@ local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
 local clock = require "resty.shmlock.internal.clock"
 local zone_backend = require "resty.shmlock.lock.zone"
-local nginx_wait = require "resty.shmlock.lock.nginx_wait"
+local waits = require "resty.shmlock.lock.wait"
 local inspect = require "resty.shmlock.lock.inspect"
 
 local C = slots.C
 local L = slots.lock
 local type = type
-local tostring = tostring
 local error = error
 local setmetatable = setmetatable
 local getmetatable = getmetatable
@@ -60,7 +59,7 @@ local min = math.min
 local now_ms = clock.now_ms
 local now_us = clock.now_us
 local next_id = token.next_id
-local released = nginx_wait.released
+local released = waits.released
 local self_pid = core.self_pid
 local ms = options.ms
 local take = permit.take
@@ -81,8 +80,6 @@ local PERMITS_MAX = codes.GROUP_MAX
 
 local ngx = nginx.api()
 local in_nginx = ngx ~= nil
-local get_phase = in_nginx and ngx.get_phase
-local YIELDABLE = nginx.YIELDABLE
 
 local _M = { _VERSION = version }
 local mt = { __index = _M }
@@ -178,10 +175,10 @@ local function reclaim(zone, key, klen)
 end
 
 
--- ---- waiting: the backend nginx_wait drives ----
+-- ---- waiting: the backend resty.shmlock.lock.wait drives ----
 --
 -- Inside nginx the semaphore waits as the lock does, in the lock's one
--- wait (resty.shmlock.lock.nginx_wait: resty.lock's steps, then the
+-- wait (resty.shmlock.lock.wait: resty.lock's steps, then the
 -- worker's queue, the phase rules, blocking_timeout), through this
 -- backend (the interface: resty.shmlock).  The store is the semaphore
 -- object; `tok` is the wait (w: its owner id, its ticket, its owner
@@ -191,9 +188,9 @@ end
 -- look after a permit is free.  Its mark's deadline is at most ACCEPT
 -- ahead, moved on while it waits, so that a waiter nginx aborted in
 -- another worker holds the others back for at most ACCEPT; in its own
--- worker it is known gone at once (nginx_wait.gone).
+-- worker it is known gone at once (wait.gone).
 
--- nginx_wait keeps this backend's waiters apart from the lock's
+-- the wait keeps this backend's waiters apart from the lock's
 local SPACE = "\0semaphore\0"
 local sem_backend = { space = SPACE }
 
@@ -257,7 +254,7 @@ end
 -- w's turn: its mark on the head seen, lasting at most ACCEPT
 local function place(sem, w, since, till, now)
     if slots.place_mark(sem.zone, w.tk, w.id, 0, since,
-                        min(till, now + floor(nginx_wait.ACCEPT * 1000)),
+                        min(till, now + floor(waits.ACCEPT * 1000)),
                         w.moved) == OK
     then
         return MARKED
@@ -298,7 +295,7 @@ function sem_backend.look(sem, key, klen, w, _, check, since, till)
     local verdict, m_till = may_mark(w, since, now, check)
     if verdict == "ours" then
         -- moved on while half its time is left
-        if m_till - now < nginx_wait.ACCEPT * 500 and m_till < till then
+        if m_till - now < waits.ACCEPT * 500 and m_till < till then
             return place(sem, w, since, till, now)
         end
         return MARKED
@@ -389,31 +386,12 @@ function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
 end
 
 
--- the wait, after the first tries found the key full
+-- the wait, after the first tries found the key full (where and how:
+-- resty.shmlock.lock.wait's choice)
 local function wait(self, key, klen, timeout)
     local w = new_wait()
-    local elapsed, err
-    if not in_nginx then
-        elapsed, err = sem_backend.block(self, key, klen, w, nil, timeout,
-                                         self.step, self.ratio, self.max_step)
-    else
-        local phase = get_phase()
-        if YIELDABLE[phase] then
-            elapsed, err = nginx_wait.sleep(sem_backend, self, key, klen, w,
-                                            self.exp_ms, timeout,
-                                            self.step, self.ratio,
-                                            self.max_step)
-        elseif self.blocking_timeout > 0 then
-            elapsed, err = nginx_wait.block(sem_backend, self, key, klen, w,
-                                            self.exp_ms,
-                                            min(timeout,
-                                                self.blocking_timeout),
-                                            self.step, self.ratio,
-                                            self.max_step, phase)
-        else
-            return nil, "cannot wait in " .. tostring(phase) .. " phase"
-        end
-    end
+    local elapsed, err = waits.wait(sem_backend, self, key, klen, w,
+                                    self.exp_ms, timeout, self)
     if not elapsed then
         return nil, err
     end

@@ -456,7 +456,7 @@ end
 
 
 -- syntax: ident = ngx_shared.ident(tok)
--- nginx_wait's name of a waiter: its token.
+-- lock.wait's name of a waiter: its token.
 function _M.ident(tok)
     return tok
 end

@@ -13,7 +13,7 @@
 -- keep a reader waiting (to its timeout), never the other way round.
 --
 -- This file is also a lock backend, as resty.shmlock.lock.zone is (the
--- interface: see resty.shmlock), so that resty.shmlock.lock.nginx_wait
+-- interface: see resty.shmlock), so that resty.shmlock.lock.wait
 -- waits for a shared hold with the lock's own rules (resty.lock's steps,
 -- then the queue; blocking_timeout where the phase cannot yield).  Its
 -- `tok` is the hold's handle below; readers place no mark, so it has no
@@ -117,7 +117,7 @@ shared_handle.on_collect(release)
 
 
 -- ---------------------------------------------------------------------
--- The backend's interface (see resty.shmlock), for nginx_wait.
+-- The backend's interface (see resty.shmlock), for resty.shmlock.lock.wait.
 
 -- syntax: ok, err = shared.add(zone, key, klen, cd, _, exp_ms)
 -- true: a shared hold is ours (cd.tk); false: the key is held exclusive

@@ -8,7 +8,7 @@
 -- module's src/lua/lock.c under PUC Lua, resty.shmlock.lock.slots).  This
 -- file maps its answers to the backend's, and tells the core the one thing
 -- it cannot know: whether a waiter of this process that nginx aborted is
--- gone (_M.gone, which resty.shmlock.lock.nginx_wait replaces inside
+-- gone (_M.gone, which resty.shmlock.lock.wait replaces inside
 -- nginx; the core asks, SHMLOCK_ASK, and is answered).
 --
 -- The `tok` of this backend's functions is the lock object's record, a
@@ -70,13 +70,13 @@ local ASKS = 4
 
 -- syntax: gone = zone.gone(id)
 -- Whether id, of this process, is a waiter known to be gone (nginx
--- aborted it); resty.shmlock.lock.nginx_wait replaces it inside nginx.
+-- aborted it); resty.shmlock.lock.wait replaces it inside nginx.
 function _M.gone()
     return false
 end
 
 -- whether some owner of this process may be gone: only inside nginx
--- (nginx_wait's queued waiters)
+-- (lock.wait's queued waiters)
 local ASK_FLAG = require("resty.shmlock.internal.nginx").api() and LOOK_ASK
                  or 0
 
@@ -135,7 +135,7 @@ _M.expiry = ms
 
 
 -- syntax: key = zone.ident(cd)
--- The key nginx_wait's registry knows a waiter by: its owner id.
+-- The key lock.wait's registry knows a waiter by: its owner id.
 function _M.ident(cd)
     return cd.id
 end
