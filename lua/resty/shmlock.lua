@@ -61,14 +61,13 @@
 -- reads the object's target, expiry and wait options.  Here they cost the
 -- exclusive lock one field test, on the paths where it holds nothing.
 
--- Under PUC Lua (no FFI), C is the C module's slot calls under the same
--- names (resty.shmlock.lock.slots) and the handle is
--- resty.shmlock.lock.handle.capi's; ngx.shared dicts exist only inside
+-- The binding's parts come from resty.shmlock.internal.core (core.part):
+-- under LuaJIT the lock object is this file's Lua object over the FFI
+-- (its handles, shared holds and ngx.shared locks); under PUC Lua it is
+-- the C module's (core.lock_object, the end of this file), and the parts
+-- only the Lua object uses are nil.  ngx.shared dicts exist only inside
 -- nginx, under LuaJIT (docs/every-lua.md).
-local has_ffi = require("resty.shmlock.internal.core").ffi
-
-local ffi = has_ffi and require "ffi"
-local C = require("resty.shmlock.lock.slots").C
+local core = require "resty.shmlock.internal.core"
 local shdict = require "resty.shmlock.shdict"
 local version = require "resty.shmlock.version"
 local nginx = require "resty.shmlock.internal.nginx"
@@ -76,33 +75,32 @@ local names = require "resty.shmlock.internal.names"
 local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
-local handle = has_ffi and require "resty.shmlock.lock.handle"
-               or require "resty.shmlock.lock.handle.capi"
 local zone_backend = require "resty.shmlock.lock.zone"
-local ngx_shared = has_ffi and require "resty.shmlock.lock.ngx_shared"
 local waits = require "resty.shmlock.lock.wait"
 local inspect = require "resty.shmlock.lock.inspect"
-local shared_hold = require "resty.shmlock.lock.shared"
 local log = require "resty.shmlock.internal.log"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
+local handle = core.part("handles")
+local ngx_shared = core.part("ngx_shared")
+local shared_hold = core.part("shared_holds")
 
-local ffi_str = has_ffi and ffi.string
+local ffi_str = ngx_shared and ngx_shared.string
 local type = type
 local error = error
 local setmetatable = setmetatable
 local getmetatable = getmetatable
 local next_token = token.next
 local cached_ms = clock.cached_ms
-local take = handle.take
-local zone_handle = handle.zone
-local put_zone = handle.put_zone
-local put_shared = handle.put_shared
+local take = handle and handle.take
+local zone_handle = handle and handle.zone
+local put_zone = handle and handle.put_zone
+local put_shared = handle and handle.put_shared
 local lock_acquire = require("resty.shmlock.lock.slots").lock.acquire
 local zone_release = zone_backend.release
-local retoken = handle.retoken
-local ours = handle.ours
+local retoken = handle and handle.retoken
+local ours = handle and handle.ours
 local seconds_ok = options.seconds_ok
 local check_timeout = options.timeout
 local ACQUIRED = zone_backend.ACQUIRED
@@ -121,8 +119,7 @@ local _M = { _VERSION = version }
 local mt = { __index = _M }
 
 -- under PUC Lua, the C module's lock objects (the end of this file)
-local lock_object = not has_ffi
-                    and require("resty.shmlock.internal.core").mod.lock_object
+local lock_object = core.lock_object
 
 -- names resolved to ngx.shared dicts, and names whose store was logged
 local shared_names = {}
@@ -133,24 +130,17 @@ local logged = {}
 -- each zone's dead word (shmlock_zone_dead_word): new() by such a name
 -- reads one word instead of walking to the zone again and looking at its
 -- file (lock() looks, as every call does).  Weak, as shdict's own record.
-local env = require("resty.shmlock.internal.core").env
+local env = core.env
 local zone_names = setmetatable({}, { __mode = "v" })
 local zone_names_serial = env.serial
 local dead_words = setmetatable({}, { __mode = "k" })
 
 -- whether the zone of dict, resolved by name before, is still alive (not
--- destroyed): one load of its dead word; under PUC Lua, a call of the C
--- module (a zone's word cannot be read from Lua there)
-local zone_live
-if has_ffi then
-    zone_live = function(dict)
-        return dead_words[dict][0] == 0
-    end
-else
-    local zone_dead = require("resty.shmlock.internal.core").zone_dead
-    zone_live = function(dict)
-        return not zone_dead(dict._zone)
-    end
+-- destroyed): one load of its dead word (core.dead_word; under PUC Lua a
+-- call of the C module)
+local word_dead = core.word_dead
+local function zone_live(dict)
+    return not word_dead(dead_words[dict])
 end
 
 
@@ -219,8 +209,8 @@ local function find(name)
     end
     if dict then
         log_store(name, 'the zone "' .. name .. '"')
-        if has_ffi and not dead_words[dict] then
-            dead_words[dict] = C.shmlock_zone_dead_word(dict._zone)
+        if not dead_words[dict] then
+            dead_words[dict] = core.dead_word(dict._zone)
         end
         zone_names[name] = dict
         return dict
@@ -663,8 +653,7 @@ end
 -- call of the core, the metatable in their upvalue; their __index is this
 -- module.  The Lua methods above are LuaJIT's.
 if lock_object then
-    local mod = require("resty.shmlock.internal.core").mod
-    mt = mod.lock_class(_M, key_check, zone_backend.dead_notice, recoveries)
+    mt = core.lock_class(_M, key_check, zone_backend.dead_notice, recoveries)
     _M.store = "zone"
 
     function _M._lock_unless(self, key)

@@ -167,13 +167,11 @@ eq(1, lock:unlock(), "unlock h")
 -- a starving waiter marks the lock; the release hands it over
 local zone = require "resty.shmlock.lock.zone"
 local codes = require "resty.shmlock.internal.codes"
-local handle = core.ffi and require "resty.shmlock.lock.handle"
-               or require "resty.shmlock.lock.handle.capi"
 -- (the word a marked waiter sleeps on is the same for every interpreter:
 -- a LuaJIT process's handoff wakes a Lua 5.1 process's waiter)
 eq(4034013619, zone.marked_hash(core.hash("a")), "the marked waiter's word")
 eq(0, lock:lock("m"), "lock m")
-local w = handle.zone(d._zone)
+local w = zone.handle(d._zone)
 eq(codes.EXISTS, zone.acquire(w, "m", 1, 30000), "the waiter's first try")
 local now = clock.now_ms()
 eq(zone.MARKED, zone.look(d._zone, "m", 1, w, 30000, false, now,

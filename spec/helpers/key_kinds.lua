@@ -79,7 +79,7 @@ end
 local function group_ticket(kind, holder, key)
     local tk = slots.ticket()
     if kind == "shared" then
-        slots.copy(tk, core.ffi and holder.sh.tk
+        slots.copy(tk, core.ffi and holder.sh.lk.tk
                        or core.mod.lock_object_ticket(holder))
     elseif kind == "permit" then
         slots.copy(tk, holder.permit.ticket)

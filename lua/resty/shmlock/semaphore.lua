@@ -33,8 +33,7 @@
 
 local slots = require "resty.shmlock.lock.slots"
 local core = require "resty.shmlock.internal.core"
-local permit = core.ffi and require "resty.shmlock.semaphore.permit"
-               or require "resty.shmlock.semaphore.permit.capi"
+local permit = core.part("permit")
 local names = require "resty.shmlock.internal.names"
 local version = require "resty.shmlock.version"
 local errors = require "resty.shmlock.errors"

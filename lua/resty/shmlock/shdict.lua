@@ -15,8 +15,10 @@
 -- destroying zones: resty.shmlock.shdict.zones, under both.
 
 local core = require "resty.shmlock.internal.core"
-if not core.ffi then
-    return require "resty.shmlock.shdict.capi"
+-- (the binding's own dictionary module, where it has one)
+local own = core.part("dict")
+if own then
+    return own
 end
 
 local ffi = require "ffi"

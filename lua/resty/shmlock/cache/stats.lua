@@ -57,16 +57,7 @@ end
 
 -- syntax: hits = stats.l1_hits(): the L1 hits' own counter, hits[0]
 -- (under LuaJIT a double in C memory, which the hit's one store updates)
-if core.ffi then
-    local ffi_new = require("ffi").new
-    function _M.l1_hits()
-        return ffi_new("double[1]")
-    end
-else
-    function _M.l1_hits()
-        return { [0] = 0 }
-    end
-end
+_M.l1_hits = core.cell
 
 -- A process forked from the one that made the cache (nginx workers from
 -- the master) starts its own counts: those it inherited are its

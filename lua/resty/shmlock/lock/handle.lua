@@ -23,6 +23,14 @@
 -- close; a pooled handle taken for another zone swaps it.  So up to 64
 -- zones no longer used (POOL_MAX and the spare) may stay mapped until
 -- exit.
+--
+-- A shared (reader) hold's handle is the core's record too, with a copy
+-- of the key (the group's release needs it): kept in the lock object's
+-- `sh` field from its first shared hold on and reused by the next (no
+-- pool); its finalizer releases a hold a collected object still has.
+--
+-- LuaJIT only: under PUC Lua the lock object is the C module's own
+-- (src/lua/lock_object.c), whose userdata is the record.
 
 local ffi = require "ffi"
 local C = require "resty.shmlock.lib"
@@ -47,10 +55,19 @@ typedef struct {
     char             tok[]] .. token.MAX_LEN .. [[];
     char             key[?];
 } shmlock_lua_handle_t;
+
+typedef struct {
+    shmlock_lock_t   lk;        /* the hold's record: zone retained while
+                                   the handle lives */
+    uint32_t         key_len;
+    uint32_t         key_cap;
+    char             key[?];
+} shmlock_lua_shared_t;
 ]])
 
 local lock_t = ffi.typeof("shmlock_lock_t")
 local handle_t = ffi.typeof("shmlock_lua_handle_t")
+local shared_t = ffi.typeof("shmlock_lua_shared_t")
 local KEY_CAP = 48              -- longer keys get a handle of their size
 local POOL_MAX = 63               -- with the spare: 64
 
@@ -182,6 +199,47 @@ end
 function _M.retoken(cd, tok, tlen)
     ffi_copy(cd.tok, tok, tlen)
     cd.tok_len = tlen
+end
+
+
+-- ---- shared holds ----
+
+-- the finalizer; a forked child's copy releases nothing: the hold is the
+-- parent's
+local function finalize_hold(cd)
+    local lk = cd.lk
+    if lk.held ~= 0 and ours(lk.pid) and lk.zone ~= nil then
+        C.shmlock_shared_release(lk, cd.key, cd.key_len)
+    end
+    lk.held = 0
+    if lk.zone ~= nil then
+        C.shmlock_zone_close(lk.zone)
+        lk.zone = nil
+    end
+end
+
+-- syntax: cd = handle.hold(cd, zone, key, klen)
+-- The handle of a shared hold of key in zone about to be taken (the
+-- core draws its owner id): cd, the object's handle of an earlier hold,
+-- reused if the key fits.  cd.lk is the record the shmlock_shared_*
+-- calls take.
+function _M.hold(cd, zone, key, klen)
+    if not cd or cd.key_cap < klen then
+        local cap = klen > KEY_CAP and klen or KEY_CAP
+        cd = ffi_gc(ffi_new(shared_t, cap), finalize_hold)
+        cd.key_cap = cap
+    end
+    local lk = cd.lk
+    if lk.zone ~= zone then
+        if lk.zone ~= nil then
+            C.shmlock_zone_close(lk.zone)
+        end
+        C.shmlock_zone_retain(zone)
+        lk.zone = zone
+    end
+    cd.key_len = klen
+    ffi_copy(cd.key, key, klen)
+    return cd
 end
 
 

@@ -98,6 +98,10 @@ local function decided(call, cd, ...)
     L.verdict(cd, nil)
     return rc
 end
+-- (for the shared holds' calls too: resty.shmlock.lock.shared)
+_M.decided = decided
+_M.ASK_FLAG = ASK_FLAG
+_M.ASKS = ASKS
 
 
 -- syntax: zone.dead_notice(key, pid, to)

@@ -509,7 +509,7 @@ function _M.open(name, opts)
         name = name,
         dir = dir,
         -- (the C module's methods find the zone here: src/lua/dict_methods.c)
-        not core.ffi and zone or nil,
+        core.methods_zone(zone),
     }, mt)
     zones[id] = dict
     if init then

@@ -54,6 +54,10 @@
 --                                  the verdicts cleared
 --     pid, to = lock.dead(cd)      a dead holder taken over (0: none),
 --                                  cleared
+--     rc, elapsed_us = lock.shared_wait(cd, ...)   as lock.wait, for a
+--                                  shared hold (shmlock_shared_wait; LuaJIT
+--                                  only: under PUC Lua the lock object is
+--                                  the C module's)
 --     tk = lock.ticket(cd)         a copy of cd's ticket; lock.ticket(cd,
 --                                  tk): cd's ticket becomes tk (a hint)
 -- Tickets' 64-bit words are read as 32-bit halves (a uint64_t field read
@@ -330,6 +334,20 @@ function lock.ticket(cd, tk)
     local out = ffi_new(ticket_t)
     ffi_copy(out, cd.tk, TICKET_SIZE)
     return out
+end
+
+-- shared holds' wait outside nginx (shmlock_shared_wait): as the lock's
+function lock.shared_wait(cd, key, klen, exp_ms, start_us, timeout_us, step,
+                          ratio, max_step, flags)
+    wait_arg.exptime_ms = exp_ms
+    wait_arg.start_us = start_us
+    wait_arg.timeout_us = timeout_us
+    wait_arg.step = step
+    wait_arg.ratio = ratio
+    wait_arg.max_step = max_step
+    wait_arg.flags = flags or 0
+    local rc = C.shmlock_shared_wait(cd, key, klen, wait_arg, elapsed_out)
+    return rc, tonumber(elapsed_out[0])
 end
 
 -- the semaphore's steps outside nginx (shmlock_sem_*): as the lock's
