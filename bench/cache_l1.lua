@@ -3,8 +3,10 @@
 --
 --   coherent   resty.shmlock.cache get(), an L1 hit: lrucache get, then
 --              one load of the key's generation word in the zone
+--   coherent_fleet  the same with opts.redis (BENCH_REDIS_PORT: a Redis),
+--              the change log read in the warm-up only
 --   unchecked  the L1 hit of 0.1.0 (no coherence), the same argument
---              checks and lrucache get, written out here as it was
+--              checks and lrucache get (bench/lib/l1_unchecked.lua)
 --   lrucache   lua-resty-lrucache get alone (the floor)
 --
 -- 1000 keys, taken in turn; values with a ttl (lrucache reads the clock
@@ -13,6 +15,7 @@
 local bench = require "bench"
 local shdict = require "resty.shmlock.shdict"
 local cache = require "resty.shmlock.cache"
+local l1_unchecked = require "l1_unchecked"
 
 local SECTION = "cache_l1"
 local NKEYS = 1000
@@ -21,6 +24,21 @@ local TTL = 3600
 local zone = assert(shdict.open("bench_cache_l1", { size = "4m" }))
 local c = assert(cache.new("bench_l1", { dict = zone, ttl = TTL,
                                          l1_size = NKEYS }))
+
+-- with opts.redis (a Redis at BENCH_REDIS_PORT): the same cache with the
+-- fleet tier, its change log read in the warm-up only (fleet_lag longer
+-- than the run): what is timed is the hit itself
+local cf
+local redis_port = tonumber(os.getenv("BENCH_REDIS_PORT") or "")
+if redis_port then
+    local redis = require "redis"
+    cf = assert(cache.new("bench_l1f", {
+        dict = zone, ttl = TTL, l1_size = NKEYS, fleet_lag = 3600,
+        redis = function(timeout)
+            return redis.connect("127.0.0.1", redis_port, timeout)
+        end,
+    }))
+end
 
 local keys = {}
 for i = 1, NKEYS do
@@ -31,51 +49,25 @@ local function loader(key)
     return "value of " .. key
 end
 
-for i = 1, NKEYS do
-    assert(c:get(keys[i], nil, loader, keys[i]))
-end
--- every key is an L1 hit now (the first get of each revalidated once)
-for i = 1, NKEYS do
-    local v, err, level = c:get(keys[i], nil, error)
-    assert(v == "value of " .. keys[i] and err == nil and level == 1,
-           "not an L1 hit")
+for _, x in ipairs{ c, cf } do
+    for i = 1, NKEYS do
+        assert(x:get(keys[i], nil, loader, keys[i]))
+    end
+    -- every key is an L1 hit now (the first get of each revalidated once)
+    for i = 1, NKEYS do
+        local v, err, level = x:get(keys[i], nil, error)
+        assert(v == "value of " .. keys[i] and err == nil and level == 1,
+               "not an L1 hit")
+    end
 end
 
--- An unchecked get() up to its L1 hit (the cache's argument checks and an
--- lrucache get, with no look at the key's generation word: what an L1 hit
--- costs without coherence), on an lrucache of our own (the module the
--- cache loaded: outside nginx it needs the cache's ngx.now shim)
-local lrucache = getmetatable(c.lru).__index
-local old_lru = lrucache.new(NKEYS)
+-- An unchecked get() up to its L1 hit (bench/lib/l1_unchecked.lua: the
+-- cache's argument checks and an lrucache get, with no look at the key's
+-- generation word: what an L1 hit costs without coherence)
+local old = l1_unchecked.new(c, NKEYS)
+local old_lru = old.lru
 for i = 1, NKEYS do
     old_lru:set(keys[i], "value of " .. keys[i], TTL)
-end
-local old_mt = { __index = {} }
-local old = setmetatable({ lru = old_lru }, old_mt)
-local NIL = {}
-
--- (a vararg function, as the cache's get: the loader's arguments)
-local function old_get(self, key, opts, loader_fn, ...) -- luacheck: ignore 212
-    if getmetatable(self) ~= old_mt then
-        error("bad cache object (use c:method(), not c.method())", 2)
-    end
-    if type(key) ~= "string" then
-        error("key must be a string", 2)
-    end
-    if type(loader_fn) ~= "function" then
-        error("loader must be a function", 2)
-    end
-    local l1 = self.lru
-    if l1 then
-        local value = l1:get(key)
-        if value ~= nil then
-            if value == NIL then
-                return nil, nil, 1
-            end
-            return value, nil, 1
-        end
-    end
-    error("not an L1 hit")
 end
 
 bench.log("(8) the cache's L1 hit, ns per get")
@@ -93,7 +85,7 @@ local variants = {
         local j = 0
         for _ = 1, n do
             j = j < NKEYS and j + 1 or 1
-            old_get(old, keys[j], nil, loader)
+            old:get(keys[j], nil, loader)
         end
     end },
     { "lrucache", "lua-resty-lrucache get alone", function(n)
@@ -104,6 +96,18 @@ local variants = {
         end
     end },
 }
+
+if cf then
+    table.insert(variants, 2, { "coherent_fleet",
+                                NKEYS .. " keys in turn, opts.redis set",
+                                function(n)
+        local j = 0
+        for _ = 1, n do
+            j = j < NKEYS and j + 1 or 1
+            cf:get(keys[j], nil, loader)
+        end
+    end })
+end
 
 -- The variants take turns, one repetition each per round, so that neither
 -- the order nor a noisy moment of the machine favours one of them.
@@ -123,8 +127,16 @@ for _, v in ipairs(variants) do
                  .. "repetition, the variants in turn")
 end
 
--- the timed loops were hits: no loader ran, nothing moved
-for i = 1, NKEYS do
-    local _, _, level = c:get(keys[i], nil, error)
-    assert(level == 1, "a timed get was not an L1 hit")
+-- the timed loops were hits: no loader ran, nothing moved, the fleet
+-- tier read its log once (in the warm-up)
+for _, x in ipairs{ c, cf } do
+    for i = 1, NKEYS do
+        local _, _, level = x:get(keys[i], nil, error)
+        assert(level == 1, "a timed get was not an L1 hit")
+    end
+end
+if cf then
+    local st = assert(cf:stats())
+    assert(st.log_reads == 1 and st.redis_errors == 0,
+           "the fleet tier called Redis in the timed loops")
 end

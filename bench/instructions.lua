@@ -117,6 +117,22 @@ local function child(op, n)
                 c:get(keys[1], nil, loader)
             end
         end
+    elseif op == "cache_hit_unchecked" then
+        -- the reference: the same hit without coherence
+        -- (bench/lib/l1_unchecked.lua), an lrucache as the cache's
+        local cache = require "resty.shmlock.cache"
+        holder = assert(cache.new(name, { dict = zone, ttl = 3600 }))
+        local old = require("l1_unchecked").new(holder, 10)
+        old.lru:set("k", "v", 3600)
+        local function loader()
+            error("not an L1 hit")
+        end
+        body = function(k)
+            for _ = 1, k do
+                old:get("k", nil, loader)
+            end
+        end
+        holder = old
     else
         error("unknown operation " .. tostring(op))
     end
@@ -131,6 +147,8 @@ local function child(op, n)
     if op == "trylock_held" then
         assert(holder:owned())
         assert(select(2, resty_lock:new(name):trylock("k")) == "timeout")
+    elseif op == "cache_hit_unchecked" then
+        assert(select(3, holder:get("k", nil, error)) == 1)
     elseif op:find("^cache_hit") then
         assert(select(3, holder:get("k", nil, error)) == 1)
         local st = holder:stats()

@@ -116,6 +116,20 @@ if wants(5) then
     end
 end
 
+-- (2) what a 10 MiB store holds, ours and ngx.shared.DICT's (counts, the
+-- same in every run: measured once, with 1 worker)
+if wants(2) and workers == 1 then
+    bench.log("(2) entries a 10 MiB store holds, ours and ngx.shared.DICT")
+    local body = http_get("/density")
+    for kind, ours_n, ngx_n in body:gmatch("(%S+) (%d+) (%d+)") do
+        for who, n in pairs{ ours = tonumber(ours_n), ngx = tonumber(ngx_n) } do
+            bench.result("density", kind .. "_" .. who, "entries", n, n, n, 1,
+                         "14-byte keys, 10 MiB, set() until the first "
+                         .. "eviction")
+        end
+    end
+end
+
 
 -- (11) a semaphore's acquire+release against limit.conn's incr/incr(-1),
 -- their repetitions taking turns

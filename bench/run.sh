@@ -9,7 +9,7 @@
 #   BENCH_QUICK=1        quick mode
 #   BENCH_RESULTS_DIR    where RESULTS.md and the PNGs go (default bench/)
 #   BENCH_ONLY="1 3"     run only these sections (1..13; 5, 6, 7 and 11's
-#                        nginx loops share nginx)
+#                        nginx loops share nginx, as does 2's density count)
 #   BENCH_KEEP=1         keep the work directory (raw data, nginx logs)
 #   BENCH_COMMIT=...     what to call the code measured (default: git HEAD)
 #
@@ -221,7 +221,16 @@ wants 1 && section "1 uncontended" uncontended
 wants 2 && section "2 dict size" step luajit dict_size.lua
 wants 3 && section "3 handoff" step luajit handoff.lua "$WORK/floor_futex"
 wants 4 && section "4 fairness" step luajit fairness.lua
-wants 8 && section "8 cache L1 hit" step luajit cache_l1.lua
+# (with a Redis, the cache's L1 hit with opts.redis too)
+cache_l1() {
+    start_redis || unset BENCH_REDIS_PORT
+    local rc=0
+    step luajit cache_l1.lua || rc=$?
+    stop_pid "$REDIS_PID" TERM
+    REDIS_PID=
+    return $rc
+}
+wants 8 && section "8 cache L1 hit" cache_l1
 wants 9 && section "9 contended" step luajit contended.lua
 # (the cache's L1 hit with opts.redis reads Redis once, in its warm-up)
 instructions() {
@@ -280,8 +289,10 @@ nginx_run() {
     return $rc
 }
 
-if wants 5 || wants 6 || wants 11; then
-    section "5+6+11 nginx, 1 worker" nginx_run 1
+# (section 2's count of what a 10 MiB store holds needs ngx.shared.DICT:
+# it runs in the 1-worker nginx)
+if wants 2 || wants 5 || wants 6 || wants 11; then
+    section "2+5+6+11 nginx, 1 worker" nginx_run 1
 fi
 if wants 5 || wants 6 || wants 7 || wants 11; then
     section "5+6+7+11 nginx, 2 workers" nginx_run 2

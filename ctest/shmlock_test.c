@@ -529,6 +529,53 @@ test_foreign_files(void)
 
 /* ---- dictionary operations ---- */
 
+/*
+ * Layout 11's head (src/entry.h): 32 bytes of key and string, 24 of key
+ * before a number, user flags (when not 0) 4 bytes after the key.  Keys
+ * of 20 to 40 bytes take turns between a string of 0 to 40 bytes, with
+ * and without flags, and a number: each overwrite moves the head's room
+ * and the value's place, in place or through a new entry.
+ */
+static void
+test_head_room(shmlock_zone_t *z, const char *bytes)
+{
+    shmlock_value_t  out;
+    char             key[41], buf[64];
+    size_t           klen, vlen;
+    uint32_t         flags;
+
+    for (klen = 20; klen <= 40; klen++) {
+        memcpy(key, bytes + 3, klen);
+        for (vlen = 0; vlen <= 40; vlen += 3) {
+            flags = (uint32_t) (vlen % 2 ? 0 : 1000 + vlen);
+            CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, key, klen,
+                         &(shmlock_value_t) { .type = SHMLOCK_TSTRING,
+                                              .str = bytes, .len = vlen,
+                                              .flags = flags },
+                         0, &(int) { 0 }), SHMLOCK_OK);
+            CHECK_RC(shmlock_dict_get(z, key, klen, 0, &out, buf,
+                                      sizeof(buf)), SHMLOCK_OK);
+            CHECK(out.type == SHMLOCK_TSTRING && out.len == vlen
+                  && out.flags == flags && memcmp(buf, bytes, vlen) == 0);
+
+            CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, key, klen,
+                         &(shmlock_value_t) { .type = SHMLOCK_TNUMBER,
+                                              .num = (double) vlen + 0.5,
+                                              .flags = flags ^ 3 },
+                         0, &(int) { 0 }), SHMLOCK_OK);
+            CHECK_RC(shmlock_dict_get(z, key, klen, 0, &out, buf,
+                                      sizeof(buf)), SHMLOCK_OK);
+            CHECK(out.type == SHMLOCK_TNUMBER
+                  && out.num == (double) vlen + 0.5
+                  && out.flags == (flags ^ 3));
+        }
+        CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, key, klen,
+                     &(shmlock_value_t) { .type = SHMLOCK_TNIL }, 0,
+                     &(int) { 0 }), SHMLOCK_OK);
+    }
+    verify(z);
+}
+
 static void
 test_strings_and_types(shmlock_zone_t *z)
 {
@@ -540,12 +587,14 @@ test_strings_and_types(shmlock_zone_t *z)
         big[i] = (char) ('a' + i % 26);
     }
 
-    /* sizes around the chunk boundaries: 16 bytes in the head, 60 after */
+    /* sizes around the chunk boundaries: 32 bytes of key and string in the
+     * head, 60 after */
     for (i = 0; i < 200; i += 7) {
         CHECK_RC(store(z, SHMLOCK_OP_SET, "s", str_value(big, i, 0), 0),
                  SHMLOCK_OK);
         expect_str(z, "s", big, i);
     }
+    test_head_room(z, big);
     CHECK_RC(store(z, SHMLOCK_OP_SET, "big", str_value(big, sizeof(big), 7),
                    0), SHMLOCK_OK);
     expect_str(z, "big", big, sizeof(big));

@@ -379,6 +379,54 @@ describe("shdict", function()
         end)
     end)
 
+    -- What a zone holds (issue 34): ngx.shared.DICT's 10m holds 81,375
+    -- entries of a 14-byte key and an 8 to 16-byte string (bench section
+    -- 2 counts both in the same run).  Counts, not timings: the entries a
+    -- 10 MiB zone takes by set() before the first one evicts another.
+    describe("density", function()
+        local function held(value_of)
+            local z = zone("10m")
+            local n = 0
+            while true do
+                local v, flags = value_of(n)
+                local ok, err, forcible = z:set(("key:%010d"):format(n), v, 0,
+                                                flags)
+                if not ok or forcible then
+                    assert.is_true(forcible or err == "no memory")
+                    break
+                end
+                n = n + 1
+            end
+            assert.same({ n = 1, true }, pack(z:verify()))
+            return n
+        end
+
+        it("a 10 MiB zone holds >= 122,000 entries of a 14-byte key and an "
+           .. "8 to 16-byte string (1.5x ngx.shared.DICT's 81,375)",
+           function()
+            local n = held(function(i) return ("v"):rep(8 + i % 9) end)
+            assert.is_true(n >= 122000, tostring(n))
+        end)
+
+        it("a 10 MiB zone holds >= 140,000 numbers of a 14-byte key",
+           function()
+            local n = held(function(i) return i end)
+            assert.is_true(n >= 140000, tostring(n))
+        end)
+
+        it("a 10 MiB zone holds >= 69,000 64-byte strings of a 14-byte key",
+           function()
+            local n = held(function() return ("v"):rep(64) end)
+            assert.is_true(n >= 69000, tostring(n))
+        end)
+
+        it("a 10 MiB zone holds >= 140,000 entries of a 14-byte key, an 8 "
+           .. "to 14-byte string and user flags", function()
+            local n = held(function(i) return ("v"):rep(8 + i % 7), 7 end)
+            assert.is_true(n >= 140000, tostring(n))
+        end)
+    end)
+
     describe("get()", function()
         it("returns the value alone when the flags are 0", function()
             d:set("k", "v", 0, 0)

@@ -434,6 +434,7 @@ describe("resty.shmlock.shdict when a process dies", function()
         end
 
         local LONG_KEY = ("K"):rep(100)
+        local KEY22 = ("k"):rep(22)
 
         -- the keys every 64k scenario starts with, around the target
         local function populate(dict, with_target)
@@ -701,6 +702,48 @@ describe("resty.shmlock.shdict when a process dies", function()
                 name = "set of an existing number, to a boolean",
                 setup = set_target(12.5),
                 op = function(d) return d:set(T, false, 2000, 8) end,
+                expect = { true, nil, false },
+            },
+            -- (layout 11: a string's head holds 32 bytes of its stream,
+            -- another type's 24, and user flags are in the stream only
+            -- when not 0: src/entry.h)
+            {
+                name = "set of a string over a number with flags, in place "
+                       .. "(the head's room grows, the flags go)",
+                setup = set_target(12.5, 0, 7),
+                op = function(d) return d:set(T, ("h"):rep(20)) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "set of a number with flags over a two-chunk string, "
+                       .. "in place (the room shrinks, the chain is cut)",
+                setup = set_target(("s"):rep(28), 1000),
+                op = function(d) return d:set(T, 5.5, 0, 9) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "set of a number with flags over a string of a "
+                       .. "22-byte key, in place (the flags cross into the "
+                       .. "string's second chunk)",
+                keys = concat_lists(COMMON_KEYS, { KEY22 }),
+                setup = target(function(dict)
+                    assert.is_true((dict:set(KEY22, ("s"):rep(40), 0, 0)))
+                end),
+                op = function(d) return d:set(KEY22, 5.5, 0, 9) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "set of a string with flags over one without, in "
+                       .. "place (the flags come into the stream)",
+                setup = set_target(("a"):rep(80)),
+                op = function(d) return d:set(T, ("b"):rep(70), 0, 3) end,
+                expect = { true, nil, false },
+            },
+            {
+                name = "set of a number over a string of a key longer than "
+                       .. "a number's head holds (a new entry)",
+                setup = target(),
+                op = function(d) return d:set(LONG_KEY, 3.5, 0, 1) end,
                 expect = { true, nil, false },
             },
             {

@@ -145,8 +145,8 @@ local HDR_FIELDS = { "lock", "lock_start", "waiters", "takeovers", "seq",
                      "sweep", "recoveries", "stat_spins", "stat_sleeps",
                      "stat_evictions", "stat_expired" }
 local ENTRY_FIELDS = { "next", "hnext", "lru_prev", "lru_next", "hash",
-                       "value_len", "user_flags", "key_len", "vtype",
-                       "eflags", "expires", "num", "data" }
+                       "value_len", "key_len", "meta_type", "meta_high",
+                       "data", "num" }
 
 -- what lives at byte `off` of the zone, for the failure messages
 local function where(g, off)
@@ -489,7 +489,9 @@ end)
 targeted("a list's node of a bad type", function(t)
     local e, probes = bent(t, t.list)
     local nodes = list_nodes(t, e)
-    return { { entry_field(t.img.geo, e.s, nodes[1], "vtype"), "\5" } },
+    -- (meta's type byte: the type in its low 3 bits)
+    return { { entry_field(t.img.geo, e.s, nodes[1], "meta_type"),
+               string.char(5) } },
            probes
 end)
 

@@ -232,7 +232,7 @@ describe("more than 65,535 holders of one key", function()
 
     -- One shard of 16 MiB: a floor of 4,096 lock slots (src/zone.c:
     -- about 1/16 of the shard), then the slots spilled into its chunks,
-    -- two chunks each (layout 11): room for more than 100,000 holders.
+    -- two chunks each (layout 12): room for more than 100,000 holders.
     local SIZE = "16m"
     local AT_LEAST = 100000
 

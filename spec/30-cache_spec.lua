@@ -1004,19 +1004,24 @@ describe("resty.shmlock.cache", function()
                 local server = server_helper.start()
                 local finished, err = pcall(function()
                     local client = server:client()
+                    -- (the host turn's zone: this spec's, not the default
+                    -- directory's, where another version's may be)
                     local c = new_cache({ lock = function()
-                        return redis_lock.new(client, { timeout = 5 })
+                        return redis_lock.new(client, { timeout = 5,
+                                                        dict = locks })
                     end })
                     local held
                     assert.same({ n = 3, "v", nil, 3 }, pack(c:get("k", nil,
                         function()
                             local probe = redis_lock.new(client,
-                                                         { timeout = 0 })
+                                                         { timeout = 0,
+                                                           dict = locks })
                             held = select(2, probe:lock(lock_key(c, "k")))
                             return "v"
                         end)))
                     assert.equal("timeout", held)
-                    local probe = redis_lock.new(client, { timeout = 0 })
+                    local probe = redis_lock.new(client, { timeout = 0,
+                                                           dict = locks })
                     assert.equal(0, probe:lock(lock_key(c, "k")))
                     probe:unlock()
                 end)

@@ -66,21 +66,21 @@ chunk_free(shard_t *sh, uint32_t first)
 /*
  * The data of an entry's stream from byte `off` on: *c is the chunk it is
  * in, *room how many bytes of the stream that chunk holds from there.  The
- * stream is the head's 16 data bytes, then 60 per continuation chunk; a
- * head chunk links its first continuation through the same `next` word.
+ * stream is the head's `hroom` data bytes, then 60 per continuation chunk;
+ * a head chunk links its first continuation through the same `next` word.
  */
 static inline char *
-chunk_seek(const shard_t *sh, uint32_t head, size_t off, uint32_t *c,
-    size_t *room)
+chunk_seek(const shard_t *sh, uint32_t head, size_t hroom, size_t off,
+    uint32_t *c, size_t *room)
 {
     uint32_t  i;
 
-    if (off < CHUNK_HEAD_DATA) {
+    if (off < hroom) {
         *c = head;
-        *room = CHUNK_HEAD_DATA - off;
+        *room = hroom - off;
         return chunk_head_data(sh, head) + off;
     }
-    off -= CHUNK_HEAD_DATA;
+    off -= hroom;
     i = chunk_next(sh, head);
     while (off >= CHUNK_CONT_DATA) {
         i = chunk_next(sh, i);
@@ -105,12 +105,12 @@ chunk_next_data(const shard_t *sh, uint32_t *c)
  * so the branch folds away).
  */
 static inline void
-chunk_copy(const shard_t *sh, uint32_t head, size_t off, char *mem, size_t len,
-    int in)
+chunk_copy(const shard_t *sh, uint32_t head, size_t hroom, size_t off,
+    char *mem, size_t len, int in)
 {
     uint32_t  c;
     size_t    room;
-    char     *p = chunk_seek(sh, head, off, &c, &room);
+    char     *p = chunk_seek(sh, head, hroom, off, &c, &room);
 
     for ( ;; ) {
         size_t  n = len < room ? len : room;
@@ -131,25 +131,27 @@ chunk_copy(const shard_t *sh, uint32_t head, size_t off, char *mem, size_t len,
 }
 
 void
-chunk_write(shard_t *sh, uint32_t head, size_t off, const char *src, size_t len)
+chunk_write(shard_t *sh, uint32_t head, size_t room, size_t off,
+    const char *src, size_t len)
 {
     /* src is only read */
-    chunk_copy(sh, head, off, (char *) src, len, 1);
+    chunk_copy(sh, head, room, off, (char *) src, len, 1);
 }
 
 void
-chunk_read(const shard_t *sh, uint32_t head, size_t off, char *dst, size_t len)
+chunk_read(const shard_t *sh, uint32_t head, size_t room, size_t off,
+    char *dst, size_t len)
 {
-    chunk_copy(sh, head, off, dst, len, 0);
+    chunk_copy(sh, head, room, off, dst, len, 0);
 }
 
 int
-chunk_equal(const shard_t *sh, uint32_t head, size_t off, const char *s,
-    size_t len)
+chunk_equal(const shard_t *sh, uint32_t head, size_t hroom, size_t off,
+    const char *s, size_t len)
 {
     uint32_t  c;
     size_t    room;
-    char     *p = chunk_seek(sh, head, off, &c, &room);
+    char     *p = chunk_seek(sh, head, hroom, off, &c, &room);
 
     while (len > room) {
         if (!hash_equal(p, s, room)) {

@@ -7,12 +7,15 @@
  * free list as they are already linked, so it costs three word writes
  * whatever n is; freeing splices a whole chain back the same way.
  *
- * A chain's first chunk is an entry's head (entry_t, entry.h), whose last
- * CHUNK_HEAD_DATA bytes start the entry's data stream (key, then string
- * value); each further chunk holds CHUNK_CONT_DATA bytes of it:
+ * A chain's first chunk is an entry's head (entry_t, entry.h), whose bytes
+ * from CHUNK_HEAD_OFF on start the entry's data stream (key, then the rest
+ * of the entry); each further chunk holds CHUNK_CONT_DATA bytes of it.
+ * How much of the stream a head holds, its room, is the entry's to say
+ * (entry.h: all CHUNK_HEAD_DATA bytes, or fewer when the head keeps a
+ * number at its end), and every stream function here is told it:
  *
- *   head:  | next | entry fields (44 bytes)   | data[16] |
- *   chunk: | next | data[60]                             |
+ *   head:  | next | entry fields (28 bytes)   | data[room] | (entry's) |
+ *   chunk: | next | data[60]                                          |
  */
 
 #ifndef CHUNK_H
@@ -24,7 +27,7 @@
 #include "shard.h"
 #include "wordstore.h"
 
-#define CHUNK_HEAD_DATA   16
+#define CHUNK_HEAD_DATA   32      /* the most room a head has */
 #define CHUNK_HEAD_OFF    (SHARD_CHUNK_SIZE - CHUNK_HEAD_DATA)
 #define CHUNK_CONT_DATA   (SHARD_CHUNK_SIZE - 4)
 
@@ -107,14 +110,15 @@ chunk_mark_read(const shard_t *sh, uint32_t i)
     }
 }
 
-/* The chunks of a chain holding a data stream of `bytes`. */
+/* The chunks of a chain holding a data stream of `bytes`, room of them in
+ * its head. */
 static inline uint32_t
-chunks_for(size_t bytes)
+chunks_for(size_t room, size_t bytes)
 {
-    if (bytes <= CHUNK_HEAD_DATA) {
+    if (bytes <= room) {
         return 1;
     }
-    return 1 + (uint32_t) ((bytes - CHUNK_HEAD_DATA + CHUNK_CONT_DATA - 1)
+    return 1 + (uint32_t) ((bytes - room + CHUNK_CONT_DATA - 1)
                            / CHUNK_CONT_DATA);
 }
 
@@ -125,12 +129,13 @@ void chunk_format(shard_t *sh);
 uint32_t chunk_alloc(shard_t *sh, uint32_t n);
 void chunk_free(shard_t *sh, uint32_t first);
 
-/* Copy bytes in or out of a chain's data stream from byte `off` on. */
-void chunk_write(shard_t *sh, uint32_t head, size_t off, const char *src,
-    size_t len);
-void chunk_read(const shard_t *sh, uint32_t head, size_t off, char *dst,
-    size_t len);
-int chunk_equal(const shard_t *sh, uint32_t head, size_t off, const char *s,
-    size_t len);
+/* Copy bytes in or out of a chain's data stream (room of it in the head)
+ * from byte `off` on. */
+void chunk_write(shard_t *sh, uint32_t head, size_t room, size_t off,
+    const char *src, size_t len);
+void chunk_read(const shard_t *sh, uint32_t head, size_t room, size_t off,
+    char *dst, size_t len);
+int chunk_equal(const shard_t *sh, uint32_t head, size_t room, size_t off,
+    const char *s, size_t len);
 
 #endif /* CHUNK_H */

@@ -7,6 +7,18 @@
 _Static_assert(sizeof(entry_t) == SHARD_CHUNK_SIZE, "entry_t is one chunk");
 _Static_assert(offsetof(entry_t, data) == CHUNK_HEAD_OFF,
                "an entry's data is where chunk.h looks for a head's data");
+_Static_assert(offsetof(entry_t, num) % 8 == 0
+               && offsetof(entry_t, num) == CHUNK_HEAD_OFF + ENTRY_ROOM_SHORT,
+               "a number is one aligned word, after the short room");
+_Static_assert(offsetof(entry_t, meta) % 8 == 0, "meta is one aligned word");
+_Static_assert(SHMLOCK_KEY_MAX < (1 << 16) && SHMLOCK_TLIST < 8,
+               "a key's length and a type fit their bits of meta");
+
+int64_t
+entry_exp_coarse(uint64_t code)
+{
+    return (int64_t) ((code - ENTRY_EXP_FINE) << 10);
+}
 
 uint32_t
 entry_lookup(const shard_t *sh, const char *key, size_t klen, uint32_t hash)
@@ -84,7 +96,7 @@ entry_remove(shard_t *sh, uint32_t i)
     uint32_t      *link = entry_link(sh, i);
 
     WORDSTORE32(*link, entry_at(sh, i)->hnext);
-    if (!(entry_at(sh, i)->eflags & ENTRY_PINNED)) {
+    if (!entry_pinned(entry_at(sh, i))) {
         entry_lru_unlink(sh, i);
     }
     WORDSTORE32(d->nentries, d->nentries - 1);
@@ -106,19 +118,31 @@ entry_free_nodes(shard_t *sh, uint32_t i)
     }
 }
 
+uint32_t
+entry_user_flags_read(const shard_t *sh, uint32_t i)
+{
+    const entry_t  *e = entry_at(sh, i);
+    uint32_t        flags;
+
+    chunk_read(sh, i, entry_room(e), entry_key_len(e), (char *) &flags,
+               sizeof(flags));
+    return flags;
+}
+
 int
 entry_value_equal(const shard_t *sh, uint32_t i, const shmlock_value_t *v)
 {
     const entry_t  *e = entry_at(sh, i);
     double          num;
 
-    if (e->vtype != v->type) {
+    if (entry_vtype(e) != (uint32_t) v->type) {
         return 0;
     }
     switch (v->type) {
     case SHMLOCK_TSTRING:
         return e->value_len == v->len
-               && chunk_equal(sh, i, e->key_len, v->str, v->len);
+               && chunk_equal(sh, i, ENTRY_ROOM_STRING, entry_voff(e), v->str,
+                              v->len);
     case SHMLOCK_TNUMBER:
         memcpy(&num, &e->num, sizeof(num));
         return num == v->num;

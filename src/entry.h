@@ -5,11 +5,23 @@
  * the readers of optimistic.c, which use only what they check).
  *
  *   head chunk (64 bytes):
- *   +------+-------+----------+----------+------+-----------+------------+
- *   | next | hnext | lru_prev | lru_next | hash | value_len | user_flags |
- *   +------+-------+----------+----------+------+-----------+------------+
- *   | key_len, vtype, eflags | expires (ms) | num     | data[16]         |
- *   +------------------------+--------------+---------+------------------+
+ *   +------+-------+----------+----------+------+-----------+-------------+
+ *   | next | hnext | lru_prev | lru_next | hash | value_len | meta        |
+ *   +------+-------+----------+----------+------+-----------+-------------+
+ *   | data[32]: key, user flags (if any), a string's first bytes          |
+ *   |   (a number, a boolean or a list: data[24], then num or list ends)  |
+ *   +---------------------------------------------------------------------+
+ *
+ *   meta, one 64-bit word: key_len, vtype, ENTRY_PINNED, ENTRY_UFLAGS, the
+ *   expiry (below)
+ *
+ * Layout 11: 28 bytes of fields rather than 48, so that a head holds up to
+ * 32 bytes of key and string (a 14-byte key and a 16-byte string: one
+ * chunk, not two).  A string's stream runs over the last 8 bytes, where
+ * another type keeps its number or its list's ends; the user flags, 0 for
+ * nearly every entry, are 4 bytes of the stream after the key, there only
+ * when not 0 (ENTRY_UFLAGS); the type, the class and the key's length share
+ * the expiry's word, so that one store changes all of them.
  *
  * `next` continues the data stream into further chunks (chunk.h), `hnext`
  * is the hash chain, lru_prev/lru_next the LRU list (evictable entries
@@ -29,7 +41,26 @@
 #include "shmlock.h"
 #include "sys.h"
 
-#define ENTRY_PINNED      0x01   /* eflags: stored by add */
+/*
+ * meta's bits, the key's length lowest (a 16-bit load of the word's first
+ * bytes on a little-endian host: the lookup's compare), the expiry highest
+ * (one shift):
+ *
+ *   0..15 key_len | 16..18 vtype | 19 ENTRY_PINNED | 20 ENTRY_UFLAGS |
+ *   21..63 the expiry's code (entry_exp_code)
+ */
+#define ENTRY_TYPE_SHIFT    16
+#define ENTRY_PINNED        ((uint64_t) 1 << 19)  /* stored by add */
+#define ENTRY_UFLAGS        ((uint64_t) 1 << 20)  /* user flags in the stream */
+#define ENTRY_EXP_SHIFT     21
+#define ENTRY_KLEN_MASK     0xffff
+
+/* a head's room for the stream: a string's, and the other types' (their
+ * number in the last 8 bytes); a key this long is all in any head */
+#define ENTRY_ROOM_STRING   CHUNK_HEAD_DATA
+#define ENTRY_ROOM_SHORT    (CHUNK_HEAD_DATA - 8)
+#define ENTRY_KEY_INLINE    ENTRY_ROOM_SHORT
+#define ENTRY_FLAGS_LEN     4
 
 typedef struct {
     uint32_t  next;        /* next chunk of this entry's data stream */
@@ -37,21 +68,140 @@ typedef struct {
     uint32_t  lru_prev;
     uint32_t  lru_next;
     uint32_t  hash;
-    uint32_t  value_len;   /* string values */
-    uint32_t  user_flags;
-    uint16_t  key_len;
-    uint8_t   vtype;
-    uint8_t   eflags;
-    uint64_t  expires;     /* monotonic ms, 0 = never */
+    uint32_t  value_len;   /* string values; a list's node count */
+    uint64_t  meta;        /* key length, flags, type, expiry (above) */
     union {
-        uint64_t  num;     /* number (double bits) or boolean */
+        char  data[CHUNK_HEAD_DATA];   /* the stream: key, flags, string */
         struct {
-            uint32_t  first;   /* a list's first node (list.h) */
-            uint32_t  last;    /* and its last (derived) */
-        } list;
+            char  short_data[ENTRY_ROOM_SHORT];
+            union {
+                uint64_t  num;     /* number (double bits) or boolean */
+                struct {
+                    uint32_t  first;   /* a list's first node (list.h) */
+                    uint32_t  last;    /* and its last (derived) */
+                } list;
+            };
+        };
     };
-    char      data[CHUNK_HEAD_DATA];   /* key, then string value */
 } entry_t;
+
+/*
+ * The expiry in 43 bits: 0 never; below 2^42, the monotonic ms itself;
+ * from 2^42 ms (139 years after boot) on, which only an expiry of a
+ * century or more reaches, 2^42 plus the ms / 1024 (rounded down: such
+ * an expiry comes up to a second early).  Every expiry the dictionary
+ * takes (ENTRY_MAX_EXPTIME from now) fits.
+ */
+#define ENTRY_EXP_FINE      ((uint64_t) 1 << 42)
+
+static inline uint64_t
+entry_exp_code(int64_t expires)
+{
+    uint64_t  ms = (uint64_t) expires;
+
+    return ms < ENTRY_EXP_FINE ? ms : ENTRY_EXP_FINE | (ms >> 10);
+}
+
+/* (out of line: a call the compiler cannot fold into the common path) */
+int64_t entry_exp_coarse(uint64_t code) __attribute__((cold));
+
+static inline int64_t
+entry_exp_ms(uint64_t code)
+{
+    if (__builtin_expect(code >= ENTRY_EXP_FINE, 0)) {
+        return entry_exp_coarse(code);
+    }
+    return (int64_t) code;
+}
+
+/* meta's expiry code, type */
+static inline uint64_t
+entry_meta_code(uint64_t meta)
+{
+    return meta >> ENTRY_EXP_SHIFT;
+}
+
+static inline uint32_t
+entry_meta_vtype(uint64_t meta)
+{
+    return (uint32_t) (meta >> ENTRY_TYPE_SHIFT) & 7;
+}
+
+/* The meta word of an entry of key_len klen and value type vtype. */
+static inline uint64_t
+entry_meta(size_t klen, uint32_t vtype, int pinned, int uflags,
+    int64_t expires)
+{
+    return (uint64_t) klen
+           | ((uint64_t) (vtype & 7) << ENTRY_TYPE_SHIFT)
+           | (pinned ? ENTRY_PINNED : 0) | (uflags ? ENTRY_UFLAGS : 0)
+           | (entry_exp_code(expires) << ENTRY_EXP_SHIFT);
+}
+
+/* meta with its expiry replaced */
+static inline uint64_t
+entry_meta_expiring(uint64_t meta, int64_t expires)
+{
+    return (meta & ((1 << ENTRY_EXP_SHIFT) - 1))
+           | (entry_exp_code(expires) << ENTRY_EXP_SHIFT);
+}
+
+static inline uint32_t
+entry_key_len(const void *e)
+{
+    return (uint32_t) (((const entry_t *) e)->meta & ENTRY_KLEN_MASK);
+}
+
+static inline uint32_t
+entry_vtype(const void *e)
+{
+    return entry_meta_vtype(((const entry_t *) e)->meta);
+}
+
+static inline int
+entry_pinned(const void *e)
+{
+    return (((const entry_t *) e)->meta & ENTRY_PINNED) != 0;
+}
+
+/* the expiry, monotonic ms (0: never) */
+static inline int64_t
+entry_expires(const void *e)
+{
+    return entry_exp_ms(entry_meta_code(((const entry_t *) e)->meta));
+}
+
+/* The head's room for the stream of an entry of this type. */
+static inline size_t
+entry_room_for(uint32_t vtype)
+{
+    return vtype == SHMLOCK_TSTRING ? ENTRY_ROOM_STRING : ENTRY_ROOM_SHORT;
+}
+
+static inline size_t
+entry_room(const void *e)
+{
+    return entry_room_for(entry_vtype(e));
+}
+
+/* Where the value's bytes start in the stream: after the key and the user
+ * flags if any. */
+static inline size_t
+entry_voff(const void *e)
+{
+    return entry_key_len(e)
+           + ((((const entry_t *) e)->meta & ENTRY_UFLAGS)
+              ? ENTRY_FLAGS_LEN : 0);
+}
+
+/* The chunks of an entry: key, user flags, a string's bytes (vlen). */
+static inline uint32_t
+entry_chunks(size_t klen, uint32_t flags, uint32_t vtype, size_t vlen)
+{
+    return chunks_for(entry_room_for(vtype),
+                      klen + (flags != 0 ? ENTRY_FLAGS_LEN : 0)
+                      + (vtype == SHMLOCK_TSTRING ? vlen : 0));
+}
 
 static inline entry_t *
 entry_at(const shard_t *sh, uint32_t i)
@@ -76,7 +226,9 @@ entry_now(int64_t *now)
 static inline int
 entry_expired(const entry_t *e, int64_t *now)
 {
-    return e->expires != 0 && (int64_t) e->expires <= entry_now(now);
+    uint64_t  code = entry_meta_code(e->meta);
+
+    return code != 0 && entry_exp_ms(code) <= entry_now(now);
 }
 
 #define ENTRY_MAX_EXPTIME  ((int64_t) 1 << 50)   /* ~35,000 years */
@@ -111,10 +263,10 @@ entry_find(const shard_t *sh, const char *key, size_t klen, uint32_t hash)
             return 0;
         }
         e = entry_at(sh, i);
-        if (e->hash == hash && e->key_len == klen
-            && (klen <= CHUNK_HEAD_DATA
+        if (e->hash == hash && entry_key_len(e) == klen
+            && (klen <= ENTRY_KEY_INLINE
                 ? hash_equal(e->data, key, klen)    /* all in the head */
-                : chunk_equal(sh, i, 0, key, klen)))
+                : chunk_equal(sh, i, entry_room(e), 0, key, klen)))
         {
             return i;
         }
@@ -139,7 +291,7 @@ void entry_free_nodes(shard_t *sh, uint32_t i);
 static inline void
 entry_free(shard_t *sh, uint32_t i)
 {
-    if (__builtin_expect(entry_at(sh, i)->vtype == SHMLOCK_TLIST, 0)) {
+    if (__builtin_expect(entry_vtype(entry_at(sh, i)) == SHMLOCK_TLIST, 0)) {
         entry_free_nodes(sh, i);
     }
     chunk_free(sh, i);
@@ -150,6 +302,28 @@ entry_free(shard_t *sh, uint32_t i)
  * (shdict_put) is their one caller, and two calls there cost a lock and
  * unlock some 40 instructions of 1100 (callgrind).
  */
+
+/* Writes the user flags and a string's bytes of entry c (its meta set)
+ * into its stream after the key. */
+static inline void
+entry_fill_value(shard_t *sh, uint32_t c, const shmlock_value_t *v)
+{
+    entry_t  *e = entry_at(sh, c);
+    size_t    room = entry_room(e), off = entry_key_len(e);
+    uint32_t  flags = v->flags;
+
+    if (flags != 0) {
+        chunk_write(sh, c, room, off, (const char *) &flags, sizeof(flags));
+        off += sizeof(flags);
+    }
+    if (v->type == SHMLOCK_TSTRING) {
+        if (off + v->len <= room) {
+            memcpy(e->data + off, v->str, v->len);
+        } else {
+            chunk_write(sh, c, room, off, v->str, v->len);
+        }
+    }
+}
 
 /* Builds key = v in the fresh chain c (chunk_alloc), unreachable yet. */
 static inline void
@@ -163,22 +337,25 @@ entry_fill(shard_t *sh, uint32_t c, const char *key, size_t klen,
     e->lru_prev = 0;
     *chunk_ref(sh, c) = 0;
     e->hash = hash;
-    e->key_len = (uint16_t) klen;
-    e->vtype = (uint8_t) v->type;
-    e->eflags = pinned ? ENTRY_PINNED : 0;
-    e->user_flags = v->flags;
-    e->expires = (uint64_t) expires;
-    e->value_len = 0;
-    e->num = 0;
-    if (v->type == SHMLOCK_TBOOLEAN) {
-        num = num != 0 ? 1 : 0;
-    }
-    memcpy(&e->num, &num, sizeof(num));
-
-    chunk_write(sh, c, 0, key, klen);
+    e->meta = entry_meta(klen, (uint32_t) v->type, pinned, v->flags != 0,
+                         expires);
     if (v->type == SHMLOCK_TSTRING) {
         e->value_len = (uint32_t) v->len;
-        chunk_write(sh, c, klen, v->str, v->len);
+    } else {
+        /* (a string's stream runs over the number's place) */
+        e->value_len = 0;
+        if (v->type == SHMLOCK_TBOOLEAN) {
+            num = num != 0 ? 1 : 0;
+        }
+        memcpy(&e->num, &num, sizeof(num));
+    }
+    if (klen <= ENTRY_KEY_INLINE) {
+        memcpy(e->data, key, klen);
+    } else {
+        chunk_write(sh, c, entry_room(e), 0, key, klen);
+    }
+    if (v->flags != 0 || v->type == SHMLOCK_TSTRING) {
+        entry_fill_value(sh, c, v);
     }
 }
 
@@ -197,7 +374,7 @@ entry_publish(shard_t *sh, uint32_t c, uint32_t old, uint32_t hash,
         link = entry_link(sh, old);
         entry_at(sh, c)->hnext = entry_at(sh, old)->hnext;
         WORDSTORE32(*link, c);
-        if (!(entry_at(sh, old)->eflags & ENTRY_PINNED)) {
+        if (!entry_pinned(entry_at(sh, old))) {
             entry_lru_unlink(sh, old);
         }
         entry_free(sh, old);
@@ -229,21 +406,44 @@ entry_value_sane_in(uint32_t nchunks, uint32_t vtype, uint32_t value_len)
 static inline int
 entry_value_sane(const shard_t *sh, const entry_t *e)
 {
-    return entry_value_sane_in(sh->nchunks, e->vtype, e->value_len);
+    return entry_value_sane_in(sh->nchunks, entry_vtype(e), e->value_len);
 }
 
 int entry_value_equal(const shard_t *sh, uint32_t i,
     const shmlock_value_t *v);
+/* The user flags of entry i (mutex held: the stream read is checked). */
+uint32_t entry_user_flags_read(const shard_t *sh, uint32_t i);
+
+static inline uint32_t
+entry_user_flags(const shard_t *sh, uint32_t i)
+{
+    return (entry_at(sh, i)->meta & ENTRY_UFLAGS)
+           ? entry_user_flags_read(sh, i) : 0;
+}
+
+/* out's number: a number's or a boolean's own, 0 for another type. */
+static inline double
+entry_num_out(const entry_t *e, uint32_t vtype)
+{
+    double  num = 0;
+
+    if (vtype != SHMLOCK_TSTRING) {
+        memcpy(&num, &e->num, sizeof(num));
+    }
+    return num;
+}
+
 /* The value of entry i as the ABI hands it out (a string's bytes apart). */
 static inline void
 entry_value_out(const shard_t *sh, uint32_t i, shmlock_value_t *out)
 {
     const entry_t  *e = entry_at(sh, i);
+    uint32_t        vtype = entry_vtype(e);
 
-    out->type = e->vtype;
-    out->flags = e->user_flags;
+    out->type = (int) vtype;
+    out->flags = entry_user_flags(sh, i);
     out->len = e->value_len;
-    memcpy(&out->num, &e->num, sizeof(out->num));
+    out->num = entry_num_out(e, vtype);
 }
 
 /* Calls fn for every entry, bucket by bucket; fn may remove the entry. */

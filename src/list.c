@@ -21,7 +21,7 @@ list_fill(shard_t *sh, uint32_t c, const char *key, size_t klen,
     entry_t         *e;
 
     /* one allocation for both, cut in two: the head's chunks, the node's */
-    for (n = chunks_for(klen); n > 1; n--) {
+    for (n = chunks_for(ENTRY_ROOM_SHORT, klen); n > 1; n--) {
         last = chunk_next(sh, last);
     }
     node = chunk_next(sh, last);
@@ -30,7 +30,7 @@ list_fill(shard_t *sh, uint32_t c, const char *key, size_t klen,
     list_node_fill(sh, node, v);
     entry_fill(sh, c, key, klen, hash, &none, 0, 0);
     e = entry_at(sh, c);
-    e->vtype = SHMLOCK_TLIST;
+    e->meta = entry_meta(klen, SHMLOCK_TLIST, 0, 0, 0);
     e->value_len = 1;
     e->list.first = node;
     e->list.last = node;

@@ -31,12 +31,12 @@
 static inline uint32_t
 list_node_chunks(const shmlock_value_t *v)
 {
-    return chunks_for(v->type == SHMLOCK_TSTRING ? v->len : 0);
+    return entry_chunks(0, 0, (uint32_t) v->type, v->len);
 }
 
 /*
  * Builds a new list of key in the fresh chain c (chunk_alloc) of
- * chunks_for(klen) + list_node_chunks(v) chunks: the head in the first
+ * chunks_for(ENTRY_ROOM_SHORT, klen) + list_node_chunks(v) chunks: the head in the first
  * chunks, its one node, holding v, in the rest.  Unreachable yet:
  * entry_publish() makes it visible.
  */

@@ -1,8 +1,8 @@
 #include "optimistic.h"
 
 int
-optimistic_stream(const shard_t *sh, uint32_t c, size_t off, const char *cmp,
-    char *dst, size_t len, int *equal)
+optimistic_stream(const shard_t *sh, uint32_t c, size_t hroom, size_t off,
+    const char *cmp, char *dst, size_t len, int *equal)
 {
     const char  *p;
     size_t       room, n;
@@ -14,7 +14,7 @@ optimistic_stream(const shard_t *sh, uint32_t c, size_t off, const char *cmp,
         }
         if (head) {
             p = entry_at(sh, c)->data;
-            room = CHUNK_HEAD_DATA;
+            room = hroom;
         } else {
             p = ((const chunk_t *) chunk_at(sh, c))->data;
             room = CHUNK_CONT_DATA;
@@ -61,7 +61,7 @@ optimistic_live(shard_t *sh, const char *key, size_t klen, uint32_t hash,
         return OPTIMISTIC_RETRY;
     }
     if (i != 0) {
-        expires = (int64_t) entry_at(sh, i)->expires;
+        expires = entry_expires(entry_at(sh, i));
         live = expires == 0 || expires > now_ms;
     }
     return optimistic_valid(sh, seq) ? live : OPTIMISTIC_RETRY;

@@ -29,7 +29,7 @@
  * `cmp` (*equal: the result) or copying to `dst`; 0 if a chunk index is out
  * of range.  Out of line: keys and values longer than a head's data only.
  */
-int optimistic_stream(const shard_t *sh, uint32_t c, size_t off,
+int optimistic_stream(const shard_t *sh, uint32_t c, size_t room, size_t off,
     const char *cmp, char *dst, size_t len, int *equal);
 
 /*
@@ -54,12 +54,12 @@ optimistic_lookup(const shard_t *sh, const char *key, size_t klen,
             return 0;
         }
         e = entry_at(sh, i);
-        if (e->hash == hash && e->key_len == klen) {
-            if (klen <= CHUNK_HEAD_DATA) {
+        if (e->hash == hash && entry_key_len(e) == klen) {
+            if (klen <= ENTRY_KEY_INLINE) {
                 /* the common short key: all of it is in the head */
                 equal = hash_equal(e->data, key, klen);
-            } else if (!optimistic_stream(sh, i, 0, key, NULL, klen,
-                                          &equal))
+            } else if (!optimistic_stream(sh, i, entry_room(e), 0, key, NULL,
+                                          klen, &equal))
             {
                 *ok = 0;
                 return 0;
@@ -88,9 +88,11 @@ optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     int get_stale, shmlock_value_t *out, char *buf, size_t buf_size,
     int64_t *now)
 {
-    uint32_t        seq, i, vlen;
+    uint32_t        seq, i, vlen, vtype, flags;
     const entry_t  *e;
+    uint64_t        meta;
     int64_t         expires;
+    size_t          voff;
     int             ok, equal;
 
     seq = seqlock_read_begin(&sh->hdr->seq);
@@ -109,7 +111,8 @@ optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     }
 
     e = entry_at(sh, i);
-    expires = (int64_t) e->expires;
+    meta = __atomic_load_n(&e->meta, __ATOMIC_RELAXED);
+    expires = entry_exp_ms(entry_meta_code(meta));
     if (expires != 0 && expires <= entry_now(now)) {
         if (!get_stale) {
             out->type = SHMLOCK_TNIL;
@@ -118,18 +121,36 @@ optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
         out->stale = 1;
     }
 
-    entry_value_out(sh, i, out);
-    if (!entry_value_sane(sh, e)) {
+    /* entry_value_out, from what was read once and with the stream's
+     * reads checked */
+    vtype = entry_meta_vtype(meta);
+    vlen = e->value_len;
+    if (!entry_value_sane_in(sh->nchunks, vtype, vlen)) {
         return OPTIMISTIC_RETRY;    /* the locked path tells what is wrong */
     }
-    if (out->type == SHMLOCK_TSTRING) {
-        vlen = (uint32_t) out->len;
+    out->type = (int) vtype;
+    out->len = vlen;
+    out->num = entry_num_out(e, vtype);
+    flags = 0;
+    voff = klen;
+    if (meta & ENTRY_UFLAGS) {
+        if (!optimistic_stream(sh, i, entry_room_for(vtype), klen, NULL,
+                               (char *) &flags, sizeof(flags), &equal))
+        {
+            return OPTIMISTIC_RETRY;
+        }
+        voff += sizeof(flags);
+    }
+    out->flags = flags;
+    if (vtype == SHMLOCK_TSTRING) {
         if (vlen > buf_size) {
             return optimistic_valid(sh, seq) ? SHMLOCK_AGAIN : OPTIMISTIC_RETRY;
         }
-        if (klen + vlen <= CHUNK_HEAD_DATA) {
-            memcpy(buf, e->data + klen, vlen);
-        } else if (!optimistic_stream(sh, i, klen, NULL, buf, vlen, &equal)) {
+        if (voff + vlen <= ENTRY_ROOM_STRING) {
+            memcpy(buf, e->data + voff, vlen);
+        } else if (!optimistic_stream(sh, i, ENTRY_ROOM_STRING, voff, NULL,
+                                      buf, vlen, &equal))
+        {
             return OPTIMISTIC_RETRY;
         }
     }

@@ -110,10 +110,10 @@ recover_shard(shard_t *sh)
             if (seen != NULL) {
                 recover_mark(sh, i, seen);
             }
-            if (e->vtype == SHMLOCK_TLIST) {
+            if (entry_vtype(e) == SHMLOCK_TLIST) {
                 list_rebuild(sh, i, recover_mark_node, seen);
             }
-            if (e->eflags & ENTRY_PINNED) {
+            if (entry_pinned(e)) {
                 continue;
             }
             e->lru_prev = d->lru_tail;

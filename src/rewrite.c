@@ -42,45 +42,61 @@ rewrite_entry(shard_t *sh, uint32_t i, size_t klen, const shmlock_value_t *v,
 {
     shard_undo_t  *u = &sh->hdr->undo;
     entry_t       *e = entry_at(sh, i);
-    size_t         old_len = e->vtype == SHMLOCK_TSTRING ? e->value_len : 0;
-    size_t         new_len = v->type == SHMLOCK_TSTRING ? v->len : 0;
-    size_t         saved = old_len < new_len ? old_len : new_len;
-    uint32_t       n_new = chunks_for(klen + new_len), cut = 0, tail = 0;
+    uint32_t       old_type = entry_vtype(e), new_type = (uint32_t) v->type;
+    size_t         old_room = entry_room_for(old_type);
+    size_t         new_room = entry_room_for(new_type);
+    /* the stream after the key: user flags, a string's bytes */
+    size_t         old_rest = entry_voff(e) - klen
+                              + (old_type == SHMLOCK_TSTRING
+                                 ? e->value_len : 0);
+    size_t         new_rest = (v->flags != 0 ? ENTRY_FLAGS_LEN : 0)
+                              + (new_type == SHMLOCK_TSTRING ? v->len : 0);
+    /* the old bytes the new ones overwrite: in the same room, those up to
+     * the shorter rest; when the room changes (the new stream lies shifted
+     * over the old), all of them */
+    size_t         saved = old_room != new_room || old_rest < new_rest
+                           ? old_rest : new_rest;
+    uint32_t       n_old = chunks_for(old_room, klen + old_rest);
+    uint32_t       n_new = chunks_for(new_room, klen + new_rest);
+    uint32_t       cut = 0, tail = 0;
     double         num = v->num;
     uint64_t       bits;
-    int            was_pinned = e->eflags & ENTRY_PINNED;
+    int            was_pinned = entry_pinned(e);
 
-    /* a list's nodes would have to go too: it is replaced by a copy */
-    if (e->vtype == SHMLOCK_TLIST || saved > SHARD_UNDO_BYTES
-        || n_new > chunks_for(klen + old_len))
+    /* a list's nodes would have to go too: it is replaced by a copy; so is
+     * an entry whose key would move (a head's room changes with the type:
+     * a key longer than the shorter room is laid out by it) */
+    if (old_type == SHMLOCK_TLIST || saved > SHARD_UNDO_BYTES
+        || n_new > n_old || (old_room != new_room && klen > ENTRY_KEY_INLINE))
     {
         return 0;
     }
-    if (n_new < chunks_for(klen + old_len)) {
+    if (n_new < n_old) {
         cut = rewrite_nth(sh, i, n_new - 1);      /* the last chunk kept */
         tail = cut != 0 ? chunk_next(sh, cut) : 0;
     }
 
     memcpy(u->head, e, SHARD_CHUNK_SIZE);
-    chunk_read(sh, i, klen, u->bytes, saved);
+    chunk_read(sh, i, old_room, klen, u->bytes, saved);
     u->entry = i;
     u->len = (uint32_t) saved;
     u->cut = cut != i ? cut : 0;     /* the head's link is in the copy */
     u->cut_next = tail;
     WORDSTORE32(u->active, 1);
 
-    if (v->type == SHMLOCK_TBOOLEAN) {
-        num = num != 0 ? 1 : 0;
+    if (new_type != SHMLOCK_TSTRING) {
+        if (new_type == SHMLOCK_TBOOLEAN) {
+            num = num != 0 ? 1 : 0;
+        }
+        memcpy(&bits, &num, sizeof(bits));
+        WORDSTORE64(e->num, bits);
     }
-    memcpy(&bits, &num, sizeof(bits));
-    WORDSTORE64(e->num, bits);
-    WORDSTORE64(e->expires, (uint64_t) expires);
-    WORDSTORE32(e->user_flags, v->flags);
-    WORDSTORE32(e->value_len, (uint32_t) new_len);
-    e->vtype = (uint8_t) v->type;
-    e->eflags = pinned ? ENTRY_PINNED : 0;
-    if (new_len > 0) {
-        chunk_write(sh, i, klen, v->str, new_len);
+    WORDSTORE64(e->meta, entry_meta(klen, new_type, pinned, v->flags != 0,
+                                    expires));
+    WORDSTORE32(e->value_len,
+                new_type == SHMLOCK_TSTRING ? (uint32_t) v->len : 0);
+    if (new_rest > 0) {
+        entry_fill_value(sh, i, v);
     }
     if (cut != 0) {
         WORDSTORE32(((chunk_t *) chunk_at(sh, cut))->next, 0);
@@ -128,7 +144,8 @@ rewrite_undo(shard_t *sh)
     if (u->cut != 0) {
         ((chunk_t *) chunk_at(sh, u->cut))->next = u->cut_next;
     }
-    chunk_write(sh, u->entry, e->key_len, u->bytes, u->len);
+    chunk_write(sh, u->entry, entry_room(e), entry_key_len(e), u->bytes,
+                u->len);
     rewrite_fence();
     u->active = 0;
 }

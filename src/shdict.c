@@ -59,7 +59,7 @@ shdict_put(shard_t *sh, uint32_t old, const char *key, size_t klen,
     size_t    bytes = klen;
 
     if (v->type == SHMLOCK_TSTRING) {
-        if (v->len > UINT32_MAX - klen) {
+        if (v->len > UINT32_MAX - ENTRY_FLAGS_LEN - klen) {
             return SHMLOCK_NO_MEMORY;
         }
         bytes += v->len;
@@ -71,7 +71,9 @@ shdict_put(shard_t *sh, uint32_t old, const char *key, size_t klen,
         return SHMLOCK_OK;
     }
 
-    c = shdict_alloc(sh, chunks_for(bytes), old, safe, now, forcible);
+    c = shdict_alloc(sh, entry_chunks(klen, v->flags, (uint32_t) v->type,
+                                      v->len),
+                     old, safe, now, forcible);
     if (c == 0) {
         return SHMLOCK_NO_MEMORY;
     }
@@ -97,7 +99,7 @@ shdict_reclaim_tail(shard_t *sh, int64_t *now)
 {
     uint32_t  t = chunk_index(sh, sh->hdr->dict.lru_tail);
 
-    if (t != 0 && entry_at(sh, t)->expires != 0) {
+    if (t != 0 && entry_meta_code(entry_at(sh, t)->meta) != 0) {
         evict_expired(sh, UINT32_MAX, 0, 2, now);
     }
 }
@@ -128,7 +130,7 @@ shdict_store(shard_t *sh, int op, const char *key, size_t klen, uint32_t hash,
             return SHMLOCK_OK;
         }
         /* replace keeps the entry's class; add pins; set makes evictable */
-        pinned = (op & SHMLOCK_OP_REPLACE) ? (e->eflags & ENTRY_PINNED)
+        pinned = (op & SHMLOCK_OP_REPLACE) ? entry_pinned(e)
                                            : (op & SHMLOCK_OP_ADD);
         if (shdict_store_scalar(sh, i, e, v, exptime_ms, pinned != 0)) {
             return SHMLOCK_OK;
@@ -182,7 +184,7 @@ shdict_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
         if (out->len > buf_size) {
             return SHMLOCK_AGAIN;
         }
-        chunk_read(sh, i, e->key_len, buf, out->len);
+        chunk_read(sh, i, ENTRY_ROOM_STRING, entry_voff(e), buf, out->len);
     }
     chunk_mark_read(sh, i);
     return SHMLOCK_OK;
@@ -205,7 +207,7 @@ shdict_incr(shard_t *sh, const char *key, size_t klen, uint32_t hash,
 
     i = entry_lookup(sh, key, klen, hash);
     if (i != 0 && !entry_expired(e = entry_at(sh, i), &now)) {
-        if (e->vtype != SHMLOCK_TNUMBER) {
+        if (entry_vtype(e) != SHMLOCK_TNUMBER) {
             return SHMLOCK_NOT_A_NUMBER;
         }
         memcpy(&num, &e->num, sizeof(num));
@@ -236,7 +238,7 @@ int
 shdict_ttl(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     int64_t *ttl_ms)
 {
-    int64_t    now = 0;
+    int64_t    now = 0, expires;
     uint32_t   i;
     entry_t   *e;
 
@@ -245,7 +247,8 @@ shdict_ttl(shard_t *sh, const char *key, size_t klen, uint32_t hash,
         return SHMLOCK_NOT_FOUND;
     }
     e = entry_at(sh, i);
-    *ttl_ms = e->expires == 0 ? 0 : (int64_t) e->expires - entry_now(&now);
+    expires = entry_expires(e);
+    *ttl_ms = expires == 0 ? 0 : expires - entry_now(&now);
     return SHMLOCK_OK;
 }
 
@@ -262,7 +265,8 @@ shdict_expire(shard_t *sh, const char *key, size_t klen, uint32_t hash,
         return SHMLOCK_NOT_FOUND;
     }
     e = entry_at(sh, i);
-    WORDSTORE64(e->expires, (uint64_t) entry_deadline(&now, exptime_ms));
+    WORDSTORE64(e->meta,
+                entry_meta_expiring(e->meta, entry_deadline(&now, exptime_ms)));
     return SHMLOCK_OK;
 }
 
@@ -304,19 +308,19 @@ shdict_cas(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     }
     e = entry_at(sh, i);
     deadline = exptime_ms == SHMLOCK_KEEP_TTL
-               ? (int64_t) e->expires : entry_deadline(&now, exptime_ms);
+               ? entry_expires(e) : entry_deadline(&now, exptime_ms);
     if (v->type == SHMLOCK_TNIL) {
         entry_remove(sh, i);
         return SHMLOCK_OK;
     }
-    if (entry_value_equal(sh, i, v) && e->user_flags == v->flags) {
+    if (entry_value_equal(sh, i, v) && entry_user_flags(sh, i) == v->flags) {
         /* same value (a lock extending its expiry): one word to change, so
          * no new chunks needed; anything more goes through a new entry */
-        WORDSTORE64(e->expires, (uint64_t) deadline);
+        WORDSTORE64(e->meta, entry_meta_expiring(e->meta, deadline));
         return SHMLOCK_OK;
     }
     rc = shdict_put(sh, i, key, klen, hash, v, deadline,
-                    e->eflags & ENTRY_PINNED, 0, &now, forcible);
+                    entry_pinned(e), 0, &now, forcible);
     return rc;
 }
 
@@ -357,7 +361,10 @@ typedef struct {
 static int
 visit_expire(shard_t *sh, uint32_t i, void *ctx)
 {
-    WORDSTORE64(entry_at(sh, i)->expires, ((visit_t *) ctx)->past);
+    entry_t  *e = entry_at(sh, i);
+
+    WORDSTORE64(e->meta, entry_meta_expiring(e->meta,
+                                             (int64_t) ((visit_t *) ctx)->past));
     return 0;
 }
 
@@ -429,14 +436,15 @@ visit_key(shard_t *sh, uint32_t i, void *ctx)
 {
     visit_t   *v = ctx;
     entry_t   *e = entry_at(sh, i);
-    uint32_t   len = e->key_len;
+    uint32_t   len = entry_key_len(e);
 
     if (entry_expired(e, &v->now)) {
         return 0;
     }
     if (v->used + sizeof(len) + len <= v->buf_size) {
         memcpy(v->buf + v->used, &len, sizeof(len));
-        chunk_read(sh, i, 0, v->buf + v->used + sizeof(len), len);
+        chunk_read(sh, i, entry_room(e), 0, v->buf + v->used + sizeof(len),
+                   len);
     }
     v->used += sizeof(len) + len;
     v->n++;
@@ -535,7 +543,7 @@ shdict_push(shard_t *sh, int side, const char *key, size_t klen,
 
     i = entry_lookup(sh, key, klen, hash);
     if (i != 0 && !entry_expired(e = entry_at(sh, i), &now)) {
-        if (e->vtype != SHMLOCK_TLIST) {
+        if (entry_vtype(e) != SHMLOCK_TLIST) {
             return SHMLOCK_NOT_A_LIST;
         }
         if (list_end(sh, i, side, &only) == 0) {
@@ -553,7 +561,7 @@ shdict_push(shard_t *sh, int side, const char *key, size_t klen,
     }
 
     /* a new list, in place of the expired entry i if there is one */
-    need += chunks_for(klen);
+    need += chunks_for(ENTRY_ROOM_SHORT, klen);
     c = shdict_alloc(sh, need, i, 1, &now, &forcible);
     if (c == 0) {
         return SHMLOCK_NO_MEMORY;
@@ -583,7 +591,7 @@ shdict_pop(shard_t *sh, int side, const char *key, size_t klen,
         out->type = SHMLOCK_TNIL;
         return SHMLOCK_OK;
     }
-    if (entry_at(sh, i)->vtype != SHMLOCK_TLIST) {
+    if (entry_vtype(entry_at(sh, i)) != SHMLOCK_TLIST) {
         out->type = SHMLOCK_TNIL;
         return SHMLOCK_NOT_A_LIST;
     }
@@ -605,7 +613,7 @@ shdict_pop(shard_t *sh, int side, const char *key, size_t klen,
         if (out->len > buf_size) {
             return SHMLOCK_AGAIN;
         }
-        chunk_read(sh, n, 0, buf, out->len);
+        chunk_read(sh, n, ENTRY_ROOM_STRING, 0, buf, out->len);
     }
 
     if (only) {
@@ -631,7 +639,7 @@ shdict_llen(shard_t *sh, const char *key, size_t klen, uint32_t hash,
         return SHMLOCK_OK;
     }
     e = entry_at(sh, i);
-    if (e->vtype != SHMLOCK_TLIST) {
+    if (entry_vtype(e) != SHMLOCK_TLIST) {
         return SHMLOCK_NOT_A_LIST;
     }
     *len = e->value_len;

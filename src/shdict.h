@@ -19,8 +19,8 @@
 #include "shmlock.h"
 
 /*
- * A number (or boolean) stored over a live one of the same type and flags,
- * neither with an expiry, in the same class (pinned or not): only the
+ * A number (or boolean) stored over a live one of the same type and user
+ * flags, neither with an expiry, in the same class (pinned or not): only the
  * value word differs, so it is one store in place, as incr's, and a crash
  * leaves the old or the new value without an undo record.  The seqlock
  * write around the call keeps lock-free readers from keeping a value read
@@ -34,9 +34,13 @@ shdict_store_scalar(shard_t *sh, uint32_t i, entry_t *e,
     double    num = v->num;
     uint64_t  bits;
 
-    if (e->vtype != v->type || e->user_flags != v->flags || e->expires != 0
-        || exptime_ms > 0 || (e->eflags & ENTRY_PINNED) != pinned
-        || (v->type != SHMLOCK_TNUMBER && v->type != SHMLOCK_TBOOLEAN))
+    /* the same type, class and user flags, no expiry: meta and the
+     * stream stay as they are */
+    if (e->meta != entry_meta(entry_key_len(e), (uint32_t) v->type, pinned,
+                              v->flags != 0, 0)
+        || exptime_ms > 0
+        || (v->type != SHMLOCK_TNUMBER && v->type != SHMLOCK_TBOOLEAN)
+        || (v->flags != 0 && entry_user_flags_read(sh, i) != v->flags))
     {
         return 0;
     }
@@ -68,7 +72,7 @@ shdict_set_in_place(shard_t *sh, const char *key, size_t klen,
 
     /* every store first drops expired entries at the tail: leave that to
      * shdict_store */
-    if (t != 0 && entry_at(sh, t)->expires != 0) {
+    if (t != 0 && entry_meta_code(entry_at(sh, t)->meta) != 0) {
         return 0;
     }
     i = entry_find(sh, key, klen, hash);

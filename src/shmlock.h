@@ -82,7 +82,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
     SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
     SHMLOCK_GEN_WORDS = 1024,     /* generation words of a zone */
-    SHMLOCK_LAYOUT = 11,          /* the zone layout this build reads and
+    SHMLOCK_LAYOUT = 12,          /* the zone layout this build reads and
                                      makes (zone.h) */
     SHMLOCK_WATCH_MS = 100        /* a process looks whether a zone's file
                                      was removed at most this often, at its

@@ -223,8 +223,8 @@ shmlock_dict_get_general(shmlock_zone_t *zone, const char *key,
 
 /*
  * The common get inline, as a seqlock reader (optimistic.h's rules): a key
- * of at most CHUNK_HEAD_DATA bytes (all of it in its entry's head), live
- * or absent, read while no writer came by.  Anything else (a longer key,
+ * of at most ENTRY_KEY_INLINE bytes (all of it in its entry's head), live
+ * or absent, without user flags, read while no writer came by.  Anything else (a longer key,
  * a writer, an expired entry, a value the buffer cannot hold, a long
  * chain, anything out of bounds) starts over in shmlock_dict_get_general.
  */
@@ -237,11 +237,12 @@ shmlock_dict_get_at(shmlock_zone_t *zone, const char *key, size_t key_len,
     shard_t        *sh;
     const uint32_t *seqp;
     const char     *chunks;
-    uint32_t        hash, seq, i, hops, vlen, nchunks;
+    uint32_t        hash, seq, i, hops, vlen, nchunks, vtype;
+    uint64_t        meta;
     int64_t         now = now_ms > 0 ? now_ms : 0, expires;
     int             equal;
 
-    if (__builtin_expect(key_len - 1 >= CHUNK_HEAD_DATA, 0)) {
+    if (__builtin_expect(key_len - 1 >= ENTRY_KEY_INLINE, 0)) {
         goto general;
     }
     hash = hash_bytes(key, key_len);
@@ -267,35 +268,43 @@ shmlock_dict_get_at(shmlock_zone_t *zone, const char *key, size_t key_len,
             goto general;
         }
         e = (const entry_t *) (chunks + (size_t) i * SHARD_CHUNK_SIZE);
-        if (e->hash == hash && e->key_len == key_len
+        if (e->hash == hash && entry_key_len(e) == key_len
             && hash_equal(e->data, key, key_len))
         {
             break;
         }
         i = __atomic_load_n(&e->hnext, __ATOMIC_RELAXED);
     }
-    expires = (int64_t) e->expires;
-    if (expires != 0 && expires <= entry_now(&now)) {
-        goto general;
+    meta = __atomic_load_n(&e->meta, __ATOMIC_RELAXED);
+    /* (the expiry and the user flags are meta's top bits) */
+    if (__builtin_expect(meta >= ENTRY_UFLAGS, 0)) {
+        if (meta & ENTRY_UFLAGS) {
+            goto general;
+        }
+        expires = entry_exp_ms(entry_meta_code(meta));
+        if (expires <= entry_now(&now)) {
+            goto general;
+        }
     }
     /* entry_value_out and entry_value_sane, from e */
+    vtype = entry_meta_vtype(meta);
     out->stale = 0;
-    out->type = e->vtype;
-    out->flags = e->user_flags;
+    out->type = (int) vtype;
+    out->flags = 0;
     vlen = e->value_len;
     out->len = vlen;
-    memcpy(&out->num, &e->num, sizeof(out->num));
-    if (!entry_value_sane_in(nchunks, (uint32_t) out->type, vlen)) {
+    out->num = entry_num_out(e, vtype);
+    if (!entry_value_sane_in(nchunks, vtype, vlen)) {
         goto general;
     }
-    if (out->type == SHMLOCK_TSTRING) {
+    if (vtype == SHMLOCK_TSTRING) {
         if (vlen > buf_size) {
             goto general;
         }
-        if (key_len + vlen <= CHUNK_HEAD_DATA) {
+        if (key_len + vlen <= ENTRY_ROOM_STRING) {
             memcpy(buf, e->data + key_len, vlen);
-        } else if (!optimistic_stream(sh, i, key_len, NULL, buf, vlen,
-                                      &equal))
+        } else if (!optimistic_stream(sh, i, ENTRY_ROOM_STRING, key_len, NULL,
+                                      buf, vlen, &equal))
         {
             goto general;
         }

@@ -73,8 +73,10 @@ verify_list(verify_t *v, uint32_t i)
             return 0;
         }
         node = entry_at(sh, n);
-        if (node->key_len != 0 || (node->vtype != SHMLOCK_TSTRING
-                                   && node->vtype != SHMLOCK_TNUMBER))
+        if (entry_key_len(node) != 0
+            || (node->meta & (ENTRY_UFLAGS | ENTRY_PINNED)) != 0
+            || (entry_vtype(node) != SHMLOCK_TSTRING
+                && entry_vtype(node) != SHMLOCK_TNUMBER))
         {
             verify_fail(v, "list %u: node %u has a key or a bad type", i, n);
             return 0;
@@ -84,8 +86,8 @@ verify_list(verify_t *v, uint32_t i)
             return 0;
         }
         len = verify_chain(v, n, 4);
-        if (len == 0 || len != chunks_for(node->vtype == SHMLOCK_TSTRING
-                                          ? node->value_len : 0))
+        if (len == 0 || len != entry_chunks(0, 0, entry_vtype(node),
+                                            node->value_len))
         {
             verify_fail(v, "list %u: chunk chain of node %u", i, n);
             return 0;
@@ -106,7 +108,7 @@ static int
 verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
 {
     shard_t   *sh = v->sh;
-    uint32_t   b, i, n = 0, len;
+    uint32_t   b, i, n = 0, len, klen, vtype;
     entry_t   *e;
     char      *key;
     size_t     bytes;
@@ -121,39 +123,42 @@ verify_buckets(verify_t *v, uint32_t *used, uint32_t *unpinned)
             if ((e->hash & sh->bucket_mask) != b) {
                 return verify_fail(v, "entry %u in the wrong bucket", i);
             }
-            if (e->key_len == 0 || (e->vtype != SHMLOCK_TSTRING
-                                    && e->vtype != SHMLOCK_TNUMBER
-                                    && e->vtype != SHMLOCK_TBOOLEAN
-                                    && e->vtype != SHMLOCK_TLIST))
+            klen = entry_key_len(e);
+            vtype = entry_vtype(e);
+            if (klen == 0 || (vtype != SHMLOCK_TSTRING
+                              && vtype != SHMLOCK_TNUMBER
+                              && vtype != SHMLOCK_TBOOLEAN
+                              && vtype != SHMLOCK_TLIST)
+                || (vtype == SHMLOCK_TLIST && (e->meta & ENTRY_UFLAGS)))
             {
                 return verify_fail(v, "entry %u has a bad key length or type",
                                    i);
             }
-            bytes = (size_t) e->key_len
-                    + (e->vtype == SHMLOCK_TSTRING ? e->value_len : 0);
+            bytes = entry_voff(e)
+                    + (vtype == SHMLOCK_TSTRING ? e->value_len : 0);
             len = verify_chain(v, i, 2);
-            if (len == 0 || len != chunks_for(bytes)) {
+            if (len == 0 || len != chunks_for(entry_room(e), bytes)) {
                 return verify_fail(v, "chunk chain of entry %u", i);
             }
-            key = malloc(e->key_len);
+            key = malloc(klen);
             if (key == NULL) {
                 return verify_fail(v, "out of memory while verifying");
             }
-            chunk_read(sh, i, 0, key, e->key_len);
-            if (hash_bytes(key, e->key_len) != e->hash) {
+            chunk_read(sh, i, entry_room(e), 0, key, klen);
+            if (hash_bytes(key, klen) != e->hash) {
                 free(key);
                 return verify_fail(v, "entry %u key does not match its hash",
                                    i);
             }
             free(key);
             *used += len;
-            if (e->vtype == SHMLOCK_TLIST) {
+            if (vtype == SHMLOCK_TLIST) {
                 if ((len = verify_list(v, i)) == 0) {
                     return SHMLOCK_CORRUPT;
                 }
                 *used += len;
             }
-            if (!(e->eflags & ENTRY_PINNED)) {
+            if (!entry_pinned(e)) {
                 (*unpinned)++;
             }
             if (++n > sh->hdr->dict.nentries) {
@@ -184,7 +189,7 @@ verify_lru(verify_t *v, uint32_t unpinned)
         }
         v->seen[i] = 3;
         e = entry_at(sh, i);
-        if (e->eflags & ENTRY_PINNED) {
+        if (entry_pinned(e)) {
             return verify_fail(v, "pinned entry %u in the lru list", i);
         }
         if (e->lru_prev != prev) {

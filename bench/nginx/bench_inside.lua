@@ -682,4 +682,50 @@ function _M.stats()
             mx)
 end
 
+
+-- ---- (2) density ----
+
+-- GET /density: "<kind> <ours> <ngx>" lines, the entries a 10 MiB store
+-- holds by set() before the first one evicts another (or is refused):
+-- a zone of ours, made for the count and destroyed after it, and a
+-- lua_shared_dict 10m of its own per kind (bench_ngx_density_<kind>).
+-- Keys "key:%010d" (14 bytes); kinds: small (strings of 8 to 16 bytes),
+-- number, s64 (64-byte strings).
+local DENSITY = {
+    { "small", function(i) return ("v"):rep(8 + i % 9) end },
+    { "number", function(i) return i end },
+    { "s64", function() return ("v"):rep(64) end },
+}
+
+local function held(dict, value_of)
+    local n = 0
+    while true do
+        local ok, err, forcible = dict:set(("key:%010d"):format(n),
+                                           value_of(n))
+        if not ok or forcible then
+            if not ok and err ~= "no memory" then
+                error("density: " .. tostring(err))
+            end
+            return n
+        end
+        n = n + 1
+    end
+end
+
+function _M.density()
+    for _, k in ipairs(DENSITY) do
+        local name = "bench_density_" .. k[1]
+        shdict.destroy(name)
+        local zone = assert(shdict.open(name, { size = "10m" }))
+        local ours_n = held(zone, k[2])
+        assert(zone:verify())
+        zone = nil -- luacheck: ignore 311
+        shdict.destroy(name)
+        local d = shared["bench_ngx_density_" .. k[1]]
+        d:flush_all()
+        d:flush_expired()
+        ngx.say(k[1], " ", ours_n, " ", held(d, k[2]))
+    end
+end
+
 return _M

@@ -1,5 +1,5 @@
 -- helpers.zone_layout: mirrors of src/zone.h (zone_hdr_t, shard_hdr_t
--- with its shmtx_t, dict_state_t, counters and zone_undo_t) and src/chunk.h
+-- with its shmtx_t, dict_state_t, counters and zone_undo_t) and src/entry.h
 -- (entry_t), for the specs that bend a zone's words on purpose (corrupt
 -- it, leave it half destroyed).  Keep them in sync with the C structs:
 -- users check LAYOUT and the header sizes against a real zone first.
@@ -38,17 +38,26 @@ typedef struct {
     char      undo_bytes[4096];
 } shmlock_spec_shard_hdr_t;
 
+/* meta (src/entry.h): the key's length in the low 16 bits, the type's 3,
+ * pinned, user flags, the expiry's 43; the byte views assume a
+ * little-endian host */
 typedef struct {
-    uint32_t  next, hnext, lru_prev, lru_next, hash, value_len, user_flags;
-    uint16_t  key_len;
-    uint8_t   vtype, eflags;
-    uint64_t  expires, num;
-    char      data[16];
+    uint32_t  next, hnext, lru_prev, lru_next, hash, value_len;
+    union {
+        uint64_t  meta;
+        struct {
+            uint16_t  key_len;
+            uint8_t   meta_type;      /* type, pinned << 3, user flags << 4 */
+            uint8_t   meta_high[5];
+        };
+    };
+    char      data[24];
+    uint64_t  num;                    /* a string's bytes run over it */
 } shmlock_spec_entry_t;
 ]]
 
 return {
-    LAYOUT = 11,
+    LAYOUT = 12,
     ZONE_HDR = "shmlock_spec_zone_hdr_t",
     SHARD_HDR = "shmlock_spec_shard_hdr_t",
     ENTRY = "shmlock_spec_entry_t",

@@ -68,6 +68,8 @@ local count = stats.count
 local fleet_sync = fleet_log.sync
 local huge = math.huge
 local NIL = store.NIL
+local L1_VALUE, L1_EXP, L1_WORD, L1_GEN, L1_SLOT = store.L1_VALUE,
+    store.L1_EXP, store.L1_WORD, store.L1_GEN, store.L1_SLOT
 local CHANGED, INVALIDATE = store.CHANGED, store.INVALIDATE
 
 local _M = { _VERSION = version }
@@ -213,7 +215,10 @@ function _M.new(a, b, c)
         zone = zone,
         gens = gens,
         counts = stats.new(fl),
-        l1_hits = stats.l1_hits(),
+        -- the L1 hits' counter; (zone-clock ms) until when this host's
+        -- view of the fleet's changes is current: get() pulls the change
+        -- log after it
+        hot = stats.hot(fl and 0 or huge),
         counts_pid = core.self_pid(),
         flushed = now_ms(),
         stats_prefix = name .. "#stats:",
@@ -222,9 +227,6 @@ function _M.new(a, b, c)
         lock_prefix = name .. "#lock:",
         gen_key = name .. "#gen",
         fleet = fl,
-        -- (zone-clock ms) until when this host's view of the fleet's
-        -- changes is current: get() pulls the change log after it
-        fleet_until = fl and 0 or huge,
     }, mt)
 end
 
@@ -240,40 +242,49 @@ function _M.get(self, key, opts, loader, ...)
         error("loader must be a function", 2)
     end
 
-    local now = now_ms()
-    if now >= self.fleet_until then
-        -- (opts.redis: the host's view of the fleet's changes is due)
-        now = fleet_sync(self, now)
-    end
     local lru = self.lru
-    local old
+    local old, now
     if lru then
         old = lru:get(key)
-        if old and old.exp <= now then
-            -- expired by the monotonic clock (see store.lua's set_l1)
-            lru:delete(key)
-            old = nil
-        end
         if old then
-            -- the hit: one load of the key's generation word
-            local gens = self.gens
-            local gen
-            if gens then
-                gen = gens[old.slot]
-            elseif self.zone then
-                gen = zone_gen_add(self.zone, old.slot, 0)
-            else
-                gen = self.dict:get(self.gen_key) or 0
+            now = now_ms()
+            if old[L1_EXP] <= now then
+                -- expired by the monotonic clock (see store.lua's set_l1)
+                lru:delete(key)
+                old = nil
             end
-            if gen == old.gen then
-                local hits = self.l1_hits
-                hits[0] = hits[0] + 1
-                local value = old.v
-                if value == NIL then
-                    return nil, nil, 1
-                end
-                return value, nil, 1
+        end
+    end
+    local hot = self.hot
+    local until_ms = hot.fleet_until
+    if until_ms ~= huge then
+        -- (opts.redis) the host's view of the fleet's changes, when due.
+        -- After the L1 lookup, so that a hit reads the clock once: a sync
+        -- that applies changes moves generation words, which the hit is
+        -- checked against below.
+        now = now or now_ms()
+        if now >= until_ms then
+            fleet_sync(self, now)
+        end
+    end
+    if old then
+        -- the hit: one load of the key's generation word
+        local word = old[L1_WORD]
+        local gen
+        if word then
+            gen = word[0]
+        elseif self.zone then
+            gen = zone_gen_add(self.zone, old[L1_SLOT], 0)
+        else
+            gen = self.dict:get(self.gen_key) or 0
+        end
+        if gen == old[L1_GEN] then
+            hot.hits = hot.hits + 1
+            local value = old[L1_VALUE]
+            if value == NIL then
+                return nil, nil, 1
             end
+            return value, nil, 1
         end
     end
 
@@ -290,7 +301,7 @@ function _M.get(self, key, opts, loader, ...)
     if found then
         -- an L1 copy the zone confirmed is still an L1 hit
         if kept then
-            self.l1_hits[0] = self.l1_hits[0] + 1
+            hot.hits = hot.hits + 1
             return value, nil, 1
         end
         count(self, "hits_l2")

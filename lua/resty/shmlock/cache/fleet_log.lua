@@ -3,7 +3,7 @@
 --
 -- Every get() of a cache with opts.redis first asks whether the host read
 -- the log less than fleet_lag seconds ago: one compare with a number of
--- the cache object (self.fleet_until, zone-clock ms).  When that time has
+-- the cache object (self.hot.fleet_until, zone-clock ms).  When that time has
 -- passed, the process looks at the zone ("<name>#fleet:until": when the
 -- host's last read stops counting); if the host read the log meanwhile,
 -- it takes that time.  Else it takes the host's log lock (resty.shmlock,
@@ -285,7 +285,7 @@ local function sync_locked(self)
 end
 
 -- syntax: now = fleet_log.sync(self, now)
--- get()'s check (self.fleet_until has passed): the host's view made
+-- get()'s check (self.hot.fleet_until has passed): the host's view made
 -- current, reading the log when the host's last read is fleet_lag old.
 -- The clock's time after it.
 function _M.sync(self, now)
@@ -293,13 +293,13 @@ function _M.sync(self, now)
     local dict = self.dict
     local valid = dict:get(f.k_until)
     if valid and valid > now then
-        self.fleet_until = valid
+        self.hot.fleet_until = valid
         return now
     end
     if not cosockets() then
         -- (a phase without cosockets: the host tier alone)
         count(self, "host_only")
-        self.fleet_until = now + RETRY_MS
+        self.hot.fleet_until = now + RETRY_MS
         return now
     end
     local lock = resty_lock:new(self.lock_dict, f.log_lock_opts)
@@ -314,12 +314,12 @@ function _M.sync(self, now)
         elapsed = lock:lock(f.k_log)
     end
     if not elapsed then
-        self.fleet_until = now_ms() + RETRY_MS
+        self.hot.fleet_until = now_ms() + RETRY_MS
         return now_ms()
     end
     valid = sync_locked(self)
     lock:unlock()
-    self.fleet_until = valid
+    self.hot.fleet_until = valid
     return now_ms()
 end
 

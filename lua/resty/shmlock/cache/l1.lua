@@ -19,9 +19,10 @@ local _M = {}
 -- Debian's lua-resty-lrucache reads ngx.now once, when it loads, and needs
 -- nothing else from ngx.  Outside nginx we load it in an environment whose
 -- ngx.now is the zone's clock, so no global `ngx` ever appears (other
--- modules take a global ngx to mean "inside nginx").  Its ttl is not what
--- expires the cache's L1 entries, though (inside nginx its clock is
--- ngx.now, the wall clock): the cache checks each hit's own expiry.
+-- modules take a global ngx to mean "inside nginx").  The cache gives its
+-- L1 entries no ttl here (lrucache's clock, inside nginx, is ngx.now, the
+-- wall clock): it checks each hit's own expiry, one read of the zone's
+-- clock, and lrucache's get reads no clock.
 local function load_lrucache()
     if nginx.api() then
         return require "resty.lrucache"
@@ -88,9 +89,9 @@ function lru.set(self, key, value, ttl)
         unlink(node)
     else
         if self.n >= self.size then
-            local last = self.head.prev
-            unlink(last)
-            nodes[last.key] = nil
+            local oldest = self.head.prev
+            unlink(oldest)
+            nodes[oldest.key] = nil
             self.n = self.n - 1
         end
         node = { key = key }

@@ -55,9 +55,23 @@ function _M.new(fleet)
     return t
 end
 
--- syntax: hits = stats.l1_hits(): the L1 hits' own counter, hits[0]
--- (under LuaJIT a double in C memory, which the hit's one store updates)
-_M.l1_hits = core.cell
+-- syntax: hot = stats.hot(fleet_until): the words an L1 hit reads and
+-- writes, in one object (one lookup of the cache's table at a hit):
+-- hot.hits, the L1 hits' own counter, and hot.fleet_until (zone-clock ms:
+-- until when this host's view of the fleet's changes is current;
+-- math.huge without opts.redis).  Under LuaJIT a struct in C memory,
+-- which the hit's one store updates.
+if core.ffi then
+    local ffi = require "ffi"
+    local hot_t = ffi.typeof("struct { double hits; double fleet_until; }")
+    function _M.hot(fleet_until)
+        return hot_t(0, fleet_until)
+    end
+else
+    function _M.hot(fleet_until)
+        return { hits = 0, fleet_until = fleet_until }
+    end
+end
 
 -- A process forked from the one that made the cache (nginx workers from
 -- the master) starts its own counts: those it inherited are its
@@ -71,7 +85,7 @@ local function adopt_counts(self)
         for i = 1, #list do
             counts[list[i]] = 0
         end
-        self.l1_hits[0] = 0
+        self.hot.hits = 0
     end
 end
 
@@ -84,8 +98,9 @@ local function flush(self)
     local dict, prefix = self.dict, self.stats_prefix
     local err
     -- the L1 hits are counted in their own field (the hit's one store)
-    counts.hits_l1 = counts.hits_l1 + self.l1_hits[0]
-    self.l1_hits[0] = 0
+    local hot = self.hot
+    counts.hits_l1 = counts.hits_l1 + hot.hits
+    hot.hits = 0
     local list = names(self)
     for i = 1, #list do
         local name = list[i]

@@ -158,14 +158,20 @@ function _M.extra_ttl(stale_ttl, resurrect_ttl)
     return stale_ttl + (resurrect_ttl or 0)
 end
 
--- An L1 entry: the value (NIL for nil), the generation word's slot and
--- the value it had before the zone read, the zone entry's stamp, and its
--- expiry `exp` (ms of the zone's clock, monotonic; MAX_L1_TTL ahead for a
--- value that never expires).  get() checks exp at every hit: lrucache's
--- own ttl (what is left of the value's ttl, given too, so that lrucache
--- drops expired entries) runs by ngx.now inside nginx, the wall clock,
--- which may step back by hours.  That clock read (an FFI call) also keeps
--- the JIT from hoisting the generation word's load out of a loop of hits.
+-- An L1 entry, an array: the value (NIL for nil); its expiry (ms of the
+-- zone's clock, monotonic; MAX_L1_TTL ahead for a value that never
+-- expires); under the FFI a pointer to the key's generation word (get()'s
+-- hit reads it: one load, not an index computed from the slot at each
+-- hit), else false; the value that word had before the zone read; the
+-- word's slot; the zone entry's stamp.  get() checks exp at every hit, and the L1 itself is given
+-- no ttl: lrucache's clock inside nginx is ngx.now, the wall clock, which
+-- may step back by hours, and a hit then reads one clock, not two.  That
+-- clock read (an FFI call) also keeps the JIT from hoisting the
+-- generation word's load out of a loop of hits.
+local L1_VALUE, L1_EXP, L1_WORD, L1_GEN, L1_SLOT, L1_STAMP = 1, 2, 3, 4, 5, 6
+_M.L1_VALUE, _M.L1_EXP, _M.L1_WORD, _M.L1_GEN, _M.L1_SLOT =
+    L1_VALUE, L1_EXP, L1_WORD, L1_GEN, L1_SLOT
+
 local function set_l1(self, key, value, remaining, slot, gen, stamp)
     local lru = self.lru
     if lru then
@@ -173,9 +179,11 @@ local function set_l1(self, key, value, remaining, slot, gen, stamp)
             value = NIL
         end
         local ttl = remaining or MAX_L1_TTL
-        lru:set(key, { v = value, slot = slot, gen = gen, stamp = stamp,
-                       exp = now_ms() + ttl * 1000 },
-                ttl)
+        local gens = self.gens
+        -- (an array: a hit's reads of it are array loads, cheaper under
+        -- the JIT than a hash's; the indices are _M.L1_*)
+        lru:set(key, { value, now_ms() + ttl * 1000,
+                       gens and gens + slot or false, gen, slot, stamp })
     end
 end
 
@@ -239,7 +247,7 @@ end
 -- still has its stamp: kept).  An entry past its ttl but within stale_ttl
 -- (> 0) seconds of it is returned with found false and stale true.
 function _M.fetch(self, key, vkey, stale_ttl, old)
-    local slot = old and old.slot or slot_of(vkey)
+    local slot = old and old[L1_SLOT] or slot_of(vkey)
     local gen = gen_read(self, slot)
     local s, err = self.dict:get(vkey)
     if s == nil then
@@ -266,10 +274,10 @@ function _M.fetch(self, key, vkey, stale_ttl, old)
         remaining = remaining / 1000
     end
 
-    if old and old.stamp == stamp then
+    if old and old[L1_STAMP] == stamp then
         -- unchanged: the L1 copy is good again
-        old.gen = gen
-        local value = old.v
+        old[L1_GEN] = gen
+        local value = old[L1_VALUE]
         if value == NIL then
             value = nil
         end

@@ -15,10 +15,11 @@
 -- what it does (core.part(what): the binding's own module for the lock
 -- slots, the dictionary, the semaphore's permit, the Lua lock object's
 -- handles and shared holds, ngx.shared locks, nil where it has none;
--- core.lock_object, core.dead_word, core.cell, core.methods_zone).  No
+-- core.lock_object, core.dead_word, core.methods_zone).  No
 -- module outside internal/ names a module of one binding; only the cache's
--- LuaJIT-only libraries (lua-resty-lrucache, string.buffer) are still
--- picked by core.ffi, in cache/l1.lua and cache/codec.lua.
+-- LuaJIT-only pieces (lua-resty-lrucache, string.buffer, a struct for the
+-- L1 hit's counters) are still picked by core.ffi, in cache/l1.lua,
+-- cache/codec.lua and cache/stats.lua.
 
 local has_ffi = pcall(require, "ffi")
 

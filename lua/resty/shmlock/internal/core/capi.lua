@@ -111,9 +111,6 @@ function _M.dead_word(zone)
 end
 _M.word_dead = mod.zone_dead
 
-function _M.cell()
-    return { [0] = 0 }
-end
 
 function _M.methods_zone(zone)
     return zone

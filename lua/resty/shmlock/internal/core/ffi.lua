@@ -298,11 +298,6 @@ function _M.word_dead(w)
     return w[0] ~= 0
 end
 
--- syntax: cell = core.cell(): a number in cell[0], 0 at first (a double
--- in C memory: one store updates it)
-function _M.cell()
-    return ffi_new("double[1]")
-end
 
 -- syntax: v = core.methods_zone(zone): what a dict object keeps at [1]
 -- for its methods (the C module's find the zone there; the FFI's none)
