@@ -69,6 +69,7 @@
 -- nginx, under LuaJIT (docs/every-lua.md).
 local core = require "resty.shmlock.internal.core"
 local shdict = require "resty.shmlock.shdict"
+local zone_of = shdict._zone_handle
 local version = require "resty.shmlock.version"
 local nginx = require "resty.shmlock.internal.nginx"
 local names = require "resty.shmlock.internal.names"
@@ -173,7 +174,7 @@ end
 -- files or on the user a process runs as.
 local function find(name)
     if type(name) == "table" then
-        if name._zone then
+        if zone_of(name) then
             return name
         end
         return nil
@@ -210,7 +211,7 @@ local function find(name)
     if dict then
         log_store(name, 'the zone "' .. name .. '"')
         if not dead_words[dict] then
-            dead_words[dict] = core.dead_word(dict._zone)
+            dead_words[dict] = core.dead_word(zone_of(dict))
         end
         zone_names[name] = dict
         return dict
@@ -267,13 +268,13 @@ function _M.new(a, b, c)
 
     if lock_object then
         -- PUC Lua: the C module's object (see the end of this file)
-        return lock_object(dict._zone, dict.name, exptime, timeout, step,
+        return lock_object(zone_of(dict), dict.name, exptime, timeout, step,
                            ratio, max_step)
     end
 
     local target, backend, number, store
     if dict then
-        target, backend, number, store = dict._zone, zone_backend, 0, "zone"
+        target, backend, number, store = zone_of(dict), zone_backend, 0, "zone"
     else
         target, backend, number, store = shared, ngx_shared,
                                          handle.number(shared), "ngx.shared"
@@ -352,6 +353,19 @@ local function held(self)
 end
 
 
+-- Whether this object has a shared hold (its handle: self.sh).  A copy in
+-- a forked child has none: it forgets the parent's, as held() does.
+local function holds_shared(self)
+    if shared_hold.holds(self.sh) then
+        return true
+    end
+    if not self.cd then
+        self.key = false
+    end
+    return false
+end
+
+
 -- the lock taken or waited for: on a zone
 local function acquire_zone(self, key, klen, may_wait, timeout, done)
     local cd = zone_handle(self.target)
@@ -386,7 +400,7 @@ local function acquire(self, key, may_wait, timeout, done)
     if not key then
         return nil, "nil key"
     end
-    if held(self) or (self.sh and shared_hold.held(self)) then
+    if held(self) or (self.sh and holds_shared(self)) then
         return nil, "locked"
     end
     local err
@@ -460,7 +474,7 @@ function _M.lock_shared(self, key, timeout)
     if not key then
         return nil, "nil key"
     end
-    if held(self) or (self.sh and shared_hold.held(self)) then
+    if held(self) or (self.sh and holds_shared(self)) then
         return nil, "locked"
     end
     local err
@@ -477,14 +491,33 @@ function _M.lock_shared(self, key, timeout)
                                      names.shared_name(ngx, self.target)
                                      or "?")
     end
-    return shared_hold.lock(self, key, #key, wait, timeout)
+    local klen = #key
+    local cd, rc = shared_hold.acquire(self.sh, self.target, key, klen,
+                                       self.expiry)
+    self.sh = cd
+    local elapsed = 0
+    if rc == EXISTS then
+        -- a dead exclusive holder's key is ours at once, as a reader's
+        elapsed, err = wait(self, shared_hold, key, klen, cd, true, timeout)
+        if not elapsed then
+            return nil, err
+        end
+    elseif rc ~= OK then
+        return nil, errors[rc]
+    end
+    self.key = key
+    return elapsed
 end
 
 
 -- unlock() of an object holding a shared hold (or nothing)
 local function unlock_shared(self)
     local key = self.key
-    local ok, err = shared_hold.unlock(self)
+    if not holds_shared(self) then
+        return nil, "unlocked"
+    end
+    self.key = false
+    local ok, err = shared_hold.release(self.sh)
     if ok and in_nginx then
         released(key)           -- wakes this worker's queued waiters
     end
@@ -495,7 +528,7 @@ local function unlock_shared(self)
 end
 
 
--- syntax: elapsed, err = lock:_lock_unless(key, done)
+-- syntax: elapsed, err = resty_lock._lock_unless(lock, key, done)
 -- Internal (resty.shmlock.cache's wait for a key being loaded, inside
 -- nginx where the phase may yield): lock(key), but done() is called at
 -- every look while waiting, and true ends the wait with nil, "done"; the
@@ -503,6 +536,14 @@ end
 function _M._lock_unless(self, key, done)
     check_self(self)
     return acquire(self, key, true, self.timeout, done)
+end
+
+
+-- syntax: yes = resty_lock._is_lock(v)
+-- Internal (resty.shmlock.cache): whether v is a lock object of this
+-- module (else another lock factory's).
+function _M._is_lock(v)
+    return getmetatable(v) == mt
 end
 
 
@@ -563,8 +604,20 @@ function _M.expire(self, time)
     check_self(self)
     local cd = held(self)
     if not cd then
-        if self.sh then
-            return shared_hold.expire(self, time)
+        if self.sh and holds_shared(self) then
+            if time == nil then
+                time = self.exptime
+            elseif not seconds_ok(time) then
+                error('bad "exptime" argument', 2)
+            end
+            local ok, err = shared_hold.extend(self.sh, options.ms(time))
+            if ok then
+                return ok
+            end
+            if err == "expired" then
+                self.key = false        -- gone: nothing to release
+            end
+            return nil, err
         end
         return nil, "unlocked"
     end
@@ -603,7 +656,7 @@ function _M.owned(self)
     local cd = held(self)
     if not cd then
         if self.sh then
-            return shared_hold.owned(self)
+            return holds_shared(self) and shared_hold.owned(self.sh)
         end
         return false
     end
@@ -640,7 +693,7 @@ function _M.inspect(a, b, c)
         return nil, err
     end
     if dict then
-        return inspect.key(dict, key, dict._zone)
+        return inspect.key(dict, key, zone_of(dict))
     end
     return inspect.key(shared, key)
 end

@@ -249,7 +249,8 @@ T["dict:stats"] = dict_method()
 T["dict:verify"] = dict_method()
 T["dict:cas"] = dict_method("k", "v", "w", 0, 0)
 T["dict:cad"] = dict_method("k", "w")
-T["dict:_set_guarded"] = dict_method("k", "v", 0, 0, 0, 0, 0)
+T["resty.shmlock.shdict._set_guarded"] = { args = { d, "k", "v", 0, 0, 0, 0,
+                                                  0 } }
 
 -- resty.shmlock (the module is the lock objects' metatable's __index)
 local LOCK_OPTS = { "exptime", "timeout", "step", "ratio", "max_step",
@@ -275,6 +276,8 @@ T["resty.shmlock.owned"] = { args = function() return { holding_shared() }
                              end, method = true, after = release }
 T["resty.shmlock.inspect"] = { args = { d, "k" } }
 T["resty.shmlock.can_sleep"] = { args = {}, n = 1 }
+T["resty.shmlock._is_lock"] = { args = function() return { idle_lock() } end,
+                                n = 1 }
 
 -- resty.shmlock.semaphore
 T["resty.shmlock.semaphore.new"] = {

@@ -35,6 +35,7 @@ local slots = require "resty.shmlock.lock.slots"
 local core = require "resty.shmlock.internal.core"
 local permit = core.part("permit")
 local names = require "resty.shmlock.internal.names"
+local zone_handle = require("resty.shmlock.shdict")._zone_handle
 local version = require "resty.shmlock.version"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
@@ -104,7 +105,7 @@ end
 -- refusal naming it.  nil and the error (the lock's words).
 local function find(name)
     if type(name) == "table" then
-        if name._zone then
+        if zone_handle(name) then
             return name
         end
         local shared = names.shared_name(ngx, name)
@@ -147,7 +148,7 @@ function _M.new(a, b, c)
         return nil, err
     end
     return setmetatable({
-        dict = dict, zone = dict._zone, permits = permits,
+        dict = dict, zone = zone_handle(dict), permits = permits,
         exptime = exptime, timeout = timeout, step = step, ratio = ratio,
         max_step = max_step, blocking_timeout = blocking, permit = nil,
         key = false, exp_ms = ms(exptime),
@@ -525,7 +526,7 @@ function _M.inspect(a, b, c)
     if not key then
         return nil, err
     end
-    return inspect.semaphore(dict._zone, key)
+    return inspect.semaphore(zone_handle(dict), key)
 end
 
 -- syntax: holding = sem:owned()

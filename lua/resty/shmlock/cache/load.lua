@@ -136,8 +136,8 @@ local function poll_lock(self, lock, lkey, key, vkey)
         local found, _, ferr = fetch(self, key, vkey, 0)
         return found or ferr ~= nil
     end
-    if lock._lock_unless then
-        local elapsed, err = lock:_lock_unless(lkey, loaded_now)
+    if resty_lock._is_lock(lock) then
+        local elapsed, err = resty_lock._lock_unless(lock, lkey, loaded_now)
         if err == "done" then
             return nil, "loaded"
         end

@@ -156,16 +156,13 @@ function _M.key(dict, key, zone)
     if not zone then
         return shared_key(dict, key)
     end
-    local rc = zone_backend.look_at(zone, key, #key)
+    local rc, tk = zone_backend.look_at(zone, key, #key)
     if rc == NOT_FOUND then
         return nil, "not locked"
     end
     if rc ~= OK then
         return nil, errors[rc]
     end
-    -- a copy: the scratch ticket is the next look's
-    local tk = slots.ticket()
-    slots.copy(tk, zone_backend.seen)
     local info, err = of_ticket(zone, tk)
     if not info then
         return nil, err

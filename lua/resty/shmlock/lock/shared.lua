@@ -28,7 +28,6 @@ local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
 local token = require "resty.shmlock.internal.token"
-local options = require "resty.shmlock.internal.options"
 local zone_backend = require "resty.shmlock.lock.zone"
 
 local C = slots.C
@@ -145,66 +144,44 @@ end
 
 
 -- ---------------------------------------------------------------------
--- The lock object's side (resty.shmlock calls these; self is its lock
--- object: target, the zone; expiry, exptime and the wait options).
+-- The lock object's side: resty.shmlock calls these with its object's
+-- hold handle (the object keeps it, in its `sh` field, and its own
+-- fields; nothing here reads or writes the object).
 
--- syntax: cd = shared.held(self)
--- The handle of self's shared hold, or nil.  A copy of the object in a
--- forked child holds nothing: it forgets the parent's hold (which stays
--- the parent's).
-local function held(self)
-    local cd = self.sh
+-- syntax: yes = shared.holds(cd)
+-- Whether the handle cd (or nil) holds a shared hold of this process.  A
+-- copy in a forked child holds nothing: it forgets the parent's hold
+-- (which stays the parent's).
+function _M.holds(cd)
     if not cd then
-        return nil
+        return false
     end
     local lk = cd.lk
     if lk.held == 0 then
-        return nil
+        return false
     end
     if not ours(lk.pid) then
         lk.held = 0             -- this copy's: the parent still holds
-        self.key = false
-        return nil
+        return false
     end
-    return cd
-end
-_M.held = held
-
-
--- syntax: elapsed, err = shared.lock(self, key, klen, wait, timeout)
--- A shared hold of key (checked; klen: its length) for the lock object
--- self, which holds nothing.  wait(self, backend, key, klen, tok,
--- may_wait, timeout): resty.shmlock's wait after a failed try.
-function _M.lock(self, key, klen, wait, timeout)
-    local cd = hold(self.sh, self.target, key, klen)
-    self.sh = cd
-    local rc = C.shmlock_shared_acquire(cd.lk, key, klen, self.expiry)
-    local elapsed = 0
-    if rc == EXISTS then
-        -- a dead exclusive holder's key is ours at once, as a reader's
-        local err
-        elapsed, err = wait(self, _M, key, klen, cd, true, timeout)
-        if not elapsed then
-            return nil, err
-        end
-    elseif rc ~= OK then
-        return nil, errors[rc]
-    end
-    cd.lk.held = 1
-    self.key = key
-    return elapsed
+    return true
 end
 
 
--- syntax: ok, err = shared.unlock(self)
--- As resty.shmlock's unlock: 1; 1, "expired" (the lease ran out);
--- nil, "unlocked".
-function _M.unlock(self)
-    local cd = held(self)
-    if not cd then
-        return nil, "unlocked"
-    end
-    self.key = false
+-- syntax: cd, rc = shared.acquire(cd, zone, key, klen, exp_ms)
+-- A first try for a shared hold of key (checked; klen its length), on
+-- the handle cd (an earlier hold's, reused if the key fits; nil: a new
+-- one): the handle to keep, and the core's code (OK: held; EXISTS: held
+-- exclusive, or marked for a writer: wait with this backend, tok = cd).
+function _M.acquire(cd, zone, key, klen, exp_ms)
+    cd = hold(cd, zone, key, klen)
+    return cd, C.shmlock_shared_acquire(cd.lk, key, klen, exp_ms)
+end
+
+
+-- syntax: ok, err = shared.release(cd)
+-- As resty.shmlock's unlock: 1; 1, "expired" (the lease ran out).
+function _M.release(cd)
     local rc = C.shmlock_shared_release(cd.lk, cd.key, cd.key_len)
     if rc == OK then
         return 1
@@ -216,41 +193,24 @@ function _M.unlock(self)
 end
 
 
--- syntax: ok, err = shared.expire(self, seconds?)
--- A new lease for self's shared hold (nil: the object's exptime; 0:
--- never): true; nil, "unlocked"; nil, "expired" (the object no longer
--- holds it).
-function _M.expire(self, seconds)
-    local cd = held(self)
-    if not cd then
-        return nil, "unlocked"
-    end
-    if seconds == nil then
-        seconds = self.exptime
-    elseif not options.seconds_ok(seconds) then
-        error('bad "exptime" argument', 3)
-    end
-    local rc = C.shmlock_shared_extend(cd.lk, cd.key, cd.key_len,
-                                       options.ms(seconds))
+-- syntax: ok, err = shared.extend(cd, exp_ms)
+-- A new lease (0: never): true; nil, "expired" (the hold is gone, and
+-- the handle holds nothing); nil, err.
+function _M.extend(cd, exp_ms)
+    local rc = C.shmlock_shared_extend(cd.lk, cd.key, cd.key_len, exp_ms)
     if rc == OK then
         return true
     end
     if rc == NOT_FOUND then
-        -- gone already (the core let go of it): nothing to release
-        self.key = false
         return nil, "expired"
     end
     return nil, errors[rc]
 end
 
 
--- syntax: yes = shared.owned(self)
--- Whether self's shared hold is still a holder of its key.
-function _M.owned(self)
-    local cd = held(self)
-    if not cd then
-        return false
-    end
+-- syntax: yes = shared.owned(cd)
+-- Whether the hold of cd is still a holder of its key.
+function _M.owned(cd)
     return C.shmlock_shared_owned(cd.lk, cd.key, cd.key_len) ~= 0
 end
 

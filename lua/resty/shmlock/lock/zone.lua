@@ -302,7 +302,6 @@ end
 -- scratch space for the C calls, allocated once; each is filled right
 -- before its call (no allocation in between, so no GC finalizer can run
 -- and reuse it)
-local seen = slots.ticket()             -- a look's: the slot's state
 local mark = slots.mark()               -- a mark read
 
 
@@ -312,13 +311,13 @@ local mark = slots.mark()               -- a mark read
 _M.state = slots.state
 
 
--- syntax: rc = zone.look_at(zone, key, klen)
--- The state of key's slot, into the scratch ticket zone.seen (codes: OK,
--- NOT_FOUND when the key never had a slot, or the zone's).
+-- syntax: rc, tk = zone.look_at(zone, key, klen)
+-- The state of key's slot now, a ticket of its own (codes: OK, NOT_FOUND
+-- when the key never had a slot, or the zone's).
 function _M.look_at(zone, key, klen)
-    return C.shmlock_slot_look(zone, key, klen, seen)
+    local tk = slots.ticket()
+    return C.shmlock_slot_look(zone, key, klen, tk), tk
 end
-_M.seen = seen
 
 
 -- syntax: rc = zone.read_mark(zone, tk)
@@ -353,12 +352,13 @@ function _M.marked_hash(hash)
 end
 
 
--- syntax: ok, err = zone.release_seen(zone)
--- Releases the lock the last look_at saw, as its holder would (handed to
--- a marked waiter): `shmlock unlock`.  1; 1, "expired"; nil, err.
-function _M.release_seen(zone)
+-- syntax: ok, err = zone.release_seen(zone, tk)
+-- Releases the lock a look_at saw (tk, its state), as its holder would
+-- (handed to a marked waiter): `shmlock unlock`.  1; 1, "expired"; nil,
+-- err.
+function _M.release_seen(zone, tk)
     local cd = L.new(zone)
-    slots.copy(cd.tk, seen, false)
+    slots.copy(cd.tk, tk, false)
     return _M.release(zone, cd)
 end
 

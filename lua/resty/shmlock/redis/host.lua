@@ -28,6 +28,7 @@
 -- absent (as the cache creates its own).
 
 local shdict = require "resty.shmlock.shdict"
+local zone_handle = shdict._zone_handle
 local resty_lock = require "resty.shmlock"
 local nginx = require "resty.shmlock.internal.nginx"
 local names = require "resty.shmlock.internal.names"
@@ -99,7 +100,7 @@ function _M.new(dict, exptime, what)
             end
             store, target = zone, zone
         end
-    elseif type(dict) == "table" and dict._zone then
+    elseif type(dict) == "table" and zone_handle(dict) then
         store, target = dict, dict
     else
         error(what .. " must be a zone, a zone name or false", 3)
