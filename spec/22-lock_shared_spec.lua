@@ -187,7 +187,7 @@ describe("lock:lock_shared", function()
         local saved_ngx, saved = _G.ngx, package.loaded["resty.shmlock"]
         -- (the wait module decides where to wait: loaded with the ngx too)
         local saved_wait = package.loaded["resty.shmlock.lock.wait"]
-        local gone = package.loaded["resty.shmlock.lock.zone"].gone
+        local gone = package.loaded["resty.shmlock.lock.wait"].gone
         local store = {}
         local phase = "content"
         _G.ngx = {
@@ -233,7 +233,7 @@ describe("lock:lock_shared", function()
         end)
         package.loaded["resty.shmlock"] = saved
         package.loaded["resty.shmlock.lock.wait"] = saved_wait
-        package.loaded["resty.shmlock.lock.zone"].gone = gone
+        package.loaded["resty.shmlock.lock.zone"].on_gone(gone)
         _G.ngx = saved_ngx
         assert(ok, err)
     end)
@@ -244,7 +244,7 @@ describe("lock:lock_shared", function()
         local saved_ngx, saved = _G.ngx, package.loaded["resty.shmlock"]
         -- (the wait module decides where to wait: loaded with the ngx too)
         local saved_wait = package.loaded["resty.shmlock.lock.wait"]
-        local gone = package.loaded["resty.shmlock.lock.zone"].gone
+        local gone = package.loaded["resty.shmlock.lock.wait"].gone
         _G.ngx = { get_phase = function() return "log" end,
                    sleep = function() end }
         package.loaded["resty.shmlock"] = nil
@@ -324,7 +324,7 @@ describe("lock:lock_shared", function()
         end)
         package.loaded["resty.shmlock"] = saved
         package.loaded["resty.shmlock.lock.wait"] = saved_wait
-        package.loaded["resty.shmlock.lock.zone"].gone = gone
+        package.loaded["resty.shmlock.lock.zone"].on_gone(gone)
         _G.ngx = saved_ngx
         children.expect_clean_exits(pids)
         assert(ok, err)

@@ -384,7 +384,7 @@ function _M.registry()
 end
 
 
-zone_backend.gone = gone
+zone_backend.on_gone(gone)
 
 
 -- One pause of a queued waiter: on its semaphore (a release of this

@@ -70,9 +70,19 @@ local ASKS = 4
 
 -- syntax: gone = zone.gone(id)
 -- Whether id, of this process, is a waiter known to be gone (nginx
--- aborted it); resty.shmlock.lock.wait replaces it inside nginx.
-function _M.gone()
+-- aborted it): the wait module's registry answers, inside nginx
+-- (zone.on_gone); else none is.
+local gone_of = function()
     return false
+end
+
+function _M.gone(id)
+    return gone_of(id)
+end
+
+-- syntax: zone.on_gone(fn): fn(id) answers zone.gone from now on
+function _M.on_gone(fn)
+    gone_of = fn
 end
 
 -- whether some owner of this process may be gone: only inside nginx
