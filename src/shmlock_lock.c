@@ -389,6 +389,8 @@ lock_acquire_slow(shmlock_lock_t *l, const char *key, size_t key_len,
 {
     int  rc;
 
+    l->marked = 0;
+    l->held = 0;
     if (taken) {
         shmlock_slot_release(l->zone, &l->tk);
         return shm_watch_dead_status(l->zone);
@@ -414,11 +416,9 @@ shmlock_lock_acquire(shmlock_lock_t *l, const char *key, size_t key_len,
     uint64_t         self = sys_self();
     uint32_t         shard = ticket_shard(&l->tk), hash;
 
+    /* (marked is the last look's, waited a wait's: set there) */
     l->pid = (int32_t) (uint32_t) self;
     l->id = token_next_id((uint32_t) l->pid);
-    l->marked = 0;
-    l->waited = 0;
-    l->held = 0;
     if (now_ms <= 0) {
         now_ms = sys_now_ms();
     }
@@ -959,6 +959,7 @@ shmlock_lock_wait(shmlock_lock_t *l, const char *key, size_t key_len,
     if (start <= 0) {
         start = lock_now_us();
     }
+    l->waited = 0;
     deadline = start + w->timeout_us;
     memset(&how, 0, sizeof(how));
     how.exptime_ms = w->exptime_ms;

@@ -109,6 +109,7 @@ local FAILED = zone_backend.FAILED
 local released = waits.released
 local log_event = log.event
 local recoveries = log.recoveries
+local recovered = log.recovered
 local OK = codes.OK
 local EXISTS = codes.EXISTS
 local KEY_MAX = codes.KEY_MAX
@@ -373,7 +374,9 @@ local function acquire_zone(self, key, klen, may_wait, timeout, done)
     -- is, right when this object or the handle's last one locks the same
     -- key again; the core draws the acquisition's owner id)
     local rc = lock_acquire(cd, key, klen, self.expiry, cached_ms())
-    recoveries(self.dict.name)          -- report a shard recovered
+    if recovered() then
+        recoveries(self.dict.name)      -- report a shard recovered
+    end
     if rc == OK then
         self.cd = cd
         self.key = key

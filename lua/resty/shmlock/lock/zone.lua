@@ -202,8 +202,13 @@ end
 -- Releases cd's lock (a marked one handed to its waiter): 1; 1, "expired"
 -- when it had expired and was taken; nil, err when the zone failed (the
 -- key may still be ours).
+local lock_release = L.release
 function _M.release(_, cd)
-    local rc = decided(L.release, cd, ASK_FLAG)
+    -- (the call itself first: only a lock handed on may ask)
+    local rc = lock_release(cd, ASK_FLAG)
+    if rc == ASK then
+        rc = decided(lock_release, cd, ASK_FLAG)
+    end
     if rc == OK then
         return 1
     end
