@@ -51,7 +51,7 @@ dependencies = {
 -- for a user's build with a compiler newer than ours.
 build = {
    type = "make",
-   build_target = "all",
+   build_target = "rock",
    build_variables = {
       CFLAGS = "$(CFLAGS)",
       WERROR = "",

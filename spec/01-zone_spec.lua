@@ -8,6 +8,7 @@ local shdict = require "resty.shmlock.shdict"
 
 local checkout = require "helpers.checkout"
 local fixture = require "helpers.fixture"
+local readable_copy = require "helpers.readable_copy"
 
 local pack, sh, trim = checkout.pack, checkout.sh, checkout.trim
 local read_file, write_file = checkout.read_file, checkout.write_file
@@ -23,13 +24,15 @@ end
 
 -- Runs `code` in a fresh LuaJIT process (with the package path of this
 -- checkout) and returns what it printed, stdout and stderr together.
--- `prefix` goes before the luajit command in the shell (e.g. "umask 000;").
+-- `prefix` goes before the luajit command in the shell (e.g. "umask 000;");
+-- `paths`: its LUA_PATH=... SHMLOCK_LIB=... instead of the checkout's.
 local script_seq = 0
-local function run_child(tmp, code, prefix)
+local function run_child(tmp, code, prefix, paths)
     script_seq = script_seq + 1
     local file = tmp .. "/child" .. script_seq .. ".lua"
     write_file(file, code)
-    return sh((prefix or "") .. " LUA_PATH='" .. LUA_PATH .. "' luajit "
+    return sh((prefix or "") .. " "
+              .. (paths or "LUA_PATH='" .. LUA_PATH .. "'") .. " luajit "
               .. file .. " 2>&1")
 end
 
@@ -689,10 +692,26 @@ print("ok")
     end)
 
     describe("a zone shared between root and nobody", function()
+        -- nobody's modules and library: a copy it can read (the checkout
+        -- may be a clone in a directory only root enters)
+        local copy
+
+        setup(function()
+            if is_root() then
+                copy = readable_copy.new()
+            end
+        end)
+
+        teardown(function()
+            if copy then
+                copy:remove()
+            end
+        end)
+
         -- runs `code` as nobody:nogroup (setpriv), in a fresh LuaJIT
         local function as_nobody(code)
             return run_child(tmp, code, "setpriv --reuid=65534 --regid=65534 "
-                                         .. "--clear-groups env")
+                                         .. "--clear-groups env", copy.env)
         end
 
         before_each(function()

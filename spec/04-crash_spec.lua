@@ -13,7 +13,12 @@ local fmt = string.format
 local concat = table.concat
 local sort = table.sort
 
-local TAKEOVER_LIMIT = 1   -- seconds the others may be held up by a death
+-- seconds the others may be held up by a death: a ceiling only a takeover
+-- that does not happen reaches (the others would wait on the mutex for
+-- ever, or on a zombie until it is reaped, after the check), not a margin
+-- (forking three children of an ASan-built LuaJIT on a loaded machine has
+-- no bound of its own)
+local TAKEOVER_LIMIT = 5
 
 
 local function show_values(t, n)
@@ -321,7 +326,7 @@ describe("resty.shmlock.shdict when a process dies", function()
                             error("never released")
                         end
                         local own, counter = "own" .. s, "c" .. s
-                        local deadline = proc.now() + 15
+                        local deadline = proc.now() + 120
                         local count, seq = 0, 0
                         math.randomseed(proc.getpid())
                         while not dict:get("stop") do
@@ -359,10 +364,11 @@ describe("resty.shmlock.shdict when a process dies", function()
 
                 -- victims: write shared keys flat out until they die at a
                 -- random structural write (mid-update, holding the mutex) or
-                -- are killed wherever they are
-                local kills, deadline = 0, proc.now() + 1.5
+                -- are killed wherever they are; for 1.5 s and at least 50
+                -- kills (a count: a loaded machine kills fewer in 1.5 s)
+                local kills, until_t = 0, proc.now() + 1.5
                 math.randomseed(42)
-                while proc.now() < deadline do
+                while kills < 50 or proc.now() < until_t do
                     local victim = proc.spawn(function()
                         math.randomseed(proc.getpid())
                         lib.shmlock_test_crash_at(math.random(1, 300))
@@ -393,7 +399,6 @@ describe("resty.shmlock.shdict when a process dies", function()
                 for s, r in ipairs(res) do
                     assert.same(CLEAN, exit_of(r), "survivor " .. s)
                 end
-                assert.is_true(kills >= 50, "only " .. kills .. " kills")
 
                 assert.same({ true }, { dict:verify() })
                 for s = 1, SURVIVORS do

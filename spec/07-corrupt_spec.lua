@@ -58,7 +58,10 @@ local SEED = env_number("SHMLOCK_CORRUPT_SEED", 1)       -- of the first case
 -- failures after which a test stops: enough examples, and a bounded run
 -- when every case hangs
 local MAX_FAILURES = env_number("SHMLOCK_CORRUPT_FAILURES", 6)
-local DEADLINE = 5          -- seconds for a child's whole sequence
+-- seconds for a child's whole sequence: a ceiling only a hang reaches (a
+-- sequence takes 0.1 s of CPU at most; on a loaded 2-core box one has
+-- taken more than 5 s of wall time)
+local DEADLINE = 30
 
 local LAYOUTS = {
     { size = "64k" },

@@ -96,7 +96,7 @@ describe("resty.shmlock in a full zone (processes)", function()
         local pid, result = waiter(timeout)
         assert.truthy(env.wait_for(function()
             return slot.marked(dict, "k")
-        end, 2), "W never marked the lock")
+        end, 20), "W never marked the lock")
         fill(dict)
         return holder, pid, result
     end
@@ -105,16 +105,23 @@ describe("resty.shmlock in a full zone (processes)", function()
        .. "unlock then frees the key", function()
         local holder, pid, result = marked_then_full(1)
 
-        local res = proc.wait(pid, 3)
+        -- on time: not before its timeout; after it, any lateness a loaded
+        -- machine makes (a waiter that ignored its timeout would wait for
+        -- the holder, whose unlock comes after this wait: the wait fails)
+        local res = proc.wait(pid, 30)
         assert.same({ "exit", 0, "" }, { res.how, res.code, res.msg })
         local r = result()
         assert.same({ "nil", "timeout" }, { r.elapsed, r.err })
-        assert.is_true(r.wall >= 1 and r.wall < 1.2, "W waited " .. r.wall)
+        assert.is_true(r.wall >= 1, "W waited " .. r.wall)
+        -- CPU seconds: a spinning waiter burns its whole second (a busy
+        -- machine only lowers that)
         assert.is_true(r.cpu < 0.1, "W used " .. r.cpu .. " s of CPU")
 
+        -- the unlock does not wait for anything (the waiter is gone): 5 s
+        -- is a ceiling only a wait reaches, not a margin
         local t0 = env.now()
         assert.same({ 1 }, { holder:unlock() })
-        assert.is_true(env.now() - t0 < 0.05)
+        assert.is_true(env.now() - t0 < 5)
         assert.is_false(holder:owned())
         assert.is_nil(slot.info(dict, "k"))
 
@@ -125,7 +132,7 @@ describe("resty.shmlock in a full zone (processes)", function()
             assert(elapsed == 0, "trylock: " .. tostring(err))
             assert(lock:unlock() == 1)
         end)
-        res = proc.wait(other, 2)
+        res = proc.wait(other, 20)
         assert.same({ "exit", 0, "" }, { res.how, res.code, res.msg })
     end)
 
@@ -133,16 +140,18 @@ describe("resty.shmlock in a full zone (processes)", function()
     -- memory (until then unlock() answers nil, "no memory", and keeps the
     -- lock held)
     it("the holder's unlock hands the lock to the marked waiter", function()
-        local holder, pid, result = marked_then_full(3)
+        -- (W's 30 s: it must still wait when the unlock comes, however
+        -- slowly a loaded machine marks and fills)
+        local holder, pid, result = marked_then_full(30)
 
         assert.same({ 1 }, { holder:unlock() })
         assert.is_false(holder:owned())
 
-        local res = proc.wait(pid, 5)
+        local res = proc.wait(pid, 30)
         assert.same({ "exit", 0, "" }, { res.how, res.code, res.msg })
         local r = result()
         assert.equal("nil", r.err)
-        assert.is_true(tonumber(r.elapsed) < 3, "W waited " .. r.elapsed)
+        assert.is_number(tonumber(r.elapsed), "W waited " .. r.elapsed)
         assert.is_nil(slot.info(dict, "k"))
     end)
 end)
@@ -216,15 +225,19 @@ describe("resty.shmlock when a zone call fails (injected)", function()
 
         it("unlock() returns nil, '" .. msg .. "' when the release fails, "
            .. "and the GC still releases the lock", function()
-            (function()
-                local holder = new_lock()
-                assert.equal(0, holder:lock("k"))
+            -- referenced until the key is checked held
+            local holder = (function()
+                local l = new_lock()
+                assert.equal(0, l:lock("k"))
                 fail("release", rc)
-                assert.same({ nil, msg }, { holder:unlock() })
-                assert.is_true(holder:owned())
+                assert.same({ nil, msg }, { l:unlock() })
+                assert.is_true(l:owned())
                 fail("release", nil)
+                return l
             end)()
             assert.truthy(slot.info(dict, "k"))
+            assert.is_true(holder:owned())
+            holder = nil                                -- luacheck: ignore
             gc()
             assert.is_nil(slot.info(dict, "k"))
         end)

@@ -28,10 +28,12 @@ describe("lock:lock(key, timeout)", function()
         dict = fx:zone("tlocks" .. n)
     end)
 
-    -- a child process holding "lock" for `secs`; returns it once it holds
-    local function holder(secs)
+    -- a child process holding "lock" until we have set "release" and
+    -- wait for the key (60 s at most); returns it once it holds
+    local function holder()
         local proc = env.worker("hold", { zone = dict.name, dir = fx.dir,
-                                          exptime = 30, secs = secs })
+                                          exptime = 30, secs = 60,
+                                          release = "release" })
         assert(dict:set("go", true))
         assert.is_number(env.wait_for(function() return dict:get("pid") end,
                                       10), "the holder never took the key")
@@ -47,7 +49,7 @@ describe("lock:lock(key, timeout)", function()
 
     it("overrides the object's timeout for one call, against a holder in "
        .. "another process", function()
-        local proc = holder(1.5)
+        local proc = holder()
         local lock = assert(resty_lock:new(dict, { timeout = 5 }))
 
         -- 0: no wait at all
@@ -64,6 +66,7 @@ describe("lock:lock(key, timeout)", function()
         assert.same({ 0.001, 0.002, 0.004, 0.008, 0.016, 0.019 }, fc.sleeps)
 
         -- a longer one gets the key when the holder lets go
+        assert(dict:set("release", true))
         local elapsed, err = lock:lock("lock", 10)
         assert.is_nil(err)
         assert.is_true(elapsed > 0 and elapsed < 10, "elapsed " .. elapsed)

@@ -5,6 +5,7 @@
 local proc = require "harness.proc"
 local fixture = require "helpers.fixture"
 local checkout = require "helpers.checkout"
+local readable_copy = require "helpers.readable_copy"
 local env = require "helpers.lock_env"
 local resty_lock = require "resty.shmlock"
 local shdict = require "resty.shmlock.shdict"
@@ -40,11 +41,18 @@ describe("bin/shmlock run, unlock, --group", function()
     end)
 
     -- status, stdout, stderr of `shmlock --dir DIR <words...>`; prefix:
-    -- words before it (setpriv ...)
-    local function shmlock(words, prefix)
+    -- words before it (setpriv ...); copy: a helpers.readable_copy whose
+    -- bin/shmlock and library run instead of the checkout's (for another
+    -- user: the checkout may be a clone only root can enter)
+    local function shmlock(words, prefix, copy)
         local out, err = dir .. "/.out", dir .. "/.err"
+        local bin = BIN
+        if copy then
+            bin = copy.BIN
+            prefix = prefix .. " env SHMLOCK_LIB=" .. q(copy.SHMLOCK_LIB)
+        end
         local status = sh("cd / && " .. (prefix or "") .. " env -u LUA_PATH "
-                          .. "-u SHMLOCK_DIR " .. q(BIN) .. " --dir "
+                          .. "-u SHMLOCK_DIR " .. q(bin) .. " --dir "
                           .. q(dir) .. " " .. line(words) .. " >" .. q(out)
                           .. " 2>" .. q(err) .. "; echo $?")
         local o, e = checkout.read_file(out), checkout.read_file(err)
@@ -606,10 +614,13 @@ describe("bin/shmlock run, unlock, --group", function()
             end
             sh("chmod 0755 " .. q(dir:match("^(.*)/[^/]*$")) .. " && chmod "
                .. "1777 " .. q(dir))
+            local copy = readable_copy.new()
+            fx:defer(function() copy:remove() end)
             local status, out = shmlock({ "run", "mine", "k", "--", "sh",
                                           "-c", "id -un; exit 3" },
                                         "setpriv --reuid=65534 "
-                                        .. "--regid=65534 --clear-groups")
+                                        .. "--regid=65534 --clear-groups",
+                                        copy)
             assert.same({ 3, "nobody\n" }, { status, out })
             assert.equal("nobody 600", checkout.trim(sh(
                 "stat -c '%U %a' " .. q(dir .. "/shmlock.mine"))))
@@ -807,9 +818,11 @@ describe("bin/shmlock run, unlock, --group", function()
             end
             sh("chmod 0755 " .. q(dir:match("^(.*)/[^/]*$")) .. " && chmod "
                .. "1777 " .. q(dir))
+            local copy = readable_copy.new()
+            fx:defer(function() copy:remove() end)
             assert.equal(0, (shmlock({ "run", "theirs", "k", "true" },
                                      "setpriv --reuid=65534 --regid=65534 "
-                                     .. "--clear-groups")))
+                                     .. "--clear-groups", copy)))
             local status, out, err = shmlock { "locks", "theirs" }
             assert.same({ 4, "" }, { status, out })
             assert.equal('shmlock: zone "theirs": zone file owned by another '
@@ -824,7 +837,7 @@ describe("bin/shmlock run, unlock, --group", function()
             assert.falsy(err:find("nogroup"))
             -- as nobody, it works
             status = shmlock({ "locks", "theirs" }, "setpriv --reuid=65534 "
-                             .. "--regid=65534 --clear-groups")
+                             .. "--regid=65534 --clear-groups", copy)
             assert.equal(0, status)
         end)
     end)

@@ -88,6 +88,12 @@ local CFG = {
                                 -- the machine's load (a loaded 2-core box
                                 -- has stalled a run past 2 s)
     grace = 20,                 -- seconds to stop at the end
+    overtime = num_env("SOAK_OVERTIME", 2),  -- times `seconds` the run may
+                                -- go on while a scenario has not run yet
+                                -- (in the self-test: while its break has
+                                -- not shown): a loaded machine runs fewer
+                                -- cycles in `seconds`, and what must be
+                                -- seen is a count, not a rate
     progress_every = 10,        -- seconds (a quarter of a short run)
     -- the soak's self-test: "lock" makes the counter workers' locks skip
     -- a lock now and then, "hang" makes one worker stop inside a round;
@@ -747,7 +753,7 @@ local function setup()
     for i = 0, board.KEYS - 1 do
         b.key_beat[i] = now_us()
     end
-    ALARM = floor(CFG.seconds + CFG.grace + 120)
+    ALARM = floor(CFG.seconds * (1 + CFG.overtime) + CFG.grace + 120)
 
     local function slot(kind, vms)
         slots[#slots + 1] = { kind = kind, vms = vms or 1,
@@ -918,7 +924,9 @@ local function check_zones()
           bad)
 end
 
-local function check_scenarios()
+-- the scenarios that have not run yet; n(name): a board figure (the
+-- totals once every lane is harvested, figure() while the run goes on)
+local function missing_scenarios(n)
     local k = S.kills
     local missing = {}
     local function need(ok, what)
@@ -931,17 +939,33 @@ local function check_scenarios()
     need(k.in_cs > 0, "deaths inside a round")
     need(k.mutex > 0, "kills inside the mutex")
     need(not can_reuse or S.reuses > 0, "pid reuses")
-    need(totals.destroys > 0, "zone destroys")
-    need(totals.handoffs > 0 and totals.takeovers > 0,
+    need(n("destroys") > 0, "zone destroys")
+    need(n("handoffs") > 0 and n("takeovers") > 0,
          "full-zone handoffs and takeovers")
-    need(totals.sibling > 0, "locks refused between VMs of one process")
-    need(totals.reconciled > 0, "half-done rounds reconciled")
-    need(CFG.forkers == 0 or totals.forks > 0,
+    need(n("sibling") > 0, "locks refused between VMs of one process")
+    need(n("reconciled") > 0, "half-done rounds reconciled")
+    need(CFG.forkers == 0 or n("forks") > 0,
          "children forked by fork() while holding")
-    need(CFG.forkers == 0 or #proc.fork_kinds() == 1 or totals.forks_raw > 0,
+    need(CFG.forkers == 0 or #proc.fork_kinds() == 1 or n("forks_raw") > 0,
          "children made by a raw clone or _Fork() while holding")
-    need(CFG.forkers == 0 or not can_timens or totals.timens > 0,
+    need(CFG.forkers == 0 or not can_timens or n("timens") > 0,
          "processes in another time namespace")
+    return missing
+end
+
+-- what the run must still see before it may end: a scenario not run
+-- yet, or in the self-test the symptom of its break
+local function still_to_see()
+    if CFG.breaks == "lock" then
+        return S.violations == 0 and { "a violation" } or {}
+    elseif CFG.breaks == "hang" then
+        return S.hangs == 0 and { "a hang" } or {}
+    end
+    return missing_scenarios(figure)
+end
+
+local function check_scenarios()
+    local missing = missing_scenarios(function(name) return totals[name] end)
     check(#missing == 0, "every scenario ran", missing)
 end
 
@@ -1058,10 +1082,25 @@ local function main()
     end
 
     local finish = start + CFG.seconds * 1e6
+    local overtime = finish + CFG.overtime * CFG.seconds * 1e6
+    local said_overtime = false
     local next_reuse = start + math.min(3, CFG.reuse_every) * 1e6
     local next_hang_check = start + 1e6
     local next_progress = start + CFG.progress_every * 1e6
-    while now_us() < finish do
+    while true do
+        local t = now_us()
+        if t >= finish then
+            local missing = t < overtime and still_to_see() or {}
+            if #missing == 0 then
+                break
+            end
+            if not said_overtime then
+                said_overtime = true
+                say("# running on (at most " .. (overtime - finish) / 1e6
+                    .. " s more) until it has seen: "
+                    .. table.concat(missing, ", "))
+            end
+        end
         interrupted = procs.interrupted()
         if interrupted then
             say("# interrupted by signal " .. interrupted .. ": stopping")

@@ -47,16 +47,29 @@ EOF
             }
         }
 
-        # holds `key` for `secs` seconds inside this request
+        # holds `key` inside this request until /release?key= (30 s at
+        # most)
         location = /hold {
             content_by_lua_block {
-                local lock = assert(resty_lock:new("locks", { exptime = 30 }))
-                local elapsed, err = lock:lock(ngx.var.arg_key)
+                local key = ngx.var.arg_key
+                local lock = assert(resty_lock:new("locks", { exptime = 60 }))
+                local elapsed, err = lock:lock(key)
                 if not elapsed then
                     return ngx.say("hold failed: ", err)
                 end
-                ngx.sleep(tonumber(ngx.var.arg_secs))
+                for _ = 1, 6000 do
+                    if T.zone:get("release-" .. key) then
+                        break
+                    end
+                    ngx.sleep(0.005)
+                end
                 ngx.say("held ", tostring(lock:unlock()))
+            }
+        }
+        location = /release {
+            content_by_lua_block {
+                ngx.say(tostring((T.zone:set("release-" .. ngx.var.arg_key,
+                                             true))))
             }
         }
         location = /held {
@@ -75,14 +88,21 @@ EOF
                 ngx.say(tostring(T.zone:get("waiting-" .. ngx.var.arg_key)))
             }
         }
-        # control: blocks the worker (as a lock wait must never do)
+        # control: blocks the worker (as a lock wait must never do) until
+        # the file ?until= exists (30 s at most), having made ?started=
         location = /block {
             content_by_lua_block {
                 local ffi = require "ffi"
                 pcall(ffi.cdef, "int usleep(unsigned int usec);")
-                T.zone:set("waiting-block", true)
-                ngx.sleep(0.05)     -- let /waiting see the mark
-                ffi.C.usleep(500000)
+                assert(io.open(ngx.var.arg_started, "w")):close()
+                for _ = 1, 3000 do
+                    local f = io.open(ngx.var.arg_until)
+                    if f then
+                        f:close()
+                        break
+                    end
+                    ffi.C.usleep(10000)
+                end
                 ngx.say("blocked")
             }
         }
@@ -116,20 +136,6 @@ EOF
             }
         }
 
-        # resty.lock's documented backoff: a waiter behind a 0.1 s holder
-        # sleeps 0.001 + 0.002 + ... + 0.064 and reports 0.127
-        location = /backoff {
-            content_by_lua_block {
-                local key = ngx.var.arg_key
-                local holder = assert(resty_lock:new("locks"))
-                assert(holder:lock(key) == 0)
-                assert(ngx.timer.at(0.1, function() holder:unlock() end))
-                local waiter = assert(resty_lock:new("locks"))
-                local elapsed, err = waiter:lock(key)
-                ngx.say(tostring(elapsed), " ", tostring(err))
-                waiter:unlock()
-            }
-        }
         location = /timeout {
             content_by_lua_block {
                 local key = ngx.var.arg_key
@@ -237,10 +243,6 @@ $t->block("inside nginx a lock's expiry comes from nginx's cached monotonic cloc
     request => "GET /clock",
     body    => "true true true\n");
 
-$t->block("inside nginx the backoff is resty.lock's: 0.127 behind a 0.1 s holder",
-    request => "GET /backoff?key=bk",
-    body    => "0.127 nil\n");
-
 $t->block("a waiter with max_step 1e-7 sleeps >= 1 ms steps, using little CPU",
     request => "GET /tiny-step?key=ts1",
     body    => "nil timeout true\n");
@@ -253,13 +255,17 @@ $t->block("a held key gives 'timeout' after opts.timeout",
     request => "GET /timeout?key=to",
     body    => "nil timeout true\n");
 
-# One waiter in $phase behind a request that holds the key for 1 s: a
-# request to the same (only) worker is answered at once meanwhile.
+# One waiter in $phase behind a request that holds the key until told: a
+# request to the same (only) worker is answered while the waiter waits,
+# and only then is the holder told to let go.  A wait that blocked the
+# worker would keep that request from being answered at all (its client's
+# timeout fails the test), however loaded the machine: no timer margin
+# decides.  (resty.lock's steps themselves: t/14-lock-elapsed.t.)
 for my $phase (qw(content access rewrite timer)) {
     my $key = "k-$phase";
     subtest "$phase: waits with ngx.sleep, the worker keeps serving" => sub {
-        my $holder = spawn(sub { $t->get("/hold?key=$key&secs=1") });
-        ok(poll("/held?key=$key", "held\n"), "the key is held") or return;
+        my $holder = spawn(sub { $t->get("/hold?key=$key") });
+        ok(poll("/held?key=$key", "held\n", 30), "the key is held") or return;
 
         my $waiter;
         if ($phase eq 'timer') {
@@ -268,53 +274,54 @@ for my $phase (qw(content access rewrite timer)) {
         } else {
             $waiter = spawn(sub { $t->get("/$phase?key=$key") });
         }
-        ok(poll("/waiting?key=$key", "true\n"), "the waiter is waiting")
+        # (the waiter marks the key just before its lock(), without
+        # yielding: this one worker answers /waiting once it waits)
+        ok(poll("/waiting?key=$key", "true\n", 30), "the waiter is waiting")
             or return;
 
         my $fast = $t->get("/fast");
         is($fast->{body}, "fast\n", "the other request is served");
-        cmp_ok($fast->{elapsed}, '<', 0.25,
-               sprintf("... promptly (%.3fs), while the waiter waits",
-                       $fast->{elapsed}));
+        is($t->get("/held?key=$key")->{body}, "held\n",
+           "... while the key is still held: the waiter waits");
+        is($t->get("/release?key=$key")->{body}, "true\n", "release");
 
-        my ($body, $end);
+        my $body;
         if ($phase eq 'timer') {
-            my $deadline = time + 10;
+            my $deadline = time + 30;
             while (time < $deadline) {
                 $body = $t->get("/result?key=$key")->{body};
                 last if $body ne "pending\n";
                 sleep 0.01;
             }
-            $end = time;
         } else {
-            my $r = $waiter->join(20);
-            ($body, $end) = ($r->{body}, $r->{end});
+            $body = $waiter->join(40)->{body};
         }
         like($body, qr/^(\d+(?:\.\d+)?) nil\n\z/, "the waiter got the lock");
         my ($elapsed) = $body =~ /^([\d.]+)/;
-        cmp_ok($elapsed // 0, '>', 0.5,
-               "the waiter waited for the holder (elapsed " . ($elapsed // '?')
+        cmp_ok($elapsed // 0, '>', 0,
+               "after waiting for the holder (elapsed " . ($elapsed // '?')
                . ")");
-        cmp_ok($elapsed // 99, '<', 2.5, "... and not much longer");
-        cmp_ok($fast->{end}, '<', $end - 0.3,
-               sprintf("the fast request finished %.3fs before the waiter",
-                       $end - $fast->{end}));
-        is($holder->join(20)->{body}, "held 1\n", "the holder released");
+        is($holder->join(40)->{body}, "held 1\n", "the holder released");
         $t->check_log($phase, nested => 1);
     };
 }
 
-# Control: the measurement above would see a blocked event loop.
-subtest "control: a worker blocked in usleep(0.5 s) delays the other request" => sub {
-    my $blocker = spawn(sub { $t->get("/block") });
-    ok(poll("/waiting?key=block", "true\n"), "the blocker started") or return;
-    sleep 0.15;     # past its ngx.sleep(0.05): the worker is in usleep now
-    my $r = $t->get("/fast");
-    is($r->{body}, "fast\n", "served after the block");
-    cmp_ok($r->{elapsed}, '>', 0.3,
-           sprintf("... late (%.3fs): a blocking wait would be seen",
-                   $r->{elapsed}));
-    is($blocker->join(20)->{body}, "blocked\n", "the blocker answered");
+# Control: the check above would see a blocked event loop.  While the
+# worker is blocked (until a file exists), another request gets no answer;
+# once unblocked, it does.  (A loaded machine only makes an answer later.)
+subtest "control: a blocked worker answers the other request only once unblocked" => sub {
+    my ($started, $until) = map { $t->prefix . "/block-$_" } qw(started until);
+    my $blocker = spawn(sub { $t->get("/block?started=$started&until=$until") });
+    my $deadline = time + 30;
+    sleep 0.01 until -e $started || time > $deadline;
+    ok(-e $started, "the blocker started") or return;
+    my $fast = spawn(sub { $t->get("/fast") });
+    sleep 0.3;
+    ok(!$fast->reap, "no answer while the worker is blocked");
+    open my $fh, '>', $until or die "$until: $!";
+    close $fh;
+    is($fast->join(40)->{body}, "fast\n", "answered once unblocked");
+    is($blocker->join(40)->{body}, "blocked\n", "the blocker answered");
     $t->check_log("control", nested => 1);
 };
 
@@ -324,19 +331,19 @@ subtest "content: waiting behind a LuaJIT holder, the worker keeps serving" => s
 local resty_lock = require "resty.shmlock"
 local lock = assert(resty_lock:new("locks", { exptime = 30 }))
 print("lock: " .. tostring(lock:lock("$key")))
-wait_flag("release", 15)
+wait_flag("release", 30)
 print("unlock: " .. tostring(lock:unlock()))
 EOF
     ok(defined $p->wait_for(qr/^lock: 0$/m), "LuaJIT holds the key")
         or return;
-    my $start = time;
     my $waiter = spawn(sub { $t->get("/content?key=$key") });
-    ok(poll("/waiting?key=$key", "true\n"), "the waiter is waiting")
+    ok(poll("/waiting?key=$key", "true\n", 30), "the waiter is waiting")
         or return;
+    # (LuaJIT lets go only after these: a blocked worker would answer
+    # none of them)
     my @fast = map { $t->get("/fast") } 1 .. 5;
     is_deeply([ map { $_->{body} } @fast ], [ ("fast\n") x 5 ],
-              "other requests are served");
-    cmp_ok($fast[-1]{end} - $start, '<', 1, "... promptly");
+              "other requests are served while the waiter waits");
     sleep 0.5;
     is($t->get("/held?key=$key")->{body}, "held\n", "still held by LuaJIT");
     $t->set_flag("release");

@@ -130,7 +130,7 @@ subtest "log_by_lua: free key locks, held key errors at once" => sub {
         my $r = $t->get("/log?n=$n");
         is($r->{body}, "body\n", "request $n answered");
         my $got;
-        my $deadline = time + 5;
+        my $deadline = time + 30;
         while (time < $deadline) {
             $got = $t->get("/get?key=log-$n")->{body};
             last if $got ne "nil\n";

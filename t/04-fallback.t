@@ -50,17 +50,6 @@ EOF
                 ngx.say(fmt(lock:expire()))
             }
         }
-        location = /backoff {
-            content_by_lua_block {
-                local holder = assert(resty_lock:new("x"))
-                assert(holder:lock("bk") == 0)
-                assert(ngx.timer.at(0.1, function() holder:unlock() end))
-                local waiter = assert(resty_lock:new("x"))
-                local elapsed, err = waiter:lock("bk")
-                ngx.say(T.fmt(elapsed, err))
-                ngx.say(T.fmt(waiter:unlock()))
-            }
-        }
         location = /timeout {
             content_by_lua_block {
                 local holder = assert(resty_lock:new("x"))
@@ -85,13 +74,31 @@ EOF
                 again:unlock()
             }
         }
-        # holds `key` of ngx.shared.x for `secs` within this request
+        # holds `key` of ngx.shared.x within this request until
+        # /release?key= (30 s at most)
         location = /hold {
             content_by_lua_block {
-                local lock = assert(resty_lock:new("x"))
-                local elapsed = assert(lock:lock(ngx.var.arg_key))
-                ngx.sleep(tonumber(ngx.var.arg_secs))
+                local key = ngx.var.arg_key
+                local lock = assert(resty_lock:new("x", { exptime = 60 }))
+                local elapsed = assert(lock:lock(key))
+                for _ = 1, 6000 do
+                    if ngx.shared.x:get("release-" .. key) then
+                        break
+                    end
+                    ngx.sleep(0.005)
+                end
                 ngx.say("held ", T.fmt(lock:unlock()), " ", ngx.worker.pid())
+            }
+        }
+        location = /release {
+            content_by_lua_block {
+                ngx.say(tostring((ngx.shared.x:set("release-"
+                                                   .. ngx.var.arg_key, true))))
+            }
+        }
+        location = /flag {
+            content_by_lua_block {
+                ngx.say(tostring(ngx.shared.x:get(ngx.var.arg_name)))
             }
         }
         location = /try {
@@ -102,12 +109,20 @@ EOF
                 ngx.say(T.fmt(elapsed, err), " ", ngx.worker.pid())
             }
         }
+        # "true nil" when the key was held at the first try, then came
+        # to this waiter; it says it waits once that try was refused
         location = /wait {
             content_by_lua_block {
-                local lock = assert(resty_lock:new("x"))
-                local elapsed, err = lock:lock(ngx.var.arg_key)
+                local key = ngx.var.arg_key
+                local lock = assert(resty_lock:new("x", { timeout = 30 }))
+                local elapsed, err = lock:lock(key, 0)
+                local held = not elapsed
+                if held then
+                    ngx.shared.x:set("waiting-" .. key, true)
+                    elapsed, err = lock:lock(key)
+                end
                 if elapsed then lock:unlock() end
-                ngx.say(T.fmt(elapsed and elapsed > 0, err))
+                ngx.say(T.fmt(held and elapsed ~= nil, err))
             }
         }
         location = /both {
@@ -251,10 +266,6 @@ nil unlocked
 nil unlocked
 EOF
 
-$t->block("elapsed follows resty.lock's backoff: 0.127 behind a 0.1 s holder",
-    request => "GET /backoff",
-    body    => "0.127 nil\n1\n");
-
 $t->block("a held key: 'timeout' after opts.timeout, and with timeout = 0",
     request => "GET /timeout",
     body    => "nil timeout\nnil timeout\n");
@@ -276,9 +287,9 @@ $t->block("a lock object collected while holding releases its key",
     body    => "0\n");
 
 subtest "the ngx.shared lock is shared by the workers; waiters get it after release" => sub {
-    my $holder = spawn(sub { $t->get("/hold?key=w&secs=1") });
+    my $holder = spawn(sub { $t->get("/hold?key=w") });
     my %seen;
-    my $deadline = time + 5;
+    my $deadline = time + 30;
     while (time < $deadline && keys %seen < 2) {
         my $r = $t->get("/try?key=w");
         my ($res, $pid) = $r->{body} =~ /^(.*) (\d+)\n\z/ or next;
@@ -286,9 +297,15 @@ subtest "the ngx.shared lock is shared by the workers; waiters get it after rele
         else { sleep 0.01 }
     }
     is(scalar keys %seen, 2, "both workers see the key held");
-    my $r = $t->get("/wait?key=w");
-    is($r->{body}, "true nil\n", "a waiter gets the key after the holder");
-    like($holder->join(20)->{body}, qr/^held 1 \d+\n\z/, "holder unlocked");
+    # the holder lets go only once the waiter found the key held
+    my $waiter = spawn(sub { $t->get("/wait?key=w") });
+    $deadline = time + 30;
+    sleep 0.01 until $t->get("/flag?name=waiting-w")->{body} eq "true\n"
+                     || time > $deadline;
+    is($t->get("/release?key=w")->{body}, "true\n", "release");
+    is($waiter->join(40)->{body}, "true nil\n",
+       "a waiter gets the key after the holder");
+    like($holder->join(40)->{body}, qr/^held 1 \d+\n\z/, "holder unlocked");
     $t->check_log("shared", nested => 1);
 };
 

@@ -100,7 +100,7 @@ ok(kill('KILL', $victim), "SIGKILL worker $victim");
 
 subtest "the master restarts the worker" => sub {
     my @now;
-    my $deadline = time + 10;
+    my $deadline = time + 30;
     while (time < $deadline) {
         @now = $t->worker_pids;
         last if @now == 2 && !grep { $_ == $victim } @now;
@@ -114,7 +114,7 @@ subtest "the master restarts the worker" => sub {
 
 subtest "the waiting timer gets the dead worker's key well before exptime" => sub {
     my $got = '';
-    my $deadline = time + 10;
+    my $deadline = time + 30;
     while (time < $deadline) {
         $got = $t->get("/result?key=k-$victim-a")->{body};
         last if $got ne "pending\n";
@@ -122,7 +122,7 @@ subtest "the waiting timer gets the dead worker's key well before exptime" => su
     }
     my $took = time - $killed_at;
     is($got, "true nil\n", "the waiter locked k-$victim-a");
-    cmp_ok($took, '<', 5, sprintf("%.2fs after the kill (exptime 30)", $took));
+    cmp_ok($took, "<", 20, sprintf("%.2fs after the kill (exptime 30)", $took));
 };
 
 $t->block("a new request gets the dead worker's other key at once",

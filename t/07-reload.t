@@ -86,7 +86,7 @@ $t->block("an old worker keeps a lock in its Lua state",
 
 # an in-flight request on an old worker holds 'inflight' across the reload
 my $inflight = spawn(sub { $t->get("/hold?key=inflight&secs=2") });
-my $deadline = time + 5;
+my $deadline = time + 30;
 while (time < $deadline) {
     last if $t->get("/try?key=inflight")->{body} eq "nil timeout\n";
     sleep 0.01;
@@ -109,7 +109,7 @@ $t->block("then the new workers can take it",
     body    => "0 nil\n");
 
 # wait for the old workers to finish before checking what they left
-$deadline = time + 10;
+$deadline = time + 30;
 while (time < $deadline) {
     my %new = map { $_ => 1 } @new;
     last unless grep { !$new{$_} } $t->worker_pids;
@@ -137,7 +137,7 @@ subtest "kill -HUP of the master: zones and locks survive again" => sub {
     my %before = map { $_ => 1 } $t->worker_pids;
     ok(kill('HUP', $t->pid), "HUP sent to the master");
     my @now;
-    my $deadline = time + 10;
+    my $deadline = time + 30;
     while (time < $deadline) {
         @now = $t->worker_pids;
         last if @now == 2 && !grep { $before{$_} } @now;

@@ -176,10 +176,13 @@ sub exercise {
     subtest "concurrent misses on both workers: the value is loaded once" => sub {
         my @bodies = parallel(6, sub { $t->get("/item?id=${r}2")->{body} });
         my @miss = grep { $_ eq "miss: value of ${r}2\n" } @bodies;
-        my @wait = grep { $_ eq "hit after wait: value of ${r}2\n" } @bodies;
+        # (a request that arrives after the 0.2 s load, as a loaded
+        # machine may start one, finds the value without waiting)
+        my @hit = grep { /^(?:hit after wait|hit): value of ${r}2\n\z/ }
+                  @bodies;
         is(scalar @miss, 1, "one request loaded the value");
-        is(scalar @wait, 5, "the others waited and read the cache")
-            or diag(explain \@bodies);
+        is(scalar @hit, 5, "the others read the cache, waiting for the load "
+                           . "or after it") or diag(explain \@bodies);
         $t->check_log("stampede", nested => 1);
     };
 

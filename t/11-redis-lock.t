@@ -35,13 +35,13 @@ END {
     local $?;       # waitpid must not change the test's exit status
     if ($redis_pid) {
         kill 'TERM', $redis_pid;
-        my $deadline = time + 5;
+        my $deadline = time + 30;
         sleep 0.05 while waitpid($redis_pid, WNOHANG) == 0 && time < $deadline;
         kill 'KILL', $redis_pid if waitpid($redis_pid, WNOHANG) == 0;
     }
 }
 {
-    my $deadline = time + 10;
+    my $deadline = time + 30;
     my $up;
     until ($up = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$rport")) {
         ShmTest::give_up("redis-server did not come up on port $rport")

@@ -25,7 +25,7 @@ my $t = ShmTest->new(
         -- "<elapsed or nil> <err> <seconds the call took>"
         function T.try(key, blocking_timeout)
             local lock = assert(resty_lock:new("blocking", {
-                timeout = 5, blocking_timeout = blocking_timeout }))
+                timeout = 30, blocking_timeout = blocking_timeout }))
             ngx.update_time()
             local t0 = ngx.now()
             local elapsed, err = lock:lock(key)
@@ -145,7 +145,7 @@ EOF
 # the result of a case, once written (log_by_lua runs after the response)
 sub result {
     my ($key) = @_;
-    my $deadline = time + 10;
+    my $deadline = time + 30;
     while (time < $deadline) {
         my $got = $t->get("/get?key=$key")->{body};
         return $got if $got ne "nil\n";
@@ -155,7 +155,9 @@ sub result {
 }
 
 # the three results of a phase: acquired within its bound, timed out at
-# 0.3 s, refused at once
+# 0.3 s, refused at once.  The ceilings (10 s) are not margins: a wait that
+# went by the lock's timeout instead (30 s) still exceeds them, and a
+# loaded machine does not.
 sub check {
     my ($tag, $id) = @_;
     my $acq = result("$tag-acquire$id");
@@ -164,18 +166,20 @@ sub check {
     my ($elapsed, $took) = $acq =~ /^(\S+) nil (\S+)/;
     if (defined $elapsed) {
         cmp_ok($elapsed, '>', 0.05, "$tag: it waited ($elapsed s)");
-        cmp_ok($took, '<', 2.5, "$tag: within the bound (3 s)");
+        cmp_ok($took, '<', 10, "$tag: within the bound (3 s), not the timeout");
     }
     my $to = result("$tag-timeout$id");
     like($to, qr/^nil timeout (\d\.\d+)\n\z/, "$tag: held longer: timeout");
     my ($t2) = $to =~ /^nil timeout (\S+)/;
     if (defined $t2) {
         cmp_ok($t2, '>=', 0.28, "$tag: after the bound (0.3 s): $t2 s");
-        cmp_ok($t2, '<', 1.5, "$tag: not much later: $t2 s");
+        cmp_ok($t2, '<', 10, "$tag: not at the timeout: $t2 s");
     }
-    like(result("$tag-default$id"),
-         qr/^nil cannot wait in $tag phase 0\.0\d\d\n\z/,
-         "$tag: blocking_timeout 0 refuses at once");
+    my $def = result("$tag-default$id");
+    like($def, qr/^nil cannot wait in $tag phase \d+\.\d+\n\z/,
+         "$tag: blocking_timeout 0 refuses");
+    my ($t3) = $def =~ /(\d+\.\d+)\n\z/;
+    cmp_ok($t3 // 99, '<', 10, "$tag: ... at once, not at the timeout");
 }
 
 my $long = holder("long", 0);

@@ -321,7 +321,7 @@ $t->start;
 sub wait_for {
     my ($uri, $re) = @_;
     my $body = '';
-    my $deadline = time + 10;
+    my $deadline = time + 30;
     while (time < $deadline) {
         $body = $t->get($uri)->{body} // '';
         return $body if $body =~ $re;

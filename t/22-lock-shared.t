@@ -136,7 +136,7 @@ sub both_workers {
 sub poll_for {
     my ($path, $want) = @_;
     my $got = '';
-    my $deadline = time + 10;
+    my $deadline = time + 30;
     while (time < $deadline) {
         $got = $t->get($path)->{body};
         last if $got eq $want;
@@ -204,7 +204,7 @@ ok(kill('KILL', $victim), "SIGKILL worker $victim, a reader of s");
 
 subtest "the master restarts the worker" => sub {
     my @now;
-    my $deadline = time + 10;
+    my $deadline = time + 30;
     while (time < $deadline) {
         @now = $t->worker_pids;
         last if @now == 2 && !grep { $_ == $victim } @now;

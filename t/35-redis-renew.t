@@ -165,14 +165,15 @@ sub gone_within {
 subtest "renewal stops when the request that took the lock ends" => sub {
     is($t->get("/forget")->{body}, "held true\n", "held");
     # past the request, the renewal stops at its next period: the lease
-    # (0.6 s) runs out
-    ok(gone_within("forget", 1.5), "the key expired");
+    # (0.6 s) runs out (10 s: a ceiling a renewal going on never meets,
+    # not a margin on a loaded machine's late timers)
+    ok(gone_within("forget", 10), "the key expired");
 };
 
 subtest "renewal stops when the timer that took the lock ends" => sub {
     is($t->get("/timer")->{body}, "ok\n", "timer started");
     sleep 0.1;
-    ok(gone_within("timer", 1.5), "the key expired");
+    ok(gone_within("timer", 10), "the key expired");
 };
 
 $t->block("renewal stops when the lock object is collected",

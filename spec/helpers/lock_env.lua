@@ -98,9 +98,10 @@ function _M.parse(line)
     return t
 end
 
--- Waits (at most `secs`) until fn() returns a true value; returns it.
+-- Waits (at most `secs`, 30 by default: a deadline, not a margin) until
+-- fn() returns a true value; returns it.
 function _M.wait_for(fn, secs)
-    local deadline = _M.now() + (secs or 5)
+    local deadline = _M.now() + (secs or 30)
     repeat
         local v = fn()
         if v then

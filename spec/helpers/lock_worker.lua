@@ -13,10 +13,14 @@
 --             With wakes=1 (the test build), also the wake-ups of our
 --             releases: wake_calls, woken, woken_max (shmlock_test_wakes).
 --   fair      for `secs` seconds: lock key, hold `hold_us` microseconds
---             (busy), unlock, rest `rest_us`.  Prints done, max_wait, p99.
+--             (busy), unlock, rest `rest_us`.  Prints done, max_wait, p99,
+--             the longest hold and the longest handoff it saw (max_hold,
+--             max_handoff: a loaded machine's H and L).
 --   hold      lock key (exptime), store our pid under "pid", then hold it
---             `secs` seconds (the parent may SIGKILL us) and unlock; prints
---             the monotonic release time in us (released_us).
+--             `secs` seconds (the parent may SIGKILL us), or with
+--             release=NAME until the parent has set key NAME and waits
+--             for the key (secs: a ceiling), and unlock; prints the
+--             monotonic release time in us (released_us).
 --   wait      lock key (it is held), print the monotonic time in us at
 --             which we got it (got_us), the elapsed lock() returned, and
 --             when each of our futex waits began (froms: us, comma
@@ -69,6 +73,9 @@ if o.starve_after then
     zone_lock.STARVE_AFTER = o.starve_after
 end
 
+-- counted ready, so that the parent lets everyone go at once (a loaded
+-- machine starts the processes of a run far apart)
+dict:incr("ready", 1, 0)
 local go_deadline = now_us() + 30 * 1000000
 while not dict:get("go") do
     if now_us() > go_deadline then
@@ -134,29 +141,46 @@ elseif mode == "fair" then
     local done = 0
     local stop = now_us() + o.secs * 1e6
     local hold_us, rest_us = o.hold_us or 0, o.rest_us or 0
-    while now_us() < stop do
+    -- what this machine took, for the fairness bound's H and L: the
+    -- longest hold (the spin, plus any preemption inside it) and the
+    -- longest handoff (from the release stamped in "released" to the
+    -- waiter that release let in holding the key)
+    local max_hold, max_handoff = 0, 0
+    repeat              -- (at least once, however late this process runs)
         local lock = resty_lock:new(dict, opts)
         local t0 = now_us()
         local elapsed, e = lock:lock(key)
+        local got = now_us()
         if not elapsed then
             fail("lock: " .. e)
         end
         done = done + 1
-        waits[done] = now_us() - t0
+        waits[done] = got - t0
+        local released = dict:get("released")
+        if elapsed > 0 and released and got - released > max_handoff then
+            max_handoff = got - released
+        end
         local v = dict:get("counter") or 0
         if hold_us > 0 then
             spin(hold_us)
         end
         dict:set("counter", v + 1)
+        local t = now_us()
+        dict:set("released", t)
+        if t - got > max_hold then
+            max_hold = t - got
+        end
         lock:unlock()
         if rest_us > 0 then
             spin(rest_us)
         end
-    end
+    until now_us() >= stop
     table.sort(waits)
-    io.write(("done=%d max_wait=%.6f p99=%.6f p50=%.6f%s\n"):format(done,
+    io.write(("done=%d max_wait=%.6f p99=%.6f p50=%.6f max_hold=%.6f "
+              .. "max_handoff=%.6f%s\n"):format(done,
              waits[done] / 1e6, waits[math.ceil(done * 0.99)] / 1e6,
-             waits[math.ceil(done * 0.5)] / 1e6, wakes()))
+             waits[math.ceil(done * 0.5)] / 1e6, max_hold / 1e6,
+             max_handoff / 1e6, wakes()))
 
 elseif mode == "hold" then
     local lock = resty_lock:new(dict, opts)
@@ -165,7 +189,18 @@ elseif mode == "hold" then
         fail("lock: " .. e)
     end
     dict:set("pid", C.shmlock_self_pid())
-    ffi.C.shmlock_lua_usleep(o.secs * 1e6)
+    if o.release then
+        -- until the parent has set key `release` and waits for the key
+        -- (secs: a ceiling)
+        local stop = now_us() + o.secs * 1e6
+        while not (dict:get(o.release)
+                   and resty_lock.inspect(dict, key).waiters > 0)
+              and now_us() < stop do
+            ffi.C.shmlock_lua_usleep(1000)
+        end
+    else
+        ffi.C.shmlock_lua_usleep(o.secs * 1e6)
+    end
     local t = now_us()
     lock:unlock()
     io.write(("released_us=%d\n"):format(t))

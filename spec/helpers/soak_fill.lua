@@ -29,13 +29,22 @@ local random = math.random
 local tostring = tostring
 local tonumber = tonumber
 
+-- LATE and HANDOFF_LIMIT are ceilings only a hang reaches, not margins:
+-- a loaded machine wakes a sleeper late (a busy loop beside the soak has
+-- made a dead holder's takeover take 0.63 s, for a waiter that looks at
+-- the holder every 100 ms).  A waiter that ignores its timeout still fails
+-- (it waits for H, who is only released after it returned), as does one
+-- returning early (late < 0), a takeover or a handoff that does not
+-- happen (W1 then times out), and a waiter that spins (CPU: CPU seconds,
+-- which a busy machine does not inflate).
 local _M = {
     NAME = "full",
     SIZE = "32k",
     SHORT = 0.3,            -- seconds: a short-timeout waiter's timeout
-    LATE = 0.25,            -- seconds a waiter may return past its timeout
+    LATE = 3,               -- seconds a waiter may return past its timeout
     CPU = 0.05,             -- CPU seconds a waiter may use per wait
-    HANDOFF_LIMIT = 0.5,    -- seconds from unlock (or kill) to W1 holding
+    HANDOFF_LIMIT = 4,      -- seconds from unlock (or kill) to W1 holding
+                            -- (W1's own timeout: 5 s)
 }
 
 local write_file = checkout.write_file
@@ -142,9 +151,10 @@ function Cycle:reap(pid, name, timeout)
     return true
 end
 
--- true once W1 (pid) has marked H's lock
+-- true once W1 (pid) has marked H's lock (10 s: a fork and a 2 ms wait,
+-- on a loaded machine)
 function Cycle:await_mark(pid)
-    local deadline = env.now() + 3
+    local deadline = env.now() + 10
     repeat
         if slot.marked(self.dict, "k") == pid then
             return true

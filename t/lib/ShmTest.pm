@@ -26,8 +26,9 @@ package ShmTest;
 # as that user; needs root).  As root, the zone directory is made 01777, as
 # /dev/shm is, so that workers of another user can create zones in it.
 #
-# The template loads the lua module, sets lua_package_path to the checkout
-# ({{LUA_PATH}}) and starts the http context with the common preamble, an
+# The template loads the lua module, sets lua_package_path to the checkout's
+# lua/ (as root, to a readable copy of it: see $LUA_ROOT) ({{LUA_PATH}}) and
+# starts the http context with the common preamble, an
 # init_by_lua_block (run in the master; workers inherit what it made):
 #
 #     resty_lock = require "resty.shmlock"      -- a global, for handlers
@@ -77,11 +78,37 @@ our $LUAJIT  = $ENV{TEST_LUAJIT} || 'luajit';
 our $MODULES = $ENV{TEST_NGINX_MODULES} || '/usr/lib/nginx/modules';
 our $REPO    = abs_path(File::Spec->catdir(dirname(__FILE__), '..', '..'));
 our $HTTP_TIMEOUT = 10;
-our $START_TIMEOUT = 10;
-our $STOP_TIMEOUT  = 10;
+our $START_TIMEOUT = 30;
+our $STOP_TIMEOUT  = 30;
 
-our $LUA_PATH = "$REPO/lua/?.lua;$REPO/lua/?/init.lua;"
+# The modules nginx and the LuaJIT processes load.  As root, from a copy
+# of lua/ (and of the library) in a directory every user can read: workers
+# and tools run as another user (nobody, www-data) must load them too, and
+# the checkout may be a clone only root can enter (/root is 0700 on Debian).
+our $LUA_ROOT = $> == 0 ? readable_copy() : $REPO;
+our $LUA_PATH = "$LUA_ROOT/lua/?.lua;$LUA_ROOT/lua/?/init.lua;"
               . "/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua;;";
+
+# A directory under /tmp (not $TMPDIR, which may be private), mode 0755,
+# removed at exit, holding a copy of lua/ and libshmlock.so (which
+# resty.shmlock.lib finds beside lua/) and of $SHMLOCK_LIB if set (the
+# variable then names the copy); returns its path.
+sub readable_copy {
+    my $dir = tempdir('shmlock-lua-XXXXXX', DIR => '/tmp', CLEANUP => 1);
+    my @files = grep { -e } "$REPO/libshmlock.so";
+    if ($ENV{SHMLOCK_LIB}) {
+        my $lib = $ENV{SHMLOCK_LIB};
+        (my $name = $lib) =~ s{.*/}{};
+        mkdir "$dir/lib" or die "mkdir $dir/lib: $!";
+        system('cp', $lib, "$dir/lib/$name") == 0 or die "cp $lib: $?";
+        $ENV{SHMLOCK_LIB} = "$dir/lib/$name";
+    }
+    system('cp', '-R', "$REPO/lua", @files, "$dir/") == 0
+        or die "cp $REPO/lua to $dir: $?";
+    system('chmod', '-R', 'a+rX', $dir) == 0 or die "chmod $dir: $?";
+    chmod 0755, $dir or die "chmod $dir: $!";
+    return $dir;
+}
 
 my @instances;      # every started ShmTest, stopped at exit
 my @children;       # every background process, killed at exit
@@ -336,6 +363,15 @@ sub worker_pids {
     return $self->worker_pids_of($self->{pid});
 }
 
+# true while PID is a process that has not exited (not a zombie)
+sub process_alive {
+    my ($pid) = @_;
+    open my $fh, '<', "/proc/$pid/stat" or return 0;
+    my $stat = <$fh> // return 0;
+    my ($state) = $stat =~ /\)\s+(\S)/ or return 0;
+    return $state ne 'Z' && $state ne 'X';
+}
+
 sub worker_pids_of {
     my ($self, $master) = @_;
     my @pids;
@@ -384,8 +420,11 @@ sub reload {
     while (time < $deadline) {
         my @all = $self->worker_pids;
         my @new = grep { !$old{$_} } @all;
+        # (the old ones gone by their /proc/PID/stat, not by the list: an
+        # exiting worker has an empty cmdline before it is a zombie, and
+        # it still counts as alive for a lock it may hold or wait for)
         return @new if @new >= $self->{workers}
-                       && (!$wait_old || @new == @all);
+                       && (!$wait_old || !grep { process_alive($_) } keys %old);
         sleep 0.02;
     }
     die "reload: no new set of workers after ${START_TIMEOUT}s";
