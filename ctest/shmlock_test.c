@@ -16,6 +16,7 @@
 
 #define _GNU_SOURCE
 #include "shmlock.h"
+#include "shmlock_testing.h"
 #include "zone.h"       /* the corruption test finds the words to overwrite */
 
 #define CHECK_RC_NAME  shmlock_strerror

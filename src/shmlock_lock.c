@@ -64,6 +64,9 @@
  */
 
 #include "shmlock.h"
+#ifdef SHMLOCK_TESTING
+#include "shmlock_testing.h"
+#endif
 #include "shard_lock.h"
 #include "shm_watch.h"
 #include "slot.h"
