@@ -12,7 +12,7 @@
 -- lua-redis client in plain Lua, a lua-resty-redis object inside nginx)
 -- or as a connect function, from which the library opens the connections
 -- it needs (resty.shmlock.redis.link): a subscriber, so that a release
--- wakes the waiting hosts (resty.shmlock.redis.wait), and inside nginx
+-- wakes the waiting hosts (resty.shmlock.lock.wait), and inside nginx
 -- the renewal's (resty.shmlock.redis.renew, opts.renew).
 --
 -- In front of Redis, a host's single flight (resty.shmlock.redis.host):
@@ -32,7 +32,7 @@ local core = require "resty.shmlock.internal.core"
 local link = require "resty.shmlock.redis.link"
 local scripts = require "resty.shmlock.redis.scripts"
 local host = require "resty.shmlock.redis.host"
-local wait = require "resty.shmlock.redis.wait"
+local wait = require "resty.shmlock.lock.wait"
 local renew = require "resty.shmlock.redis.renew"
 
 local type = type

@@ -10,7 +10,7 @@
 -- expires with its longest lease (PEXPIREAT of its highest score), so a
 -- key nobody uses any more costs nothing.  A release PUBLISHes on a
 -- channel named as the set, which wakes the waiting hosts
--- (resty.shmlock.redis.wait).
+-- (resty.shmlock.lock.wait).
 --
 -- Every call passes KEYS = { the set } and ARGV = { token, ... }.  The
 -- SHA1s are of the exact source text; a spec checks that EVALSHA finds

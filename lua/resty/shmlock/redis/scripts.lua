@@ -10,7 +10,7 @@
 -- EVALSHA finds them.
 --
 -- Wake-ups: a release PUBLISHes on a channel named as the lock key, so
--- the hosts waiting for the key (resty.shmlock.redis.wait: one subscriber
+-- the hosts waiting for the key (resty.shmlock.lock.wait: one subscriber
 -- per host) try again at once instead of at their next poll.  A lock that
 -- expires publishes nothing: the waiters' polls (the backstop) find it.
 

@@ -1,6 +1,6 @@
 -- resty.shmlock.redis.subscriber (internal): a connection subscribed to
 -- one key's release channel while a host's Redis waiter waits
--- (resty.shmlock.redis.wait), so that a release (the PUBLISH of the
+-- (resty.shmlock.lock.wait), so that a release (the PUBLISH of the
 -- release scripts) wakes it at once.
 --
 -- It needs a connect function (resty.shmlock.redis.link): a subscribed

@@ -1,11 +1,14 @@
--- resty.shmlock.lock.nginx_wait (internal): every wait inside nginx, in
--- one place: the lock's wait for a held key, the cache's wait for a key
--- being loaded (resty.shmlock.cache), and the semaphore's wait for a
--- permit (resty.shmlock.semaphore: a backend of its own, whose waiters
--- are kept apart from the lock's by backend.space; a queued waiter marks
--- the semaphore's head when its turn is next, and the permit freed stays
--- for it: src/group.h).  Every entry takes the timeout
--- of the wait as an argument (the lock object's, or a per-call one).
+-- resty.shmlock.lock.wait (internal): every wait, in one place, and the
+-- choice of where to wait (wait.wait: outside nginx the backend's own
+-- wait, one call of the C core; inside nginx, by the phase).  The lock's
+-- wait for a held key, the cache's wait for a key being loaded
+-- (resty.shmlock.cache), the semaphore's wait for a permit
+-- (resty.shmlock.semaphore: a backend of its own, whose waiters are kept
+-- apart from the lock's by backend.space; a queued waiter marks the
+-- semaphore's head when its turn is next, and the permit freed stays for
+-- it: src/group.h), and the Redis waits (wait.redis, at the end).  Every
+-- entry takes the timeout of the wait as an argument (the lock object's,
+-- or a per-call one).  A change to how anything waits is a change here.
 --
 -- The deadline rule, for every wait here: a wait of `timeout` seconds
 -- that starts at t0 (the monotonic clock, resty.shmlock.internal.clock)
@@ -116,8 +119,11 @@ local ACQUIRED = zone_backend.ACQUIRED
 local MARKED = zone_backend.MARKED
 local FAILED = zone_backend.FAILED
 
+local YIELDABLE = nginx.YIELDABLE
+
 local ngx = nginx.api()
 local ngx_sleep = ngx and ngx.sleep
+local get_phase = ngx and ngx.get_phase
 
 local _M = {
     -- seconds of resty.lock's steps after which a waiter queues
@@ -140,7 +146,7 @@ local POLL_FIRST, POLL_MAX = 0.0001, 0.001
 local SWEEP = 4
 
 
--- syntax: deadline = nginx_wait.deadline(timeout)
+-- syntax: deadline = wait.deadline(timeout)
 -- The deadline rule (see the top): microseconds of the monotonic clock.
 local function deadline_of(timeout)
     return now_us() + timeout * 1000000
@@ -259,7 +265,7 @@ local function sweep(now_ms)
 end
 
 
--- syntax: gone = nginx_wait.gone(tok)
+-- syntax: gone = wait.gone(tok)
 -- Whether tok is a queued waiter of this worker that nginx aborted (see
 -- "Aborted waiters").  Unknown tokens are not: their marks go stale at
 -- their deadline, their handoffs lapse after ACCEPT.
@@ -317,7 +323,7 @@ local function leave(tok, rec)
 end
 
 
--- syntax: nginx_wait.released(key, space?)
+-- syntax: wait.released(key, space?)
 -- This worker released key: wake its queued waiters on it (they look at
 -- the key again; the one the lock was handed to, if any, runs with it).
 -- space: the backend's (nil: the lock's; resty.shmlock.semaphore's own).
@@ -345,7 +351,7 @@ function _M.released(key, space)
 end
 
 
--- syntax: n = nginx_wait.queued(key, space?)
+-- syntax: n = wait.queued(key, space?)
 -- How many live waiters of this worker are queued on key (nil: all keys;
 -- space as for released).
 function _M.queued(key, space)
@@ -370,7 +376,7 @@ function _M.queued(key, space)
 end
 
 
--- syntax: live, ghosts = nginx_wait.registry()
+-- syntax: live, ghosts = wait.registry()
 -- The records this worker keeps: queued waiters, and ghosts kept until
 -- their marks cannot matter (see "Aborted waiters").
 function _M.registry()
@@ -378,7 +384,7 @@ function _M.registry()
 end
 
 
-zone_backend.gone = gone
+zone_backend.on_gone(gone)
 
 
 -- One pause of a queued waiter: on its semaphore (a release of this
@@ -488,7 +494,7 @@ local function queue(backend, store, key, klen, tok, expiry, deadline, since,
 end
 
 
--- syntax: elapsed, err = nginx_wait.sleep(backend, store, key, klen, tok,
+-- syntax: elapsed, err = wait.sleep(backend, store, key, klen, tok,
 --                                         expiry, timeout, step, ratio,
 --                                         max_step, done?)
 -- The wait where the phase may yield, after add found the key held (see
@@ -550,7 +556,7 @@ function _M.sleep(backend, store, key, klen, tok, expiry, timeout, step,
 end
 
 
--- syntax: a, b = nginx_wait.poll(attempt, timeout)
+-- syntax: a, b = wait.poll(attempt, timeout)
 -- The cache's wait for a lock that is not ours (a lock factory's, with
 -- trylock): calls attempt() until it answers true (then its other two
 -- values are returned), pausing 1-2 ms in between, up to timeout seconds
@@ -600,7 +606,7 @@ local function poll(backend, store, key, klen, tok, expiry, deadline, stop)
 end
 
 
--- syntax: elapsed, err = nginx_wait.block(backend, store, key, klen, tok,
+-- syntax: elapsed, err = wait.block(backend, store, key, klen, tok,
 --                                         expiry, timeout, step, ratio,
 --                                         max_step, phase)
 -- The wait where the phase cannot yield: blocks the worker up to timeout
@@ -658,5 +664,126 @@ function _M.block(backend, store, key, klen, tok, expiry, timeout, step,
     return spent + elapsed, nil
 end
 
+
+
+-- ---------------------------------------------------------------------
+-- The choice: where and how a wait that found the key held waits.
+
+-- syntax: yes = wait.can_sleep()
+-- True inside nginx, in a phase where ngx.sleep may yield.
+function _M.can_sleep()
+    return ngx ~= nil and YIELDABLE[get_phase()] == true
+end
+
+
+-- syntax: elapsed, err, refused = wait.wait(backend, store, key, klen,
+--                                          tok, expiry, timeout, o, done?)
+-- o: the waiting object's options (step, ratio, max_step,
+-- blocking_timeout).  Outside nginx, the backend's own wait (the core's,
+-- one call: backend.block); inside nginx where the phase may yield,
+-- wait.sleep (done: as its); where it cannot, with o.blocking_timeout,
+-- wait.block for at most that long; else no wait at all: nil, "cannot
+-- wait in <phase> phase", true (the caller may still look once).
+function _M.wait(backend, store, key, klen, tok, expiry, timeout, o, done)
+    if not ngx then
+        return backend.block(store, key, klen, tok, expiry, timeout, o.step,
+                             o.ratio, o.max_step)
+    end
+    local phase = get_phase()
+    if YIELDABLE[phase] then
+        return _M.sleep(backend, store, key, klen, tok, expiry, timeout,
+                        o.step, o.ratio, o.max_step, done)
+    end
+    local blocking = o.blocking_timeout
+    if blocking > 0 then
+        return _M.block(backend, store, key, klen, tok, expiry,
+                        min(timeout, blocking), o.step, o.ratio, o.max_step,
+                        phase)
+    end
+    return nil, "cannot wait in " .. tostring(phase) .. " phase", true
+end
+
+
+-- ---------------------------------------------------------------------
+-- The Redis waits (resty.shmlock.redis, resty.shmlock.redis.semaphore):
+-- a host's Redis waiter (the holder of the host's turn,
+-- resty.shmlock.redis.host) waiting for a key held on another host.
+--
+-- With a connect function, the waiter subscribes to the key's release
+-- channel (resty.shmlock.redis.subscriber) and tries again when a release
+-- is published; between releases it tries every max_step seconds all the
+-- same (the backstop: a lease that ran out publishes nothing, and a
+-- message lost with a broken connection costs one backstop at most).  It
+-- subscribes before its first try here, so a release between the caller's
+-- own try and the subscription is not missed.  A subscription that breaks
+-- is made again at once, followed by a try; one that cannot be made
+-- leaves the waiter polling.
+--
+-- Without one (a connected client: no connection to subscribe on), it
+-- polls: it sleeps an exponentially growing step (step, times ratio after
+-- each try, at most max_step), each drawn from [step/2, step] so that
+-- waiters spread out, never below MIN_SLEEP (a spin of Redis round trips;
+-- inside nginx, ngx.sleep would truncate it to 0 and warn).
+--
+-- The deadline rule, for both: no wait goes past the deadline (seconds of
+-- clock.now); when less than MIN_SLEEP is left, the wait ends ("timeout")
+-- instead of a shorter last wait.
+
+local now_s = clock.now
+local sleep_s = ngx_sleep or nanosleep
+-- (loaded by the first Redis wait: a lock alone needs no Redis module)
+local subscriber
+
+-- syntax: res, err = wait.redis(o, deadline, attempt, x, y, z)
+-- o: { link, channel, step, ratio, max_step, yield }, the waiter's (yield:
+-- do not try before a release or a backstop); attempt(x, y, z): a result
+-- (the key is ours), false (still held) or nil, err.  Returns the result,
+-- nil, "timeout", or nil and the attempt's error.
+function _M.redis(o, deadline, attempt, x, y, z)
+    if not subscriber then
+        subscriber = require "resty.shmlock.redis.subscriber"
+    end
+    local subscribe = subscriber.subscribe
+    local link = o.link
+    local sub = link.connect and subscribe(link, o.channel)
+    local res, err
+    if sub and not o.yield then
+        res, err = attempt(x, y, z)
+        if res ~= false then
+            subscriber.close(sub)
+            return res, err
+        end
+    end
+    local step = o.step
+    local max_step = o.max_step
+    while true do
+        local left = deadline - now_s()
+        if left < MIN_SLEEP then
+            res, err = nil, "timeout"
+            break
+        end
+        if sub then
+            local _, broken = subscriber.listen(sub, min(left, max_step))
+            if broken then
+                sub = subscribe(link, o.channel)
+            end
+        else
+            local s = max(MIN_SLEEP, step * (0.5 + 0.5 * rand()))
+            if s > left then
+                s = left
+            end
+            sleep_s(s)
+            step = next_step(step, o.ratio, max_step)
+        end
+        res, err = attempt(x, y, z)
+        if res ~= false then
+            break
+        end
+    end
+    if sub then
+        subscriber.close(sub)
+    end
+    return res, err
+end
 
 return _M
