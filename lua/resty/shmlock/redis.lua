@@ -11,9 +11,10 @@
 -- Redis is given as a connected client (the caller's, as before: a
 -- lua-redis client in plain Lua, a lua-resty-redis object inside nginx)
 -- or as a connect function, from which the library opens the connections
--- it needs (resty.shmlock.redis.link): a subscriber, so that a release
--- wakes the waiting hosts (resty.shmlock.redis.wait), and inside nginx
--- the renewal's (resty.shmlock.redis.renew, opts.renew).
+-- it needs (resty.shmlock.redis.link): a waiter's, so that a release
+-- wakes the waiting hosts through the key's wake stream (resty.shmlock.
+-- redis.wake, resty.shmlock.redis.wait), and inside nginx the renewal's
+-- (resty.shmlock.redis.renew, opts.renew).
 --
 -- In front of Redis, a host's single flight (resty.shmlock.redis.host):
 -- the processes of a host that want a key take turns in a zone, and only
@@ -33,6 +34,7 @@ local link = require "resty.shmlock.redis.link"
 local scripts = require "resty.shmlock.redis.scripts"
 local host = require "resty.shmlock.redis.host"
 local wait = require "resty.shmlock.redis.wait"
+local wake = require "resty.shmlock.redis.wake"
 local renew = require "resty.shmlock.redis.renew"
 
 local type = type
@@ -180,6 +182,7 @@ function _M.new(a, b, c)
         fence_ms = fence_ms(exptime, fence_ttl, span),
         key = nil,         -- the Redis key while we hold it
         fence_key = nil,
+        wake_key = nil,    -- its wake stream (resty.shmlock.redis.wake)
         token = nil,
         fence = nil,       -- the fencing token of the current acquisition
         pid = nil,         -- the process that took it (token.ours)
@@ -194,17 +197,24 @@ end
 
 
 -- One attempt: fence (number) when acquired; false when held by someone
--- else; nil, err on failure.
-local function acquire(self, lkey, tok)
+-- else (watch: the caller will wait: with a connect function, then false,
+-- the id to wait after in the wake stream wkey, when Redis has streams);
+-- nil, err on failure.
+local function acquire(self, lkey, tok, wkey, watch)
     local fkey = lkey .. ":fence"
     self.sent_ms = now_ms()
-    local ok, res, reply = script(self.link, ACQUIRE, lkey, fkey, tok,
-                                  self.ms, self.fence_ms)
+    local l = self.link
+    local ok, res, reply = script(l, ACQUIRE, lkey, fkey, wkey, tok, self.ms,
+                                  self.fence_ms,
+                                  watch and l.connect and "1" or "0")
     if ok and type(res) == "number" then
         return res
     end
     if ok and res == nil then
         return false
+    end
+    if ok and type(res) == "string" then
+        return false, res
     end
     if ok then
         res = "redis connection error: unexpected reply " .. tostring(res)
@@ -214,7 +224,7 @@ local function acquire(self, lkey, tok)
         -- only the reply lost (a read timeout): undo it, best effort
         -- (resty.shmlock.redis.link.cleanup).  This costs at most one more
         -- socket timeout.
-        link.cleanup(self.link, RELEASE, lkey, fkey, tok)
+        link.cleanup(self.link, RELEASE, lkey, fkey, wkey, tok)
     end
     return nil, res
 end
@@ -246,6 +256,7 @@ local function hold(self, lkey, tok, fence, turn_start, handoffs,
                     fence_until)
     self.key = lkey
     self.fence_key = lkey .. ":fence"
+    self.wake_key = lkey .. wake.SUFFIX
     self.token = tok
     self.fence = fence
     self.pid = self_pid()
@@ -266,6 +277,7 @@ end
 local function release_state(self)
     self.key = nil
     self.fence_key = nil
+    self.wake_key = nil
     self.token = nil
     self.fence = nil
     self.pid = nil
@@ -324,16 +336,19 @@ local function take_transfer(self, h, lkey)
         -- the extend may have run with its reply lost (a timeout): the key
         -- would then be tok's for exptime, and nobody's; given back, best
         -- effort, as a failed acquire's (link.cleanup)
-        link.cleanup(self.link, RELEASE, lkey, fkey, tok)
+        link.cleanup(self.link, RELEASE, lkey, fkey, lkey .. wake.SUFFIX,
+                     tok)
     end
     return nil
 end
 
 -- The wait of lock(): the host's turn taken, the key held on another host
-local function wait_redis(self, lkey, tok, deadline, yield)
-    return wait.redis({ link = self.link, channel = lkey, step = self.step,
-                        ratio = self.ratio, max_step = self.max_step,
-                        yield = yield }, deadline, acquire, self, lkey, tok)
+-- (since: the id our try answered, resty.shmlock.redis.wake)
+local function wait_redis(self, lkey, tok, deadline, since, yield)
+    return wait.redis({ link = self.link, wake = lkey .. wake.SUFFIX,
+                        since = since, step = self.step, ratio = self.ratio,
+                        max_step = self.max_step, yield = yield },
+                      deadline, acquire, self, lkey, tok)
 end
 
 -- elapsed, err, fence = lock:lock(key, timeout?): timeout, this call's
@@ -373,18 +388,23 @@ function _M.lock(self, key, timeout)
     end
 
     local tok = new_token()
-    local fence
+    local fence, since
     if not yield then
-        fence, err = acquire(self, lkey, tok)
+        fence, err = acquire(self, lkey, tok, lkey .. wake.SUFFIX,
+                             timeout > 0)
         if fence then
             hold(self, lkey, tok, fence)
             return waited and now() - start or 0, nil, fence
+        end
+        if fence == false then
+            since, err = err, nil
         end
     end
     if fence == false and timeout <= 0 then
         err = "timeout"
     elseif not err then
-        fence, err = wait_redis(self, lkey, tok, start + timeout, yield)
+        fence, err = wait_redis(self, lkey, tok, start + timeout, since,
+                                yield)
         if fence then
             hold(self, lkey, tok, fence)
             return now() - start, nil, fence
@@ -473,7 +493,7 @@ function _M.unlock(self)
     end
     if ok == nil then
         ok, res = script(self.link, RELEASE, key, self.fence_key,
-                         self.token)
+                         self.wake_key, self.token)
     end
     if not ok then
         -- we do not know: keep believing we hold it (it still expires)
@@ -484,7 +504,8 @@ function _M.unlock(self)
                     .. tostring(res)
     end
     if h and res > 1 and host.waiting(h, key) > 0 then
-        -- our turn was long, and other hosts wait: they go first
+        -- our turn was long, and other hosts wait (the release woke
+        -- them): they go first
         host.yield(h, key)
     end
     let_go(self)
