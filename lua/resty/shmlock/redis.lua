@@ -58,6 +58,7 @@ local RELEASE = scripts.release
 local TRANSFER = scripts.transfer
 local EXTEND = scripts.extend
 local OWNED = scripts.owned
+local YIELD = scripts.yield
 
 local _M = { _VERSION = version }
 local mt = { __index = _M }
@@ -343,12 +344,29 @@ local function take_transfer(self, h, lkey)
 end
 
 -- The wait of lock(): the host's turn taken, the key held on another host
--- (since: the id our try answered, resty.shmlock.redis.wake)
-local function wait_redis(self, lkey, tok, deadline, since, yield)
+-- (since: the id our try answered, resty.shmlock.redis.wake; nil: we poll)
+local function wait_redis(self, lkey, tok, deadline, since)
     return wait.redis({ link = self.link, wake = lkey .. wake.SUFFIX,
                         since = since, step = self.step, ratio = self.ratio,
-                        max_step = self.max_step, yield = yield },
+                        max_step = self.max_step },
                       deadline, acquire, self, lkey, tok)
+end
+
+-- The turn's new holder lets the other hosts go first (its host's last
+-- holder released the key with `fence` and woke them: host.yield), before
+-- its own try: while none of them has taken the key yet, it waits for
+-- their release (scripts.yield), HANDOFF at most, as long as a yield
+-- lasts: a woken host takes the key within a round trip, and a mark that
+-- outlived its waiter brings nobody.  A release that came before it
+-- looked is not waited for (that would cost a backstop).
+local function let_others_go(self, lkey, fence, deadline)
+    local l = self.link
+    local wkey = lkey .. wake.SUFFIX
+    local ok, id = script(l, YIELD, lkey, lkey .. ":fence", wkey,
+                          format("%.0f", fence))
+    if ok and type(id) == "string" then
+        wake.wait(l, wkey, id, min(host.HANDOFF, deadline - now()))
+    end
 end
 
 -- elapsed, err, fence = lock:lock(key, timeout?): timeout, this call's
@@ -389,6 +407,12 @@ function _M.lock(self, key, timeout)
 
     local tok = new_token()
     local fence, since
+    if yield and timeout > 0 and self.link.connect then
+        let_others_go(self, lkey, yield, start + timeout)
+        yield = false
+    end
+    -- (yield left: a connected client, no connection of the library's to
+    -- wait on: it polls before its first try)
     if not yield then
         fence, err = acquire(self, lkey, tok, lkey .. wake.SUFFIX,
                              timeout > 0)
@@ -403,8 +427,7 @@ function _M.lock(self, key, timeout)
     if fence == false and timeout <= 0 then
         err = "timeout"
     elseif not err then
-        fence, err = wait_redis(self, lkey, tok, start + timeout, since,
-                                yield)
+        fence, err = wait_redis(self, lkey, tok, start + timeout, since)
         if fence then
             hold(self, lkey, tok, fence)
             return now() - start, nil, fence
@@ -506,7 +529,7 @@ function _M.unlock(self)
     if h and res > 1 and host.waiting(h, key) > 0 then
         -- our turn was long, and other hosts wait (the release woke
         -- them): they go first
-        host.yield(h, key)
+        host.yield(h, key, self.fence)
     end
     let_go(self)
     if res == 0 then

@@ -103,6 +103,27 @@ return 0
     sha = "7470534517219e1e510d2792f4a1bdb75cddd7c9",
 }
 
+-- Yield: the look of a process that lets other hosts go first: its
+-- host's last holder released the key with fence ARGV[1], and the release
+-- woke other hosts (resty.shmlock.redis.host.yield).  While the key is
+-- free and the fence counter still ARGV[1] (nobody took it since), the
+-- woken hosts have yet to take it: the process is marked in the wake
+-- stream (KEYS[3]) and the answer is the id to wait after (nil: no
+-- streams).  Otherwise 0, and it tries at once: the key is held (the try
+-- marks it), or it was taken and let go before this look, a release it
+-- could no longer hear (waiting for it would cost a backstop).
+_M.yield = {
+    keys = 3,
+    src = EFFECTS .. wake.WATCH .. [[
+if not redis.pcall('GET', KEYS[1])
+   and redis.pcall('GET', KEYS[2]) == ARGV[1] then
+  return watch(KEYS[3])
+end
+return 0
+]],
+    sha = "4045a7a2a8703d4fe2582ccc10f34df44b91e132",
+}
+
 -- Transfer: hand our lock to a process of our own host (ARGV[4], its
 -- token) without letting it go: the key holds the new token for ARGV[2]
 -- ms (the handoff's lease: the new holder moves it to its exptime, with

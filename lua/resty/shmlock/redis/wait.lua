@@ -13,8 +13,7 @@
 -- logged inside nginx.  A wait that gets no answer (a connection killed,
 -- a restart, Redis stopped) is followed by a try at once, which marks the
 -- waiter anew; after two such in a row the waiter polls as below for the
--- rest of the wait, and so it does where Redis has no streams.  A waiter that lets other hosts go first
--- (yield) skips its first try: it marks itself with wake.watch instead.
+-- rest of the wait, and so it does where Redis has no streams.
 --
 -- Without one (a connected client: no connection of the library's to
 -- wait on), it polls as before wake-ups existed: it sleeps an
@@ -47,10 +46,9 @@ local ngx = nginx.api()
 local sleep = ngx and ngx.sleep or clock.sleep
 
 -- syntax: res, err = wait.redis(o, deadline, attempt, x, y, z)
--- o: { link, wake, since, step, ratio, max_step, yield }, the waiter's:
--- wake, the key's wake stream; since, the id the caller's failed try
--- answered (nil: none, the waiter polls); yield: the caller did not try,
--- and the waiter lets other hosts go first.  attempt(x, y, z, wake, true)
+-- o: { link, wake, since, step, ratio, max_step }, the waiter's: wake,
+-- the key's wake stream; since, the id the caller's failed try answered
+-- (nil: none, or the caller did not try: the waiter polls).  attempt(x, y, z, wake, true)
 -- (true: mark the waiter) answers a result (the key is ours), false and
 -- the id to wait after (nil: none) when the key is still held, or nil,
 -- err.  Returns the result, nil, "timeout", or nil and the attempt's
@@ -58,9 +56,6 @@ local sleep = ngx and ngx.sleep or clock.sleep
 function _M.redis(o, deadline, attempt, x, y, z)
     local link, w = o.link, o.wake
     local since = o.since
-    if o.yield and w and link.connect then
-        since = wake.watch(link, w)
-    end
     local step = o.step
     local max_step = o.max_step
     local unanswered = 0

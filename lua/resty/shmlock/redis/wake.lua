@@ -10,9 +10,10 @@
 --         must wake it
 --     r   a release woke the waiters
 --
--- A waiter's failed try (the acquire scripts, with their "watch" argument)
--- or watch() below (a try the waiter skips) leaves a "w" unless the stream
--- ends with one already, and answers the id of that "w".  The waiter then
+-- A waiter's failed try (the acquire scripts, with their "watch" argument,
+-- and the lock's yield script: resty.shmlock.redis.scripts) leaves a "w"
+-- unless the stream ends with one already, and answers the id of that
+-- "w".  The waiter then
 -- waits with XREAD BLOCK for an entry after that id: the next "r".  A
 -- release (the release scripts) adds an "r" only when the stream ends with
 -- a "w": with nobody waiting it costs one XREVRANGE, and its answer says
@@ -33,13 +34,12 @@
 -- ran out): the next release then adds an "r" nobody needed and says it
 -- woke someone.  The stream expires STREAM_MS after its last entry; a
 -- release that finds it gone wakes nobody, and a waiter left waiting then
--- tries at its backstop (as for a lease that ran out: nothing is
--- published).  A Redis without streams (before 5.0) answers the scripts'
+-- tries at its backstop (as for a lease that ran out: nothing wakes
+-- it).  A Redis without streams (before 5.0) answers the scripts'
 -- XREVRANGE with an error: no "w" is left, the try answers no id, and the
 -- waiter polls.
 
 local conn = require "resty.shmlock.cache.fleet_conn"
-local link = require "resty.shmlock.redis.link"
 
 local type = type
 local max = math.max
@@ -90,27 +90,6 @@ local function wake(w)
   return 1
 end
 ]]
-
--- The script of watch() below.  KEYS: the stream.  The id of its "w", or
--- false (no streams).
-_M.watch_script = {
-    keys = 1,
-    src = "redis.replicate_commands()\n" .. _M.WATCH
-          .. "return watch(KEYS[1])\n",
-    sha = "b6bcb27f14e5744b8d8932f3f5f8398926d6b790",
-}
-
--- syntax: id = wake.watch(l, w)
--- Leaves a "w" in stream w without a try (a waiter that lets another host
--- go first): the id to wait after, or nil (no streams, or Redis could not
--- be reached: the waiter polls, and its tries say what is wrong).
-function _M.watch(l, w)
-    local ok, id = link.script(l, _M.watch_script, w)
-    if ok and type(id) == "string" then
-        return id
-    end
-    return nil
-end
 
 -- the id of the newest entry of an XREAD reply for one stream, or nil
 local function newest(res)
