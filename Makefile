@@ -42,8 +42,9 @@ ROCK_MOD      = $(if $(LUA_INCDIR),$(ROCK_DIR)/resty/shmlock/core.so)
 CTEST_SRC = ctest/shmlock_test.c
 CTEST_HDRS = ctest/check.h
 CTEST     = build/shmlock_test
-# The lock slots on their own (src/slot.c, not yet in the zone file),
-# built from their sources with the crash countdown.
+# The lock slots on their own (src/slot.c: each shard's, the spilled ones
+# through a provider the test gives), built from their sources with the
+# crash countdown.
 SLOT_TEST_SRCS = ctest/slot_test.c src/slot.c src/crash.c
 SLOT_TEST      = build/slot_test
 

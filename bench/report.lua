@@ -157,6 +157,12 @@ end
 target("uncontended `lock`+`unlock` (reused object) vs flock(2), outside nginx",
        get("uncont", "shmlock_reused"), get("uncont", "flock"), "faster", 20,
        ns)
+for _, x in ipairs { { "lua54", "Lua 5.4" }, { "lua51", "Lua 5.1" } } do
+    target("uncontended `lock`+`unlock` (reused object) under " .. x[2]
+           .. " vs flock(2), outside nginx (issue 33)",
+           get("uncont", "shmlock_reused_" .. x[1]), get("uncont", "flock"),
+           "faster", 3, ns)
+end
 target("uncontended `lock`+`unlock` (reused object) vs the C CAS floor",
        get("uncont", "shmlock_reused"), get("uncont", "floor_cas"), "within",
        10, ns)
@@ -325,6 +331,8 @@ end
 for _, x in ipairs{
     { "shmlock_new", "resty.shmlock, `new`+`lock`+`unlock`" },
     { "shmlock_reused", "resty.shmlock, reused object" },
+    { "shmlock_reused_lua54", "resty.shmlock, reused object, Lua 5.4 (the C module)" },
+    { "shmlock_reused_lua51", "resty.shmlock, reused object, Lua 5.1 (the C module)" },
     { "flock", "flock(2) LOCK_EX/LOCK_UN (FFI)" },
     { "redis", "Redis SET NX PX + EVALSHA compare-and-delete (loopback)" },
     { "floor_cas", "floor: C, one CAS + release store on MAP_SHARED" },

@@ -255,7 +255,7 @@ static void
 test_semantics(int cas16)
 {
     slot_ticket_t  a, b, c, d, x, m, list[8];
-    slot_mark_t    mark = { 0, 0, O(9), 0x100, 5000, 100, 300, 0 };
+    slot_mark_t    mark = { 0, 0, O(9), 0x100, 5000, 100, 300, 0, 0 };
     int            handed, status;
     pid_t          pid;
 
@@ -381,7 +381,7 @@ test_semantics(int cas16)
      * (the head stays, counting none); the waiter itself comes in and
      * drops the mark; a stale mark is cleared by anyone */
     {
-        slot_mark_t  turn = { 0, 0, O(9), 0x100, 0, 100, 400, 0 };
+        slot_mark_t  turn = { 0, 0, O(9), 0x100, 0, 100, 400, 0, 0 };
 
         CHECK_RC(acquire(GROUP_SEM, "t", O(1), 1, 0, 100, &a), SLOT_OK);
         CHECK_RC(acquire(GROUP_SEM, "t", O(2), 1, 0, 100, &x), SLOT_HELD);
@@ -682,7 +682,7 @@ static void
 crash_setup(int cas16, slot_ticket_t *held, slot_ticket_t *reader)
 {
     slot_ticket_t  tk, x, m;
-    slot_mark_t    mark = { 0, 0, O(9), P9, 5000, 100, 900, 0 };
+    slot_mark_t    mark = { 0, 0, O(9), P9, 5000, 100, 900, 0, 0 };
 
     table_new(64, cas16);
     CHECK_RC(acquire(GROUP_SEM, "g", O(1), PERMITS, 1000, 100, held),

@@ -16,6 +16,7 @@
 
 #define _GNU_SOURCE
 #include "shmlock.h"
+#include "shmlock_testing.h"
 #include "zone.h"       /* the corruption test finds the words to overwrite */
 
 #define CHECK_RC_NAME  shmlock_strerror
@@ -428,8 +429,13 @@ test_zone_files(void)
     CHECK(shmlock_zone_dead(a) == 1 && shmlock_zone_dead(b) == 1);
     CHECK_RC(set_str(b, SHMLOCK_OP_SET, "k2", "too late"),
              SHMLOCK_DESTROYED);
-    CHECK_RC(shmlock_lock_acquire(a, KEY("lk"), KEY("tok"), 1000, 0),
-             SHMLOCK_DESTROYED);
+    {
+        shmlock_ticket_t  t;
+
+        memset(&t, 0, sizeof(t));
+        CHECK_RC(shmlock_slot_acquire(a, KEY("lk"), 1, 1000, 0, &t),
+                 SHMLOCK_DESTROYED);
+    }
     CHECK_RC(shmlock_zone_destroy(dir, KEY("files")), SHMLOCK_NOT_FOUND);
     close_zone(a);
     close_zone(b);
@@ -857,98 +863,269 @@ test_cas_cad(shmlock_zone_t *z)
     verify(z);
 }
 
-/* The lock calls: taking, releasing by token only, waking waiters. */
+/* a slot lock's owner word: this process's pid, an id */
+#define OWN(id)  ((uint64_t) getpid() << 32 | (id))
+
+/* A lock object's record of zone z (shmlock_lock_t), zeroed. */
+static shmlock_lock_t
+lock_of(shmlock_zone_t *z)
+{
+    shmlock_lock_t  l;
+
+    memset(&l, 0, sizeof(l));
+    l.zone = z;
+    return l;
+}
+
+/* A look of a starving waiter (since, till: its wait, ms) or not. */
+static shmlock_look_t
+look_how(int64_t exptime_ms, int flags, int64_t since, int64_t till)
+{
+    shmlock_look_t  how;
+
+    memset(&how, 0, sizeof(how));
+    how.exptime_ms = exptime_ms;
+    how.flags = flags;
+    how.since_ms = since;
+    how.till_ms = till;
+    return how;
+}
+
+/* a child that takes "lk" as lock object of its own and exits holding it
+ * (exptime 60 s): its lock is a dead process's */
+static void
+lock_left_by_child(shmlock_zone_t *z)
+{
+    shmlock_lock_t  c;
+    pid_t           pid = fork();
+
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        c = lock_of(z);
+        _exit(shmlock_lock_acquire(&c, KEY("lk"), 60000, 0) == SHMLOCK_OK
+              ? 0 : 1);
+    }
+    CHECK(reap(pid) == 0);
+}
+
+/*
+ * The lock (shmlock_lock_*): its acquire, release and extend by ticket,
+ * the wake-up of a release; a look that takes a dead holder's lock over,
+ * a starving waiter's mark and the release that hands the lock to it,
+ * the extend that keeps a mark, the withdrawal; owners of this process
+ * judged by the caller (SHMLOCK_ASK); the wait across processes.
+ */
 static void
 test_lock_calls(shmlock_zone_t *z)
 {
-    const char       *tok = "1:2:3:000000000000001";
-    const char       *other = "1:2:3:000000000000002";
-    shmlock_value_t   out;
-    int64_t           ttl, before, after;
-    uint32_t          hash, seq;
-    char              buf[64];
+    shmlock_lock_t    a = lock_of(z), b = lock_of(z), c = lock_of(z);
+    shmlock_look_t    how;
+    shmlock_wait_t    w;
+    shmlock_ticket_t  t;
+    int64_t           now, elapsed;
+    uint32_t          hash, seq, id;
+    pid_t             pid;
     int               i;
 
+    /* pairs: the same slot each time (the ticket a hint), a fresh owner
+     * id per acquisition, a stale ticket touches nothing */
     for (i = 0; i < 200; i++) {
-        before = shmlock_now_ms();
-        CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(tok), 5000, 0),
-                 SHMLOCK_OK);
-        CHECK_RC(shmlock_dict_ttl(z, KEY("lk"), &ttl), SHMLOCK_OK);
-        after = shmlock_now_ms();
-        CHECK(ttl >= 5000 - (after - before) && ttl <= 5000);
-        CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(other), 5000, 0),
+        CHECK_RC(shmlock_lock_acquire(&a, KEY("lk"), 5000, 0), SHMLOCK_OK);
+        CHECK(a.pid == getpid() && a.id != 0 && a.tk.owner == OWN(a.id));
+        CHECK_RC(shmlock_lock_acquire(&b, KEY("lk"), 5000, 0),
                  SHMLOCK_EXISTS);
-        CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(other)),
-                 SHMLOCK_CHANGED);
-        CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_OK);
-        CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)),
-                 SHMLOCK_NOT_FOUND);
+        CHECK(b.tk.owner == a.tk.owner && b.id != a.id);
+        CHECK(shmlock_lock_holds(&a, KEY("lk")) == 1
+              && shmlock_lock_holds(&b, KEY("lk")) == 0
+              && shmlock_lock_here(z, KEY("lk"), 0) == 1);
+        CHECK_RC(shmlock_lock_release(&a, 0), SHMLOCK_OK);
+        CHECK_RC(shmlock_lock_release(&a, 0), SHMLOCK_NOT_FOUND);
+        CHECK(shmlock_lock_here(z, KEY("lk"), 0) == 0);
     }
 
     /* short locks and the caller's clock reading keep their precision */
-    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(tok), 40, 0), SHMLOCK_OK);
-    CHECK_RC(shmlock_dict_ttl(z, KEY("lk"), &ttl), SHMLOCK_OK);
-    CHECK(ttl > 0 && ttl <= 40);
-    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_OK);
-    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(tok), 5000,
-                                  shmlock_now_ms() - 1000), SHMLOCK_OK);
-    CHECK_RC(shmlock_dict_ttl(z, KEY("lk"), &ttl), SHMLOCK_OK);
-    CHECK(ttl > 3000 && ttl <= 4000);   /* (what passed: any load's) */
+    {
+        int64_t  t0 = shmlock_now_ms(), e;
 
-    /* an expired lock: anyone may take it; its owner's release finds the
-     * new holder's token and leaves it alone */
-    CHECK_RC(shmlock_dict_expire(z, KEY("lk"), 1), SHMLOCK_OK);
-    sleep_ms(5);
-    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(other), 5000, 0),
-             SHMLOCK_OK);
-    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_CHANGED);
-    CHECK_RC(shmlock_dict_get(z, KEY("lk"), 0, &out, buf, sizeof(buf)),
-             SHMLOCK_OK);
-    CHECK(out.type == SHMLOCK_TSTRING && out.len == strlen(other));
-    CHECK(memcmp(buf, other, out.len) == 0);
-    /* ... and once that one has expired too, it is simply gone */
-    CHECK_RC(shmlock_dict_expire(z, KEY("lk"), 1), SHMLOCK_OK);
-    sleep_ms(5);
-    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_NOT_FOUND);
-    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(other)), SHMLOCK_OK);
+        CHECK_RC(shmlock_lock_acquire(&a, KEY("lk"), 40, 0), SHMLOCK_OK);
+        e = (int64_t) (a.tk.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT);
+        CHECK(e >= t0 + 40 && e <= shmlock_now_ms() + 40);
+        CHECK_RC(shmlock_lock_release(&a, 0), SHMLOCK_OK);
+        CHECK_RC(shmlock_lock_acquire(&a, KEY("lk"), 5000,
+                                      shmlock_now_ms() - 1000), SHMLOCK_OK);
+        e = (int64_t) (a.tk.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT)
+            - shmlock_now_ms();
+        CHECK(e > 3000 && e <= 4000);   /* (what passed: any load's) */
+        CHECK_RC(shmlock_lock_release(&a, 0), SHMLOCK_OK);
+    }
 
-    /* a release bumps the key's wake word when a waiter is counted */
+    /* extend: a new expiry; an expired lock nobody took is still ours,
+     * one that was taken is not */
+    CHECK_RC(shmlock_lock_acquire(&a, KEY("lk"), 30, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_lock_extend(&a, 5000), SHMLOCK_OK);
+    CHECK((int64_t) (a.tk.stamp >> SHMLOCK_SLOT_EXPIRY_SHIFT)
+          > shmlock_now_ms() + 4000);
+    CHECK_RC(shmlock_lock_extend(&a, 1), SHMLOCK_OK);
+    sleep_ms(5);
+    CHECK_RC(shmlock_lock_release(&a, 0), SHMLOCK_OK);     /* not taken */
+    CHECK_RC(shmlock_lock_acquire(&a, KEY("lk"), 1, 0), SHMLOCK_OK);
+    sleep_ms(5);
+    CHECK_RC(shmlock_lock_acquire(&b, KEY("lk"), 5000, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_lock_extend(&a, 5000), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_lock_release(&a, 0), SHMLOCK_NOT_FOUND);
+    CHECK(shmlock_lock_holds(&b, KEY("lk")) == 1);
+
+    /* a release wakes a counted waiter of the key; a failed one does
+     * not */
     hash = shmlock_hash(KEY("lk"));
-    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), KEY(tok), 5000, 0),
-             SHMLOCK_OK);
     seq = shmlock_wait_begin(z, hash);
-    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_OK);
+    CHECK_RC(shmlock_lock_release(&b, 0), SHMLOCK_OK);
     CHECK(wait_word(z, hash) != seq);
     CHECK_RC(shmlock_wait_end(z, hash, seq, 1000000), SHMLOCK_OK);
-    /* a failed release does not */
     seq = shmlock_wait_begin(z, hash);
-    CHECK_RC(shmlock_lock_release(z, KEY("lk"), KEY(tok)), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_lock_release(&b, 0), SHMLOCK_NOT_FOUND);
     CHECK(wait_word(z, hash) == seq);
     CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
 
-    /* a waiter is counted from wait_begin to the end of wait_end */
-    CHECK(shmlock_wait_count(z, hash) == 0);
-    seq = shmlock_wait_begin(z, hash);
-    CHECK(shmlock_wait_count(z, hash) == 1);
-    (void) shmlock_wait_begin(z, hash);
-    CHECK(shmlock_wait_count(z, hash) == 2);
-    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
-    CHECK_RC(shmlock_wait_end(z, hash, seq, 0), SHMLOCK_OK);
-    CHECK(shmlock_wait_count(z, hash) == 0);
+    /* a dead holder: a look that asks takes its lock at once; one that
+     * does not ask leaves it busy */
+    lock_left_by_child(z);
+    CHECK_RC(shmlock_lock_acquire(&a, KEY("lk"), 5000, 0), SHMLOCK_EXISTS);
+    how = look_how(5000, 0, 0, 0);
+    CHECK_RC(shmlock_lock_look(&a, KEY("lk"), &how), SHMLOCK_EXISTS);
+    how.flags = SHMLOCK_LOOK_CHECK;
+    CHECK_RC(shmlock_lock_look(&a, KEY("lk"), &how), SHMLOCK_OK);
+    CHECK(a.dead != 0 && a.dead != (uint32_t) getpid() && a.dead_to == 0);
+    CHECK(shmlock_lock_holds(&a, KEY("lk")) == 1);
+    a.dead = 0;
 
-    CHECK_RC(shmlock_lock_acquire(z, "", 0, KEY(tok), 5000, 0),
-             SHMLOCK_BAD_KEY);
-    CHECK_RC(shmlock_lock_acquire(z, KEY("lk"), NULL, 0, 5000, 0),
-             SHMLOCK_BAD_VALUE);
-    CHECK_RC(shmlock_lock_release(z, "", 0, KEY(tok)), SHMLOCK_BAD_KEY);
-    CHECK_RC(shmlock_lock_release(z, KEY("lk"), NULL, 0), SHMLOCK_BAD_VALUE);
-    expect_absent(z, "lk");
+    /* a starving waiter marks the lock; the holder's release hands it
+     * over, and the waiter's next look finds it its own */
+    CHECK_RC(shmlock_lock_acquire(&b, KEY("lk"), 5000, 0), SHMLOCK_EXISTS);
+    now = shmlock_now_ms();
+    how = look_how(5000, SHMLOCK_LOOK_CHECK, now - 10, now + 5000);
+    CHECK_RC(shmlock_lock_look(&b, KEY("lk"), &how), SHMLOCK_EXISTS);
+    CHECK(b.marked == 1);
+    /* an extend keeps the mark; a younger starver does not replace it */
+    CHECK_RC(shmlock_lock_extend(&a, 6000), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_look(z, KEY("lk"), &t), SHMLOCK_OK);
+    CHECK(t.stamp & SHMLOCK_SLOT_MARKED);
+    CHECK_RC(shmlock_lock_acquire(&c, KEY("lk"), 5000, 0), SHMLOCK_EXISTS);
+    how = look_how(5000, SHMLOCK_LOOK_CHECK, now - 5, now + 5000);
+    CHECK_RC(shmlock_lock_look(&c, KEY("lk"), &how), SHMLOCK_EXISTS);
+    CHECK(c.marked == 0);
+    seq = shmlock_wait_begin(z, shmlock_hash(KEY("lk")) ^ 0x5bd1e995u);
+    CHECK_RC(shmlock_lock_release(&a, 0), SHMLOCK_OK);
+    /* (the handoff wakes the marked waiter on its own word) */
+    CHECK(wait_word(z, shmlock_hash(KEY("lk")) ^ 0x5bd1e995u) != seq);
+    shmlock_wait_end(z, shmlock_hash(KEY("lk")) ^ 0x5bd1e995u, seq, 0);
+    CHECK(shmlock_lock_holds(&a, KEY("lk")) == 0);
+    how = look_how(5000, 0, now - 10, now + 5000);
+    CHECK_RC(shmlock_lock_look(&b, KEY("lk"), &how), SHMLOCK_OK);
+    CHECK(shmlock_lock_holds(&b, KEY("lk")) == 1 && b.tk.owner == OWN(b.id));
 
+    /* a withdrawal: the mark gone, the lock not ours; or, handed over
+     * meanwhile, ours */
+    how = look_how(5000, 0, now - 10, now + 5000);
+    CHECK_RC(shmlock_lock_look(&c, KEY("lk"), &how), SHMLOCK_EXISTS);
+    CHECK(c.marked == 1);
+    CHECK_RC(shmlock_lock_withdraw(&c, KEY("lk")), SHMLOCK_EXISTS);
+    CHECK_RC(shmlock_slot_look(z, KEY("lk"), &t), SHMLOCK_OK);
+    CHECK(!(t.stamp & SHMLOCK_SLOT_MARKED));
+    CHECK_RC(shmlock_lock_look(&c, KEY("lk"), &how), SHMLOCK_EXISTS);
+    CHECK_RC(shmlock_lock_release(&b, 0), SHMLOCK_OK);    /* to c */
+    CHECK_RC(shmlock_lock_withdraw(&c, KEY("lk")), SHMLOCK_OK);
+    CHECK(shmlock_lock_holds(&c, KEY("lk")) == 1);
+
+    /* owners of this process: a mark of a's, which the caller says is
+     * gone, is not handed to (the release asks first); one it says is
+     * alive is */
+    CHECK_RC(shmlock_lock_acquire(&a, KEY("lk"), 5000, 0), SHMLOCK_EXISTS);
+    how = look_how(5000, 0, now - 20, now + 5000);
+    CHECK_RC(shmlock_lock_look(&a, KEY("lk"), &how), SHMLOCK_EXISTS);
+    CHECK(a.marked == 1);
+    CHECK_RC(shmlock_lock_release(&c, SHMLOCK_LOOK_ASK), SHMLOCK_ASK);
+    CHECK(c.ask == a.id && shmlock_lock_holds(&c, KEY("lk")) == 1);
+    c.gone[0] = a.id;
+    CHECK_RC(shmlock_lock_release(&c, SHMLOCK_LOOK_ASK), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_look(z, KEY("lk"), &t), SHMLOCK_OK);
+    CHECK(t.owner == 0);                          /* freed, not handed */
+    c.gone[0] = 0;
+    CHECK_RC(shmlock_lock_acquire(&c, KEY("lk"), 5000, 0), SHMLOCK_OK);
+    CHECK_RC(shmlock_lock_look(&a, KEY("lk"), &how), SHMLOCK_EXISTS);
+    CHECK_RC(shmlock_lock_release(&c, SHMLOCK_LOOK_ASK), SHMLOCK_ASK);
+    c.alive[0] = a.id;
+    CHECK_RC(shmlock_lock_release(&c, SHMLOCK_LOOK_ASK), SHMLOCK_OK);
+    c.alive[0] = 0;
+    CHECK_RC(shmlock_lock_look(&a, KEY("lk"), &how), SHMLOCK_OK);
+    /* a holder of this process the caller says is gone: taken over */
+    id = a.id;
+    CHECK_RC(shmlock_lock_acquire(&b, KEY("lk"), 5000, 0), SHMLOCK_EXISTS);
+    how = look_how(5000, SHMLOCK_LOOK_ASK, 0, 0);
+    CHECK_RC(shmlock_lock_look(&b, KEY("lk"), &how), SHMLOCK_ASK);
+    CHECK(b.ask == id);
+    b.gone[1] = id;
+    CHECK_RC(shmlock_lock_look(&b, KEY("lk"), &how), SHMLOCK_OK);
+    CHECK(b.dead == (uint32_t) getpid() && (b.dead_to & 2));
+    b.gone[1] = 0;
+    CHECK_RC(shmlock_lock_release(&a, 0), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_lock_release(&b, 0), SHMLOCK_OK);
+
+    /* the wait: a holder in a child for 50 ms, then released; a waiter
+     * here gets it after about that long, and not before */
+    {
+        int  go[2];
+        char ch;
+
+        CHECK(pipe(go) == 0);
+        pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            shmlock_lock_t  h = lock_of(z);
+
+            if (shmlock_lock_acquire(&h, KEY("lk"), 5000, 0) != SHMLOCK_OK
+                || write(go[1], "x", 1) != 1)
+            {
+                _exit(1);
+            }
+            sleep_ms(50);
+            _exit(shmlock_lock_release(&h, 0) == SHMLOCK_OK ? 0 : 2);
+        }
+        CHECK(read(go[0], &ch, 1) == 1);
+        close(go[0]);
+        close(go[1]);
+        CHECK_RC(shmlock_lock_acquire(&a, KEY("lk"), 5000, 0),
+                 SHMLOCK_EXISTS);
+        memset(&w, 0, sizeof(w));
+        w.exptime_ms = 5000;
+        w.timeout_us = 10000000;
+        w.step = 0.001;
+        w.ratio = 2;
+        w.max_step = 0.5;
+        CHECK_RC(shmlock_lock_wait(&a, KEY("lk"), &w, &elapsed),
+                 SHMLOCK_OK);
+        CHECK(elapsed > 0 && shmlock_lock_holds(&a, KEY("lk")) == 1);
+        CHECK(reap(pid) == 0);
+        /* held here: a wait that must not wait for this process stops */
+        CHECK_RC(shmlock_lock_acquire(&b, KEY("lk"), 5000, 0),
+                 SHMLOCK_EXISTS);
+        w.flags = SHMLOCK_LOOK_HERE;
+        CHECK_RC(shmlock_lock_wait(&b, KEY("lk"), &w, &elapsed),
+                 SHMLOCK_BUSY);
+        /* and a short timeout ends as one */
+        w.flags = 0;
+        w.timeout_us = 20000;
+        w.start_us = 0;
+        CHECK_RC(shmlock_lock_wait(&b, KEY("lk"), &w, &elapsed),
+                 SHMLOCK_TIMEOUT);
+        CHECK_RC(shmlock_lock_release(&a, 0), SHMLOCK_OK);
+    }
+
+    CHECK_RC(shmlock_lock_acquire(&a, "", 0, 5000, 0), SHMLOCK_BAD_KEY);
+    CHECK_RC(shmlock_lock_acquire(&a, KEY("lk"), -1, 0), SHMLOCK_BAD_VALUE);
     verify(z);
 }
 
-/* a slot lock's owner word: this process's pid, an id */
-#define OWN(id)  ((uint64_t) getpid() << 32 | (id))
 
 /* The walk's entry for ticket t's slot; 0 if it lists none. */
 static int
@@ -1380,41 +1557,137 @@ test_slot_calls(shmlock_zone_t *z)
     verify(z);
 }
 
+/* Locks of keys prefix0, prefix1, ... until NO_MEMORY: how many; *first
+ * the first one's ticket. */
+static int
+locks_until_full(shmlock_zone_t *z, const char *prefix, int most,
+    shmlock_ticket_t *first)
+{
+    shmlock_ticket_t  t;
+    char              key[32];
+    int               i, rc;
+
+    for (i = 0; ; i++) {
+        CHECK(i <= most);
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        rc = shmlock_slot_acquire(z, KEY(key), 1, 0, 0, &t);
+        if (rc == SHMLOCK_NO_MEMORY) {
+            return i;
+        }
+        CHECK_RC(rc, SHMLOCK_OK);
+        if (i == 0) {
+            *first = t;
+        }
+    }
+}
+
 /*
- * A shard whose slots are all held answers NO_MEMORY; a slot released
- * is reclaimed for another key.  In a zone of one shard.
+ * Locks past the floor of a shard's slots spill into its chunks, two
+ * each (zone layout 11, issue 34): a shard answers NO_MEMORY only when
+ * its floor is full and no chunk is left, free or a `set` entry's to
+ * evict; live `add` entries are never evicted for a lock.  A slot released
+ * is reclaimed for another key, a spilled one's chunks given back at
+ * once.  In zones of one shard.
  */
 static void
 test_slots_full(void)
 {
     shmlock_zone_t   *z = open_zone("slots", SHMLOCK_MIN_SIZE);
-    shmlock_ticket_t  t, first;
-    shmlock_stats_t   st;
-    char              key[32];
-    int               i, rc;
+    shmlock_ticket_t  t, first, spilled;
+    shmlock_stats_t   st, st2;
+    shmlock_value_t   v;
+    char              key[32], val[200];
+    uint64_t          floor, chunks;
+    int               i, n, rc, forcible;
 
     CHECK_RC(shmlock_dict_stats(z, -1, &st), SHMLOCK_OK);
-    for (i = 0; ; i++) {
-        CHECK(i <= (int) st.slots);
-        snprintf(key, sizeof(key), "full%d", i);
-        rc = shmlock_slot_acquire(z, KEY(key), 1, 0, 0, &t);
-        if (rc == SHMLOCK_NO_MEMORY) {
-            break;
-        }
-        CHECK_RC(rc, SHMLOCK_OK);
-        if (i == 0) {
-            first = t;
-        }
-    }
-    /* 7/8 of the slots: probes stay short */
-    CHECK(i == (int) (st.slots - st.slots / 8));
+    floor = st.slots;
+    chunks = st.free_space / 64;
+    n = locks_until_full(z, "full", (int) (floor + chunks), &first);
+    /* 7/8 of the floor (probes stay short), then a pair of chunks each */
+    CHECK(n == (int) (floor - floor / 8 + chunks / 2));
+    CHECK_RC(shmlock_dict_stats(z, -1, &st2), SHMLOCK_OK);
+    CHECK(st2.slots == floor + chunks / 2 && st2.slots_used == (uint64_t) n
+          && st2.free_space < 128);
     verify(z);
+    /* the dictionary has no room left either */
+    memset(&v, 0, sizeof(v));
+    v.type = SHMLOCK_TSTRING;
+    v.str = val;
+    v.len = 40;                             /* two chunks with its key */
+    memset(val, 'v', sizeof(val));
+    CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, KEY("val"), &v, 0,
+                                &forcible), SHMLOCK_NO_MEMORY);
+    /* a floor slot released: reclaimed for a new key once no chunk is
+     * left */
     CHECK_RC(shmlock_slot_release(z, &first), SHMLOCK_OK);
     CHECK_RC(shmlock_slot_acquire(z, KEY("one more"), 1, 0, 0, &t),
              SHMLOCK_OK);
     CHECK_RC(shmlock_slot_look(z, KEY("full0"), &t), SHMLOCK_NOT_FOUND);
     CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
              SHMLOCK_NO_MEMORY);
+    /* a spilled one released: its chunks are back at once, for a lock or
+     * for the dictionary */
+    snprintf(key, sizeof(key), "full%d", n - 1);
+    CHECK_RC(shmlock_slot_look(z, KEY(key), &spilled), SHMLOCK_OK);
+    CHECK(spilled.slot & 0x80000000u);
+    CHECK_RC(shmlock_slot_release(z, &spilled), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_release(z, &spilled), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_slot_look(z, KEY(key), &t), SHMLOCK_NOT_FOUND);
+    CHECK_RC(shmlock_dict_stats(z, -1, &st2), SHMLOCK_OK);
+    CHECK(st2.free_space >= 128);
+    /* (an `add` entry: a lock takes a `set` entry's chunks, not an
+     * add's) */
+    CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_ADD, KEY("val"), &v, 0,
+                                &forcible), SHMLOCK_OK);
+    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
+             SHMLOCK_NO_MEMORY);
+    v.type = SHMLOCK_TNIL;                  /* a delete */
+    CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, KEY("val"), &v, 0,
+                                &forcible), SHMLOCK_OK);
+    v.type = SHMLOCK_TSTRING;
+    CHECK_RC(shmlock_slot_acquire(z, KEY("two more"), 1, 0, 0, &t),
+             SHMLOCK_OK);
+    verify(z);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("slots")), SHMLOCK_OK);
+
+    /* a dictionary full of `set` entries: every lock still fits, the
+     * entries evicted for them */
+    z = open_zone("slots", SHMLOCK_MIN_SIZE);
+    for (i = 0; ; i++) {
+        CHECK(i < 100000);
+        snprintf(key, sizeof(key), "set%d", i);
+        CHECK_RC(shmlock_dict_store(z, SHMLOCK_OP_SET, KEY(key), &v, 0,
+                                    &forcible), SHMLOCK_OK);
+        if (forcible) {
+            break;
+        }
+    }
+    CHECK_RC(shmlock_dict_stats(z, -1, &st2), SHMLOCK_OK);
+    CHECK(st2.free_space < 256 && st2.entries > 10);
+    CHECK(locks_until_full(z, "lock", (int) (floor + chunks), &first)
+          == (int) (floor - floor / 8 + chunks / 2));
+    CHECK_RC(shmlock_dict_stats(z, -1, &st2), SHMLOCK_OK);
+    CHECK(st2.entries == 0 && st2.evictions > 10);
+    verify(z);
+    close_zone(z);
+    CHECK_RC(shmlock_zone_destroy(dir, KEY("slots")), SHMLOCK_OK);
+
+    /* full of `add` entries: only the floor's locks */
+    z = open_zone("slots", SHMLOCK_MIN_SIZE);
+    for (i = 0; ; i++) {
+        CHECK(i < 100000);
+        snprintf(key, sizeof(key), "add%d", i);
+        rc = shmlock_dict_store(z, SHMLOCK_OP_ADD, KEY(key), &v, 0,
+                                &forcible);
+        if (rc == SHMLOCK_NO_MEMORY) {
+            break;
+        }
+        CHECK_RC(rc, SHMLOCK_OK);
+    }
+    CHECK(locks_until_full(z, "lock", (int) (floor + chunks), &first)
+          == (int) (floor - floor / 8));
     verify(z);
     close_zone(z);
     CHECK_RC(shmlock_zone_destroy(dir, KEY("slots")), SHMLOCK_OK);
@@ -2150,8 +2423,12 @@ corrupt_populate(shmlock_zone_t *z, char *val)
             store(z, SHMLOCK_OP_SET, key, str_value(val, len, i), 1);
             break;
         case 4:
-            shmlock_lock_acquire(z, KEY(key), KEY("1:2:3:000000000000001"),
-                                 600000, 0);
+            {
+                shmlock_ticket_t  t;
+
+                memset(&t, 0, sizeof(t));
+                shmlock_slot_acquire(z, KEY(key), 1, 600000, 0, &t);
+            }
             break;
         default:
             store(z, SHMLOCK_OP_SET, key, str_value(val, len, 0),
@@ -2258,10 +2535,15 @@ corrupt_updates(shmlock_zone_t *z, const char *key, size_t klen, char *val,
     CALL("cad", ST_COMPARE, shmlock_dict_cad(z, key, klen, &one));
     CALL("expire", ST_LOOKUP, shmlock_dict_expire(z, key, klen, 100000));
     CALL("ttl", ST_LOOKUP, shmlock_dict_ttl(z, key, klen, &ttl));
-    CALL("lock_acquire", ST_STORE,
-         shmlock_lock_acquire(z, key, klen, KEY("tok"), 100000, 0));
-    CALL("lock_release", ST_COMPARE,
-         shmlock_lock_release(z, key, klen, KEY("tok")));
+    {
+        shmlock_lock_t  l;
+
+        memset(&l, 0, sizeof(l));
+        l.zone = z;
+        CALL("lock_acquire", ST_STORE,
+             shmlock_lock_acquire(&l, key, klen, 100000, 0));
+        CALL("lock_release", ST_COMPARE, shmlock_lock_release(&l, 0));
+    }
     {
         shmlock_ticket_t  t = { 0, 0, 0, 0, 0 }, u = { 0, 0, 0, 0, 0 };
 
@@ -2525,14 +2807,15 @@ test_processes(shmlock_zone_t *z)
  */
 /*
  * Slot writes: keys' first slots (more keys than the zone's slots, so
- * reclaim and tombstones too), marks set and cleared, handoffs, releases;
- * 1 ms locks, so that a child killed holding one leaves nothing for long.
+ * reclaim and tombstones too), marks set and cleared, handoffs, releases,
+ * slots spilled into chunks (evicting) and given back; 1 ms locks, so
+ * that a child killed holding one leaves nothing for long.
  */
 static void
 crash_child_slots(shmlock_zone_t *z)
 {
     shmlock_mark_t    mk = { OWN(8), 0, 1, 0, 0 };
-    shmlock_ticket_t  t, m, u;
+    shmlock_ticket_t  t, m, u, held[60];
     char              key[16];
     int               i;
 
@@ -2555,6 +2838,29 @@ crash_child_slots(shmlock_zone_t *z)
             }
         }
         shmlock_slot_release(z, &t);
+    }
+    /* past the floor's room (14 of a 64 KiB zone's 16 slots), held at
+     * once: the last ones spill into chunks (layout 11), more than are
+     * free, evicting `set` entries of the full zone; a spilled one marked and handed off; all
+     * released, their chunks given back */
+    for (i = 0; i < 60; i++) {
+        snprintf(key, sizeof(key), "held%d", i);
+        if (shmlock_slot_acquire(z, KEY(key), 9, 1, 0, &held[i])
+            != SHMLOCK_OK)
+        {
+            held[i].owner = 0;
+        }
+    }
+    if (held[59].owner != 0
+        && shmlock_slot_mark(z, &held[59], &mk, &m) == SHMLOCK_OK
+        && shmlock_slot_swap(z, &m, OWN(8), 0, 0, 1, 0, &u) == SHMLOCK_OK)
+    {
+        held[59] = u;
+    }
+    for (i = 0; i < 60; i++) {
+        if (held[i].owner != 0) {
+            shmlock_slot_release(z, &held[i]);
+        }
     }
 }
 

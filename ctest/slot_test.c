@@ -13,15 +13,22 @@
  *               increments of one counter, while they churn other keys
  *               through a small table (creation, reclaim, tombstones
  *               under the lock-free paths); the counter must be exact
+ *   spill       keys past the floor's room spill into chunks of the
+ *               test's own (as a shard's, spill.h): held, released
+ *               (their chunks given back at once), stale tickets,
+ *               extend, marks, takeovers, reclaim of expired ones, the
+ *               chunks used up (SLOT_FULL), no lock-free path on them
  *   crash       a process SIGKILLed before each write of a key's
  *               creation, a reclaim, a release, a mark, of the fast
- *               paths' pair (no mutex: nothing to recover) and of a
- *               release that hands a marked lock to its waiter, in
- *               turn: the table recovers, verifies, and every key is
- *               held by exactly its last holder or free; a handoff
- *               killed before its hint leaves the waiter's process
- *               unknown, and the waiter's own swap to the same state
- *               writes it again
+ *               paths' pair (no mutex: nothing to recover), of a
+ *               release that hands a marked lock to its waiter, and of
+ *               a spilled slot's creation, release, mark and reclaim,
+ *               in turn: the table recovers (the chunks the chains do
+ *               not hold are free again, as a shard's recovery frees
+ *               them), verifies, and every key is held by exactly its
+ *               last holder or free; a handoff killed before its hint
+ *               leaves the waiter's process unknown, and the waiter's
+ *               own swap to the same state writes it again
  *
  * The lock-free acquire is tried as shmlock_slot.c tries it: the inline
  * home-slot fast path (slot_acquire_fast) first, then slot_acquire.
@@ -38,18 +45,89 @@
 
 #include "check.h"
 
-/* shared memory: the caller's mutex, a counter, the table */
+/* the chunks a table spills into (as a shard's, spill.h) */
+#define POOL  64
+
+/* shared memory: the caller's mutex, a counter, the spill chunks' use,
+ * the chunks, the table */
 typedef struct {
     uint32_t    mutex;          /* 0 free, else the holder's pid */
     uint32_t    pad;
     uint64_t    counter;
     uint64_t    fast;           /* acquires the fast path made */
+    uint32_t    pool_used;      /* chunks taken */
+    uint8_t     used[POOL + 1]; /* chunk i taken (1..POOL) */
+    char        chunks[(POOL + 1) * 64] __attribute__((aligned(64)));
     slot_hdr_t  hdr;
 } shared_t;
 
 static shared_t  *shm;
 static slots_t    tab;
 static size_t     shm_size;
+
+/* the spill chunks: the first two free ones (the mutex held) */
+static int
+pool_take(void *ctx, uint32_t *slot, uint32_t *rec)
+{
+    uint32_t  c, got = 0, two[2];
+
+    (void) ctx;
+    for (c = 1; c <= POOL && got < 2; c++) {
+        if (!shm->used[c]) {
+            two[got++] = c;
+        }
+    }
+    if (got < 2) {
+        return -1;
+    }
+    shm->used[two[0]] = shm->used[two[1]] = 1;
+    shm->pool_used += 2;
+    *slot = two[0];
+    *rec = two[1];
+    return 0;
+}
+
+static void
+pool_give(void *ctx, uint32_t slot, uint32_t rec)
+{
+    (void) ctx;
+    CHECK(slot >= 1 && slot <= POOL && rec >= 1 && rec <= POOL
+          && shm->used[slot] && shm->used[rec]);
+    shm->used[slot] = shm->used[rec] = 0;
+    shm->pool_used -= 2;
+}
+
+/* (recovery) a chunk a chain holds */
+static void
+pool_mark(void *arg, uint32_t c)
+{
+    (void) arg;
+    shm->used[c] = 1;
+    shm->pool_used++;
+}
+
+/* after a crash, as a shard's recovery rebuilds its free list: the
+ * chunks the chains hold are taken, the others free */
+static void
+pool_recover(void)
+{
+    memset(shm->used, 0, sizeof(shm->used));
+    shm->pool_used = 0;
+    slot_spill_chunks(&tab, pool_mark, NULL);
+}
+
+/* the chains hold exactly the chunks taken */
+static void
+pool_check(void)
+{
+    uint8_t   was[POOL + 1];
+    uint32_t  n = shm->pool_used;
+
+    memcpy(was, shm->used, sizeof(was));
+    pool_recover();
+    CHECK(shm->pool_used == n && memcmp(was, shm->used, sizeof(was)) == 0);
+    CHECK(shm->hdr.spilled * 2 == n);
+}
 
 static void
 table_new(uint32_t nslots, int cas16)
@@ -67,6 +145,14 @@ table_new(uint32_t nslots, int cas16)
     slots = (slot_t *) (((uintptr_t) (shm + 1) + 63) & ~(uintptr_t) 63);
     slot_format(&shm->hdr, slots, nslots);
     slot_attach(&tab, &shm->hdr, slots, nslots, cas16);
+}
+
+/* a table that spills into the pool's chunks */
+static void
+table_spill(uint32_t nslots, int cas16)
+{
+    table_new(nslots, cas16);
+    slot_attach_spill(&tab, shm->chunks, POOL, pool_take, pool_give, NULL);
 }
 
 /* The caller's mutex: a spin on a shared word (the zone's is shmtx). */
@@ -103,6 +189,7 @@ verify(void)
         fprintf(stderr, "verify: %s\n", msg);
         exit(1);
     }
+    pool_check();
     mutex_unlock();
 }
 
@@ -408,6 +495,112 @@ test_semantics(int cas16)
 }
 
 
+/* ---- spilled slots ---- */
+
+static void
+test_spill(int cas16)
+{
+    slot_ticket_t  a, b, c, m, f[14], sp[POOL / 2];
+    slot_mark_t    mk = { 0, 0, 7, 0x100, 1000, 5, 900, 0, 0 }, got;
+    char           key[32];
+    uint32_t       hash;
+    int            i, n;
+
+    table_spill(16, cas16);
+    /* the floor's room: 14 of 16 */
+    for (i = 0; i < 14; i++) {
+        snprintf(key, sizeof(key), "floor%d", i);
+        CHECK_RC(acquire(key, 1, 0, 100, &f[i]), SLOT_OK);
+        CHECK(!(f[i].index & SLOT_SPILL));
+    }
+    /* then two chunks each, until none is left */
+    for (n = 0; ; n++) {
+        CHECK(n <= POOL / 2);
+        snprintf(key, sizeof(key), "spill%d", n);
+        if (acquire(key, 2, 0, 100, &a) == SLOT_FULL) {
+            break;
+        }
+        CHECK(a.index & SLOT_SPILL);
+        sp[n] = a;
+    }
+    CHECK(n == POOL / 2 && shm->pool_used == POOL
+          && shm->hdr.spilled == POOL / 2);
+    verify();
+    /* held, looked at, never on a lock-free path */
+    CHECK_RC(acquire("spill3", 3, 0, 100, &b), SLOT_HELD);
+    CHECK(b.index == sp[3].index && b.state.owner == 2);
+    hash = hash_bytes("spill3", 6);
+    CHECK_RC(slot_look(&tab, SLOT_KIND_LOCK, "spill3", 6, hash, &b),
+             cas16 ? SLOT_SLOW : SLOT_SLOW);
+    CHECK_RC(look("spill3", &b), SLOT_OK);
+    CHECK(b.index == sp[3].index && b.state.owner == 2);
+    CHECK_RC(slot_release(&tab, &sp[3]), SLOT_SLOW);
+    CHECK_RC(slot_extend(&tab, &sp[3], 0), SLOT_SLOW);
+    if (cas16) {
+        CHECK_RC(slot_acquire_hint(&tab, sp[3].index, "spill3", 6, 3, 0x100,
+                                   0, &b, &hash), SLOT_SLOW);
+    }
+    /* extend, release: its chunks back at once; a stale ticket gone */
+    CHECK_RC(extend(&sp[3], 500), SLOT_OK);
+    CHECK_RC(release(&sp[3]), SLOT_OK);
+    CHECK(shm->pool_used == POOL - 2 && shm->hdr.spilled == POOL / 2 - 1);
+    CHECK_RC(release(&sp[3]), SLOT_GONE);
+    CHECK_RC(extend(&sp[3], 500), SLOT_GONE);
+    CHECK_RC(look("spill3", &b), SLOT_ABSENT);
+    verify();
+    /* spilled again into the same chunks: an earlier ticket of them is
+     * not its own */
+    CHECK_RC(acquire("again", 2, 0, 100, &a), SLOT_OK);
+    CHECK(a.index == sp[3].index && a.state.stamp != sp[3].state.stamp);
+    CHECK_RC(release(&sp[3]), SLOT_GONE);
+    CHECK_RC(look("again", &b), SLOT_OK);
+    CHECK(b.state.owner == 2);
+    /* a mark: written, read (under the mutex only), released into the
+     * waiter's hands by a swap; the stale look's swap refused */
+    CHECK_RC(slot_mark_read(&tab, &b, &got), SLOT_SLOW);
+    mutex_lock();
+    CHECK_RC(slot_mark_locked(&tab, &a, &mk, &m), SLOT_OK);
+    CHECK_RC(slot_mark_read_locked(&tab, &m, &got), SLOT_OK);
+    CHECK(got.owner == 7 && got.since == 5 && got.until == 900);
+    mutex_unlock();
+    CHECK_RC(release(&a), SLOT_MARKED_STATE);
+    CHECK_RC(swap(&m, 7, 0, 0, &c), SLOT_OK);
+    CHECK_RC(swap(&m, 8, 0, 0, &c), SLOT_GONE);
+    CHECK_RC(look("again", &b), SLOT_OK);
+    CHECK(b.state.owner == 7 && !(b.state.stamp & SLOT_MARKED));
+    CHECK(shm->pool_used == POOL);
+    /* a dead holder's takeover: a swap from the state seen */
+    CHECK_RC(swap(&b, 9, 0, 300, &c), SLOT_OK);
+    CHECK_RC(release(&c), SLOT_OK);
+    CHECK(shm->pool_used == POOL - 2);
+    verify();
+    /* expired ones: taken by their key, given back by a reclaim (which
+     * a full table runs before it answers SLOT_FULL) */
+    CHECK_RC(acquire("exp1", 4, 150, 100, &a), SLOT_OK);
+    CHECK(a.index & SLOT_SPILL);
+    CHECK_RC(acquire("exp2", 5, 200, 100, &b), SLOT_FULL);
+    CHECK_RC(acquire("exp2", 5, 200, 160, &b), SLOT_OK);    /* exp1's */
+    CHECK(b.index == a.index);
+    CHECK_RC(look("exp1", &c), SLOT_ABSENT);
+    CHECK_RC(acquire("exp1", 4, 150, 190, &a), SLOT_FULL);
+    CHECK_RC(acquire("exp2", 6, 0, 210, &c), SLOT_OK);      /* expired */
+    CHECK(c.index == b.index && c.state.owner == 6);
+    verify();
+    /* every key released: the floor stays, the chunks are back */
+    for (i = 0; i < 14; i++) {
+        CHECK_RC(release(&f[i]), SLOT_OK);
+    }
+    for (i = 0; i < n; i++) {
+        if (i != 3) {
+            CHECK_RC(release(&sp[i]), SLOT_OK);
+        }
+    }
+    CHECK_RC(release(&c), SLOT_OK);
+    CHECK(shm->pool_used == 0 && shm->hdr.spilled == 0);
+    verify();
+}
+
+
 /* ---- many processes, exact ---- */
 
 static void
@@ -484,11 +677,73 @@ test_exact(int cas16, int rounds)
 
 /* (the locked paths first: the table without a 16-byte CAS has none of
  * the fast ones) */
-enum { SC_CREATE, SC_RECLAIM, SC_RELEASE, SC_MARK, SC_HANDOFF, SC_FAST,
-       SC_HINT, SC_COUNT };
+enum { SC_CREATE, SC_RECLAIM, SC_RELEASE, SC_MARK, SC_HANDOFF, SC_SPILL,
+       SC_UNSPILL, SC_SPILL_MARK, SC_SPILL_RECLAIM, SC_FAST, SC_HINT,
+       SC_COUNT };
 
 static const char  *scenario_name[] = { "create", "reclaim", "release",
-                                        "mark", "handoff", "fast", "hint" };
+                                        "mark", "handoff", "spill",
+                                        "unspill", "s-mark", "s-reclaim",
+                                        "fast", "hint" };
+
+/* the spilled keys of the spill scenarios: "sheld" held by 1, "sexp"
+ * held by 1 until 150 */
+static slot_ticket_t  spill_held, spill_exp;
+
+/* the floor's room held (14 of 16), then the two spilled keys */
+static void
+spill_setup(int cas16)
+{
+    slot_ticket_t  tk;
+    char           key[32];
+    int            i;
+
+    table_spill(16, cas16);
+    for (i = 0; i < 14; i++) {
+        snprintf(key, sizeof(key), "f%d", i);
+        CHECK_RC(acquire(key, 1, 0, 100, &tk), SLOT_OK);
+    }
+    CHECK_RC(acquire("sheld", 1, 0, 100, &spill_held), SLOT_OK);
+    CHECK_RC(acquire("sexp", 1, 150, 100, &spill_exp), SLOT_OK);
+    CHECK((spill_held.index & spill_exp.index & SLOT_SPILL) != 0);
+}
+
+/* after a spill scenario (done: it ran to its end) */
+static void
+spill_check(int sc, int done)
+{
+    slot_ticket_t  tk;
+    slot_mark_t    got;
+    int            rc;
+
+    rc = acquire("sheld", 5, 0, 100, &tk);
+    if (sc == SC_UNSPILL) {
+        /* killed before its CAS: 1's; after: free (and maybe still on
+         * its chain, until a reclaim gives it back) */
+        CHECK(done ? rc == SLOT_OK
+                   : rc == SLOT_OK || (rc == SLOT_HELD
+                                       && tk.state.owner == 1));
+    } else {
+        CHECK(rc == SLOT_HELD && tk.state.owner == 1);
+    }
+    if (sc == SC_SPILL_MARK && look("sheld", &tk) == SLOT_OK
+        && (tk.state.stamp & SLOT_MARKED))
+    {
+        mutex_lock();
+        CHECK_RC(slot_mark_read_locked(&tab, &tk, &got), SLOT_OK);
+        mutex_unlock();
+        CHECK((got.owner == 77 && got.since == 1)
+              || (got.owner == 78 && got.since == 0));
+    }
+    if (sc == SC_SPILL) {
+        rc = look("new", &tk);
+        CHECK(done ? rc == SLOT_OK && tk.state.owner == 9
+                   : rc == SLOT_ABSENT
+                     || (rc == SLOT_OK && tk.state.owner == 9));
+    }
+    /* "sexp" expired: free or given back, either way ours */
+    CHECK_RC(acquire("sexp", 5, 0, 200, &tk), SLOT_OK);
+}
 
 /* the handoff's key "h": held by HAND_HOLDER, marked by HAND_WAITER */
 static slot_ticket_t  hand_held;
@@ -496,7 +751,7 @@ static slot_ticket_t  hand_held;
 static void
 handoff_setup(void)
 {
-    slot_mark_t    m = { 0, 0, HAND_WAITER, HAND_WPROC, 0, 1, 1000, 0 };
+    slot_mark_t    m = { 0, 0, HAND_WAITER, HAND_WPROC, 0, 1, 1000, 0, 0 };
     slot_ticket_t  seen, tk;
 
     mutex_lock();
@@ -593,7 +848,7 @@ crash_setup(int cas16, slot_ticket_t *held)
     CHECK_RC(acquire("d", 1, 0, 100, &tk), SLOT_OK);
     CHECK_RC(release(&tk), SLOT_OK);
     mutex_lock();
-    CHECK(slot_reclaim_locked(&tab, 100) == 2);     /* free and d */
+    CHECK(slot_reclaim_locked(&tab, 100, 1) == 2);     /* free and d */
     mutex_unlock();
     CHECK_RC(acquire("free", 1, 0, 100, &tk), SLOT_OK);
     CHECK_RC(release(&tk), SLOT_OK);
@@ -605,8 +860,8 @@ static void
 crash_run(int sc, const slot_ticket_t *held)
 {
     slot_ticket_t  tk, m;
-    slot_mark_t    mark = { 0, 0, 77, 0x100, 1000, 1, 2, 0 };
-    slot_mark_t    mark2 = { 0, 0, 78, 0x100, 1000, 0, 2, 0 };
+    slot_mark_t    mark = { 0, 0, 77, 0x100, 1000, 1, 2, 0, 0 };
+    slot_mark_t    mark2 = { 0, 0, 78, 0x100, 1000, 0, 2, 0, 0 };
     const char    *k = "new";
 
     if (sc == SC_FAST) {
@@ -641,12 +896,26 @@ crash_run(int sc, const slot_ticket_t *held)
     }
     mutex_lock();
     switch (sc) {
+    case SC_SPILL:
+        slot_acquire_locked(&tab, SLOT_KIND_LOCK, k, 3, hash_bytes(k, 3), 9,
+                            0x100, 0, 100, &tk);
+        break;
+    case SC_UNSPILL:
+        slot_release_locked(&tab, &spill_held);
+        break;
+    case SC_SPILL_MARK:
+        slot_mark_locked(&tab, &spill_held, &mark, &m);
+        slot_mark_locked(&tab, &m, &mark2, &m);
+        break;
+    case SC_SPILL_RECLAIM:
+        slot_reclaim_locked(&tab, 200, 1);
+        break;
     case SC_CREATE:
         slot_acquire_locked(&tab, SLOT_KIND_LOCK, k, 3, hash_bytes(k, 3), 9,
                             0x100, 0, 100, &tk);
         break;
     case SC_RECLAIM:
-        slot_reclaim_locked(&tab, 100);
+        slot_reclaim_locked(&tab, 100, 1);
         break;
     case SC_RELEASE:
         slot_release_locked(&tab, held);
@@ -671,7 +940,11 @@ test_crash(int cas16)
     for (sc = 0; sc < (cas16 ? SC_COUNT : SC_FAST); sc++) {
         for (n = 1, done = 0, lost = 0; !done; n++) {
             CHECK(n < 100);
-            crash_setup(cas16, &held);
+            if (sc >= SC_SPILL && sc <= SC_SPILL_RECLAIM) {
+                spill_setup(cas16);
+            } else {
+                crash_setup(cas16, &held);
+            }
             if (sc == SC_HANDOFF) {
                 handoff_setup();
             }
@@ -697,12 +970,18 @@ test_crash(int cas16)
                 CHECK(shm->mutex == (uint32_t) pid);
                 shm->mutex = (uint32_t) getpid();
                 slot_recover_locked(&tab);
+                pool_recover();
                 mutex_unlock();
             }
             if (slot_verify_locked(&tab, msg, sizeof(msg)) != 0) {
                 fprintf(stderr, "crash %s before write %d: %s\n",
                         scenario_name[sc], n, msg);
                 exit(1);
+            }
+            if (sc >= SC_SPILL && sc <= SC_SPILL_RECLAIM) {
+                spill_check(sc, done);
+                verify();
+                continue;
             }
             /* "held" is 1's, or (released) free; "new" free or 9's */
             CHECK_RC(acquire("held", 5, 0, 100, &tk),
@@ -784,6 +1063,8 @@ main(int argc, char **argv)
         printf("slot_test, %s:\n", cas16 ? "16-byte CAS" : "mutex fallback");
         test_semantics(cas16);
         printf("  semantics: ok\n");
+        test_spill(cas16);
+        printf("  spilled slots: ok\n");
         test_exact(cas16, rounds);
         printf("  4 processes x %d locked increments: exact\n", rounds);
         test_crash(cas16);

@@ -79,13 +79,16 @@ local function parse(text)
     return d
 end
 
--- the header, split at its test hooks (#ifdef SHMLOCK_TESTING ... #endif)
+-- the public header, and the test hooks' (src/shmlock_testing.h: what
+-- follows its #include "shmlock.h"); the public one names no hook
 local function header()
     local h = slurp("src/shmlock.h")
-    local before, hooks, after =
-        h:match("^(.*)#ifdef SHMLOCK_TESTING\n(.-)\n#endif\n(.*)$")
-    assert(before, "src/shmlock.h has no #ifdef SHMLOCK_TESTING block")
-    return parse(before .. after), parse(hooks)
+    assert(not h:find("shmlock_test_", 1, true),
+           "src/shmlock.h declares a test hook (src/shmlock_testing.h's)")
+    local t = slurp("src/shmlock_testing.h")
+    local hooks = t:match('#include "shmlock%.h"\n(.*)#endif')
+    assert(hooks, "src/shmlock_testing.h: no hooks after its #include")
+    return parse(h), parse(hooks)
 end
 
 -- the cdef blocks of a Lua file, concatenated; declarations that are not

@@ -1366,7 +1366,7 @@ describe("resty.shmlock.semaphore when a process dies at every write",
             assert.is_true(crashes < 200, sc.name .. ": never completed")
         end)
     end
-    -- A queued waiter's turn (inside nginx: nginx_wait's mark on the key's
+    -- A queued waiter's turn (inside nginx: lock.wait's mark on the key's
     -- head, src/group.h) across a crash of the holder's release at each
     -- of its writes: the turn stays, the waiter comes in, nobody else.
     it("keeps a waiter's turn when the releasing holder dies at any write",
@@ -1494,8 +1494,9 @@ describe("resty.shmlock's lock when the releasing holder dies at every "
                 -- ours, and the slot knows our process again: the others
                 -- judge us by our start time, not by our pid alone
                 assert(l:owned())
-                assert(zone_lock.look_at(dict._zone, "k", 1) == codes.OK)
-                assert(slots.start32(zone_lock.seen) == token.start32(),
+                local rc, seen = zone_lock.look_at(dict._zone, "k", 1)
+                assert(rc == codes.OK)
+                assert(slots.start32(seen) == token.start32(),
                        "the slot's hint is not this process")
                 assert(l:unlock() == 1)
             end)

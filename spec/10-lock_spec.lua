@@ -6,6 +6,7 @@ local shdict = require "resty.shmlock.shdict"
 local resty_lock = require "resty.shmlock"
 local zone_lock = require "resty.shmlock.lock.zone"
 local handle = require "resty.shmlock.lock.handle"
+local codes = require "resty.shmlock.internal.codes"
 local slot = require "helpers.lock_slot"
 local env = require "helpers.lock_env"
 local fixture = require "helpers.fixture"
@@ -404,14 +405,20 @@ describe("resty.shmlock", function()
             end)
         end
 
-        it("returns 'no memory' when every lock slot of the key's shard "
-           .. "is held, and takes locks again once one is free", function()
+        it("returns 'no memory' when the key's shard has no room left (its "
+           .. "floor of lock slots held, no chunk to spill into), and takes "
+           .. "locks again once one is free", function()
             local small = assert(shdict.open("small" .. n, { size = "32k" }))
-            -- a full dictionary takes nothing from the locks
+            -- a dictionary full of add() entries: nothing to evict, every
+            -- chunk used; the floor of lock slots is the locks' own
             local i = 0
             repeat
                 i = i + 1
             until not small:add("fill" .. i, string.rep("x", 200))
+            repeat
+                i = i + 1
+            until not small:add("fill" .. i, "")
+            assert.equal(0, small:free_space())
             local held = {}
             local err
             for k = 1, 1000 do
@@ -815,6 +822,14 @@ describe("resty.shmlock", function()
     end)
 
     describe("starvation mode", function()
+        -- a waiter on key of this process: a handle whose acquire (its
+        -- owner id drawn) found key held
+        local function waiter(zone, key)
+            local w = handle.zone(zone)
+            assert.equal(codes.EXISTS, zone_lock.acquire(w, key, #key, 30000))
+            return w
+        end
+
         it("unlock() hands a marked lock to the marked waiter", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
@@ -856,8 +871,8 @@ describe("resty.shmlock", function()
             assert.equal(0, holder:lock("k"))
             local zone, look = dict._zone, zone_lock.look
             local till = later()
-            local w = handle.zone(zone, 0xfffffff1)
-            local other = handle.zone(zone, 0xfffffff2)
+            local w = waiter(zone, "k")
+            local other = waiter(zone, "k")
 
             -- an older starver's mark stays
             assert.is_true(slot.mark(dict, "k", { pid = me, id = other.id,
@@ -885,7 +900,7 @@ describe("resty.shmlock", function()
             -- the handoff reached w: its look finds the lock its own
             assert.equal(zone_lock.ACQUIRED,
                          look(zone, "k", 1, w, 30000, false, nil))
-            assert.is_true(zone_lock.release(zone, w.tk) == 1)
+            assert.is_true(zone_lock.release(zone, w) == 1)
             assert.is_nil(slot.info(dict, "k"))
         end)
 
@@ -928,7 +943,7 @@ describe("resty.shmlock", function()
            .. "starver's", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local w = handle.zone(dict._zone, 0xfffffff1)
+            local w = waiter(dict._zone, "k")
             local till = later()
             assert.is_true(slot.mark(dict, "k", { pid = me, id = STARVER,
                                                   since = 100,
@@ -944,7 +959,7 @@ describe("resty.shmlock", function()
            .. "them", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local w = handle.zone(dict._zone, 0xfffffff1)
+            local w = waiter(dict._zone, "k")
             assert.equal(zone_lock.MARKED,
                          zone_lock.look(dict._zone, "k", 1, w, 1e12, false,
                                         200, 1e15))
@@ -961,7 +976,7 @@ describe("resty.shmlock", function()
            .. "reached us first", function()
             local holder = resty_lock:new(dict)
             assert.equal(0, holder:lock("k"))
-            local w = handle.zone(dict._zone, 0xfffffff1)
+            local w = waiter(dict._zone, "k")
             local till = later()
             assert.equal(zone_lock.MARKED,
                          zone_lock.look(dict._zone, "k", 1, w, 30000, false,
@@ -975,7 +990,7 @@ describe("resty.shmlock", function()
                                         200, till))
             assert.equal(1, holder:unlock())
             assert.is_true(zone_lock.withdraw(dict._zone, "k", 1, w))
-            assert.equal(1, zone_lock.release(dict._zone, w.tk))
+            assert.equal(1, zone_lock.release(dict._zone, w))
         end)
     end)
 
@@ -1098,7 +1113,7 @@ describe("resty.shmlock inside nginx (stand-in ngx)", function()
         fake.shared = { fallback = shared_dict() }
         local saved_ngx = _G.ngx
         -- the modules that ask at load time whether they run in nginx
-        local reloaded = { "resty.shmlock", "resty.shmlock.lock.nginx_wait" }
+        local reloaded = { "resty.shmlock", "resty.shmlock.lock.wait" }
         local saved = {}
         _G.ngx = {
             get_phase = function() return fake.phase end,

@@ -14,6 +14,8 @@ local env = require "helpers.lock_env"
 local slot = require "helpers.lock_slot"
 local handle = require "resty.shmlock.lock.handle"
 local fake_clock = require "helpers.fake_clock"
+local hooks = require "helpers.test_hooks"
+local EXISTS = require("resty.shmlock.internal.codes").EXISTS
 
 local function gc()
     collectgarbage()
@@ -157,62 +159,36 @@ end)
 
 describe("resty.shmlock when a zone call fails (injected)", function()
     local dir, dict, n
-    -- C function name -> the code it returns instead of running, or a
-    -- function of its arguments answering that code (nil: run it)
-    local fail = {}
-    local failing               -- the C library, failing as `fail` says
-    local zl                    -- zone_lock over the failing C library
     local fx = fixture.new { dir = "block" }
+
+    -- The lock's calls of the slots fail as a spec asks (the C core's
+    -- seam, src/shmlock_lock.c): fail(name, rc) makes each call of
+    -- shmlock_slot_<name> by the lock answer rc (nil: run again).
+    local CALLS = { swap = hooks.SHMLOCK_TEST_LOCK_SWAP,
+                    release = hooks.SHMLOCK_TEST_LOCK_RELEASE,
+                    extend = hooks.SHMLOCK_TEST_LOCK_EXTEND }
+    local function fail(name, rc)
+        hooks.shmlock_test_lock_fail(CALLS[name], rc or 0)
+    end
 
     setup(function()
         dir = fx.dir
         n = 0
-        local real = require "resty.shmlock.lib"
-        failing = setmetatable({}, { __index = function(_, name)
-            local f = fail[name]
-            if f == nil then
-                return real[name]
-            end
-            return function(...)
-                local rc = f
-                if type(f) == "function" then
-                    rc = f(...)
-                end
-                if rc then
-                    return rc
-                end
-                return real[name](...)
-            end
-        end })
-        -- the zone backend and its slots' primitives, over failing
-        local names = { "resty.shmlock.lock.zone", "resty.shmlock.lock.slots",
-                        "resty.shmlock.lock.slots.ffi" }
-        local saved = {}
-        for _, name in ipairs(names) do
-            saved[name] = package.loaded[name]
-            package.loaded[name] = nil
-        end
-        package.loaded["resty.shmlock.lib"] = failing
-        zl = require "resty.shmlock.lock.zone"
-        package.loaded["resty.shmlock.lib"] = real
-        for _, name in ipairs(names) do
-            package.loaded[name] = saved[name]
-        end
     end)
 
     before_each(function()
         n = n + 1
         dict = assert(shdict.open("inject" .. n, { dir = dir }))
-        for k in pairs(fail) do
-            fail[k] = nil
+    end)
+
+    after_each(function()
+        for name in pairs(CALLS) do
+            fail(name, nil)
         end
     end)
 
-    -- a lock object whose zone calls go through the failing library
     local function new_lock(opts)
-        local lock = assert(resty_lock:new(dict, opts))
-        lock.backend = zl
-        return lock
+        return assert(resty_lock:new(dict, opts))
     end
 
     -- a starving waiter of this process no lock object is: alive (our
@@ -235,13 +211,13 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         it("unlock() returns nil, '" .. msg .. "' when the handoff fails, "
            .. "and keeps the lock held", function()
             local holder, marked = held_and_marked()
-            fail.shmlock_slot_swap = rc
+            fail("swap", rc)
             assert.same({ nil, msg }, { holder:unlock() })
             assert.is_true(holder:owned())
             assert.equal(marked, slot.state(dict, "k"))
             assert.same({ nil, "locked" }, { holder:lock("j") })
             -- the failure passes: unlock again hands the lock over
-            fail.shmlock_slot_swap = nil
+            fail("swap", nil)
             assert.same({ 1 }, { holder:unlock() })
             local pid, id = slot.owner(dict, "k")
             assert.same({ env.pid(), STARVER }, { pid, id })
@@ -253,10 +229,10 @@ describe("resty.shmlock when a zone call fails (injected)", function()
             local holder = (function()
                 local l = new_lock()
                 assert.equal(0, l:lock("k"))
-                fail.shmlock_slot_release = rc
+                fail("release", rc)
                 assert.same({ nil, msg }, { l:unlock() })
                 assert.is_true(l:owned())
-                fail.shmlock_slot_release = nil
+                fail("release", nil)
                 return l
             end)()
             assert.truthy(slot.info(dict, "k"))
@@ -271,11 +247,11 @@ describe("resty.shmlock when a zone call fails (injected)", function()
             local holder = new_lock()
             assert.equal(0, holder:lock("k"))
             local state = slot.state(dict, "k")
-            fail.shmlock_slot_extend = rc
+            fail("extend", rc)
             assert.same({ nil, msg }, { holder:expire(60) })
             assert.is_true(holder:owned())
             assert.equal(state, slot.state(dict, "k"))
-            fail.shmlock_slot_extend = nil
+            fail("extend", nil)
             assert.same({ 1 }, { holder:unlock() })
             assert.is_nil(slot.info(dict, "k"))
         end)
@@ -288,10 +264,12 @@ describe("resty.shmlock when a zone call fails (injected)", function()
 
         -- a waiter outside nginx: it marks the lock after 2 ms; at its
         -- deadline the withdrawal (a swap that clears the mark) fails
-        fail.shmlock_slot_swap = 3
+        fail("swap", 3)
         local waiter = new_lock({ timeout = 0.1 })
-        local me = handle.zone(dict._zone, 0xfffffff1)
+        local zl = require "resty.shmlock.lock.zone"
+        local me = handle.zone(dict._zone)
         local t0, cpu0 = env.now(), env.cpu()
+        assert.equal(EXISTS, zl.acquire(me, "k", 1, waiter.expiry))
         assert.same({ nil, "timeout" },
                     { zl.block(waiter.target, "k", 1, me, waiter.expiry,
                                waiter.timeout, waiter.step, waiter.ratio,
@@ -306,20 +284,25 @@ describe("resty.shmlock when a zone call fails (injected)", function()
 
         -- the holder's release frees the key instead of handing it to
         -- a waiter who gave up
+        fail("swap", nil)
         assert.same({ 1 }, { holder:unlock() })
         assert.is_nil(slot.info(dict, "k"))
         assert.is_nil(slot.marked(dict, "k"))
 
         -- on time: on a clock only its sleeps move, the steps add up to
         -- its 0.1 s, the last one cut to the deadline, then no more
-        local fc = fake_clock.new { lib = failing }
+        local fc = fake_clock.new()
         local fzl = fc:require("resty.shmlock.lock.zone")
         assert.equal(0, holder:lock("k"))
+        fail("swap", 3)
+        assert.equal(EXISTS, fzl.acquire(me, "k", 1, waiter.expiry))
         assert.same({ nil, "timeout" },
                     { fzl.block(waiter.target, "k", 1, me, waiter.expiry,
                                 waiter.timeout, waiter.step, waiter.ratio,
                                 waiter.max_step) })
         assert.same({ 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.037 },
                     fc.sleeps)
+        fail("swap", nil)
+        assert.same({ 1 }, { holder:unlock() })
     end)
 end)

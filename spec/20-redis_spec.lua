@@ -876,7 +876,7 @@ describe("resty.shmlock.redis", function()
         local sleeps
         local saved_ngx, saved_mod
         -- the modules that ask, when they load, whether they are in nginx
-        local NGINX_SIDE = { "resty.shmlock.redis", "resty.shmlock.redis.wait",
+        local NGINX_SIDE = { "resty.shmlock.redis", "resty.shmlock.lock.wait",
                              "resty.shmlock.redis.link" }
         local resty_lock
 

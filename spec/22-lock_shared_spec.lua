@@ -185,6 +185,9 @@ describe("lock:lock_shared", function()
        .. "rule on a zone (a stand-in ngx)",
        function()
         local saved_ngx, saved = _G.ngx, package.loaded["resty.shmlock"]
+        -- (the wait module decides where to wait: loaded with the ngx too)
+        local saved_wait = package.loaded["resty.shmlock.lock.wait"]
+        local gone = package.loaded["resty.shmlock.lock.wait"].gone
         local store = {}
         local phase = "content"
         _G.ngx = {
@@ -201,6 +204,7 @@ describe("lock:lock_shared", function()
             } },
         }
         package.loaded["resty.shmlock"] = nil
+        package.loaded["resty.shmlock.lock.wait"] = nil
         local ok, err = pcall(function()
             local nginx_lock = require "resty.shmlock"
             local l = assert(nginx_lock:new("fallback"))
@@ -228,6 +232,8 @@ describe("lock:lock_shared", function()
             assert.same({ 1 }, { r:unlock() })
         end)
         package.loaded["resty.shmlock"] = saved
+        package.loaded["resty.shmlock.lock.wait"] = saved_wait
+        package.loaded["resty.shmlock.lock.zone"].on_gone(gone)
         _G.ngx = saved_ngx
         assert(ok, err)
     end)
@@ -236,9 +242,13 @@ describe("lock:lock_shared", function()
        .. "own shared hold could end, and waits for another's (a stand-in "
        .. "ngx, log phase)", function()
         local saved_ngx, saved = _G.ngx, package.loaded["resty.shmlock"]
+        -- (the wait module decides where to wait: loaded with the ngx too)
+        local saved_wait = package.loaded["resty.shmlock.lock.wait"]
+        local gone = package.loaded["resty.shmlock.lock.wait"].gone
         _G.ngx = { get_phase = function() return "log" end,
                    sleep = function() end }
         package.loaded["resty.shmlock"] = nil
+        package.loaded["resty.shmlock.lock.wait"] = nil
         local pids = {}
         -- a child holding key shared (released when told, or once a
         -- waiter sleeps on the key: when_waited)
@@ -313,6 +323,8 @@ describe("lock:lock_shared", function()
             assert.same({ 1 }, { w:unlock() })
         end)
         package.loaded["resty.shmlock"] = saved
+        package.loaded["resty.shmlock.lock.wait"] = saved_wait
+        package.loaded["resty.shmlock.lock.zone"].on_gone(gone)
         _G.ngx = saved_ngx
         children.expect_clean_exits(pids)
         assert(ok, err)

@@ -182,7 +182,7 @@ describe("resty.shmlock.redis.semaphore", function()
             assert.equal(1, s:release())
         end)
 
-        it("works with a connected client too (polling, no subscriber)",
+        it("works with a connected client too (polling, no wake-ups)",
            function()
             local s = sem({ permits = 1 }, connect())
             assert.equal(0, s:acquire("cl"))

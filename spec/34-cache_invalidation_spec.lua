@@ -245,24 +245,25 @@ describe("resty.shmlock.cache: a load started before a change", function()
         end
     end)
 
-    it("stores with dict:_set_guarded only while the word's masked bits "
+    it("stores with shdict._set_guarded only while the word's masked bits "
        .. "are as read", function()
         local C = require "resty.shmlock.lib"
+        local set_guarded = require("resty.shmlock.shdict")._set_guarded
         local word = 7
         local gen = tonumber(C.shmlock_zone_gen_add(zone._zone, word, 0))
         local mask = 0xffff0000
         assert.same({ true, nil, false },
-                    { zone:_set_guarded("g", "a", 0, nil, word, mask, gen) })
+                    { set_guarded(zone, "g", "a", 0, nil, word, mask, gen) })
         C.shmlock_zone_gen_add(zone._zone, word, 1)
         assert.same({ true, nil, false },
-                    { zone:_set_guarded("g", "b", 0, nil, word, mask, gen) })
+                    { set_guarded(zone, "g", "b", 0, nil, word, mask, gen) })
         C.shmlock_zone_gen_add(zone._zone, word, 65536)
         assert.same({ false, "changed", false },
-                    { zone:_set_guarded("g", "c", 0, nil, word, mask, gen) })
+                    { set_guarded(zone, "g", "c", 0, nil, word, mask, gen) })
         assert.equal("b", zone:get("g"))
         assert.same({ true, nil, false },
-                    { zone:_set_guarded("g", "d", 0, nil, word + 1024, mask,
-                                        gen + 65536) })
+                    { set_guarded(zone, "g", "d", 0, nil, word + 1024, mask,
+                                  gen + 65536) })
         assert.equal("d", zone:get("g"))
     end)
 end)

@@ -344,7 +344,7 @@ describe("resty.shmlock.cache with opts.redis", function()
         local out = checkout.sh("cd '" .. root .. "/bench' && env -u "
             .. "LD_PRELOAD -u SHMLOCK_LIB SHMLOCK_DIR='"
             .. fx.dir .. "/zones' BENCH_REDIS_PORT=" .. port
-            .. " INSTR_N=20000 INSTR_PRELOAD='" .. shim .. "' BENCH_DATA='"
+            .. " INSTR_N=20000 INSTR_SEEDS=1 INSTR_PRELOAD='" .. shim .. "' BENCH_DATA='"
             .. fx.dir .. "' LUA_PATH='" .. root .. "/lua/?.lua;lib/?.lua;"
             .. root .. "/scripts/lua/?.lua;;' luajit instructions.lua "
             .. "cache_hit cache_hit_fleet 2>&1")

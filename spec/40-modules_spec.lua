@@ -102,9 +102,7 @@ describe("the module tree", function()
         local puc_only = { ["resty.shmlock.internal.core.capi"] = true,
                            ["resty.shmlock.shdict.capi"] = true,
                            ["resty.shmlock.lock.slots.capi"] = true,
-                           ["resty.shmlock.lock.handle.capi"] = true,
-                           ["resty.shmlock.semaphore.permit.capi"] = true,
-                           ["resty.shmlock.lock.shared.handle.capi"] = true }
+                           ["resty.shmlock.semaphore.permit.capi"] = true }
         for _, name in ipairs(modules()) do
             if puc_only[name] then
                 goto continue

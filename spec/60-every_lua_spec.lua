@@ -14,23 +14,22 @@ local LUA_PATH = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua;;"
 local PUC = { "lua5.1", "lua5.2", "lua5.3", "lua5.4" }
 local ALL = { "luajit", "lua5.1", "lua5.2", "lua5.3", "lua5.4" }
 
--- modules only LuaJIT loads: the FFI binding itself, the lock's FFI side
--- (its slots' primitives, its handles, exclusive and shared, the lock in
--- an ngx.shared dict, which exists only inside nginx), the semaphore's
--- permit handle (a cdata) and the command (FFI calls); and the C module's
--- side, which only PUC Lua loads
+-- modules only LuaJIT loads: the FFI binding itself, the Lua lock
+-- object's FFI side (its slots' primitives, its handles, its shared holds,
+-- the lock in an ngx.shared dict, which exists only inside nginx; under
+-- PUC Lua the lock object is the C module's), the semaphore's permit
+-- handle (a cdata) and the command (FFI calls); and the C module's side,
+-- which only PUC Lua loads
 local LUAJIT_ONLY = {
     "^resty%.shmlock%.lib$", "^resty%.shmlock%.internal%.core%.ffi$",
     "^resty%.shmlock%.lock%.slots%.ffi$", "^resty%.shmlock%.lock%.handle$",
-    "^resty%.shmlock%.lock%.ngx_shared$",
-    "^resty%.shmlock%.lock%.shared%.handle$",
+    "^resty%.shmlock%.lock%.ngx_shared$", "^resty%.shmlock%.lock%.shared$",
     "^resty%.shmlock%.semaphore%.permit$", "^resty%.shmlock%.cli%.",
 }
 local PUC_ONLY = {
     "^resty%.shmlock%.internal%.core%.capi$", "^resty%.shmlock%.shdict%.capi$",
-    "^resty%.shmlock%.lock%.slots%.capi$", "^resty%.shmlock%.lock%.handle%.capi$",
+    "^resty%.shmlock%.lock%.slots%.capi$",
     "^resty%.shmlock%.semaphore%.permit%.capi$",
-    "^resty%.shmlock%.lock%.shared%.handle%.capi$",
 }
 
 local function matches(name, patterns)

@@ -168,14 +168,14 @@ group_head_handoff(group_t *g, const group_head_t *h, int64_t now,
     slot_ticket_t  tk;
     int            rc;
 
-    if (slot_mark_read(g->t, &h->tk, &m) == SLOT_OK && m.until > now
+    if (slot_mark_read_locked(g->t, &h->tk, &m) == SLOT_OK && m.until > now
         && m.owner != 0)
     {
         /* the waiter's process before its owner: killed between the two,
          * a releaser would leave the waiter a slot it cannot tell for its
          * own, nor for a dead holder's (a head's hint is read by nobody,
          * so this store is harmless if the swap fails) */
-        slot_hint(&g->t->slots[h->tk.index], m.process);
+        slot_hint_locked(g->t, h->tk.index, m.process);
         rc = slot_swap_locked(g->t, &h->tk, m.owner, m.process, 0,
                               m.expiry > 0 ? now + m.expiry : 0, &tk);
         *handed = rc == SLOT_OK;
@@ -203,7 +203,7 @@ group_head_count(group_t *g, const group_head_t *h, uint32_t count,
     /* a semaphore's marked waiter keeps its turn: the head stays, counting
      * none (a marked slot has an owner), until the waiter comes
      * (group_marked) or its mark goes stale */
-    if (slot_mark_read(g->t, &h->tk, &m) == SLOT_OK && m.until > now) {
+    if (slot_mark_read_locked(g->t, &h->tk, &m) == SLOT_OK && m.until > now) {
         return slot_swap_locked(g->t, &h->tk, GROUP_TAG, 0, marked, expiry,
                                 &tk);
     }
@@ -236,7 +236,7 @@ group_marked(group_t *g, group_head_t *h, uint64_t owner, int64_t now)
     if (!h->found || !(h->tk.state.stamp & SLOT_MARKED)) {
         return 0;
     }
-    rc = slot_mark_read(g->t, &h->tk, &m);
+    rc = slot_mark_read_locked(g->t, &h->tk, &m);
     if (rc != SLOT_OK || m.until > now) {
         return rc == SLOT_OK && m.owner == owner ? GROUP_MARK_MINE
                                                  : GROUP_MARK_OUT;

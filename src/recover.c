@@ -29,6 +29,13 @@ recover_mark(shard_t *sh, uint32_t i, uint8_t *seen)
     }
 }
 
+/* slot_spill_chunks's mark: a spilled lock slot's chunk is in use */
+static void
+recover_mark_spilled(void *arg, uint32_t c)
+{
+    ((uint8_t *) arg)[c] = 1;
+}
+
 /* list_rebuild's mark: a node's chunks are in use */
 static void
 recover_mark_node(shard_t *sh, uint32_t node, void *seen)
@@ -122,6 +129,8 @@ recover_shard(shard_t *sh)
     d->nentries = n;
 
     if (seen != NULL) {
+        /* the lock slots spilled into chunks are not free ones (slot.h) */
+        slot_spill_chunks(&sh->slots, recover_mark_spilled, seen);
         recover_free_list(sh, seen);
         free(seen);
     } else {

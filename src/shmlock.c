@@ -52,6 +52,8 @@ shmlock_strerror(int rc)
     case SHMLOCK_REMOVED:         return "zone file removed: deleted while "
                                          "in use (rm, or systemd's "
                                          "RemoveIPC=yes at logout)";
+    case SHMLOCK_ASK:             return "ask: an owner of this process "
+                                         "to judge";
     default:                      return "unknown error";
     }
 }

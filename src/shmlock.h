@@ -49,9 +49,13 @@ enum {
     SHMLOCK_NOT_A_LIST,     /* "value not a list" (push, pop, llen) */
     SHMLOCK_FOREIGN_TIME,   /* the zone was made in another time namespace:
                                its expiry times are another clock's */
-    SHMLOCK_REMOVED         /* the zone's file was deleted behind our back
+    SHMLOCK_REMOVED,        /* the zone's file was deleted behind our back
                                (rm, systemd's RemoveIPC): the zone is dead
                                as if destroyed; open the name again */
+    SHMLOCK_ASK             /* the lock calls (shmlock_lock_*) with
+                               SHMLOCK_LOOK_ASK: whether an owner id of this
+                               process is gone decides; call again with the
+                               answer (shmlock_lock_t.ask) */
 };
 
 /* Value types, numbered as Lua's (and ngx.shared.DICT's) type tags. */
@@ -78,7 +82,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,      /* bytes of a key */
     SHMLOCK_MIN_SIZE = 32768,     /* bytes of the smallest zone */
     SHMLOCK_GEN_WORDS = 1024,     /* generation words of a zone */
-    SHMLOCK_LAYOUT = 11,          /* the zone layout this build reads and
+    SHMLOCK_LAYOUT = 12,          /* the zone layout this build reads and
                                      makes (zone.h) */
     SHMLOCK_WATCH_MS = 100        /* a process looks whether a zone's file
                                      was removed at most this often, at its
@@ -431,46 +435,18 @@ SHMLOCK_API void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash,
 SHMLOCK_API uint32_t shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash);
 
 
-/* ---- locks as dictionary entries, in one call each ---- */
-
-/*
- * The dictionary-entry lock primitives: the Lua lock used them before
- * its locks moved to the lock slots (below), and no longer calls them.
- * Takes key for the owner token tok: an add of the string tok with
- * exptime_ms (so pinned: never evicted while live).  now_ms: the caller's
- * reading of the zone clock (CLOCK_MONOTONIC, ms; 0: read it here): inside
- * nginx, its cached ngx_current_msec is that clock and saves a clock read
- * per lock (a stale reading shortens the lock's life by the staleness, as
- * ngx.shared.DICT's cached time does).  SHMLOCK_OK: taken;
- * SHMLOCK_EXISTS: held (live); SHMLOCK_NO_MEMORY, SHMLOCK_BAD_KEY,
- * SHMLOCK_BAD_VALUE (tok NULL).
- */
-SHMLOCK_API int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
-    size_t key_len, const char *tok, size_t tok_len, int64_t exptime_ms,
-    int64_t now_ms);
-/*
- * Releases key if it holds exactly tok (expired or not): removes it and
- * wakes the key's counted waiters (shmlock_wake_waiters).  SHMLOCK_OK;
- * SHMLOCK_CHANGED: it holds another value (live); SHMLOCK_NOT_FOUND:
- * absent, or another value that has expired; SHMLOCK_BAD_KEY,
- * SHMLOCK_BAD_VALUE.
- */
-SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
-    size_t key_len, const char *tok, size_t tok_len);
-
-
 /* ---- lock slots (issue 22): a lock pair in one 16-byte CAS each way ---- */
 
 /*
- * Each shard of a zone (layout 10) ends with a table of 64-byte lock
+ * Each shard of a zone (layout 11) ends with a floor of 64-byte lock
  * slots, memory for locks only (src/slot.h draws it): one slot per key,
  * made at the key's first acquire and kept after its release, so that a
- * pair is one compare-and-swap each way, without the shard's mutex.
- * Slots are not dictionary entries: the dictionary calls do not see
- * them, nor they the dictionary's keys.  The Lua lock on a zone
- * (lua/resty/shmlock/lock/zone.lua) keeps its locks here; the
- * dictionary-entry primitives above (shmlock_lock_*) stay in the ABI but
- * it no longer calls them.
+ * pair is one compare-and-swap each way, without the shard's mutex;
+ * keys past the floor's room spill into the shard's memory (two 64-byte
+ * chunks each, taken as a `set` takes room, evicting `set` entries) and
+ * cost the shard's mutex.  Slots are not dictionary entries: the
+ * dictionary calls do not see them, nor they the dictionary's keys.  The
+ * lock (shmlock_lock_*, below) keeps its locks here.
  *
  * A slot's state is two words, changed together by one 16-byte CAS:
  * owner (0: free; else the holder: its pid << 32 | an id of the caller's
@@ -499,11 +475,13 @@ SHMLOCK_API int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
  * instruction leaves every slot in its old or its new state.
  *
  * exptime_ms: the lock's time to live (ms, > 0), or 0 for never; now_ms:
- * the caller's reading of the zone clock, or 0 to read it here (as for
- * shmlock_lock_acquire).
+ * the caller's reading of the zone clock (CLOCK_MONOTONIC, ms), or 0 to
+ * read it here: inside nginx, its cached ngx_current_msec is that clock
+ * and saves a clock read per lock (a stale reading shortens the lock's
+ * life by the staleness, as ngx.shared.DICT's cached time does).
  */
 typedef struct {
-    uint32_t  slot;     /* shard << 24 | index of the slot in its shard */
+    uint32_t  slot;     /* the slot: its index in its shard (src/ticket.h) */
     uint32_t  hash;     /* shmlock_hash of the key */
     uint64_t  owner;
     uint64_t  stamp;
@@ -757,6 +735,216 @@ SHMLOCK_API int shmlock_group_holders(shmlock_zone_t *zone, int kind,
 SHMLOCK_API int shmlock_group_head(shmlock_zone_t *zone, int kind,
     const char *key, size_t key_len, shmlock_ticket_t *t);
 
+/* ---- the lock (issue 33): each step of its algorithm in one call ---- */
+
+/*
+ * A zone's exclusive lock, over its lock slots: the acquire with its
+ * ticket as a hint, owner ids drawn here, a look at a busy key (a dead
+ * holder's lock taken over, an expired one taken, a handoff to us found,
+ * a starving waiter's mark placed), the release that hands a marked lock
+ * to its waiter, the extend that keeps a mark, the withdrawal of a mark,
+ * and outside nginx the whole wait, on the key's wait word (a futex).
+ * docs/design.md ("The lock") and docs/lock.md ("Fairness") tell the
+ * algorithm; the caller decides only how to wait inside nginx.
+ *
+ * A shmlock_lock_t is the caller's record of one lock object's
+ * acquisition: zeroed, then zone set (a reference the caller keeps
+ * open).  tk is the lock's ticket while held, else the last one (a hint
+ * for the next acquire: any value is safe); after SHMLOCK_EXISTS, the
+ * holder's state.  Not shared between threads.
+ *
+ * Owners of this process that nginx aborted (inside nginx, a queued
+ * waiter's Lua thread ended without running any of its code) are known
+ * to the caller only: with SHMLOCK_LOOK_ASK, a call whose decision
+ * depends on whether an owner id of this process is gone answers
+ * SHMLOCK_ASK, having changed nothing, with the id in `ask`; the caller
+ * puts it in gone[] or alive[] and calls again.  Without the flag every
+ * owner of this process counts as alive.
+ *
+ * `dead`: set (to the dead holder's pid) when a call took a dead holder's
+ * lock over or handed it to the next waiter, for the caller to report
+ * (dead_to: 1 handed on, 2 an aborted waiter's); the caller clears it.
+ */
+typedef struct {
+    shmlock_zone_t   *zone;
+    shmlock_ticket_t  tk;
+    uint32_t          id;       /* the acquisition's owner id */
+    int32_t           pid;      /* the process that acquired */
+    int32_t           held;     /* 1 from the call that made the lock ours
+                                   to the one that found it gone */
+    uint32_t          marked;   /* the last look: our mark is on the key */
+    uint32_t          waited;   /* a wait placed our mark (withdrawn at its
+                                   end unless the lock reached us) */
+    uint32_t          ask;      /* SHMLOCK_ASK: the owner id asked about */
+    uint32_t          gone[2];  /* owner ids of this process known gone */
+    uint32_t          alive[2]; /* and known alive (0: none) */
+    uint32_t          dead;     /* a dead holder's pid (see above) */
+    uint32_t          dead_to;
+} shmlock_lock_t;
+
+/* a look's how (shmlock_lock_look); flags: */
+enum {
+    SHMLOCK_LOOK_CHECK = 1,     /* ask whether the holder's process lives
+                                   (a /proc read) */
+    SHMLOCK_LOOK_ASK = 2,       /* owners of this process may be gone */
+    SHMLOCK_LOOK_HERE = 4,      /* a wait: stop (SHMLOCK_BUSY) while the
+                                   key is held by this process */
+    SHMLOCK_LOOK_SHARED = 8     /* a shared waiter's (shmlock_lock_here) */
+};
+
+typedef struct {
+    int64_t   exptime_ms;   /* the lock's time to live (0: never) */
+    int64_t   since_ms;     /* a starving waiter: when its wait began (zone
+                               clock), 0: not starving (no mark) */
+    int64_t   till_ms;      /* its deadline: its mark is stale from then */
+    int64_t   ask_ms;       /* the time to live its mark asks for, if not
+                               exptime_ms (a queued waiter inside nginx:
+                               it accepts a handoff by an extend) */
+    int32_t   flags;        /* SHMLOCK_LOOK_* */
+    int32_t   pad;
+} shmlock_look_t;
+
+/* a wait outside nginx (shmlock_lock_wait) */
+typedef struct {
+    int64_t   exptime_ms;
+    int64_t   start_us;     /* when the wait began (shmlock_now_us) */
+    int64_t   timeout_us;   /* it ends at start_us + timeout_us */
+    double    step;         /* resty.lock's steps, in seconds: the longest */
+    double    ratio;        /* sleep between looks no release cut short */
+    double    max_step;
+    int32_t   flags;        /* SHMLOCK_LOOK_ASK, SHMLOCK_LOOK_HERE */
+    int32_t   pad;
+} shmlock_wait_t;
+
+/*
+ * One try for key, for a fresh owner id (l->id, l->pid set): l->tk's slot
+ * first (the hint), then the key's own.  SHMLOCK_OK: held, l->tk ours;
+ * SHMLOCK_EXISTS: held by someone (l->tk: its state); SHMLOCK_NO_MEMORY,
+ * SHMLOCK_BAD_KEY, SHMLOCK_BAD_VALUE (exptime_ms < 0), a zone's refusal.
+ */
+SHMLOCK_API int shmlock_lock_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms, int64_t now_ms);
+/* Another try of a waiter, its owner id kept (a lock handed to it is not
+ * taken here: a look finds it): as shmlock_lock_acquire. */
+SHMLOCK_API int shmlock_lock_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms, int64_t now_ms);
+/*
+ * One look at key, after an acquire (the same id) found it held:
+ * SHMLOCK_OK: ours now (a free key, an expired one, a dead holder's, a
+ * handoff to us); SHMLOCK_EXISTS: busy (l->marked: our mark is on it);
+ * SHMLOCK_ASK; a zone's error.
+ */
+SHMLOCK_API int shmlock_lock_look(shmlock_lock_t *l, const char *key,
+    size_t key_len, const shmlock_look_t *how);
+/*
+ * Releases the lock of l->tk, handing it to a marked waiter still waiting
+ * (or dropping a stale mark): SHMLOCK_OK; SHMLOCK_NOT_FOUND: it had
+ * expired and was taken (or reclaimed): nothing touched; SHMLOCK_ASK
+ * (flags SHMLOCK_LOOK_ASK); a zone's error (the lock may still be ours).
+ */
+SHMLOCK_API int shmlock_lock_release(shmlock_lock_t *l, int flags);
+/*
+ * A new time to live for the lock of l->tk (0: never), keeping a waiter's
+ * mark on it; l->tk follows.  SHMLOCK_OK; SHMLOCK_NOT_FOUND: no longer
+ * ours; a zone's error.
+ */
+SHMLOCK_API int shmlock_lock_extend(shmlock_lock_t *l, int64_t exptime_ms);
+/*
+ * A starving waiter giving up: its mark removed, unless the lock reached
+ * it.  SHMLOCK_OK: the lock is ours after all (l->tk); SHMLOCK_EXISTS:
+ * not ours (a mark it failed to remove is stale from its deadline on).
+ */
+SHMLOCK_API int shmlock_lock_withdraw(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+/*
+ * Whether key is ours (l's owner, unexpired): 1 or 0.  _here: whether a
+ * wait for key could only end by a release of this very process (which
+ * cannot come while it blocks): key held exclusive by it, or a shared
+ * hold of it among the key's readers (for a shared waiter, shared 1:
+ * only while a writer's mark keeps new readers out): 1 or 0.
+ */
+SHMLOCK_API int shmlock_lock_holds(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+SHMLOCK_API int shmlock_lock_here(shmlock_zone_t *zone, const char *key,
+    size_t key_len, int shared);
+/*
+ * The wait outside nginx (or where an nginx phase cannot yield), after an
+ * acquire found key held: asleep on the key's wait word (woken by the
+ * release, or by the handoff on a word of its own once marked), a look
+ * after each wake-up and at least every step (resty.lock's steps, at most
+ * 0.1 s: a holder that dies is noticed), starving after 2 ms: marked, so
+ * that the next release hands the lock over.  SHMLOCK_OK: ours (*elapsed_us
+ * since w->start_us); SHMLOCK_TIMEOUT; SHMLOCK_BUSY (SHMLOCK_LOOK_HERE:
+ * held by this process); SHMLOCK_ASK (call again with the answer and the
+ * same w); a zone's error.
+ */
+SHMLOCK_API int shmlock_lock_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
+/* Whether the lock of l->tk is still ours, unexpired, by its ticket (no
+ * key: a floor slot read at once, a spilled one under its mutex): 1 or 0. */
+SHMLOCK_API int shmlock_lock_owned(shmlock_lock_t *l);
+
+/* ---- shared holds (issue 25, 33): a lock's readers, one call a step ---- */
+
+/*
+ * A lock's shared (reader) holds, on a lock object's record as the
+ * exclusive lock's (shmlock_lock_t: its zone, the hold's ticket, its
+ * owner id, held), the key given with each call: the holder groups of
+ * kind SHMLOCK_SHARED (shmlock_group_*), whose head is the key's own
+ * lock slot, so that an exclusive holder keeps readers out and readers
+ * keep it out; a writer's mark keeps new readers out, the last reader
+ * out hands the key to the writer.  src/shmlock_shared.c tells the rest.
+ *
+ * _acquire: a fresh owner id, one try (SHMLOCK_OK held, l->tk the
+ * record's ticket; SHMLOCK_EXISTS: held exclusive, or marked for a
+ * writer; SHMLOCK_NO_MEMORY; a zone's error); _retry: the same id;
+ * _look: with SHMLOCK_LOOK_CHECK, dead holders dropped and a dead
+ * writer's mark cleared first, then a try (SHMLOCK_ASK as for the lock);
+ * _release: the hold given back (SHMLOCK_NOT_FOUND: its lease had run
+ * out); _extend; _owned: 1 while it is one of key's holders; _wait: the
+ * wait outside nginx, as shmlock_lock_wait's (SHMLOCK_LOOK_HERE: stop,
+ * SHMLOCK_BUSY, while a hold of this process keeps it waiting).
+ */
+SHMLOCK_API int shmlock_shared_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+SHMLOCK_API int shmlock_shared_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+SHMLOCK_API int shmlock_shared_look(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms, int flags);
+SHMLOCK_API int shmlock_shared_release(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+SHMLOCK_API int shmlock_shared_extend(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+SHMLOCK_API int shmlock_shared_owned(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+SHMLOCK_API int shmlock_shared_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
+
+
+/* ---- the semaphore's steps outside nginx (issue 25, 33) ---- */
+
+/*
+ * A permit of key, on a lock object's record (shmlock_lock_t), the key
+ * given with each call: _acquire, a fresh owner id and one try (a record
+ * of the key's group of kind SHMLOCK_SEMAPHORE while fewer than permits
+ * are held: SHMLOCK_OK, l->tk the permit's ticket; SHMLOCK_EXISTS: full;
+ * SHMLOCK_NO_MEMORY); _retry, the same id; _wait, the wait outside nginx
+ * (woken by a release, dead holders dropped after every sleep no release
+ * cut short; SHMLOCK_LOOK_HERE: stop, SHMLOCK_BUSY, when the key's permits
+ * are all held by this process); _here: 1 if they are.  The permit is
+ * given back by shmlock_group_release.  src/shmlock_sem.c.
+ */
+SHMLOCK_API int shmlock_sem_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, int64_t exptime_ms);
+SHMLOCK_API int shmlock_sem_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, int64_t exptime_ms);
+SHMLOCK_API int shmlock_sem_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, const shmlock_wait_t *w,
+    int64_t *elapsed_us);
+SHMLOCK_API int shmlock_sem_here(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t permits);
+
+
 /* ---- generation words: change counters for the zone's users ---- */
 
 /*
@@ -815,42 +1003,5 @@ SHMLOCK_API int shmlock_token_block(char *dst);
 enum { SHMLOCK_OWNER_IDS = 4096 };
 SHMLOCK_API uint32_t shmlock_owner_ids(void);
 
-
-/* ---- test hooks: only in the test build (libshmlock-test.so) ---- */
-
-#ifdef SHMLOCK_TESTING
-/* SIGKILL this process before its n-th structural write from now (0: never). */
-SHMLOCK_API void shmlock_test_crash_at(int n);
-/* Take / release every shard's mutex of the zone directly. */
-SHMLOCK_API void shmlock_test_mutex_lock(shmlock_zone_t *zone);
-SHMLOCK_API void shmlock_test_mutex_unlock(shmlock_zone_t *zone);
-/* The coarse clock the removal check is gated by, and the reading from
- * which the zone's next call looks at its file (shm_watch.h). */
-SHMLOCK_API int64_t shmlock_test_coarse_ms(void);
-SHMLOCK_API int64_t shmlock_test_watch_at(shmlock_zone_t *zone);
-/* A shard's sequence word (seqlock.h): every call that takes the shard's
- * mutex to change it moves the word on by 2, whatever it changed. */
-SHMLOCK_API uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone,
-    unsigned shard);
-/* The wake-ups of releases (shmlock_wake_waiters with all = 0, and
- * shmlock_lock_release) this process made: out[0] the calls that woke
- * someone, out[1] the sleepers woken, out[2] the most one call woke;
- * reset = 1 zeroes them after reading. */
-SHMLOCK_API void shmlock_test_wakes(uint64_t out[3], int reset);
-/* The next attach of a zone file in this process pauses between its open
- * and its mmap: it writes a byte to notify_fd, then reads wait_fd (a byte
- * or EOF) before it goes on. */
-SHMLOCK_API void shmlock_test_attach_pause(int notify_fd, int wait_fd);
-/* This process's last creation scan for removed files of the name
- * (shm_removed.h): out[0] maps read, out[1] maps lines naming a removed
- * file of the name, out[2] removed zones marked dead, out[3] lines whose
- * file could not be reached, out[4] flocks on the file system in
- * /proc/locks, out[5] 1 if every process's maps was read. */
-SHMLOCK_API void shmlock_test_removed_scan(uint32_t out[6]);
-/* The next time this process takes a shard's mutex (any zone's), zone is
- * marked removed (its dead word set to 2): a creator's mark landing
- * in the middle of a call, after the call looked at the word. */
-SHMLOCK_API void shmlock_test_dead_at_lock(shmlock_zone_t *zone);
-#endif
 
 #endif /* SHMLOCK_H */

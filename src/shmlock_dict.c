@@ -1,6 +1,5 @@
 /*
- * The ABI's dictionary calls: shmlock_dict_* and the two lock calls
- * (shmlock_lock_*, a lock being a dictionary entry).  Each checks its
+ * The ABI's dictionary calls: shmlock_dict_*.  Each checks its
  * arguments, finds its key's shard (zone_shard) and holds that shard's
  * mutex (shard_lock.h) around the dictionary call (shdict.c); calls on the
  * whole zone do so shard by shard.
@@ -639,8 +638,9 @@ shmlock_dict_stats_add(shard_t *sh, shmlock_stats_t *out, int rc)
     out->sleeps += h->stats.sleeps;
     out->takeovers += __atomic_load_n(&h->mutex.takeovers, __ATOMIC_RELAXED);
     out->recoveries += h->dict.recoveries;
-    out->slots += (uint64_t) sh->slots.mask + 1;
-    out->slots_used += sh->slots.hdr->live;
+    out->slots += (uint64_t) sh->slots.mask + 1 + sh->slots.hdr->spilled;
+    out->slots_used += (uint64_t) sh->slots.hdr->live
+                       + sh->slots.hdr->spilled;
     return shard_unlock(sh, rc);
 }
 
@@ -665,75 +665,4 @@ shmlock_dict_stats(shmlock_zone_t *zone, int shard, shmlock_stats_t *out)
         }
     }
     return shm_watch_after(zone, rc);
-}
-
-
-/*
- * The two calls a lock makes when nobody else wants its key, each in one
- * call: taking the key (an add of the owner's token) and releasing it (a
- * compare-and-delete of the token, then waking the key's waiters, with one
- * hash of the key for both).
- */
-
-int
-shmlock_lock_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
-    const char *tok, size_t tok_len, int64_t exptime_ms, int64_t now_ms)
-{
-    shmlock_value_t  v = { .type = SHMLOCK_TSTRING, .str = tok,
-                           .len = tok_len };
-    uint32_t         hash;
-    int              forcible, rc;
-
-    if (tok == NULL) {
-        return SHMLOCK_BAD_VALUE;
-    }
-    /* the clock the entry's expiry needs, read once: it gates the watch
-     * (shm_watch.h) too, so that the lock pays no second clock read */
-    rc = shm_watch_now(zone, &now_ms);
-    if (__builtin_expect(rc != SHMLOCK_OK, 0)) {
-        return rc;
-    }
-    CHECK_KEY(key_len);
-    hash = hash_bytes(key, key_len);
-    /* a held key answers without the mutex: a waiter's tries write none
-     * of the shard's lines (the mutex, the sequence word), so they slow
-     * neither the holder nor the shard's lock-free readers */
-    if (optimistic_live(zone_shard(zone, hash), key, key_len, hash,
-                        now_ms) == 1)
-    {
-        return SHMLOCK_EXISTS;
-    }
-    rc = shmlock_dict_put(zone, SHMLOCK_OP_ADD, key, key_len, hash, &v,
-                          exptime_ms, now_ms, &forcible);
-    /* a zone found dead after the add (shm_watch.h): the key given back
-     * if the add took it (a compare-and-delete of our token, which is no
-     * one else's), as the name's new file may hold it */
-    if (__builtin_expect(rc == SHMLOCK_REMOVED || rc == SHMLOCK_DESTROYED,
-                         0))
-    {
-        shmlock_dict_del(zone, key, key_len, hash, &v);
-    }
-    return rc;
-}
-
-int
-shmlock_lock_release(shmlock_zone_t *zone, const char *key, size_t key_len,
-    const char *tok, size_t tok_len)
-{
-    shmlock_value_t  v = { .type = SHMLOCK_TSTRING, .str = tok,
-                           .len = tok_len };
-    uint32_t         hash;
-    int              rc;
-
-    if (tok == NULL) {
-        return SHMLOCK_BAD_VALUE;
-    }
-    CHECK_LIVE(zone);
-    CHECK_KEY(key_len);
-    hash = hash_bytes(key, key_len);
-    rc = shmlock_dict_del(zone, key, key_len, hash, &v);
-    if (rc == SHMLOCK_OK) {
-        wait_wake(zone, hash, 0);
-    }
-    return rc;
 }

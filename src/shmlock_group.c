@@ -10,13 +10,13 @@
 #include "shard_lock.h"
 #include "shm_watch.h"
 #include "sys.h"
+#include "ticket.h"
 #include "wait.h"
 #include "zone.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define SHMLOCK_GROUP_SHARD_SHIFT  24
 #define SHMLOCK_GROUP_STACK_KEY    256     /* longer keys: malloc */
 #define SHMLOCK_GROUP_BATCH        32      /* holders judged per step */
 
@@ -75,11 +75,7 @@ static void
 shmlock_group_out(shmlock_ticket_t *t, const shmlock_group_key_t *k,
     const slot_ticket_t *tk)
 {
-    t->slot = k->shard << SHMLOCK_GROUP_SHARD_SHIFT | tk->index;
-    t->hash = k->g.hash;
-    t->owner = tk->state.owner;
-    t->stamp = tk->state.stamp;
-    t->process = tk->process;
+    ticket_out(t, k->shard, k->g.hash, tk);
 }
 
 /* t as the ticket of a record in k's shard; 0 if it names another. */
@@ -87,17 +83,11 @@ static int
 shmlock_group_in(const shmlock_group_key_t *k, const shmlock_ticket_t *t,
     slot_ticket_t *tk)
 {
-    if (t->slot >> SHMLOCK_GROUP_SHARD_SHIFT != k->shard
-        || t->hash != k->g.hash)
-    {
+    if (ticket_shard(t) != k->shard || t->hash != k->g.hash) {
         return 0;
     }
-    tk->index = t->slot & ((1u << SHMLOCK_GROUP_SHARD_SHIFT) - 1);
-    tk->pad = 0;
-    tk->state.owner = t->owner;
-    tk->state.stamp = t->stamp;
-    tk->process = t->process;
-    return tk->index <= k->g.t->mask;
+    ticket_in(t, tk);
+    return (tk->index & SLOT_SPILL) || tk->index <= k->g.t->mask;
 }
 
 /* The mutex released (a full barrier), then the dead word read after it

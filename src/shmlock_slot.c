@@ -11,12 +11,11 @@
 #include "shm_watch.h"
 #include "slot.h"
 #include "sys.h"
+#include "ticket.h"
 #include "wait.h"
 #include "zone.h"
 
 #include <string.h>
-
-#define SHMLOCK_SLOT_SHARD_SHIFT  24
 
 /* the kinds a listing names are the slots' own (slot.h, group.h) */
 _Static_assert(SHMLOCK_SLOT_LOCK == SLOT_KIND_LOCK
@@ -25,17 +24,6 @@ _Static_assert(SHMLOCK_SLOT_LOCK == SLOT_KIND_LOCK
                && (int) SHMLOCK_SLOT_SEMAPHORE == (int) GROUP_SEM_HEAD,
                "slot kinds");
 _Static_assert(SHMLOCK_GROUP_MAX == GROUP_MAX, "a head's count");
-
-static inline void
-shmlock_slot_out(shmlock_ticket_t *t, uint32_t shard, uint32_t hash,
-    const slot_ticket_t *tk)
-{
-    t->slot = shard << SHMLOCK_SLOT_SHARD_SHIFT | tk->index;
-    t->hash = hash;
-    t->owner = tk->state.owner;
-    t->stamp = tk->state.stamp;
-    t->process = tk->process;
-}
 
 /* The shard of ticket t and its slot_ticket_t; NULL for a slot no zone
  * of this geometry has, or a state no slot is handed out in (not LIVE: a
@@ -46,18 +34,14 @@ static inline shard_t *
 shmlock_slot_in(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     slot_ticket_t *tk)
 {
-    uint32_t  shard = t->slot >> SHMLOCK_SLOT_SHARD_SHIFT;
+    uint32_t  shard = ticket_shard(t);
 
     if (shard >= zone->nshards
         || (t->stamp & (SLOT_LIVE | SLOT_DEAD)) != SLOT_LIVE)
     {
         return NULL;
     }
-    tk->index = t->slot & ((1u << SHMLOCK_SLOT_SHARD_SHIFT) - 1);
-    tk->pad = 0;
-    tk->state.owner = t->owner;
-    tk->state.stamp = t->stamp;
-    tk->process = t->process;
+    ticket_in(t, tk);
     return &zone->shard[shard];
 }
 
@@ -144,11 +128,11 @@ shmlock_slot_acquire_slow(shmlock_zone_t *zone, const shmlock_slot_req_t *r,
     }
     switch (rc) {
     case SLOT_OK:
-        shmlock_slot_out(t, r->shard, r->hash, &tk);
+        ticket_out(t, r->shard, r->hash, &tk);
         return SHMLOCK_OK;
     case SLOT_HELD:
     case SLOT_MARKED_STATE:
-        shmlock_slot_out(t, r->shard, r->hash, &tk);
+        ticket_out(t, r->shard, r->hash, &tk);
         return SHMLOCK_EXISTS;
     case SLOT_FULL:
         return SHMLOCK_NO_MEMORY;
@@ -194,7 +178,7 @@ shmlock_slot_acquire(shmlock_zone_t *zone, const char *key, size_t key_len,
                               r.hash, r.owner, r.self, r.expiry, &tk)
             == SLOT_OK, 1))
     {
-        shmlock_slot_out(t, r.shard, r.hash, &tk);
+        ticket_out(t, r.shard, r.hash, &tk);
         return shmlock_slot_taken(zone, t, SHMLOCK_OK);
     }
     r.key = key;
@@ -217,7 +201,7 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
     shmlock_ticket_t *t)
 {
     slot_ticket_t  tk;
-    uint32_t       shard = t->slot >> SHMLOCK_SLOT_SHARD_SHIFT, hash;
+    uint32_t       shard = ticket_shard(t), hash;
     uint64_t       self;
     int64_t        expiry;
     int            rc;
@@ -237,13 +221,11 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
         self = sys_self();
         if (__builtin_expect(
                 slot_acquire_hint(&zone->shard[shard].slots,
-                                  t->slot & ((1u << SHMLOCK_SLOT_SHARD_SHIFT)
-                                             - 1),
-                                  key, key_len,
+                                  t->slot & TICKET_INDEX, key, key_len,
                                   (uint64_t) (uint32_t) self << 32 | id,
                                   self, expiry, &tk, &hash) == SLOT_OK, 1))
         {
-            /* shmlock_slot_out, but t->slot: the hint was the slot */
+            /* ticket_out, but t->slot: the hint was the slot */
             t->hash = hash;
             t->owner = tk.state.owner;
             t->stamp = tk.state.stamp;
@@ -387,7 +369,7 @@ shmlock_slot_look(shmlock_zone_t *zone, const char *key, size_t key_len,
         rc = shard_unlock(sh, rc);
     }
     if (rc == SLOT_OK) {
-        shmlock_slot_out(t, shard, hash, &tk);
+        ticket_out(t, shard, hash, &tk);
         rc = SHMLOCK_OK;
     } else {
         rc = rc == SLOT_ABSENT ? SHMLOCK_NOT_FOUND : SHMLOCK_CORRUPT;
@@ -440,8 +422,7 @@ shmlock_slot_swap(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
         rc = shard_unlock(sh, rc);
     }
     if (rc == SLOT_OK) {
-        shmlock_slot_out(t, seen->slot >> SHMLOCK_SLOT_SHARD_SHIFT,
-                         seen->hash, &tk);
+        ticket_out(t, ticket_shard(seen), seen->hash, &tk);
         rc = SHMLOCK_OK;
     } else {
         rc = rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
@@ -501,8 +482,7 @@ shmlock_slot_mark(shmlock_zone_t *zone, const shmlock_ticket_t *seen,
     shard_lock(sh);
     rc = shard_unlock(sh, slot_mark_locked(&sh->slots, &from, &r, &tk));
     if (rc == SLOT_OK) {
-        shmlock_slot_out(t, seen->slot >> SHMLOCK_SLOT_SHARD_SHIFT,
-                         seen->hash, &tk);
+        ticket_out(t, ticket_shard(seen), seen->hash, &tk);
         rc = SHMLOCK_OK;
     } else {
         rc = rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
@@ -527,11 +507,10 @@ shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
     if (sh == NULL) {
         return SHMLOCK_CHANGED;
     }
-    if (!sh->slots.cas16) {
+    rc = sh->slots.cas16 ? slot_mark_read(&sh->slots, &at, &r) : SLOT_SLOW;
+    if (rc == SLOT_SLOW) {
         shard_lock(sh);
-        rc = shard_unlock(sh, slot_mark_read(&sh->slots, &at, &r));
-    } else {
-        rc = slot_mark_read(&sh->slots, &at, &r);
+        rc = shard_unlock(sh, slot_mark_read_locked(&sh->slots, &at, &r));
     }
     if (rc != SLOT_OK) {
         return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
@@ -569,15 +548,86 @@ shmlock_slot_scan_key(shmlock_slot_info_t *info, int kind, uint32_t klen,
     info->shown = shown;
 }
 
+/*
+ * The walk's cursor, below 2^53 (Lua numbers): shard << 48, then the
+ * floor's slots (index << 23), then each home's spilled ones
+ * (SCAN_SPILL | home << 23 | position on its chain); 0 at the start and
+ * the end.
+ */
+#define SCAN_SPILL   ((uint64_t) 1 << 47)
+#define SCAN_POS     (((uint64_t) 1 << 23) - 1)
+
+static inline uint64_t
+shmlock_slot_cursor(uint32_t shard, uint64_t spill, uint32_t at, uint32_t pos)
+{
+    return (uint64_t) shard << 48 | spill | (uint64_t) at << 23 | pos;
+}
+
+/* One slot of the walk at cursor n into out: 1 if it is a key's; *next
+ * where the walk goes on (0: the end). */
+static int
+shmlock_slot_scan_one(shmlock_zone_t *zone, uint64_t n,
+    shmlock_slot_info_t *out, uint64_t *next, int *rc)
+{
+    slot_ticket_t  tk;
+    uint32_t       shard = (uint32_t) (n >> 48), at, pos, klen, shown, hash;
+    uint64_t       spill = n & SCAN_SPILL;
+    shard_t       *sh;
+    int            ok, kind;
+
+    at = (uint32_t) (n >> 23) & 0xffffff;
+    pos = (uint32_t) (n & SCAN_POS);
+    if (shard >= zone->nshards) {
+        *next = 0;
+        return 0;
+    }
+    sh = &zone->shard[shard];
+    if (at > sh->slots.mask) {
+        *next = spill ? shmlock_slot_cursor(shard + 1, 0, 0, 0)
+                      : shmlock_slot_cursor(shard, SCAN_SPILL, 0, 0);
+        if (shard + 1 >= zone->nshards && spill) {
+            *next = 0;
+        }
+        return 0;
+    }
+    if (spill && pos == 0
+        && __atomic_load_n(&sh->slots.marks[at].spill, __ATOMIC_RELAXED) == 0)
+    {
+        ok = 0;                         /* no chain at this home */
+    } else if (!spill && sh->slots.cas16) {
+        ok = slot_info(&sh->slots, at, &tk, &kind, out->key, &klen, &shown,
+                       &hash);
+    } else {
+        shard_lock(sh);
+        ok = spill ? slot_spill_info_locked(&sh->slots, at, pos, &tk, &kind,
+                                            out->key, &klen, &shown, &hash)
+                   : slot_info(&sh->slots, at, &tk, &kind, out->key, &klen,
+                               &shown, &hash);
+        if (shard_unlock(sh, SHMLOCK_OK) != SHMLOCK_OK) {
+            *rc = SHMLOCK_CORRUPT;
+            return 0;
+        }
+    }
+    if (!spill) {
+        *next = shmlock_slot_cursor(shard, 0, at + 1, 0);
+    } else if (ok && pos < SCAN_POS) {
+        *next = shmlock_slot_cursor(shard, SCAN_SPILL, at, pos + 1);
+    } else {
+        *next = shmlock_slot_cursor(shard, SCAN_SPILL, at + 1, 0);
+    }
+    if (ok) {
+        shmlock_slot_scan_key(out, kind, klen, shown);
+        ticket_out(&out->ticket, shard, hash, &tk);
+    }
+    return ok;
+}
+
 int
 shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
     shmlock_slot_info_t *out, int max, int *count, uint64_t *next)
 {
-    slot_ticket_t  tk;
-    shard_t       *sh;
-    uint64_t       n, per, total;
-    uint32_t       shard, klen, shown, hash;
-    int            rc, got = 0, ok, kind;
+    uint64_t  n = cursor, steps;
+    int       rc, got = 0;
 
     *count = 0;
     *next = 0;
@@ -588,29 +638,17 @@ shmlock_slot_scan(shmlock_zone_t *zone, uint64_t cursor,
     if (max < 1) {
         return SHMLOCK_BAD_VALUE;
     }
-    per = (uint64_t) zone->shard[0].slots.mask + 1;
-    total = per * zone->nshards;
-    for (n = cursor; n < total && got < max; n++) {
-        shard = (uint32_t) (n / per);
-        sh = &zone->shard[shard];
-        if (sh->slots.cas16) {
-            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk, &kind,
-                           out[got].key, &klen, &shown, &hash);
-        } else {
-            shard_lock(sh);
-            ok = slot_info(&sh->slots, (uint32_t) (n % per), &tk, &kind,
-                           out[got].key, &klen, &shown, &hash);
-            if (shard_unlock(sh, SHMLOCK_OK) != SHMLOCK_OK) {
-                return SHMLOCK_CORRUPT;
-            }
+    /* a bounded step: at most 4096 slots looked at per call */
+    for (steps = 0; got < max && steps < 4096; steps++) {
+        got += shmlock_slot_scan_one(zone, n, &out[got], &n, &rc);
+        if (rc != SHMLOCK_OK) {
+            return rc;
         }
-        if (ok) {
-            shmlock_slot_scan_key(&out[got], kind, klen, shown);
-            shmlock_slot_out(&out[got].ticket, shard, hash, &tk);
-            got++;
+        if (n == 0) {
+            break;
         }
     }
     *count = got;
-    *next = n < total ? n : 0;
+    *next = n;
     return shm_watch_after(zone, SHMLOCK_OK);
 }

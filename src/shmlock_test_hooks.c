@@ -1,5 +1,5 @@
 /*
- * The test hooks of the ABI (shmlock.h, SHMLOCK_TESTING): built into
+ * The test hooks (shmlock_testing.h, SHMLOCK_TESTING): built into
  * libshmlock-test.so and the sanitizer build only, for the crash tests.
  */
 
@@ -7,7 +7,7 @@
 #error "shmlock_test_hooks.c is for the test build (-DSHMLOCK_TESTING) only"
 #endif
 
-#include "shmlock.h"
+#include "shmlock_testing.h"
 #include "crash.h"
 #include "shard_lock.h"
 #include "shm_removed.h"

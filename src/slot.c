@@ -3,6 +3,7 @@
 #include "wordstore.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SLOT_CAS_TRIES   8      /* lock-free CAS races before SLOT_SLOW */
@@ -47,9 +48,9 @@ slot_expired(uint64_t stamp, int64_t now)
  * `*seen` (then *seen is the state found).
  */
 static int
-slot_change(slots_t *t, uint32_t i, slot_state_t *seen, slot_state_t want)
+slot_change_at(slots_t *t, slot_t *s, uint32_t i, slot_state_t *seen,
+    slot_state_t want)
 {
-    slot_t      *s = &t->slots[i];
     slot_hdr_t  *h = t->hdr;
 
     if (t->cas16) {
@@ -66,6 +67,104 @@ slot_change(slots_t *t, uint32_t i, slot_state_t *seen, slot_state_t want)
     WORDSTORE64(s->state.stamp, want.stamp);
     WORDSTORE32(h->undo_active, 0);
     return 1;
+}
+
+static inline int
+slot_change(slots_t *t, uint32_t i, slot_state_t *seen, slot_state_t want)
+{
+    return slot_change_at(t, &t->slots[i], i, seen, want);
+}
+
+
+/* ---- spilled slots: where they are (slot.h, "Spilled slots") ---- */
+
+static inline int
+slot_chunk_ok(const slots_t *t, uint32_t c)
+{
+    return c != 0 && c <= t->nchunks;
+}
+
+static inline void *
+slot_chunk(const slots_t *t, uint32_t c)
+{
+    return t->chunks + (size_t) c * 64;
+}
+
+/* The first spilled record of home's chain (0: none); lock-free, a hint
+ * (the chains change under the mutex only). */
+static inline uint32_t
+slot_chain(const slots_t *t, uint32_t home)
+{
+    return __atomic_load_n(&t->marks[home].spill, __ATOMIC_RELAXED);
+}
+
+/* A spilled record and its slot, chunk c; NULL if either chunk is out of
+ * range (a broken chain). */
+static inline slot_t *
+slot_spilled(const slots_t *t, uint32_t c, slot_mark_t **rec)
+{
+    uint32_t  sc;
+
+    if (!slot_chunk_ok(t, c)) {
+        return NULL;
+    }
+    *rec = slot_chunk(t, c);
+    sc = (*rec)->slot;
+    return slot_chunk_ok(t, sc) && sc != c ? slot_chunk(t, sc) : NULL;
+}
+
+/*
+ * The mutex held: the slot and record of ticket index i, a floor slot, or
+ * a spilled one whose record is on the chain of its slot's home (*link:
+ * the word pointing at its record, for an unlink; NULL for a floor slot).
+ * NULL if i names neither: a spilled slot given back since (its chunks
+ * may be anything now, read but never written here).
+ */
+static slot_t *
+slot_locate(slots_t *t, uint32_t i, slot_mark_t **rec, uint32_t **link)
+{
+    uint32_t      m = i & ~SLOT_SPILL, c, n;
+    uint32_t     *l;
+    slot_mark_t  *r;
+    slot_t       *s;
+
+    *link = NULL;
+    if (!(i & SLOT_SPILL)) {
+        if (i > t->mask) {
+            return NULL;
+        }
+        *rec = &t->marks[i];
+        return &t->slots[i];
+    }
+    s = slot_spilled(t, m, &r);
+    if (s == NULL) {
+        return NULL;
+    }
+    l = &t->marks[s->hash & t->mask].spill;
+    for (n = 0; (c = *l) != 0 && slot_chunk_ok(t, c) && n < t->nchunks; n++)
+    {
+        if (c == m) {
+            *rec = r;
+            *link = l;
+            return s;
+        }
+        l = &((slot_mark_t *) slot_chunk(t, c))->spill;
+    }
+    return NULL;
+}
+
+/* A spilled slot, free again (or expired), unlinked by one store and its
+ * chunks given back (a crash between the two leaves them to recovery,
+ * which rebuilds the free list from what is reachable). */
+static void
+slot_unspill(slots_t *t, uint32_t *link, uint32_t c)
+{
+    slot_mark_t  *r = slot_chunk(t, c);
+    uint32_t      sc = r->slot;
+
+    WORDSTORE32(*link, r->spill);
+    t->hdr->spilled--;
+    t->give(t->ctx, sc, c);
 }
 
 
@@ -263,7 +362,7 @@ slot_extend(slots_t *t, slot_ticket_t *tk, int64_t expiry)
 {
     slot_state_t  st = tk->state, want;
 
-    if (!t->cas16) {
+    if (!t->cas16 || (tk->index & SLOT_SPILL)) {
         return SLOT_SLOW;
     }
     if (tk->index > t->mask) {
@@ -295,7 +394,10 @@ slot_look(slots_t *t, int kind, const char *key, size_t klen, uint32_t hash,
             slot_ticket(tk, i, st, holder);
             return SLOT_OK;
         case FIND_ABSENT:
-            return SLOT_ABSENT;
+            /* not in the floor: a spilled slot is looked for under the
+             * mutex, if the home has any */
+            return slot_chain(t, hash & t->mask) != 0 ? SLOT_SLOW
+                                                      : SLOT_ABSENT;
         }
     }
     return SLOT_SLOW;
@@ -369,7 +471,7 @@ slot_swap(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
     slot_state_t  st = seen->state, want;
     slot_t       *s;
 
-    if (!t->cas16) {
+    if (!t->cas16 || (seen->index & SLOT_SPILL)) {
         return SLOT_SLOW;
     }
     if (seen->index > t->mask || !(st.stamp & SLOT_LIVE)) {
@@ -405,10 +507,59 @@ slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, uint32_t n,
     t->marks = (slot_mark_t *) (slots + n);
     t->mask = n - 1;
     t->cas16 = cas16 < 0 ? slot_cas16() : cas16;
+    t->chunks = NULL;
+    t->nchunks = 0;
+    t->take = NULL;
+    t->give = NULL;
+    t->ctx = NULL;
+}
+
+void
+slot_attach_spill(slots_t *t, char *chunks, uint32_t nchunks,
+    slot_take_fn take, slot_give_fn give, void *ctx)
+{
+    t->chunks = chunks;
+    t->nchunks = nchunks;
+    t->take = take;
+    t->give = give;
+    t->ctx = ctx;
+}
+
+/* key's spilled slot, on its home's chain (the mutex held: nothing moves
+ * meanwhile); *at: its ticket index */
+static int
+slot_find_spilled(slots_t *t, int kind, const char *key, size_t klen,
+    uint32_t hash, uint32_t *at, slot_state_t *st, uint64_t *process)
+{
+    uint32_t      word = slot_len_word(kind, klen), c, n;
+    slot_mark_t  *r;
+    slot_t       *s;
+    slot_state_t  a;
+
+    for (c = t->marks[hash & t->mask].spill, n = 0; c != 0 && n < t->nchunks;
+         c = r->spill, n++)
+    {
+        s = slot_spilled(t, c, &r);
+        if (s == NULL) {
+            break;
+        }
+        a = slot_load(s);
+        if ((a.stamp & (SLOT_LIVE | SLOT_DEAD)) == SLOT_LIVE
+            && s->hash == hash && s->key_len == word
+            && slot_key_is(s, key, klen))
+        {
+            *at = SLOT_SPILL | c;
+            *st = a;
+            *process = slot_process_of(a.owner, s->process);
+            return FIND_FOUND;
+        }
+    }
+    return FIND_ABSENT;
 }
 
 /* The probe under the mutex: nobody changes a key meanwhile, so a state
- * that moved during the compare only means the holder changed; again. */
+ * that moved during the compare only means the holder changed; again.
+ * Then the spilled slots of the key's home. */
 static int
 slot_find_locked(slots_t *t, int kind, const char *key, size_t klen,
     uint32_t hash, uint32_t *at, slot_state_t *st, uint32_t *hole,
@@ -418,11 +569,25 @@ slot_find_locked(slots_t *t, int kind, const char *key, size_t klen,
 
     for (n = 0; n < 1000; n++) {
         rc = slot_find(t, kind, key, klen, hash, at, st, hole, process);
+        if (rc == FIND_ABSENT && t->nchunks != 0) {
+            return slot_find_spilled(t, kind, key, klen, hash, at, st,
+                                     process);
+        }
         if (rc != FIND_RETRY) {
             return rc;
         }
     }
     return FIND_ABSENT;     /* unreachable but for a broken table */
+}
+
+/* the slot of a ticket index slot_find_locked answered */
+static inline slot_t *
+slot_found(const slots_t *t, uint32_t i)
+{
+    slot_mark_t  *r;
+
+    return i & SLOT_SPILL ? slot_spilled(t, i & ~SLOT_SPILL, &r)
+                          : &t->slots[i];
 }
 
 /* Makes key's slot at hole (EMPTY or DEAD), held by owner. */
@@ -459,6 +624,45 @@ slot_room(const slots_t *t, uint32_t used)
     return used + 1 <= (t->mask + 1) - ((t->mask + 1) >> 3);
 }
 
+/*
+ * Makes key's slot spilled, held by owner: two chunks taken, the slot and
+ * its record written where nobody reaches them, then published by one
+ * store at the head of its home's chain.  SLOT_FULL without two chunks.
+ */
+static int
+slot_spill_locked(slots_t *t, int kind, const char *key, size_t klen,
+    uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
+    int64_t now, slot_ticket_t *tk)
+{
+    uint32_t      home = hash & t->mask, sc, c, serial;
+    slot_mark_t  *r;
+    slot_t       *s;
+    slot_state_t  want;
+
+    (void) now;
+    if (t->take == NULL || t->take(t->ctx, &sc, &c) != 0) {
+        return SLOT_FULL;
+    }
+    s = slot_chunk(t, sc);
+    r = slot_chunk(t, c);
+    slot_key_write(s, kind, key, klen, hash);
+    WORDSTORE64(s->process, process);
+    /* the serial from the table's counter, not from what the chunk held:
+     * a slot spilled again into these chunks is not an earlier ticket's */
+    serial = t->hdr->spill_serial++;
+    want.owner = owner;
+    want.stamp = slot_stamp(SLOT_LIVE, expiry, serial);
+    WORDSTORE64(s->state.owner, want.owner);
+    WORDSTORE64(s->state.stamp, want.stamp);
+    WORDSTORE32(r->seq, 0);
+    WORDSTORE32(r->slot, sc);
+    WORDSTORE32(r->spill, t->marks[home].spill);
+    WORDSTORE32(t->marks[home].spill, c);           /* published */
+    t->hdr->spilled++;
+    slot_ticket(tk, SLOT_SPILL | c, want, process);
+    return SLOT_OK;
+}
+
 int
 slot_acquire_locked(slots_t *t, int kind, const char *key, size_t klen,
     uint32_t hash, uint64_t owner, uint64_t process, int64_t expiry,
@@ -467,7 +671,8 @@ slot_acquire_locked(slots_t *t, int kind, const char *key, size_t klen,
     uint32_t      i, hole, n;
     slot_state_t  st, want;
     uint64_t      holder;
-    int           reclaimed = 0;
+    slot_t       *s;
+    int           rc, floor_reclaimed = 0, all_reclaimed = 0;
 
     for (n = 0; n < 1000; n++) {
         if (slot_find_locked(t, kind, key, klen, hash, &i, &st, &hole,
@@ -480,20 +685,39 @@ slot_acquire_locked(slots_t *t, int kind, const char *key, size_t klen,
                 return slot_create_locked(t, hole, kind, key, klen, hash,
                                           owner, process, expiry, tk);
             }
-            if (reclaimed || slot_reclaim_locked(t, now) == 0) {
-                if (hole != UINT32_MAX && slot_room(t, t->hdr->live)) {
-                    return slot_create_locked(t, hole, kind, key, klen,
-                                              hash, owner, process, expiry,
-                                              tk);
+            /* the floor full: its free slots reclaimed (a walk of the
+             * floor: once per 64 slots spilled, not at every one) */
+            if (!floor_reclaimed && (t->hdr->spilled & 63) == 0) {
+                floor_reclaimed = 1;
+                if (slot_reclaim_locked(t, now, 0) > 0) {
+                    continue;
                 }
+            }
+            if (hole != UINT32_MAX && slot_room(t, t->hdr->live)) {
+                return slot_create_locked(t, hole, kind, key, klen, hash,
+                                          owner, process, expiry, tk);
+            }
+            rc = slot_spill_locked(t, kind, key, klen, hash, owner, process,
+                                   expiry, now, tk);
+            if (rc != SLOT_FULL || all_reclaimed) {
+                return rc;
+            }
+            /* no chunk left: every free or expired slot, floor and
+             * spilled, reclaimed, then again */
+            all_reclaimed = floor_reclaimed = 1;
+            if (slot_reclaim_locked(t, now, 1) == 0) {
                 return SLOT_FULL;
             }
-            reclaimed = 1;
             continue;
         }
         /* the key's slot: as the lock-free acquire, with the mutex's
-         * write (lock-free callers may still race our CAS: each lost race
-         * is someone else's change, and counts as a try) */
+         * write (lock-free callers may still race our CAS on a floor
+         * slot: each lost race is someone else's change, and counts as a
+         * try) */
+        s = slot_found(t, i);
+        if (s == NULL) {
+            return SLOT_SLOW;               /* a broken chain */
+        }
         for ( ; n < 1000 && (st.stamp & SLOT_LIVE); n++) {
             if (st.owner != 0 && !slot_expired(st.stamp, now)) {
                 slot_ticket(tk, i, st, holder);
@@ -505,9 +729,9 @@ slot_acquire_locked(slots_t *t, int kind, const char *key, size_t klen,
             }
             want.owner = owner;
             want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
-            slot_hint(&t->slots[i], process);
-            if (slot_change(t, i, &st, want)) {
-                slot_hint(&t->slots[i], process);
+            slot_hint(s, process);
+            if (slot_change_at(t, s, i, &st, want)) {
+                slot_hint(s, process);
                 slot_ticket(tk, i, want, process);
                 return SLOT_OK;
             }
@@ -522,33 +746,44 @@ slot_acquire_locked(slots_t *t, int kind, const char *key, size_t klen,
     return SLOT_SLOW;
 }
 
+/* A spilled slot is given back as soon as it is free (released, its
+ * mark gone with it: the CAS was from an unmarked state). */
 int
 slot_release_locked(slots_t *t, const slot_ticket_t *tk)
 {
     slot_state_t  st = tk->state, want;
+    slot_mark_t  *r;
+    uint32_t     *link;
+    slot_t       *s = slot_locate(t, tk->index, &r, &link);
 
-    if (tk->index > t->mask) {
+    if (s == NULL) {
         return SLOT_GONE;
     }
     want.owner = 0;
     want.stamp = slot_stamp(SLOT_LIVE, 0, st.stamp);
-    if (slot_change(t, tk->index, &st, want)) {
-        return SLOT_OK;
+    if (!slot_change_at(t, s, tk->index, &st, want)) {
+        return slot_not_ours(st, tk);
     }
-    return slot_not_ours(st, tk);
+    if (link != NULL) {
+        slot_unspill(t, link, tk->index & ~SLOT_SPILL);
+    }
+    return SLOT_OK;
 }
 
 int
 slot_extend_locked(slots_t *t, slot_ticket_t *tk, int64_t expiry)
 {
     slot_state_t  st = tk->state, want;
+    slot_mark_t  *r;
+    uint32_t     *link;
+    slot_t       *s = slot_locate(t, tk->index, &r, &link);
 
-    if (tk->index > t->mask) {
+    if (s == NULL) {
         return SLOT_GONE;
     }
     want.owner = st.owner;
     want.stamp = slot_stamp(SLOT_LIVE, expiry, st.stamp);
-    if (slot_change(t, tk->index, &st, want)) {
+    if (slot_change_at(t, s, tk->index, &st, want)) {
         tk->state = want;
         return SLOT_OK;
     }
@@ -577,18 +812,23 @@ slot_swap_locked(slots_t *t, const slot_ticket_t *seen, uint64_t owner,
     uint64_t process, uint64_t flags, int64_t expiry, slot_ticket_t *tk)
 {
     slot_state_t  st = seen->state, want;
-    slot_t       *s;
+    slot_mark_t  *r;
+    uint32_t     *link;
+    slot_t       *s = slot_locate(t, seen->index, &r, &link);
 
-    if (seen->index > t->mask || !(st.stamp & SLOT_LIVE)) {
+    if (s == NULL || !(st.stamp & SLOT_LIVE)) {
         return SLOT_GONE;
     }
-    s = &t->slots[seen->index];
     want = slot_swapped(seen, owner, flags, expiry);
-    if (!slot_change(t, seen->index, &st, want)) {
+    if (!slot_change_at(t, s, seen->index, &st, want)) {
         return SLOT_GONE;
     }
     process = slot_swap_hint(s, seen, owner, process);
     slot_ticket(tk, seen->index, want, process);
+    /* a spilled slot swapped free (a group's head counting none) */
+    if (link != NULL && owner == 0 && !(want.stamp & SLOT_MARKED)) {
+        slot_unspill(t, link, seen->index & ~SLOT_SPILL);
+    }
     return SLOT_OK;
 }
 
@@ -598,14 +838,14 @@ slot_mark_locked(slots_t *t, const slot_ticket_t *seen, const slot_mark_t *m,
 {
     slot_state_t  st = seen->state, want;
     slot_mark_t  *r;
-    uint32_t      i = seen->index;
+    uint32_t      i = seen->index, *link;
+    slot_t       *s = slot_locate(t, i, &r, &link);
 
-    if (i > t->mask || !(st.stamp & SLOT_LIVE) || st.owner == 0
-        || !slot_same(slot_load(&t->slots[i]), st))
+    if (s == NULL || !(st.stamp & SLOT_LIVE) || st.owner == 0
+        || !slot_same(slot_load(s), st))
     {
         return SLOT_GONE;
     }
-    r = &t->marks[i];
     WORDSTORE32(r->seq, r->seq | 1);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     WORDSTORE64(r->owner, m->owner);
@@ -619,23 +859,20 @@ slot_mark_locked(slots_t *t, const slot_ticket_t *seen, const slot_mark_t *m,
      * record is for that very state) */
     want.owner = st.owner;
     want.stamp = st.stamp | SLOT_MARKED;
-    if (!slot_change(t, i, &st, want)) {
+    if (!slot_change_at(t, s, i, &st, want)) {
         return SLOT_GONE;
     }
     slot_ticket(tk, i, want, seen->process);
     return SLOT_OK;
 }
 
-int
-slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m)
+/* The record r of slot s, read whole for the state `at`. */
+static int
+slot_mark_copy(const slot_t *s, const slot_mark_t *r, const slot_ticket_t *at,
+    slot_mark_t *m)
 {
-    const slot_mark_t  *r;
-    uint32_t            seq;
+    uint32_t  seq;
 
-    if (at->index > t->mask || !(at->state.stamp & SLOT_MARKED)) {
-        return SLOT_GONE;
-    }
-    r = &t->marks[at->index];
     seq = __atomic_load_n(&r->seq, __ATOMIC_ACQUIRE);
     if (seq & 1) {
         return SLOT_GONE;
@@ -647,29 +884,89 @@ slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m)
     m->until = __atomic_load_n(&r->until, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&r->seq, __ATOMIC_RELAXED) != seq
-        || !slot_same(slot_load(&t->slots[at->index]), at->state))
+        || !slot_same(slot_load(s), at->state))
     {
         return SLOT_GONE;
     }
     m->seq = seq;
+    m->spill = 0;
+    m->slot = 0;
     m->pad = 0;
-    m->spare = 0;
     return SLOT_OK;
 }
 
 int
-slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, int *kind, char *key,
-    uint32_t *klen, uint32_t *shown, uint32_t *hash)
+slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m)
 {
-    const slot_t  *s;
+    if (at->index & SLOT_SPILL) {
+        return SLOT_SLOW;
+    }
+    if (at->index > t->mask || !(at->state.stamp & SLOT_MARKED)) {
+        return SLOT_GONE;
+    }
+    return slot_mark_copy(&t->slots[at->index], &t->marks[at->index], at, m);
+}
+
+int
+slot_mark_read_locked(slots_t *t, const slot_ticket_t *at, slot_mark_t *m)
+{
+    slot_mark_t  *r;
+    uint32_t     *link;
+    slot_t       *s = slot_locate(t, at->index, &r, &link);
+
+    if (s == NULL || !(at->state.stamp & SLOT_MARKED)) {
+        return SLOT_GONE;
+    }
+    return slot_mark_copy(s, r, at, m);
+}
+
+int
+slot_state_at(slots_t *t, uint32_t i, slot_state_t *st, uint64_t *process)
+{
+    slot_mark_t  *r;
+    uint32_t     *link;
+    slot_t       *s = slot_locate(t, i, &r, &link);
+    slot_state_t  b;
+    int           n;
+
+    if (s == NULL) {
+        return -1;
+    }
+    for (n = 0; n < 1000; n++) {
+        *st = slot_load(s);
+        *process = __atomic_load_n(&s->process, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        b = slot_load(s);
+        if (slot_same(*st, b)) {
+            break;
+        }
+    }
+    *process = slot_process_of(st->owner, *process);
+    return 0;
+}
+
+void
+slot_hint_locked(slots_t *t, uint32_t i, uint64_t process)
+{
+    slot_mark_t  *r;
+    uint32_t     *link;
+    slot_t       *s = slot_locate(t, i, &r, &link);
+
+    if (s != NULL) {
+        slot_hint(s, process);
+    }
+}
+
+/* Slot s read whole (lock-free: 0 if it changed meanwhile), as slot_info
+ * gives it; index: its ticket's. */
+static int
+slot_info_of(const slot_t *s, uint32_t index, slot_ticket_t *tk, int *kind,
+    char *key, uint32_t *klen, uint32_t *shown, uint32_t *hash)
+{
     slot_state_t   a, b;
     uint64_t       process;
     uint32_t       len, h;
 
-    if (i > t->mask) {
-        return 0;
-    }
-    s = &t->slots[i];
     a = slot_load(s);
     if ((a.stamp & (SLOT_LIVE | SLOT_DEAD)) != SLOT_LIVE) {
         return 0;
@@ -688,15 +985,110 @@ slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, int *kind, char *key,
     *klen = len;
     *hash = h;
     *shown = len <= SLOT_KEY_INLINE ? len : SLOT_KEY_PREFIX;
-    slot_ticket(tk, i, a, slot_process_of(a.owner, process));
+    slot_ticket(tk, index, a, slot_process_of(a.owner, process));
     return 1;
 }
 
+int
+slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, int *kind, char *key,
+    uint32_t *klen, uint32_t *shown, uint32_t *hash)
+{
+    if (i > t->mask) {
+        return 0;
+    }
+    return slot_info_of(&t->slots[i], i, tk, kind, key, klen, shown, hash);
+}
+
+int
+slot_spill_info_locked(slots_t *t, uint32_t home, uint32_t pos,
+    slot_ticket_t *tk, int *kind, char *key, uint32_t *klen, uint32_t *shown,
+    uint32_t *hash)
+{
+    uint32_t      c, n;
+    slot_mark_t  *r;
+    slot_t       *s = NULL;
+
+    if (home > t->mask || t->nchunks == 0) {
+        return 0;
+    }
+    for (c = t->marks[home].spill, n = 0; c != 0 && n <= pos;
+         c = r->spill, n++)
+    {
+        s = slot_spilled(t, c, &r);
+        if (s == NULL || n >= t->nchunks) {
+            return 0;
+        }
+        if (n == pos) {
+            return slot_info_of(s, SLOT_SPILL | c, tk, kind, key, klen,
+                                shown, hash);
+        }
+    }
+    return 0;
+}
+
 uint32_t
-slot_reclaim_locked(slots_t *t, int64_t now)
+slot_spill_chunks(slots_t *t, void (*fn)(void *arg, uint32_t c), void *arg)
+{
+    uint32_t      h, c, n, total = 0;
+    slot_mark_t  *r;
+
+    if (t->nchunks == 0) {
+        return 0;
+    }
+    for (h = 0; h <= t->mask; h++) {
+        for (c = t->marks[h].spill, n = 0; c != 0 && n < t->nchunks;
+             c = r->spill, n++)
+        {
+            if (slot_spilled(t, c, &r) == NULL) {
+                break;
+            }
+            fn(arg, c);
+            fn(arg, r->slot);
+            total += 2;
+        }
+    }
+    return total;
+}
+
+/* The spilled slots free, or expired and unmarked, given back. */
+static uint32_t
+slot_reclaim_spilled(slots_t *t, int64_t now)
+{
+    uint32_t      h, c, n, freed = 0, *link;
+    slot_mark_t  *r;
+    slot_t       *s;
+    slot_state_t  st;
+
+    for (h = 0; h <= t->mask && t->nchunks != 0; h++) {
+        link = &t->marks[h].spill;
+        for (n = 0; (c = *link) != 0 && n < t->nchunks; n++) {
+            s = slot_spilled(t, c, &r);
+            if (s == NULL) {
+                break;
+            }
+            st = slot_load(s);
+            if (!(st.stamp & SLOT_MARKED)
+                && (st.owner == 0 || slot_expired(st.stamp, now)))
+            {
+                slot_unspill(t, link, c);
+                freed++;
+                continue;               /* *link is the next one now */
+            }
+            link = &r->spill;
+        }
+    }
+    return freed;
+}
+
+uint32_t
+slot_reclaim_locked(slots_t *t, int64_t now, int spill)
 {
     uint32_t      i, j, n = t->mask + 1, freed = 0, k;
     slot_state_t  st, want;
+
+    if (spill) {
+        freed = slot_reclaim_spilled(t, now);
+    }
 
     for (i = 0; i < n; i++) {
         st = slot_load(&t->slots[i]);
@@ -736,115 +1128,209 @@ slot_reclaim_locked(slots_t *t, int64_t now)
     return freed;
 }
 
+/* A mark record left half written (seq odd): its slot's MARKED flag
+ * cleared (the mark is dropped; its waiter marks again), seq even. */
+static void
+slot_recover_mark(slots_t *t, slot_t *s, uint32_t i, slot_mark_t *r)
+{
+    slot_state_t  st, want;
+    int           n;
+
+    if (!(r->seq & 1)) {
+        return;
+    }
+    st = slot_load(s);
+    for (n = 0; n < 1000 && (st.stamp & SLOT_MARKED); n++) {
+        want.owner = st.owner;
+        want.stamp = st.stamp & ~SLOT_MARKED;
+        if (slot_change_at(t, s, i, &st, want)) {
+            break;
+        }
+    }
+    WORDSTORE32(r->seq, r->seq + 1);
+}
+
 void
 slot_recover_locked(slots_t *t)
 {
-    slot_hdr_t  *h = t->hdr;
-    uint32_t     i, live = 0, dead = 0;
-    uint64_t     stamp;
+    slot_hdr_t   *h = t->hdr;
+    uint32_t      i, c, n, live = 0, dead = 0, spilled = 0, *link;
+    uint64_t      stamp;
+    slot_mark_t  *r;
+    slot_t       *s;
 
     if (h->undo_active) {
-        if (h->undo_index <= t->mask) {
-            WORDSTORE64(t->slots[h->undo_index].state.owner,
-                        h->undo_state.owner);
-            WORDSTORE64(t->slots[h->undo_index].state.stamp,
-                        h->undo_state.stamp);
+        s = slot_locate(t, h->undo_index, &r, &link);
+        if (s != NULL) {
+            WORDSTORE64(s->state.owner, h->undo_state.owner);
+            WORDSTORE64(s->state.stamp, h->undo_state.stamp);
         }
         WORDSTORE32(h->undo_active, 0);
     }
     for (i = 0; i <= t->mask; i++) {
-        /* a mark record left half written: its mark is dropped */
-        if (t->marks[i].seq & 1) {
-            slot_state_t  st = slot_load(&t->slots[i]), want;
-            int           n;
-
-            for (n = 0; n < 1000 && (st.stamp & SLOT_MARKED); n++) {
-                want.owner = st.owner;
-                want.stamp = st.stamp & ~SLOT_MARKED;
-                if (slot_change(t, i, &st, want)) {
-                    break;
-                }
-            }
-            WORDSTORE32(t->marks[i].seq, t->marks[i].seq + 1);
-        }
+        slot_recover_mark(t, &t->slots[i], i, &t->marks[i]);
         stamp = __atomic_load_n(&t->slots[i].state.stamp, __ATOMIC_ACQUIRE);
         live += (stamp & SLOT_LIVE) != 0;
         dead += (stamp & SLOT_DEAD) != 0;
+        for (c = t->marks[i].spill, n = 0; c != 0 && n < t->nchunks;
+             c = r->spill, n++)
+        {
+            s = slot_spilled(t, c, &r);
+            if (s == NULL) {
+                break;
+            }
+            slot_recover_mark(t, s, SLOT_SPILL | c, r);
+            spilled++;
+        }
     }
     h->live = live;
     h->dead = dead;
+    h->spilled = spilled;
+}
+
+/* One slot's checks (a floor slot at index i, or a spilled one, whose
+ * ticket index i has SLOT_SPILL): 0, or -1 with msg. */
+static int
+slot_verify_one(slots_t *t, const slot_t *s, uint32_t i,
+    const slot_mark_t *r, uint32_t *live, uint32_t *dead, char *msg,
+    size_t msg_size)
+{
+    uint32_t       at, hole, n, len;
+    slot_state_t   st, found;
+    uint64_t       flags, process;
+    int            kind;
+
+    /* one state, not halves of two (lock-free callers change a floor
+     * slot's meanwhile): read until two reads agree */
+    st = slot_load(s);
+    for (n = 0; n < 1000; n++) {
+        found = slot_load(s);
+        if (slot_same(st, found)) {
+            break;
+        }
+        st = found;
+    }
+    flags = st.stamp & SLOT_FLAGS;
+    if (flags & ~(SLOT_LIVE | SLOT_DEAD | SLOT_MARKED)
+        || ((flags & SLOT_LIVE) && (flags & SLOT_DEAD))
+        || (!(flags & SLOT_LIVE) && (st.owner != 0
+                                     || (flags & SLOT_MARKED)))
+        || ((flags & SLOT_MARKED) && st.owner == 0)
+        || ((i & SLOT_SPILL) && !(flags & SLOT_LIVE)))
+    {
+        snprintf(msg, msg_size, "slot %s%u: bad state %016llx:%016llx",
+                 i & SLOT_SPILL ? "spilled " : "", i & ~SLOT_SPILL,
+                 (unsigned long long) st.owner,
+                 (unsigned long long) st.stamp);
+        return -1;
+    }
+    *dead += (flags & SLOT_DEAD) != 0;
+    if ((flags & SLOT_MARKED) && (r->seq & 1)) {
+        snprintf(msg, msg_size, "slot %u: marked, its mark half written",
+                 i & ~SLOT_SPILL);
+        return -1;
+    }
+    if (!(flags & SLOT_LIVE)) {
+        return 0;
+    }
+    *live += 1;
+    kind = (int) (s->key_len >> SLOT_KIND_SHIFT);
+    len = s->key_len & SLOT_LEN_MASK;
+    if (len == 0 || len > 65535
+        || (len <= SLOT_KEY_INLINE && hash_bytes(s->key, len) != s->hash))
+    {
+        snprintf(msg, msg_size, "slot %u: bad key (kind %d, length %u)",
+                 i & ~SLOT_SPILL, kind, len);
+        return -1;
+    }
+    /* its own probe reaches it first: no EMPTY slot, no twin before (a
+     * spilled key: none in the floor, none before it on its chain) */
+    if (len <= SLOT_KEY_INLINE
+        && (slot_find_locked(t, kind, s->key, len, s->hash, &at, &found,
+                             &hole, &process) != FIND_FOUND || at != i))
+    {
+        snprintf(msg, msg_size, "slot %u: its key's probe does not "
+                 "reach it", i & ~SLOT_SPILL);
+        return -1;
+    }
+    return 0;
+}
+
+/* Home h's chain: each record and slot in range, used once (seen), the
+ * slot's home h, each slot as slot_verify_one checks it. */
+static int
+slot_verify_chain(slots_t *t, uint32_t h, uint8_t *seen, uint32_t *spilled,
+    char *msg, size_t msg_size)
+{
+    uint32_t      c, n, live = 0, dead = 0;
+    slot_mark_t  *r;
+    slot_t       *s;
+
+    for (c = t->marks[h].spill, n = 0; c != 0; c = r->spill, n++) {
+        s = slot_spilled(t, c, &r);
+        if (s == NULL || n >= t->nchunks || seen[c] || seen[r->slot]) {
+            snprintf(msg, msg_size, "slot %u: its chain of spilled slots is "
+                     "broken at chunk %u", h, c);
+            return -1;
+        }
+        seen[c] = seen[r->slot] = 1;
+        if ((s->hash & t->mask) != h) {
+            snprintf(msg, msg_size, "spilled slot %u: on the chain of slot "
+                     "%u, not of its home", c, h);
+            return -1;
+        }
+        if (slot_verify_one(t, s, SLOT_SPILL | c, r, &live, &dead, msg,
+                            msg_size) != 0)
+        {
+            return -1;
+        }
+        *spilled += 1;
+    }
+    return 0;
 }
 
 int
 slot_verify_locked(slots_t *t, char *msg, size_t msg_size)
 {
-    uint32_t       i, at, hole, live = 0, dead = 0, n, len;
-    slot_state_t   st, found;
-    const slot_t  *s;
-    uint64_t       flags, process;
-    int            kind;
+    uint32_t   i, live = 0, dead = 0, spilled = 0;
+    uint8_t   *seen = NULL;
+    int        rc = 0;
 
     if (t->hdr->nslots != t->mask + 1) {
         snprintf(msg, msg_size, "slot table: %u slots, %u at attach",
                  t->hdr->nslots, t->mask + 1);
         return -1;
     }
-    for (i = 0; i <= t->mask; i++) {
-        s = &t->slots[i];
-        /* one state, not halves of two (lock-free callers change it
-         * meanwhile): read until two reads agree */
-        st = slot_load(s);
-        for (n = 0; n < 1000; n++) {
-            found = slot_load(s);
-            if (slot_same(st, found)) {
-                break;
-            }
-            st = found;
-        }
-        flags = st.stamp & SLOT_FLAGS;
-        if (flags & ~(SLOT_LIVE | SLOT_DEAD | SLOT_MARKED)
-            || ((flags & SLOT_LIVE) && (flags & SLOT_DEAD))
-            || (!(flags & SLOT_LIVE) && (st.owner != 0
-                                         || (flags & SLOT_MARKED)))
-            || ((flags & SLOT_MARKED) && st.owner == 0))
-        {
-            snprintf(msg, msg_size, "slot %u: bad state %016llx:%016llx", i,
-                     (unsigned long long) st.owner,
-                     (unsigned long long) st.stamp);
-            return -1;
-        }
-        dead += (flags & SLOT_DEAD) != 0;
-        if ((flags & SLOT_MARKED) && (t->marks[i].seq & 1)) {
-            snprintf(msg, msg_size, "slot %u: marked, its mark half "
-                     "written", i);
-            return -1;
-        }
-        if (!(flags & SLOT_LIVE)) {
-            continue;
-        }
-        live++;
-        kind = (int) (s->key_len >> SLOT_KIND_SHIFT);
-        len = s->key_len & SLOT_LEN_MASK;
-        if (len == 0 || len > 65535
-            || (len <= SLOT_KEY_INLINE && hash_bytes(s->key, len) != s->hash))
-        {
-            snprintf(msg, msg_size, "slot %u: bad key (kind %d, length %u)",
-                     i, kind, len);
-            return -1;
-        }
-        /* its own probe reaches it first: no EMPTY slot, no twin before */
-        if (len <= SLOT_KEY_INLINE
-            && (slot_find_locked(t, kind, s->key, len, s->hash, &at, &found,
-                                 &hole, &process) != FIND_FOUND || at != i))
-        {
-            snprintf(msg, msg_size, "slot %u: its key's probe does not "
-                     "reach it", i);
+    if (t->nchunks != 0) {
+        seen = calloc((size_t) t->nchunks + 1, 1);
+        if (seen == NULL) {
+            snprintf(msg, msg_size, "out of memory while verifying");
             return -1;
         }
     }
-    if (live != t->hdr->live || dead != t->hdr->dead) {
-        snprintf(msg, msg_size, "slot table: %u live and %u dead, counted "
-                 "%u and %u", live, dead, t->hdr->live, t->hdr->dead);
+    for (i = 0; i <= t->mask && rc == 0; i++) {
+        rc = slot_verify_one(t, &t->slots[i], i, &t->marks[i], &live, &dead,
+                             msg, msg_size);
+        if (rc == 0 && t->marks[i].spill != 0) {
+            if (seen == NULL) {
+                snprintf(msg, msg_size, "slot %u: a chain of spilled slots "
+                         "in a table that spills nowhere", i);
+                rc = -1;
+            } else {
+                rc = slot_verify_chain(t, i, seen, &spilled, msg, msg_size);
+            }
+        }
+    }
+    free(seen);
+    if (rc != 0) {
+        return rc;
+    }
+    if (live != t->hdr->live || dead != t->hdr->dead
+        || spilled != t->hdr->spilled)
+    {
+        snprintf(msg, msg_size, "slot table: %u live, %u dead and %u "
+                 "spilled, counted %u, %u and %u", live, dead, spilled,
+                 t->hdr->live, t->hdr->dead, t->hdr->spilled);
         return -1;
     }
     return 0;

@@ -110,6 +110,35 @@
  * fooled only if that very slot changed 2^20 times, and came back to the
  * same owner and expiry, between two of its instructions.
  *
+ * Spilled slots (zone layout 11, issue 34).  The table above is a floor:
+ * a shard's keys past its room (7/8 of its slots) go to slots in the
+ * shard's chunks, a pair of chunks each (the slot, then its mark record),
+ * taken from the dictionary as a `set` takes room (spill.h: evicting
+ * set entries) and given back as soon as the slot is free again.  A
+ * spilled slot is reached through its key's home slot: the floor's mark
+ * record of the home (hash & mask) keeps the first spilled record of that
+ * home (slot_mark_t.spill), each spilled record the next one and its
+ * slot's chunk (slot_mark_t.slot): a chain, changed by one word store
+ * each way (a slot written whole in chunks nobody reaches, then
+ * published by the store of the link to its record; unlinked by one
+ * store, then given back).  A ticket names a spilled slot by
+ * SLOT_SPILL | its record's chunk.
+ *
+ * A spilled slot is read and changed only under the mutex: no lock-free
+ * call ever reads one's state for a CAS, so no CAS can land on a chunk
+ * the dictionary took back (a freed chunk becomes another entry's data).
+ * The lock-free calls answer SLOT_SLOW for a ticket of one, and for a
+ * key they do not find in the floor (a look: only when the home has a
+ * chain).  Under the mutex, a ticket of a spilled slot counts only while
+ * its record is on the chain of its slot's home; a slot spilled again
+ * into the same chunks gets a serial from the table's own counter
+ * (spill_serial), so an earlier ticket of those chunks does not match it
+ * but after 2^20 more spills.  Recovery walks the chains (the chunks they
+ * hold are not the dictionary's free ones), plays the fallback's undo
+ * back into a spilled slot too, and recounts; verify walks them.  The
+ * floor's slots stay the fast path: a pair is one lock-free CAS each way
+ * there; a spilled key costs the mutex.
+ *
  * Marks.  Each slot has a mark record of its own (slot_mark_t, in an
  * array after the slots): the waiter a release is to hand the lock to.
  * It is written under the mutex inside a seqlock of its own (seq odd
@@ -180,13 +209,16 @@ _Static_assert(sizeof(slot_t) == 64, "a slot is one cache line");
 /* A slot's mark record. */
 typedef struct {
     uint32_t  seq;          /* odd while written */
-    uint32_t  pad;
+    uint32_t  spill;        /* the floor's: its home's first spilled
+                               record; a spilled one: the next (a chunk;
+                               0: none) */
     uint64_t  owner;        /* the waiter */
     uint64_t  process;      /* its process */
     int64_t   expiry;       /* the time to live (ms) it asks for on handoff */
     int64_t   since;        /* when it began to wait (ms) */
     int64_t   until;        /* its deadline (ms): stale from then on */
-    uint64_t  spare;
+    uint32_t  slot;         /* a spilled record: its slot's chunk */
+    uint32_t  pad;
 } __attribute__((aligned(64))) slot_mark_t;
 
 _Static_assert(sizeof(slot_mark_t) == 64, "a mark record is one line");
@@ -194,18 +226,34 @@ _Static_assert(sizeof(slot_mark_t) == 64, "a mark record is one line");
 /* The table's header, in shared memory. */
 typedef struct {
     uint32_t      nslots;       /* a power of two (checked at attach) */
-    uint32_t      live;         /* LIVE slots (derived) */
+    uint32_t      live;         /* LIVE slots of the floor (derived) */
     uint32_t      dead;         /* DEAD slots (derived) */
     uint32_t      undo_active;  /* the fallback's undo record: */
-    uint32_t      undo_index;   /*   the slot being written, */
-    uint32_t      pad;
+    uint32_t      undo_index;   /*   the slot being written (a ticket's
+                                     index), */
+    uint32_t      spilled;      /* spilled slots (derived) */
     slot_state_t  undo_state;   /*   its state before */
+    uint32_t      spill_serial; /* the serial of the next slot spilled */
+    uint32_t      pad;
 } __attribute__((aligned(64))) slot_hdr_t;
+
+_Static_assert(sizeof(slot_hdr_t) == 64, "a table's header is one line");
 
 /* The bytes of a table of n slots: header, slots, mark records. */
 #define SLOT_TABLE_BYTES(n) \
     (sizeof(slot_hdr_t) + (uint64_t) (n) * (sizeof(slot_t) \
                                             + sizeof(slot_mark_t)))
+
+/* A ticket's index of a spilled slot: SLOT_SPILL | its record's chunk. */
+#define SLOT_SPILL           ((uint32_t) 1 << 31)
+
+/*
+ * Where spilled slots come from (spill.h for a shard; a test's own
+ * memory for ctest/): take two chunks (the slot's, the record's: 0, or
+ * -1 when there is no room), give them back.  Called with the mutex.
+ */
+typedef int (*slot_take_fn)(void *ctx, uint32_t *slot, uint32_t *rec);
+typedef void (*slot_give_fn)(void *ctx, uint32_t slot, uint32_t rec);
 
 /* A table as a process sees it. */
 typedef struct {
@@ -214,6 +262,13 @@ typedef struct {
     slot_mark_t *marks;         /* after the slots */
     uint32_t     mask;          /* nslots - 1, this process's copy */
     int          cas16;         /* 1: lock-free paths; 0: all locked */
+    /* the chunks slots spill into: chunk i at chunks + 64 i, 1..nchunks
+     * (none: nchunks 0) */
+    char        *chunks;
+    uint32_t     nchunks;
+    slot_take_fn take;
+    slot_give_fn give;
+    void        *ctx;
 } slots_t;
 
 /* What an acquire hands out and a release gives back. */
@@ -236,7 +291,8 @@ enum {
                            *_locked one (no slot yet, a marked slot, a
                            busy CAS, no 16-byte CAS) */
     SLOT_MARKED_STATE,  /* the slot is marked: the caller's slow path */
-    SLOT_FULL           /* no slot can be made: the table is full */
+    SLOT_FULL           /* no slot can be made: the table is full, and
+                           no chunk is left to spill into */
 };
 
 /* 1 if this CPU has a 16-byte CAS the lock-free paths can use. */
@@ -250,6 +306,9 @@ void slot_format(slot_hdr_t *hdr, slot_t *slots, uint32_t n);
  * the CPU. */
 void slot_attach(slots_t *t, slot_hdr_t *hdr, slot_t *slots, uint32_t n,
     int cas16);
+/* The chunks the table may spill into (spill.h), and how it gets them. */
+void slot_attach_spill(slots_t *t, char *chunks, uint32_t nchunks,
+    slot_take_fn take, slot_give_fn give, void *ctx);
 
 uint64_t slot_fingerprint(const char *key, size_t len);
 
@@ -289,8 +348,29 @@ int slot_mark_locked(slots_t *t, const slot_ticket_t *seen,
     const slot_mark_t *m, slot_ticket_t *tk);
 /* The mark of state `at` (MARKED), lock-free: SLOT_OK, or SLOT_GONE if
  * the slot left that state (or its record is being written: look
- * again). */
+ * again); SLOT_SLOW for a spilled slot (slot_mark_read_locked). */
 int slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m);
+int slot_mark_read_locked(slots_t *t, const slot_ticket_t *at,
+    slot_mark_t *m);
+/* The state of ticket index i's slot, and its holder's process (a hint,
+ * 0 unknown): 0; -1 if i names no slot (a spilled one given back).  A
+ * floor slot's lock-free; a spilled one's only with the mutex held. */
+int slot_state_at(slots_t *t, uint32_t i, slot_state_t *st,
+    uint64_t *process);
+/* The process hint of ticket index i's slot written (the mutex held: a
+ * spilled slot's too). */
+void slot_hint_locked(slots_t *t, uint32_t i, uint64_t process);
+/* Spilled slot `pos` (0, 1, ...) of home's chain, under the mutex: 1 and
+ * what slot_info gives (tk's index: the spilled slot's); 0 past the
+ * chain's end. */
+int slot_spill_info_locked(slots_t *t, uint32_t home, uint32_t pos,
+    slot_ticket_t *tk, int *kind, char *key, uint32_t *klen, uint32_t *shown,
+    uint32_t *hash);
+/* The chunks the spilled slots hold, each given to fn (recovery and
+ * verify mark them used); the chains' walks are bounded.  Returns how
+ * many chunks. */
+uint32_t slot_spill_chunks(slots_t *t, void (*fn)(void *arg, uint32_t c),
+    void *arg);
 /* Slot i, lock-free (under the mutex without a 16-byte CAS): 1 if it is
  * a key's (LIVE), read whole: tk its state, *kind the key's kind, *klen
  * its length, key (SLOT_KEY_INLINE bytes) its first *shown bytes (all of
@@ -299,9 +379,9 @@ int slot_mark_read(slots_t *t, const slot_ticket_t *at, slot_mark_t *m);
 int slot_info(slots_t *t, uint32_t i, slot_ticket_t *tk, int *kind,
     char *key, uint32_t *klen, uint32_t *shown, uint32_t *hash);
 /* Free slots (no owner, or expired and unmarked) become DEAD, and runs of
- * DEAD slots that end at an EMPTY one become EMPTY; returns the slots
- * freed. */
-uint32_t slot_reclaim_locked(slots_t *t, int64_t now);
+ * DEAD slots that end at an EMPTY one become EMPTY; spilled ones (spill:
+ * 1) are given back.  Returns the slots freed. */
+uint32_t slot_reclaim_locked(slots_t *t, int64_t now, int spill);
 /* After the mutex was taken over from a dead holder: the fallback's undo,
  * then the counters recounted. */
 void slot_recover_locked(slots_t *t);
@@ -532,7 +612,7 @@ slot_release_fast(slots_t *t, const slot_ticket_t *tk)
 {
     slot_state_t  st = tk->state, want;
 
-    if (!t->cas16) {
+    if (!t->cas16 || (tk->index & SLOT_SPILL)) {
         return SLOT_SLOW;
     }
     if (tk->index > t->mask) {

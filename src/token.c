@@ -66,3 +66,14 @@ token_ids(void)
     first = (uint32_t) (block << TOKEN_BLOCK_BITS);
     return first == 0 ? 1 : first;
 }
+
+TOKEN_TLS uint32_t  token_id_at, token_id_end, token_id_pid;
+
+void
+token_id_block(uint32_t pid)
+{
+    token_id_pid = pid;
+    token_id_at = token_ids();
+    token_id_end = token_id_at - token_id_at % (1u << TOKEN_BLOCK_BITS)
+                   + (1u << TOKEN_BLOCK_BITS);
+}

@@ -33,4 +33,28 @@ uint32_t token_block(char *dst);
  * block holds 2^TOKEN_BLOCK_BITS ids from there. */
 uint32_t token_ids(void);
 
+/*
+ * Owner ids for the lock calls, one at a time: this thread's block of
+ * them (initial-exec TLS: a load relative to the thread pointer, no
+ * __tls_get_addr call per acquire), a fresh block when it is used up or
+ * when the process is another (a child: the block it inherited is its
+ * parent's).  Never 0.
+ */
+#define TOKEN_TLS  __thread __attribute__((tls_model("initial-exec")))
+
+extern TOKEN_TLS uint32_t  token_id_at, token_id_end, token_id_pid;
+
+void token_id_block(uint32_t pid);
+
+static inline uint32_t
+token_next_id(uint32_t pid)
+{
+    if (__builtin_expect(token_id_at == token_id_end
+                         || token_id_pid != pid, 0))
+    {
+        token_id_block(pid);
+    }
+    return token_id_at++;
+}
+
 #endif /* TOKEN_H */

@@ -21,6 +21,7 @@ typedef struct {
     uint8_t   *seen;     /* one byte per chunk */
     char      *msg;
     size_t     msg_size;
+    int        spill_bad;   /* a spilled slot's chunk met twice */
 } verify_t;
 
 static int
@@ -206,11 +207,25 @@ verify_lru(verify_t *v, uint32_t unpinned)
     return SHMLOCK_OK;
 }
 
+/* slot_spill_chunks's visit: a chunk of a spilled lock slot, in no other
+ * place (else v->spill_bad) */
+static void
+verify_spilled(void *arg, uint32_t c)
+{
+    verify_t  *v = arg;
+
+    if (c > v->sh->nchunks || v->seen[c] != 0) {
+        v->spill_bad = 1;
+        return;
+    }
+    v->seen[c] = 3;
+}
+
 int
 verify_shard(shard_t *sh, char *msg, size_t msg_size)
 {
-    verify_t  v = { sh, NULL, msg, msg_size };
-    uint32_t  nfree, used = 0, unpinned = 0;
+    verify_t  v = { sh, NULL, msg, msg_size, 0 };
+    uint32_t  nfree, used = 0, unpinned = 0, spilled;
     int       rc;
 
     v.seen = calloc((size_t) sh->nchunks + 1, 1);
@@ -225,10 +240,17 @@ verify_shard(shard_t *sh, char *msg, size_t msg_size)
         rc = verify_fail(&v, "free list holds %u chunks, %u counted", nfree,
                          sh->hdr->dict.free_count);
     } else if ((rc = verify_buckets(&v, &used, &unpinned)) == SHMLOCK_OK
-               && (rc = verify_lru(&v, unpinned)) == SHMLOCK_OK
-               && nfree + used != sh->nchunks)
+               && (rc = verify_lru(&v, unpinned)) == SHMLOCK_OK)
     {
-        rc = verify_fail(&v, "%u chunks lost", sh->nchunks - nfree - used);
+        /* the lock slots spilled into chunks (slot.h) hold the rest */
+        spilled = slot_spill_chunks(&sh->slots, verify_spilled, &v);
+        if (v.spill_bad) {
+            rc = verify_fail(&v, "a spilled lock slot's chunk is also "
+                             "elsewhere");
+        } else if (nfree + used + spilled != sh->nchunks) {
+            rc = verify_fail(&v, "%u chunks lost",
+                             sh->nchunks - nfree - used - spilled);
+        }
     }
     free(v.seen);
     if (rc == SHMLOCK_OK) {

@@ -1,5 +1,6 @@
 #include "zone.h"
 #include "shdict.h"
+#include "spill.h"
 #include "shmlock.h"
 #include "sys.h"
 
@@ -87,8 +88,10 @@ zone_geometry(uint64_t size, uint32_t nshards, zone_geometry_t *g)
     for (b = 1; b * 2 <= n; b *= 2) { /* void */ }
     n = avail > b * sizeof(uint32_t)
         ? (avail - b * sizeof(uint32_t)) / (SHARD_CHUNK_SIZE + 1) : 0;
-    if (n > UINT32_MAX - 1) {
-        n = UINT32_MAX - 1;
+    /* below 2^27: a ticket names a spilled slot by its chunk in 27 bits
+     * (shmlock_slot.c; a shard uses at most 8 GiB) */
+    if (n > ((uint64_t) 1 << 27) - 1) {
+        n = ((uint64_t) 1 << 27) - 1;
     }
 
     g->nbuckets = (uint32_t) b;
@@ -217,5 +220,6 @@ zone_attach(shmlock_zone_t *zone, char *base, uint64_t size)
         slot_attach(&sh->slots, (slot_hdr_t *) (s + h->slots_off),
                     (slot_t *) (s + h->slots_off + sizeof(slot_hdr_t)),
                     h->nslots, -1);
+        spill_attach(sh);
     }
 }

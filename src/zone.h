@@ -71,7 +71,11 @@
  * group.h), no longer spelt in the key's bytes, and a group's head
  * counts 24 bits of holders, not 16.  Layout 11: an entry's head keeps 28
  * bytes of fields, not 48 (entry.h), so that 32 bytes of key and string
- * fit in it: a small entry takes one chunk, not two.
+ * fit in it: a small entry takes one chunk, not two.  Layout 12: the slot
+ * table is a floor; keys past it spill into the shard's chunks, two each,
+ * chained from their home slot's mark record (slot.h, spill.h), and a
+ * ticket names its slot by an index of its shard (the shard is its
+ * hash's).
  *
  * The header starts with a magic string, the layout version and the size,
  * so a foreign, older or truncated file is refused rather than trusted;

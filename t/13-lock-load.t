@@ -4,7 +4,7 @@
 # The counter is exact, no lock call fails, and no request waits long:
 # a waiter that has slept 0.2 s of resty.lock's steps queues, and fresh
 # arrivals cannot barge past the queue (lua/resty/shmlock/lock/
-# nginx_wait.lua).  With resty.lock's steps alone, waiters sleeping 0.5 s
+# wait.lua).  With resty.lock's steps alone, waiters sleeping 0.5 s
 # steps lose the key to fresh arrivals again and again: seconds of wait,
 # and after the load stops the leftovers drain one per step.
 #

@@ -13,7 +13,7 @@
 # after 4.  Which steps were slept and their sum are then exact.  One case
 # keeps a holder released by its own timer, and asks only what lateness
 # cannot change: the waiter got the lock, at one of the schedule's sums.
-# The queue a long waiter joins (lua/resty/shmlock/lock/nginx_wait.lua)
+# The queue a long waiter joins (lua/resty/shmlock/lock/wait.lua)
 # starts only after 0.2 s of steps, so none of these numbers moves: 8
 # steps still sum to 0.255.
 use strict;
@@ -128,7 +128,7 @@ for my $store ("elapsed", "fallback") {
     }
     # never released: resty.lock's steps, the last one what the timeout
     # leaves (0.003) -- or less: the wait also ends at its deadline on the
-    # monotonic clock (nginx_wait.lua, "The deadline rule"), and late
+    # monotonic clock (lock/wait.lua, "The deadline rule"), and late
     # timers leave less than the steps' sum
     subtest "$store: timeout=0.01" => sub {
         my $r = $t->get("/wait?store=$store&timeout=0.01");

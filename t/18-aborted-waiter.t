@@ -1,5 +1,5 @@
 # A queued lock waiter that nginx aborts never keeps a key
-# (lua/resty/shmlock/lock/nginx_wait.lua, "Aborted waiters"): its Lua
+# (lua/resty/shmlock/lock/wait.lua, "Aborted waiters"): its Lua
 # thread is killed (ngx.thread.kill), ended with its request (ngx.exit
 # while it is a light thread, a client abort with lua_check_client_abort
 # on) or with its worker (a reload with worker_shutdown_timeout), after it
@@ -7,7 +7,7 @@
 # case), yet a release afterwards frees the key or hands it to a live
 # waiter, and the worker's registry of queued waiters does not keep it.
 # A release by another process, which cannot tell a ghost from a waiter,
-# hands it the key for nginx_wait.ACCEPT (0.5 s) only.
+# hands it the key for lock.wait.ACCEPT (0.5 s) only.
 #
 # Also: with blocking_timeout, a phase that cannot yield (log_by_lua)
 # never blocks the worker on a key that a request of this very worker
@@ -31,7 +31,7 @@ my $t = ShmTest->new(
     main_config => 'worker_shutdown_timeout 300ms;',
     zone => 'aborted',
     init_by_lua => <<'EOF',
-        T.nginx_wait = require "resty.shmlock.lock.nginx_wait"
+        T.wait = require "resty.shmlock.lock.wait"
         T.held = {}
 
         -- a waiter that queues (30 s: it never times out here, and its
@@ -126,7 +126,7 @@ EOF
                 end)
                 -- queued (past its 0.2 s of steps), bounded
                 for _ = 1, 500 do
-                    if T.nginx_wait.queued(key) == 1 then
+                    if T.wait.queued(key) == 1 then
                         break
                     end
                     ngx.sleep(0.01)
@@ -149,8 +149,8 @@ EOF
         # "<live waiters queued on key> <live waiters of the worker>"
         location = /registry {
             content_by_lua_block {
-                ngx.say(T.nginx_wait.queued(ngx.var.arg_key), " ",
-                        (T.nginx_wait.registry()))
+                ngx.say(T.wait.queued(ngx.var.arg_key), " ",
+                        (T.wait.registry()))
             }
         }
         # with blocking_timeout where the phase cannot yield, a key held

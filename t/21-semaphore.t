@@ -34,12 +34,12 @@ my $t = ShmTest->new(
     zone_opts => '{ size = "2m" }',
     init_by_lua => <<'EOF',
         T.semaphore = require "resty.shmlock.semaphore"
-        T.nginx_wait = require "resty.shmlock.lock.nginx_wait"
+        T.wait = require "resty.shmlock.lock.wait"
         -- a turn lasts 3 s (renewed by its live waiter at half), not 0.5:
         -- a waiter's poll late by a loaded machine never ends its turn
         -- while a test looks at it; an aborted waiter's turn still lapses
         -- well within the 10 s the test gives the next acquirer
-        T.nginx_wait.ACCEPT = 3
+        T.wait.ACCEPT = 3
         T.held = {}
 
         -- one round on the board: acquire, count in (a count above the
@@ -230,7 +230,7 @@ EOF
                 assert(ngx.thread.kill(th))
                 assert(holder:release() == 1)
                 ngx.say(T.try(key, { timeout = 0 }), " ",
-                        (T.nginx_wait.registry()))
+                        (T.wait.registry()))
             }
         }
         # a ghost ahead of a live waiter: the live one gets the permit
@@ -244,7 +244,7 @@ EOF
                 assert(ngx.thread.kill(ghost))
                 local live = ngx.thread.spawn(T.waiter, key)
                 for _ = 1, 500 do
-                    if T.nginx_wait.registry() == 1 then
+                    if T.wait.registry() == 1 then
                         break
                     end
                     ngx.sleep(0.01)
@@ -488,7 +488,7 @@ subtest "a client abort of a queued waiter, the release in a LuaJIT "
     $t->set_flag("release-abort");
     my ($rc, $out) = $h->finish(20);
     like($out, qr/^release: 1$/m, "the LuaJIT holder released");
-    # the ghost's turn lasts nginx_wait.ACCEPT (3 s here) at most
+    # the ghost's turn lasts lock.wait.ACCEPT (3 s here) at most
     is($t->get("/try?key=abort&timeout=10")->{body} =~ s/^waited /0 /r,
        "0 nil\n", "the next acquirer gets the permit");
     is($t->get("/count?key=abort")->{body}, "0\n", "no permit left held");

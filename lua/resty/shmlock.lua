@@ -16,7 +16,7 @@
 --
 -- Inside nginx, waiting is resty.lock's (ngx.sleep steps, elapsed = the
 -- sum of the steps), then, past 0.2 s of steps, a queue without barging
--- (resty.shmlock.lock.nginx_wait).  Where the phase cannot yield (init,
+-- (resty.shmlock.lock.wait).  Where the phase cannot yield (init,
 -- init_worker, set, header_filter, body_filter, log, balancer, ...), a
 -- free key is taken and a held one answers nil, "cannot wait in <phase>
 -- phase", unless opts.blocking_timeout lets the worker block that long
@@ -43,7 +43,7 @@
 --         the wait outside nginx (zones only: ngx.shared dicts exist only
 --         inside nginx)
 --     here = backend.here(store, key, klen)   held by this very process
---     ident = backend.ident(tok)               nginx_wait's name of tok
+--     ident = backend.ident(tok)               lock.wait's name of tok
 --
 -- Releasing, extending and asking whether the lock is still ours differ
 -- (a zone's ticket, a dict's token): unlock, expire and owned call each
@@ -61,66 +61,67 @@
 -- reads the object's target, expiry and wait options.  Here they cost the
 -- exclusive lock one field test, on the paths where it holds nothing.
 
--- Under PUC Lua (no FFI), C is the C module's slot calls under the same
--- names (resty.shmlock.lock.slots) and the handle is
--- resty.shmlock.lock.handle.capi's; ngx.shared dicts exist only inside
+-- The binding's parts come from resty.shmlock.internal.core (core.part):
+-- under LuaJIT the lock object is this file's Lua object over the FFI
+-- (its handles, shared holds and ngx.shared locks); under PUC Lua it is
+-- the C module's (core.lock_object, the end of this file), and the parts
+-- only the Lua object uses are nil.  ngx.shared dicts exist only inside
 -- nginx, under LuaJIT (docs/every-lua.md).
-local has_ffi = require("resty.shmlock.internal.core").ffi
-
-local ffi = has_ffi and require "ffi"
-local C = require("resty.shmlock.lock.slots").C
+local core = require "resty.shmlock.internal.core"
 local shdict = require "resty.shmlock.shdict"
+local zone_of = shdict._zone_handle
 local version = require "resty.shmlock.version"
 local nginx = require "resty.shmlock.internal.nginx"
 local names = require "resty.shmlock.internal.names"
 local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
-local handle = has_ffi and require "resty.shmlock.lock.handle"
-               or require "resty.shmlock.lock.handle.capi"
 local zone_backend = require "resty.shmlock.lock.zone"
-local ngx_shared = has_ffi and require "resty.shmlock.lock.ngx_shared"
-local nginx_wait = require "resty.shmlock.lock.nginx_wait"
+local waits = require "resty.shmlock.lock.wait"
 local inspect = require "resty.shmlock.lock.inspect"
-local shared_hold = require "resty.shmlock.lock.shared"
 local log = require "resty.shmlock.internal.log"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
+local handle = core.part("handles")
+local ngx_shared = core.part("ngx_shared")
+local shared_hold = core.part("shared_holds")
 
-local ffi_str = has_ffi and ffi.string
+local ffi_str = ngx_shared and ngx_shared.string
 local type = type
-local tostring = tostring
 local error = error
 local setmetatable = setmetatable
 local getmetatable = getmetatable
-local min = math.min
 local next_token = token.next
-local next_id = token.next_id
 local cached_ms = clock.cached_ms
-local take = handle.take
-local zone_handle = handle.zone
-local put = handle.put
-local retoken = handle.retoken
-local ours = handle.ours
+local take = handle and handle.take
+local zone_handle = handle and handle.zone
+local put_zone = handle and handle.put_zone
+local put_shared = handle and handle.put_shared
+local lock_acquire = require("resty.shmlock.lock.slots").lock.acquire
+local zone_release = zone_backend.release
+local retoken = handle and handle.retoken
+local ours = handle and handle.ours
 local seconds_ok = options.seconds_ok
 local check_timeout = options.timeout
 local ACQUIRED = zone_backend.ACQUIRED
 local FAILED = zone_backend.FAILED
-local YIELDABLE = nginx.YIELDABLE
-local released = nginx_wait.released
+local released = waits.released
 local log_event = log.event
 local recoveries = log.recoveries
+local recovered = log.recovered
 local OK = codes.OK
 local EXISTS = codes.EXISTS
 local KEY_MAX = codes.KEY_MAX
 
 local ngx = nginx.api()
 local in_nginx = ngx ~= nil
-local get_phase = in_nginx and ngx.get_phase
 
 local _M = { _VERSION = version }
 local mt = { __index = _M }
+
+-- under PUC Lua, the C module's lock objects (the end of this file)
+local lock_object = core.lock_object
 
 -- names resolved to ngx.shared dicts, and names whose store was logged
 local shared_names = {}
@@ -131,24 +132,17 @@ local logged = {}
 -- each zone's dead word (shmlock_zone_dead_word): new() by such a name
 -- reads one word instead of walking to the zone again and looking at its
 -- file (lock() looks, as every call does).  Weak, as shdict's own record.
-local env = require("resty.shmlock.internal.core").env
+local env = core.env
 local zone_names = setmetatable({}, { __mode = "v" })
 local zone_names_serial = env.serial
 local dead_words = setmetatable({}, { __mode = "k" })
 
 -- whether the zone of dict, resolved by name before, is still alive (not
--- destroyed): one load of its dead word; under PUC Lua, a call of the C
--- module (a zone's word cannot be read from Lua there)
-local zone_live
-if has_ffi then
-    zone_live = function(dict)
-        return dead_words[dict][0] == 0
-    end
-else
-    local zone_dead = require("resty.shmlock.internal.core").zone_dead
-    zone_live = function(dict)
-        return not zone_dead(dict._zone)
-    end
+-- destroyed): one load of its dead word (core.dead_word; under PUC Lua a
+-- call of the C module)
+local word_dead = core.word_dead
+local function zone_live(dict)
+    return not word_dead(dead_words[dict])
 end
 
 
@@ -181,7 +175,7 @@ end
 -- files or on the user a process runs as.
 local function find(name)
     if type(name) == "table" then
-        if name._zone then
+        if zone_of(name) then
             return name
         end
         return nil
@@ -217,8 +211,8 @@ local function find(name)
     end
     if dict then
         log_store(name, 'the zone "' .. name .. '"')
-        if has_ffi and not dead_words[dict] then
-            dead_words[dict] = C.shmlock_zone_dead_word(dict._zone)
+        if not dead_words[dict] then
+            dead_words[dict] = core.dead_word(zone_of(dict))
         end
         zone_names[name] = dict
         return dict
@@ -254,9 +248,7 @@ end
 
 
 -- true inside nginx, in a phase where ngx.sleep may yield
-function _M.can_sleep()
-    return in_nginx and YIELDABLE[get_phase()] == true
-end
+_M.can_sleep = waits.can_sleep
 
 
 -- syntax: lock, err = resty_lock:new(dict_name, opts?)
@@ -275,9 +267,15 @@ function _M.new(a, b, c)
     local exptime, timeout, step, ratio, max_step, blocking_timeout =
         options.lock(opts, "opts", 2)
 
+    if lock_object then
+        -- PUC Lua: the C module's object (see the end of this file)
+        return lock_object(zone_of(dict), dict.name, exptime, timeout, step,
+                           ratio, max_step)
+    end
+
     local target, backend, number, store
     if dict then
-        target, backend, number, store = dict._zone, zone_backend, 0, "zone"
+        target, backend, number, store = zone_of(dict), zone_backend, 0, "zone"
     else
         target, backend, number, store = shared, ngx_shared,
                                          handle.number(shared), "ngx.shared"
@@ -302,36 +300,18 @@ function _M.new(a, b, c)
 end
 
 
--- the wait inside nginx where the phase may yield: resty.lock's steps,
--- then a queue (resty.shmlock.lock.nginx_wait); done: see _lock_unless
-local function sleep(self, backend, key, klen, tok, timeout, done)
-    return nginx_wait.sleep(backend, self.target, key, klen, tok, self.expiry,
-                            timeout, self.step, self.ratio, self.max_step,
-                            done)
-end
-
-
--- after the first add found the key held; timeout: this call's
+-- after the first add found the key held; timeout: this call's; done:
+-- see _lock_unless.  Where and how: resty.shmlock.lock.wait's choice.
 local function wait(self, backend, key, klen, tok, may_wait, timeout, done)
     local refusal = "timeout"
     if may_wait and timeout > 0 then
-        if not in_nginx then
-            return backend.block(self.target, key, klen, tok, self.expiry,
-                                 timeout, self.step, self.ratio,
-                                 self.max_step)
+        local elapsed, err, refused = waits.wait(backend, self.target, key,
+                                                 klen, tok, self.expiry,
+                                                 timeout, self, done)
+        if not refused then
+            return elapsed, err
         end
-        local phase = get_phase()
-        if YIELDABLE[phase] then
-            return sleep(self, backend, key, klen, tok, timeout, done)
-        end
-        local blocking = self.blocking_timeout
-        if blocking > 0 then
-            return nginx_wait.block(backend, self.target, key, klen, tok,
-                                    self.expiry, min(timeout, blocking),
-                                    self.step, self.ratio, self.max_step,
-                                    phase)
-        end
-        refusal = "cannot wait in " .. tostring(phase) .. " phase"
+        refusal = err
     end
 
     -- no waiting; a dead holder's lock is still ours at once
@@ -349,7 +329,11 @@ end
 
 -- the object holds no lock any more
 local function forget(self, cd)
-    put(cd)
+    if self.number == 0 then
+        put_zone(cd)
+    else
+        put_shared(cd)
+    end
     self.cd = false
     self.key = false
 end
@@ -370,18 +354,30 @@ local function held(self)
 end
 
 
+-- Whether this object has a shared hold (its handle: self.sh).  A copy in
+-- a forked child has none: it forgets the parent's, as held() does.
+local function holds_shared(self)
+    if shared_hold.holds(self.sh) then
+        return true
+    end
+    if not self.cd then
+        self.key = false
+    end
+    return false
+end
+
+
 -- the lock taken or waited for: on a zone
 local function acquire_zone(self, key, klen, may_wait, timeout, done)
-    local zone = self.target
-    local cd = zone_handle(zone, next_id())
+    local cd = zone_handle(self.target)
     -- (the handle's ticket is its last lock's: a hint of where key's slot
     -- is, right when this object or the handle's last one locks the same
-    -- key again)
-    local rc = C.shmlock_slot_acquire_hint(zone, key, klen, cd.id,
-                                           self.expiry, cached_ms(), cd.tk)
-    recoveries(self.dict.name)          -- report a shard recovered
+    -- key again; the core draws the acquisition's owner id)
+    local rc = lock_acquire(cd, key, klen, self.expiry, cached_ms())
+    if recovered() then
+        recoveries(self.dict.name)      -- report a shard recovered
+    end
     if rc == OK then
-        cd.held = 1
         self.cd = cd
         self.key = key
         return 0
@@ -394,12 +390,11 @@ local function acquire_zone(self, key, klen, may_wait, timeout, done)
         err = errors[rc]
     end
     if elapsed then
-        cd.held = 1
         self.cd = cd
         self.key = key
         return elapsed
     end
-    put(cd)
+    put_zone(cd)
     return nil, err
 end
 
@@ -408,7 +403,7 @@ local function acquire(self, key, may_wait, timeout, done)
     if not key then
         return nil, "nil key"
     end
-    if held(self) or (self.sh and shared_hold.held(self)) then
+    if held(self) or (self.sh and holds_shared(self)) then
         return nil, "locked"
     end
     local err
@@ -482,7 +477,7 @@ function _M.lock_shared(self, key, timeout)
     if not key then
         return nil, "nil key"
     end
-    if held(self) or (self.sh and shared_hold.held(self)) then
+    if held(self) or (self.sh and holds_shared(self)) then
         return nil, "locked"
     end
     local err
@@ -499,14 +494,33 @@ function _M.lock_shared(self, key, timeout)
                                      names.shared_name(ngx, self.target)
                                      or "?")
     end
-    return shared_hold.lock(self, key, #key, wait, timeout)
+    local klen = #key
+    local cd, rc = shared_hold.acquire(self.sh, self.target, key, klen,
+                                       self.expiry)
+    self.sh = cd
+    local elapsed = 0
+    if rc == EXISTS then
+        -- a dead exclusive holder's key is ours at once, as a reader's
+        elapsed, err = wait(self, shared_hold, key, klen, cd, true, timeout)
+        if not elapsed then
+            return nil, err
+        end
+    elseif rc ~= OK then
+        return nil, errors[rc]
+    end
+    self.key = key
+    return elapsed
 end
 
 
 -- unlock() of an object holding a shared hold (or nothing)
 local function unlock_shared(self)
     local key = self.key
-    local ok, err = shared_hold.unlock(self)
+    if not holds_shared(self) then
+        return nil, "unlocked"
+    end
+    self.key = false
+    local ok, err = shared_hold.release(self.sh)
     if ok and in_nginx then
         released(key)           -- wakes this worker's queued waiters
     end
@@ -517,7 +531,7 @@ local function unlock_shared(self)
 end
 
 
--- syntax: elapsed, err = lock:_lock_unless(key, done)
+-- syntax: elapsed, err = resty_lock._lock_unless(lock, key, done)
 -- Internal (resty.shmlock.cache's wait for a key being loaded, inside
 -- nginx where the phase may yield): lock(key), but done() is called at
 -- every look while waiting, and true ends the wait with nil, "done"; the
@@ -525,6 +539,14 @@ end
 function _M._lock_unless(self, key, done)
     check_self(self)
     return acquire(self, key, true, self.timeout, done)
+end
+
+
+-- syntax: yes = resty_lock._is_lock(v)
+-- Internal (resty.shmlock.cache): whether v is a lock object of this
+-- module (else another lock factory's).
+function _M._is_lock(v)
+    return getmetatable(v) == mt
 end
 
 
@@ -556,7 +578,7 @@ function _M.unlock(self)
     end
     local ok, err
     if self.number == 0 then
-        ok, err = self.backend.release(self.target, cd.tk)
+        ok, err = zone_release(self.target, cd)
     else
         ok, err = ngx_shared.release(self.target, self.key, cd.key_len,
                                      cd.tok, cd.tok_len)
@@ -585,8 +607,20 @@ function _M.expire(self, time)
     check_self(self)
     local cd = held(self)
     if not cd then
-        if self.sh then
-            return shared_hold.expire(self, time)
+        if self.sh and holds_shared(self) then
+            if time == nil then
+                time = self.exptime
+            elseif not seconds_ok(time) then
+                error('bad "exptime" argument', 2)
+            end
+            local ok, err = shared_hold.extend(self.sh, options.ms(time))
+            if ok then
+                return ok
+            end
+            if err == "expired" then
+                self.key = false        -- gone: nothing to release
+            end
+            return nil, err
         end
         return nil, "unlocked"
     end
@@ -625,7 +659,7 @@ function _M.owned(self)
     local cd = held(self)
     if not cd then
         if self.sh then
-            return shared_hold.owned(self)
+            return holds_shared(self) and shared_hold.owned(self.sh)
         end
         return false
     end
@@ -662,9 +696,25 @@ function _M.inspect(a, b, c)
         return nil, err
     end
     if dict then
-        return inspect.key(dict, key, dict._zone)
+        return inspect.key(dict, key, zone_of(dict))
     end
     return inspect.key(shared, key)
+end
+
+
+
+-- Under PUC Lua (no FFI, never inside nginx) a lock object is the C
+-- module's (src/lua/lock_object.c): a userdata whose methods lock,
+-- trylock, lock_shared, unlock, expire and owned are C functions, each one
+-- call of the core, the metatable in their upvalue; their __index is this
+-- module.  The Lua methods above are LuaJIT's.
+if lock_object then
+    mt = core.lock_class(_M, key_check, zone_backend.dead_notice, recoveries)
+    _M.store = "zone"
+
+    function _M._lock_unless(self, key)
+        return self:lock(key)
+    end
 end
 
 

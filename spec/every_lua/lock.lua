@@ -166,14 +166,13 @@ eq(1, lock:unlock(), "unlock h")
 
 -- a starving waiter marks the lock; the release hands it over
 local zone = require "resty.shmlock.lock.zone"
-local handle = core.ffi and require "resty.shmlock.lock.handle"
-               or require "resty.shmlock.lock.handle.capi"
-local token = require "resty.shmlock.internal.token"
+local codes = require "resty.shmlock.internal.codes"
 -- (the word a marked waiter sleeps on is the same for every interpreter:
 -- a LuaJIT process's handoff wakes a Lua 5.1 process's waiter)
 eq(4034013619, zone.marked_hash(core.hash("a")), "the marked waiter's word")
 eq(0, lock:lock("m"), "lock m")
-local w = handle.zone(d._zone, token.next_id())
+local w = zone.handle(d._zone)
+eq(codes.EXISTS, zone.acquire(w, "m", 1, 30000), "the waiter's first try")
 local now = clock.now_ms()
 eq(zone.MARKED, zone.look(d._zone, "m", 1, w, 30000, false, now,
                           now + 60000), "the waiter marks")
@@ -184,7 +183,7 @@ eq(1, lock:unlock(), "the release hands over")
 eq(zone.ACQUIRED, zone.look(d._zone, "m", 1, w, 30000, false, now,
                             now + 60000), "the waiter holds it")
 eq("timeout", select(2, lock:trylock("m")), "held by the waiter")
-eq(1, zone.release(d._zone, w.tk), "the waiter releases")
+eq(1, zone.release(d._zone, w), "the waiter releases")
 -- a mark withdrawn: the holder's release frees the key
 eq(0, lock:lock("m"), "lock m again")
 eq(zone.MARKED, zone.look(d._zone, "m", 1, w, 30000, false, now,

@@ -249,7 +249,8 @@ T["dict:stats"] = dict_method()
 T["dict:verify"] = dict_method()
 T["dict:cas"] = dict_method("k", "v", "w", 0, 0)
 T["dict:cad"] = dict_method("k", "w")
-T["dict:_set_guarded"] = dict_method("k", "v", 0, 0, 0, 0, 0)
+T["resty.shmlock.shdict._set_guarded"] = { args = { d, "k", "v", 0, 0, 0, 0,
+                                                  0 } }
 
 -- resty.shmlock (the module is the lock objects' metatable's __index)
 local LOCK_OPTS = { "exptime", "timeout", "step", "ratio", "max_step",
@@ -275,6 +276,8 @@ T["resty.shmlock.owned"] = { args = function() return { holding_shared() }
                              end, method = true, after = release }
 T["resty.shmlock.inspect"] = { args = { d, "k" } }
 T["resty.shmlock.can_sleep"] = { args = {}, n = 1 }
+T["resty.shmlock._is_lock"] = { args = function() return { idle_lock() } end,
+                                n = 1 }
 
 -- resty.shmlock.semaphore
 T["resty.shmlock.semaphore.new"] = {
@@ -505,6 +508,73 @@ if C then
     T["core.group_holders"] = { args = { z, K.SEMAPHORE, "g", 1, 4 } }
     T["core.group_head"] = { args = function()
         return { z, K.SEMAPHORE, "g", 1, tk() } end }
+    -- the lock's calls, on a record of its own (holding "lk" where the
+    -- call needs a lock), given back after each
+    local function lk()
+        return C.lock_new(z)
+    end
+    local function held_lk()
+        local l = C.lock_new(z)
+        C.lock_acquire(l, "lk", 2, 5000, 0)
+        return l
+    end
+    local function free_lk(args)
+        for i = 1, #args do
+            if type(args[i]) == "userdata" and args[i] ~= z then
+                pcall(C.lock_release, args[i], 0)
+            end
+        end
+    end
+    local function free_sem_lk(args)
+        -- (the sweep's bad arguments put other values first)
+        local ok, t = pcall(C.lock_ticket, args[1])
+        if ok then
+            pcall(C.group_release, z, K.SEMAPHORE, "sk", 2, t)
+        end
+    end
+    T["core.lock_new"] = { args = { z } }
+    T["core.lock_zone"] = { args = function() return { lk(), z } end }
+    T["core.lock_acquire"] = slot(function()
+        return { lk(), "lk", 2, 5000, 0 } end, free_lk)
+    T["core.lock_retry"] = T["core.lock_acquire"]
+    T["core.lock_look"] = slot(function()
+        return { lk(), "lk", 2, 5000, 1, 0, 0, 0 } end, free_lk)
+    T["core.lock_release"] = slot(function()
+        return { held_lk(), 0 } end, free_lk)
+    T["core.lock_extend"] = slot(function()
+        return { held_lk(), 5000 } end, free_lk)
+    T["core.lock_withdraw"] = slot(function()
+        return { held_lk(), "lk", 2 } end, free_lk)
+    T["core.lock_holds"] = slot(function()
+        return { held_lk(), "lk", 2 } end, free_lk)
+    T["core.lock_here"] = { args = { z, "lk", 2, false } }
+    -- (a wait of 0 s: at once)
+    T["core.lock_wait"] = slot(function()
+        return { lk(), "lk", 2, 5000, 0, 0, 0.001, 2, 0.5, 0 } end,
+        free_lk)
+    T["core.lock_verdict"] = { args = function() return { lk(), true } end }
+    T["core.lock_dead"] = { args = function() return { lk() } end }
+    T["core.lock_ticket"] = { args = function() return { lk() } end }
+    -- the semaphore's (a permit of "sk" of 2, on a record of its own)
+    T["core.sem_acquire"] = slot(function()
+        return { lk(), "sk", 2, 2, 5000 } end, free_sem_lk)
+    T["core.sem_retry"] = T["core.sem_acquire"]
+    T["core.sem_wait"] = slot(function()
+        return { lk(), "sk", 2, 2, 5000, 0, 0, 0.001, 2, 0.5, 0 } end,
+        free_sem_lk)
+    T["core.sem_here"] = { args = { z, "sk", 2, 2 } }
+    -- the lock objects' (resty.shmlock's under PUC Lua: made once, a
+    -- later call answers the same metatable)
+    T["core.lock_class"] = { args = { resty_lock, function() end,
+                                      function() end, function() end } }
+    T["core.lock_object"] = { args = { z, "sw", 30, 5, 0.001, 2, 0.5 } }
+    T["core.lock_object_ticket"] = { args = function()
+        return { assert(resty_lock:new(d)) } end }
+    -- the dict's hot methods (put into its methods table again: the same)
+    T["core.dict_class"] = { args = function()
+        return { getmetatable(d).__index,
+                 require("resty.shmlock.internal.key").check,
+                 require("resty.shmlock.internal.log").recoveries } end }
     -- the test build's (make test-every-lua's ASan module)
     T["core.test_fork"] = { why = "forks, by design", test_build = true }
     T["core.test_exit"] = { why = "exits, by design", test_build = true }

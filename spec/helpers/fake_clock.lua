@@ -25,15 +25,27 @@
 -- inside the lock call that made it, whose elapsed is at least the span
 -- from the first one's start to the last one's end.
 --
+-- The zone lock's wait outside nginx is the C core's (src/shmlock_lock.c):
+-- its clock and futex waits are the test build's seam
+-- (shmlock_test_lock_clock), switched to this clock (or, real, to
+-- recording) for the length of each call of a module fc:require loaded,
+-- and what it recorded is added to fc.sleeps (fc.us moved on) or fc.waits.
+--
 -- The modules are loaded with the stand-ins in package.loaded, then
 -- package.loaded is put back as it was: the rest of the spec file keeps
 -- the real modules.  Modules that declare C types (ffi.cdef) can be
 -- loaded only once per process; they are shared, not reloaded (none of
 -- them reads the clock).
 
+local ffi = require "ffi"
 local lib = require "resty.shmlock.lib"
+local hooks = require "helpers.test_hooks"
 
 local floor = math.floor
+local unpack = unpack or table.unpack   -- luacheck: ignore 143
+
+local MAX_WAITS = 4096
+local waits_buf = ffi.new("int64_t[?]", 3 * MAX_WAITS)
 
 local SHARED = {
     ["resty.shmlock.lib"] = true,
@@ -58,7 +70,8 @@ local _M = {}
 function _M.new(opts)
     local real = opts and opts.lib or lib
     local fc = setmetatable({ us = tonumber(real.shmlock_now_us()),
-                              sleeps = {}, waits = {} }, fc_mt)
+                              sleeps = {}, waits = {},
+                              real = opts and opts.real or false }, fc_mt)
     local TIMEOUT = real.SHMLOCK_TIMEOUT
     if opts and opts.real then
         local clock = require "resty.shmlock.internal.clock"
@@ -112,6 +125,42 @@ function _M.new(opts)
     return fc
 end
 
+-- what the C core's lock recorded in a call, into fc
+local function collect(fc)
+    local n = hooks.shmlock_test_lock_waits(waits_buf, MAX_WAITS)
+    for i = 0, n - 1 do
+        local from = tonumber(waits_buf[3 * i])
+        local to = tonumber(waits_buf[3 * i + 1])
+        if fc.real then
+            fc.waits[#fc.waits + 1] = { from = from, to = to,
+                                        woken = waits_buf[3 * i + 2] ~= 0 }
+        else
+            fc.sleeps[#fc.sleeps + 1] = (to - from) / 1e6
+        end
+    end
+    if not fc.real then
+        fc.us = tonumber(hooks.shmlock_test_lock_now())
+    end
+end
+
+local function pack(...)
+    return { n = select("#", ...), ... }
+end
+
+-- f, its calls made with the C core's lock on this clock
+local function on_clock(fc, f)
+    return function(...)
+        hooks.shmlock_test_lock_clock(fc.real and 2 or 1, fc.us)
+        local out = pack(pcall(f, ...))
+        collect(fc)
+        hooks.shmlock_test_lock_clock(0, 0)
+        if not out[1] then
+            error(out[2], 0)
+        end
+        return unpack(out, 2, out.n)
+    end
+end
+
 -- syntax: mod = fc:require(name)
 -- name (and the modules it needs) loaded afresh over this clock
 function fc_mt:require(name)
@@ -137,6 +186,12 @@ function fc_mt:require(name)
     end
     assert(loaded["resty.shmlock.lib"] == lib, "package.loaded not restored")
     assert(ok, mod)
+    -- its functions (a lock object's methods among them) on this clock
+    for k, v in pairs(mod) do
+        if type(v) == "function" then
+            mod[k] = on_clock(self, v)
+        end
+    end
     return mod
 end
 

@@ -79,7 +79,8 @@ end
 local function group_ticket(kind, holder, key)
     local tk = slots.ticket()
     if kind == "shared" then
-        slots.copy(tk, holder.sh.tk)
+        slots.copy(tk, core.ffi and holder.sh.lk.tk
+                       or core.mod.lock_object_ticket(holder))
     elseif kind == "permit" then
         slots.copy(tk, holder.permit.ticket)
     else
@@ -94,11 +95,16 @@ end
 -- top of the pool of handles (the last put back is the first taken, in
 -- either binding).
 local function plant(lk, tk)
+    if not core.ffi then
+        -- a PUC Lua lock object is the C module's: its record is its own
+        core.mod.lock_object_ticket(lk, tk)
+        return
+    end
     local own = "key_kinds:own:" .. core.self_pid()
     assert(lk:lock(own) == 0)
     local cd = lk.cd
     assert(lk:unlock() == 1)
-    slots.copy(cd.tk, tk)
+    slots.lock.ticket(cd, tk)
 end
 
 

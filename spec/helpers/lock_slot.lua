@@ -37,10 +37,11 @@ end
 -- The slot's state (owner and stamp) as a string, to tell whether it
 -- changed; nil when the key never had a slot.
 function _M.state(dict, key)
-    if zone_lock.look_at(dict._zone, key, #key) ~= codes.OK then
+    local rc, seen = zone_lock.look_at(dict._zone, key, #key)
+    if rc ~= codes.OK then
         return nil
     end
-    return ffi.string(ffi.cast("char *", zone_lock.seen) + 8, 16)
+    return ffi.string(ffi.cast("char *", seen) + 8, 16)
 end
 
 
@@ -50,11 +51,10 @@ end
 -- since (ms), till (ms) }.  true, or false when the lock is not held.
 function _M.mark(dict, key, m)
     local zone = dict._zone
-    if zone_lock.look_at(zone, key, #key) ~= codes.OK then
+    local rc, seen = zone_lock.look_at(zone, key, #key)
+    if rc ~= codes.OK then
         return false
     end
-    local seen = ffi.new(zone_lock.ticket_t)
-    ffi.copy(seen, zone_lock.seen, zone_lock.TICKET_SIZE)
     local want = ffi.new("shmlock_mark_t")
     local owner = ffi.new("uint64_t", m.pid) * 2 ^ 32 + m.id
     want.owner = owner
@@ -65,7 +65,7 @@ function _M.mark(dict, key, m)
     want.exptime_ms = m.exptime or 30000
     want.since_ms = m.since or 1
     want.until_ms = m.till or 2 ^ 50
-    local out = ffi.new(zone_lock.ticket_t)
+    local out = ffi.new("shmlock_ticket_t")
     return C.shmlock_slot_mark(zone, seen, want, out) == codes.OK
 end
 
@@ -74,12 +74,13 @@ end
 -- The mark on key's lock, or nil.
 function _M.marked(dict, key)
     local zone = dict._zone
-    if zone_lock.look_at(zone, key, #key) ~= codes.OK then
+    local rc, seen = zone_lock.look_at(zone, key, #key)
+    if rc ~= codes.OK then
         return nil
     end
-    local _, _, _, is_marked = zone_lock.state(zone_lock.seen)
+    local _, _, _, is_marked = zone_lock.state(seen)
     if not is_marked
-       or zone_lock.read_mark(zone, zone_lock.seen) ~= codes.OK
+       or zone_lock.read_mark(zone, seen) ~= codes.OK
     then
         return nil
     end
@@ -92,18 +93,20 @@ end
 -- pid, id 0, 0 when free; the expiry in ms of the zone clock), expired or
 -- not; nil when the key never had a slot.
 function _M.owner(dict, key)
-    if zone_lock.look_at(dict._zone, key, #key) ~= codes.OK then
+    local rc, seen = zone_lock.look_at(dict._zone, key, #key)
+    if rc ~= codes.OK then
         return nil
     end
-    return zone_lock.state(zone_lock.seen)
+    return zone_lock.state(seen)
 end
 
 
 -- syntax: lock_slot.release(dict, key)
 -- Releases key's lock, whoever holds it (as `shmlock unlock` does).
 function _M.release(dict, key)
-    if zone_lock.look_at(dict._zone, key, #key) == codes.OK then
-        zone_lock.release(dict._zone, zone_lock.holders_ticket())
+    local rc, seen = zone_lock.look_at(dict._zone, key, #key)
+    if rc == codes.OK then
+        zone_lock.release_seen(dict._zone, seen)
     end
 end
 

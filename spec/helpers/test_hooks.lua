@@ -18,6 +18,18 @@ for _, decl in ipairs {
     "void shmlock_test_attach_pause(int notify_fd, int wait_fd);",
     "void shmlock_test_removed_scan(uint32_t out[6]);",
     "void shmlock_test_dead_at_lock(shmlock_zone_t *zone);",
+    "void shmlock_test_lock_clock(int mode, int64_t at_us);",
+    "int64_t shmlock_test_lock_now(void);",
+    "int shmlock_test_lock_waits(int64_t *out, int max);",
+    "void shmlock_test_lock_fail(int call, int rc);",
+    [[enum {
+        SHMLOCK_TEST_LOCK_SWAP = 0,
+        SHMLOCK_TEST_LOCK_RELEASE,
+        SHMLOCK_TEST_LOCK_EXTEND,
+        SHMLOCK_TEST_LOCK_MARK,
+        SHMLOCK_TEST_LOCK_LOOK,
+        SHMLOCK_TEST_LOCK_CALLS
+    };]],
 } do
     pcall(ffi.cdef, decl)
 end

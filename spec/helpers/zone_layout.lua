@@ -57,7 +57,7 @@ typedef struct {
 ]]
 
 return {
-    LAYOUT = 11,
+    LAYOUT = 12,
     ZONE_HDR = "shmlock_spec_zone_hdr_t",
     SHARD_HDR = "shmlock_spec_shard_hdr_t",
     ENTRY = "shmlock_spec_entry_t",

@@ -10,7 +10,8 @@
 #include "core.h"
 
 static const luaL_Reg *const AREAS[] = {
-    core_zone_funcs, core_dict_funcs, core_sys_funcs, core_lock_funcs, NULL,
+    core_zone_funcs, core_dict_funcs, core_sys_funcs, core_lock_funcs,
+    core_lock_object_funcs, core_dict_methods_funcs, NULL,
 };
 
 #define K(name) { #name, SHMLOCK_##name }
@@ -21,7 +22,7 @@ static const struct { const char *name; double value; } CONSTANTS[] = {
     K(CORRUPT), K(BUSY), K(AGAIN), K(TIMEOUT), K(VALUE_TOO_LARGE),
     K(BAD_KEY), K(BAD_VALUE), K(BAD_SHARDS), K(DESTROYED), K(NOT_OWNER),
     K(UNSAFE_MODE), K(FOREIGN_NS), K(DIR_BUSY), K(BAD_MODE), K(NOT_A_LIST),
-    K(FOREIGN_TIME), K(REMOVED),
+    K(FOREIGN_TIME), K(REMOVED), K(ASK),
     K(TNIL), K(TBOOLEAN), K(TNUMBER), K(TSTRING), K(TLIST),
     K(OP_SET), K(OP_ADD), K(OP_REPLACE), K(OP_SAFE),
     K(NAME_MAX), K(KEEP_TTL), K(KEY_MAX), K(MIN_SIZE), K(GEN_WORDS),
@@ -29,6 +30,7 @@ static const struct { const char *name; double value; } CONSTANTS[] = {
     K(SLOT_MARKED), K(SLOT_EXPIRY_SHIFT), K(OWNER_IDS),
     K(SEMAPHORE), K(SHARED), K(GROUP_MAX),
     K(SLOT_LOCK), K(SLOT_SHARED), K(SLOT_PERMIT), K(SLOT_SEMAPHORE),
+    K(LOOK_CHECK), K(LOOK_ASK), K(LOOK_HERE), K(LOOK_SHARED),
     { NULL, 0 }
 };
 

@@ -25,9 +25,14 @@ extern const luaL_Reg core_zone_funcs[];
 extern const luaL_Reg core_dict_funcs[];
 extern const luaL_Reg core_sys_funcs[];
 extern const luaL_Reg core_lock_funcs[];
+extern const luaL_Reg core_lock_object_funcs[];
+extern const luaL_Reg core_dict_methods_funcs[];
 
 /* the zone at index i, raises on anything else or a closed one */
 shmlock_zone_t *core_zone(lua_State *L, int i);
+/* the zone at index i (a metatable pointer compare: the hot paths), NULL
+ * for anything else or a closed one */
+shmlock_zone_t *core_zone_at(lua_State *L, int i);
 /* pushes a new zone userdata owning zone (one reference) */
 void core_push_zone(lua_State *L, shmlock_zone_t *zone);
 

@@ -20,6 +20,7 @@
 
 #define TICKET_MT "resty.shmlock.core.ticket"
 #define MARK_MT "resty.shmlock.core.mark"
+#define LOCK_MT "resty.shmlock.core.lock"
 
 static void *new_box(lua_State *L, size_t size, const char *mt)
 {
@@ -436,6 +437,334 @@ static int group_head(lua_State *L)
                                          ticket_at(L, 5)));
 }
 
+/* ---- the lock (shmlock_lock_*): a lock object's record, a userdata
+ * holding a shmlock_lock_t; its fields read by name (id, pid, held,
+ * marked, waited, ask) ---- */
+
+static shmlock_lock_t *lock_at(lua_State *L, int i)
+{
+    return luaL_checkudata(L, i, LOCK_MT);
+}
+
+static int lock_index(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    const char *f = luaL_checkstring(L, 2);
+
+    if (strcmp(f, "id") == 0) {
+        core_push_number(L, l->id);
+    } else if (strcmp(f, "pid") == 0) {
+        core_push_number(L, l->pid);
+    } else if (strcmp(f, "held") == 0) {
+        core_push_number(L, l->held);
+    } else if (strcmp(f, "marked") == 0) {
+        core_push_number(L, l->marked);
+    } else if (strcmp(f, "waited") == 0) {
+        core_push_number(L, l->waited);
+    } else if (strcmp(f, "ask") == 0) {
+        core_push_number(L, l->ask);
+    } else {
+        lua_pushnil(L);
+    }
+    return 1;
+}
+
+/* cd.held = n: the caller's (a handle put back in its pool) */
+static int lock_newindex(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    const char *f = luaL_checkstring(L, 2);
+
+    if (strcmp(f, "held") != 0) {
+        return luaL_argerror(L, 2, "only held may be set");
+    }
+    l->held = (int32_t) core_num(L, 3);
+    return 0;
+}
+
+/* A collected record: its lock released if this process took it and
+ * holds it (handoff included; a forked child's copy releases nothing),
+ * then its zone closed (the reference lock_new took: the zone's own
+ * userdata may be collected first, at exit). */
+static int lock_gc(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+
+    if (l->zone == NULL) {
+        return 0;
+    }
+    if (l->held && l->pid == shmlock_self_pid()) {
+        shmlock_lock_release(l, 0);
+    }
+    l->held = 0;
+    shmlock_zone_close(l->zone);
+    l->zone = NULL;
+    return 0;
+}
+
+/* lk = core.lock_new(zone): a zeroed record of zone, which it keeps
+ * mapped (a reference of its own) */
+static int lock_new(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    shmlock_lock_t *l = lua_newuserdata(L, sizeof(*l));
+
+    memset(l, 0, sizeof(*l));
+    if (luaL_newmetatable(L, LOCK_MT)) {
+        lua_pushcfunction(L, lock_index);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, lock_newindex);
+        lua_setfield(L, -2, "__newindex");
+        lua_pushcfunction(L, lock_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_pushstring(L, LOCK_MT);
+        lua_setfield(L, -2, "__metatable");
+    }
+    lua_setmetatable(L, -2);
+    shmlock_zone_retain(zone);
+    l->zone = zone;
+    return 1;
+}
+
+/* core.lock_zone(lk, zone): lk's zone becomes zone (lk holds nothing) */
+static int lock_zone(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    shmlock_zone_t *zone = core_zone(L, 2);
+
+    if (l->zone != zone) {
+        shmlock_zone_retain(zone);
+        if (l->zone != NULL) {
+            shmlock_zone_close(l->zone);
+        }
+        l->zone = zone;
+    }
+    return 0;
+}
+
+/* rc = core.lock_acquire(lk, key, klen, exptime_ms, now_ms) */
+static int lock_acquire(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+
+    return push_rc(L, shmlock_lock_acquire(l, key, klen,
+                                           (int64_t) core_num(L, 4),
+                                           (int64_t) core_optnum(L, 5, 0)));
+}
+
+/* rc = core.lock_retry(lk, key, klen, exptime_ms, now_ms) */
+static int lock_retry(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+
+    return push_rc(L, shmlock_lock_retry(l, key, klen,
+                                         (int64_t) core_num(L, 4),
+                                         (int64_t) core_optnum(L, 5, 0)));
+}
+
+/* rc = core.lock_look(lk, key, klen, exptime_ms, flags, since_ms, till_ms,
+ *                     ask_ms) */
+static int lock_look(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+    shmlock_look_t how;
+
+    memset(&how, 0, sizeof(how));
+    how.exptime_ms = (int64_t) core_num(L, 4);
+    how.flags = (int32_t) core_optnum(L, 5, 0);
+    how.since_ms = (int64_t) core_optnum(L, 6, 0);
+    how.till_ms = (int64_t) core_optnum(L, 7, 0);
+    how.ask_ms = (int64_t) core_optnum(L, 8, 0);
+    return push_rc(L, shmlock_lock_look(l, key, klen, &how));
+}
+
+/* rc = core.lock_release(lk, flags) */
+static int lock_release(lua_State *L)
+{
+    return push_rc(L, shmlock_lock_release(lock_at(L, 1),
+                                           (int) core_optnum(L, 2, 0)));
+}
+
+/* rc = core.lock_extend(lk, exptime_ms) */
+static int lock_extend(lua_State *L)
+{
+    return push_rc(L, shmlock_lock_extend(lock_at(L, 1),
+                                          (int64_t) core_num(L, 2)));
+}
+
+/* rc = core.lock_withdraw(lk, key, klen) */
+static int lock_withdraw(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+
+    return push_rc(L, shmlock_lock_withdraw(l, key, klen));
+}
+
+/* yes = core.lock_holds(lk, key, klen) */
+static int lock_holds(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+
+    lua_pushboolean(L, shmlock_lock_holds(l, key, klen));
+    return 1;
+}
+
+/* yes = core.lock_here(zone, key, klen, shared) */
+static int lock_here(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+
+    lua_pushboolean(L, shmlock_lock_here(zone, key, klen,
+                                         lua_toboolean(L, 4)));
+    return 1;
+}
+
+/* rc, elapsed_us = core.lock_wait(lk, key, klen, exptime_ms, start_us,
+ *                                 timeout_us, step, ratio, max_step, flags) */
+static int lock_wait(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+    shmlock_wait_t w;
+    int64_t elapsed = 0;
+    int rc;
+
+    memset(&w, 0, sizeof(w));
+    w.exptime_ms = (int64_t) core_num(L, 4);
+    w.start_us = (int64_t) core_num(L, 5);
+    w.timeout_us = (int64_t) core_num(L, 6);
+    w.step = core_num(L, 7);
+    w.ratio = core_num(L, 8);
+    w.max_step = core_num(L, 9);
+    w.flags = (int32_t) core_optnum(L, 10, 0);
+    rc = shmlock_lock_wait(l, key, klen, &w, &elapsed);
+    core_push_number(L, rc);
+    core_push_number(L, (double) elapsed);
+    return 2;
+}
+
+/* rc = core.sem_acquire(lk, key, klen, permits, exptime_ms); sem_retry:
+ * the same owner id */
+static int sem_try(lua_State *L, int fresh)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+    uint32_t permits = core_u32(L, 4);
+    int64_t exptime = (int64_t) core_num(L, 5);
+
+    return push_rc(L, fresh ? shmlock_sem_acquire(l, key, klen, permits,
+                                                  exptime)
+                            : shmlock_sem_retry(l, key, klen, permits,
+                                                exptime));
+}
+
+static int sem_acquire(lua_State *L)
+{
+    return sem_try(L, 1);
+}
+
+static int sem_retry(lua_State *L)
+{
+    return sem_try(L, 0);
+}
+
+/* rc, elapsed_us = core.sem_wait(lk, key, klen, permits, exptime_ms,
+ *                                start_us, timeout_us, step, ratio,
+ *                                max_step, flags) */
+static int sem_wait(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+    uint32_t permits = core_u32(L, 4);
+    shmlock_wait_t w;
+    int64_t elapsed = 0;
+    int rc;
+
+    memset(&w, 0, sizeof(w));
+    w.exptime_ms = (int64_t) core_num(L, 5);
+    w.start_us = (int64_t) core_num(L, 6);
+    w.timeout_us = (int64_t) core_num(L, 7);
+    w.step = core_num(L, 8);
+    w.ratio = core_num(L, 9);
+    w.max_step = core_num(L, 10);
+    w.flags = (int32_t) core_optnum(L, 11, 0);
+    rc = shmlock_sem_wait(l, key, klen, permits, &w, &elapsed);
+    core_push_number(L, rc);
+    core_push_number(L, (double) elapsed);
+    return 2;
+}
+
+/* yes = core.sem_here(zone, key, klen, permits) */
+static int sem_here(lua_State *L)
+{
+    shmlock_zone_t *zone = core_zone(L, 1);
+    size_t klen;
+    const char *key = key_arg(L, 2, &klen);
+
+    lua_pushboolean(L, shmlock_sem_here(zone, key, klen, core_u32(L, 4)));
+    return 1;
+}
+
+/* core.lock_verdict(lk, gone): lk.ask is gone (true) or alive; nil: the
+ * verdicts cleared */
+static int lock_verdict(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+    uint32_t *v;
+
+    if (lua_isnoneornil(L, 2)) {
+        memset(l->gone, 0, sizeof(l->gone));
+        memset(l->alive, 0, sizeof(l->alive));
+        return 0;
+    }
+    v = lua_toboolean(L, 2) ? l->gone : l->alive;
+    v[v[0] == 0 ? 0 : 1] = l->ask;
+    return 0;
+}
+
+/* tk = core.lock_ticket(lk, tk?): a copy of lk's ticket (its hint while
+ * it holds nothing); given a ticket, lk's ticket becomes it */
+static int lock_ticket(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+
+    if (!lua_isnoneornil(L, 2)) {
+        l->tk = *ticket_at(L, 2);
+        return 0;
+    }
+    *(shmlock_ticket_t *) new_box(L, sizeof(shmlock_ticket_t), TICKET_MT) =
+        l->tk;
+    return 1;
+}
+
+/* pid, to = core.lock_dead(lk): a dead holder a call took over (pid 0:
+ * none; to: 1 handed on, 2 an aborted waiter's), cleared */
+static int lock_dead(lua_State *L)
+{
+    shmlock_lock_t *l = lock_at(L, 1);
+
+    core_push_number(L, l->dead);
+    core_push_number(L, l->dead_to);
+    l->dead = 0;
+    l->dead_to = 0;
+    return 2;
+}
+
 #ifdef SHMLOCK_TESTING
 /*
  * The test build only (make test-every-lua's ASan module): fork, _exit and
@@ -493,6 +822,24 @@ const luaL_Reg core_lock_funcs[] = {
     { "group_reclaim", group_reclaim },
     { "group_holders", group_holders },
     { "group_head", group_head },
+    { "lock_new", lock_new },
+    { "lock_zone", lock_zone },
+    { "lock_acquire", lock_acquire },
+    { "lock_retry", lock_retry },
+    { "lock_look", lock_look },
+    { "lock_release", lock_release },
+    { "lock_extend", lock_extend },
+    { "lock_withdraw", lock_withdraw },
+    { "lock_holds", lock_holds },
+    { "lock_here", lock_here },
+    { "lock_wait", lock_wait },
+    { "lock_verdict", lock_verdict },
+    { "lock_dead", lock_dead },
+    { "lock_ticket", lock_ticket },
+    { "sem_acquire", sem_acquire },
+    { "sem_retry", sem_retry },
+    { "sem_wait", sem_wait },
+    { "sem_here", sem_here },
 #ifdef SHMLOCK_TESTING
     { "test_fork", test_fork },
     { "test_exit", test_exit },

@@ -12,6 +12,25 @@ typedef struct {
     shmlock_zone_t *zone;           /* NULL once closed */
 } zone_box_t;
 
+/* the zones' metatable, as lua_topointer names it (made with the first
+ * zone userdata): core_zone_at compares with it */
+static const void *zone_mt;
+
+shmlock_zone_t *core_zone_at(lua_State *L, int i)
+{
+    zone_box_t *box = lua_touserdata(L, i);
+
+    if (box == NULL || !lua_getmetatable(L, i)) {
+        return NULL;
+    }
+    if (lua_topointer(L, -1) != zone_mt) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    lua_pop(L, 1);
+    return box->zone;
+}
+
 shmlock_zone_t *core_zone(lua_State *L, int i)
 {
     zone_box_t *box = luaL_checkudata(L, i, CORE_ZONE_MT);
@@ -43,6 +62,7 @@ void core_push_zone(lua_State *L, shmlock_zone_t *zone)
     zone_box_t *box = lua_newuserdata(L, sizeof(*box));
     box->zone = zone;
     if (luaL_newmetatable(L, CORE_ZONE_MT)) {
+        zone_mt = lua_topointer(L, -1);
         lua_pushcfunction(L, zone_gc);
         lua_setfield(L, -2, "__gc");
         lua_pushcfunction(L, zone_tostring);

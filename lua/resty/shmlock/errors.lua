@@ -13,7 +13,7 @@ local STATUSES = {
     "BAD_NAME", "BAD_SIZE", "INCOMPATIBLE", "SYSTEM", "CORRUPT", "BUSY",
     "AGAIN", "TIMEOUT", "VALUE_TOO_LARGE", "BAD_KEY", "BAD_VALUE",
     "BAD_SHARDS", "DESTROYED", "NOT_OWNER", "UNSAFE_MODE", "FOREIGN_NS",
-    "DIR_BUSY", "BAD_MODE", "NOT_A_LIST", "FOREIGN_TIME", "REMOVED",
+    "DIR_BUSY", "BAD_MODE", "NOT_A_LIST", "FOREIGN_TIME", "REMOVED", "ASK",
 }
 
 -- (run once, not compiled: see resty.shmlock.internal.codes)

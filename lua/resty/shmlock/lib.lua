@@ -47,7 +47,8 @@ enum {
     SHMLOCK_BAD_MODE,
     SHMLOCK_NOT_A_LIST,
     SHMLOCK_FOREIGN_TIME,
-    SHMLOCK_REMOVED
+    SHMLOCK_REMOVED,
+    SHMLOCK_ASK
 };
 
 enum {
@@ -71,7 +72,7 @@ enum {
     SHMLOCK_KEY_MAX = 65535,
     SHMLOCK_MIN_SIZE = 32768,
     SHMLOCK_GEN_WORDS = 1024,
-    SHMLOCK_LAYOUT = 10,
+    SHMLOCK_LAYOUT = 12,
     SHMLOCK_WATCH_MS = 100
 };
 
@@ -199,12 +200,6 @@ int shmlock_wait_end(shmlock_zone_t *zone, uint32_t hash, uint32_t seq,
 void shmlock_wake_waiters(shmlock_zone_t *zone, uint32_t hash, int all);
 uint32_t shmlock_wait_count(shmlock_zone_t *zone, uint32_t hash);
 
-int shmlock_lock_acquire(shmlock_zone_t *zone, const char *key,
-    size_t key_len, const char *tok, size_t tok_len, int64_t exptime_ms,
-    int64_t now_ms);
-int shmlock_lock_release(shmlock_zone_t *zone, const char *key,
-    size_t key_len, const char *tok, size_t tok_len);
-
 typedef struct {
     uint32_t  slot;
     uint32_t  hash;
@@ -277,6 +272,85 @@ int shmlock_group_holders(shmlock_zone_t *zone, int kind, const char *key,
     size_t key_len, shmlock_ticket_t *out, int max, int *count);
 int shmlock_group_head(shmlock_zone_t *zone, int kind, const char *key,
     size_t key_len, shmlock_ticket_t *t);
+
+typedef struct {
+    shmlock_zone_t   *zone;
+    shmlock_ticket_t  tk;
+    uint32_t          id;
+    int32_t           pid;
+    int32_t           held;
+    uint32_t          marked;
+    uint32_t          waited;
+    uint32_t          ask;
+    uint32_t          gone[2];
+    uint32_t          alive[2];
+    uint32_t          dead;
+    uint32_t          dead_to;
+} shmlock_lock_t;
+enum {
+    SHMLOCK_LOOK_CHECK = 1,
+    SHMLOCK_LOOK_ASK = 2,
+    SHMLOCK_LOOK_HERE = 4,
+    SHMLOCK_LOOK_SHARED = 8
+};
+typedef struct {
+    int64_t   exptime_ms;
+    int64_t   since_ms;
+    int64_t   till_ms;
+    int64_t   ask_ms;
+    int32_t   flags;
+    int32_t   pad;
+} shmlock_look_t;
+typedef struct {
+    int64_t   exptime_ms;
+    int64_t   start_us;
+    int64_t   timeout_us;
+    double    step;
+    double    ratio;
+    double    max_step;
+    int32_t   flags;
+    int32_t   pad;
+} shmlock_wait_t;
+int shmlock_lock_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms, int64_t now_ms);
+int shmlock_lock_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms, int64_t now_ms);
+int shmlock_lock_look(shmlock_lock_t *l, const char *key,
+    size_t key_len, const shmlock_look_t *how);
+int shmlock_lock_release(shmlock_lock_t *l, int flags);
+int shmlock_lock_extend(shmlock_lock_t *l, int64_t exptime_ms);
+int shmlock_lock_withdraw(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+int shmlock_lock_holds(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+int shmlock_lock_here(shmlock_zone_t *zone, const char *key,
+    size_t key_len, int shared);
+int shmlock_lock_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
+int shmlock_lock_owned(shmlock_lock_t *l);
+int shmlock_shared_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+int shmlock_shared_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+int shmlock_shared_look(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms, int flags);
+int shmlock_shared_release(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+int shmlock_shared_extend(shmlock_lock_t *l, const char *key,
+    size_t key_len, int64_t exptime_ms);
+int shmlock_shared_owned(shmlock_lock_t *l, const char *key,
+    size_t key_len);
+int shmlock_shared_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, const shmlock_wait_t *w, int64_t *elapsed_us);
+int shmlock_sem_acquire(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, int64_t exptime_ms);
+int shmlock_sem_retry(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, int64_t exptime_ms);
+int shmlock_sem_wait(shmlock_lock_t *l, const char *key,
+    size_t key_len, uint32_t permits, const shmlock_wait_t *w,
+    int64_t *elapsed_us);
+int shmlock_sem_here(shmlock_zone_t *zone, const char *key,
+    size_t key_len, uint32_t permits);
 
 volatile uint32_t *shmlock_zone_gens(shmlock_zone_t *zone);
 uint32_t shmlock_zone_gen_add(shmlock_zone_t *zone, uint32_t i,

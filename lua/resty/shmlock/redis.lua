@@ -13,8 +13,8 @@
 -- or as a connect function, from which the library opens the connections
 -- it needs (resty.shmlock.redis.link): a waiter's, so that a release
 -- wakes the waiting hosts through the key's wake stream (resty.shmlock.
--- redis.wake, resty.shmlock.redis.wait), and inside nginx the renewal's
--- (resty.shmlock.redis.renew, opts.renew).
+-- redis.wake; the wait: resty.shmlock.lock.wait), and inside nginx the
+-- renewal's (resty.shmlock.redis.renew, opts.renew).
 --
 -- In front of Redis, a host's single flight (resty.shmlock.redis.host):
 -- the processes of a host that want a key take turns in a zone, and only
@@ -33,7 +33,7 @@ local core = require "resty.shmlock.internal.core"
 local link = require "resty.shmlock.redis.link"
 local scripts = require "resty.shmlock.redis.scripts"
 local host = require "resty.shmlock.redis.host"
-local wait = require "resty.shmlock.redis.wait"
+local wait = require "resty.shmlock.lock.wait"
 local wake = require "resty.shmlock.redis.wake"
 local renew = require "resty.shmlock.redis.renew"
 

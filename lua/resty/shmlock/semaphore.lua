@@ -25,7 +25,7 @@
 --
 -- Waiting: outside nginx, on the zone's wait word of the key (a release
 -- wakes a sleeper at once), in steps that look for dead holders between
--- them; inside nginx, the lock's one wait (resty.shmlock.lock.nginx_wait:
+-- them; inside nginx, the lock's one wait (resty.shmlock.lock.wait:
 -- resty.lock's steps, then the worker's queue, where the oldest queued
 -- waiter's turn keeps everyone else out: a bounded wait); where the phase
 -- cannot yield, nil, "cannot wait in <phase> phase", unless
@@ -33,9 +33,9 @@
 
 local slots = require "resty.shmlock.lock.slots"
 local core = require "resty.shmlock.internal.core"
-local permit = core.ffi and require "resty.shmlock.semaphore.permit"
-               or require "resty.shmlock.semaphore.permit.capi"
+local permit = core.part("permit")
 local names = require "resty.shmlock.internal.names"
+local zone_handle = require("resty.shmlock.shdict")._zone_handle
 local version = require "resty.shmlock.version"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
@@ -44,25 +44,22 @@ local key_check = require("resty.shmlock.internal.key").check
 local token = require "resty.shmlock.internal.token"
 local options = require "resty.shmlock.internal.options"
 local clock = require "resty.shmlock.internal.clock"
-local backoff = require "resty.shmlock.internal.backoff"
 local zone_backend = require "resty.shmlock.lock.zone"
-local nginx_wait = require "resty.shmlock.lock.nginx_wait"
+local waits = require "resty.shmlock.lock.wait"
 local inspect = require "resty.shmlock.lock.inspect"
 
 local C = slots.C
+local L = slots.lock
 local type = type
-local tostring = tostring
 local error = error
 local setmetatable = setmetatable
 local getmetatable = getmetatable
 local floor = math.floor
 local min = math.min
-local ceil = math.ceil
 local now_ms = clock.now_ms
 local now_us = clock.now_us
-local next_step = backoff.next
 local next_id = token.next_id
-local released = nginx_wait.released
+local released = waits.released
 local self_pid = core.self_pid
 local ms = options.ms
 local take = permit.take
@@ -75,14 +72,14 @@ local OK = codes.OK
 local EXISTS = codes.EXISTS
 local NOT_FOUND = codes.NOT_FOUND
 local TIMEOUT = codes.TIMEOUT
+local BUSY_RC = codes.BUSY
+local LOOK_HERE = codes.LOOK_HERE
 local KEEP_TTL = codes.KEEP_TTL
 local SEMAPHORE = codes.SEMAPHORE
 local PERMITS_MAX = codes.GROUP_MAX
 
 local ngx = nginx.api()
 local in_nginx = ngx ~= nil
-local get_phase = in_nginx and ngx.get_phase
-local YIELDABLE = nginx.YIELDABLE
 
 local _M = { _VERSION = version }
 local mt = { __index = _M }
@@ -108,7 +105,7 @@ end
 -- refusal naming it.  nil and the error (the lock's words).
 local function find(name)
     if type(name) == "table" then
-        if name._zone then
+        if zone_handle(name) then
             return name
         end
         local shared = names.shared_name(ngx, name)
@@ -151,7 +148,7 @@ function _M.new(a, b, c)
         return nil, err
     end
     return setmetatable({
-        dict = dict, zone = dict._zone, permits = permits,
+        dict = dict, zone = zone_handle(dict), permits = permits,
         exptime = exptime, timeout = timeout, step = step, ratio = ratio,
         max_step = max_step, blocking_timeout = blocking, permit = nil,
         key = false, exp_ms = ms(exptime),
@@ -178,10 +175,10 @@ local function reclaim(zone, key, klen)
 end
 
 
--- ---- waiting: the backend nginx_wait drives ----
+-- ---- waiting: the backend resty.shmlock.lock.wait drives ----
 --
 -- Inside nginx the semaphore waits as the lock does, in the lock's one
--- wait (resty.shmlock.lock.nginx_wait: resty.lock's steps, then the
+-- wait (resty.shmlock.lock.wait: resty.lock's steps, then the
 -- worker's queue, the phase rules, blocking_timeout), through this
 -- backend (the interface: resty.shmlock).  The store is the semaphore
 -- object; `tok` is the wait (w: its owner id, its ticket, its owner
@@ -191,9 +188,9 @@ end
 -- look after a permit is free.  Its mark's deadline is at most ACCEPT
 -- ahead, moved on while it waits, so that a waiter nginx aborted in
 -- another worker holds the others back for at most ACCEPT; in its own
--- worker it is known gone at once (nginx_wait.gone).
+-- worker it is known gone at once (wait.gone).
 
--- nginx_wait keeps this backend's waiters apart from the lock's
+-- the wait keeps this backend's waiters apart from the lock's
 local SPACE = "\0semaphore\0"
 local sem_backend = { space = SPACE }
 
@@ -257,7 +254,7 @@ end
 -- w's turn: its mark on the head seen, lasting at most ACCEPT
 local function place(sem, w, since, till, now)
     if slots.place_mark(sem.zone, w.tk, w.id, 0, since,
-                        min(till, now + floor(nginx_wait.ACCEPT * 1000)),
+                        min(till, now + floor(waits.ACCEPT * 1000)),
                         w.moved) == OK
     then
         return MARKED
@@ -298,7 +295,7 @@ function sem_backend.look(sem, key, klen, w, _, check, since, till)
     local verdict, m_till = may_mark(w, since, now, check)
     if verdict == "ours" then
         -- moved on while half its time is left
-        if m_till - now < nginx_wait.ACCEPT * 500 and m_till < till then
+        if m_till - now < waits.ACCEPT * 500 and m_till < till then
             return place(sem, w, since, till, now)
         end
         return MARKED
@@ -352,29 +349,7 @@ end
 -- Every live holder of key is this process, and they fill the permits:
 -- a worker blocked in a phase that cannot yield would wait for itself.
 function sem_backend.here(sem, key, klen)
-    local n = reclaim(sem.zone, key, klen)
-    if not n or n < sem.permits then
-        return false
-    end
-    -- (all of them: more than a batch too)
-    local list, count = zone_backend.group_tickets(sem.zone, SEMAPHORE, key,
-                                                   klen)
-    if not list then
-        return false
-    end
-    -- The count and the listing are two looks: a holder of another
-    -- process may have released in between, leaving only ours listed but
-    -- a permit free (then the next try takes it: not a wait on ourselves).
-    if count < sem.permits then
-        return false
-    end
-    local me = self_pid()
-    for i = 1, count do
-        if slots.owner(list[i]) ~= me then
-            return false
-        end
-    end
-    return true
+    return L.sem_here(sem.zone, key, klen, sem.permits)
 end
 
 -- syntax: elapsed, err = block(sem, key, klen, w, exp_ms, timeout, step,
@@ -384,65 +359,39 @@ end
 -- holders are dropped after every step no release cut short.
 function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
                            max_step, stop)
-    local zone = sem.zone
+    -- the core's wait (src/shmlock_sem.c), on a record of its own
+    local lk = L.new(sem.zone)
     local start = now_us()
-    local deadline = start + timeout * 1000000
-    local hash = C.shmlock_hash(key, klen)
-    while true do
-        local seq = C.shmlock_wait_begin(zone, hash)
-        local ok, err = sem_backend.add(sem, key, klen, w)
-        if ok ~= false then
-            C.shmlock_wait_end(zone, hash, seq, 0)
-            if not ok then
-                return nil, err
-            end
-            return (now_us() - start) / 1000000
-        end
-        local left = deadline - now_us()
-        err = left > 0 and stop and stop()
-        if left <= 0 or err then
-            C.shmlock_wait_end(zone, hash, seq, 0)
-            -- pass a wake-up we may have taken on to the next sleeper
-            C.shmlock_wake_waiters(zone, hash, 0)
-            return nil, err or "timeout"
-        end
-        -- (at least 1 us: 0 would not sleep at all)
-        local woke = C.shmlock_wait_end(zone, hash, seq,
-                                        ceil(min(step * 1000000, left)))
-        if woke == TIMEOUT then
-            -- nobody released: a holder may have died
-            reclaim(zone, key, klen)
-            step = next_step(step, ratio, max_step)
-        end
+    local rc = L.sem_acquire(lk, key, klen, sem.permits, sem.exp_ms)
+    local us = 0
+    if rc == EXISTS then
+        rc, us = L.sem_wait(lk, key, klen, sem.permits, sem.exp_ms, start,
+                            floor(timeout * 1000000), step, ratio, max_step,
+                            stop and LOOK_HERE or 0)
     end
+    if rc == OK then
+        -- the permit goes to the object's handle (w.tk, then its own):
+        -- the record lets go of it
+        slots.copy(w.tk, L.ticket(lk))
+        lk.held = 0
+        return us / 1000000
+    end
+    if rc == TIMEOUT then
+        return nil, "timeout"
+    end
+    if rc == BUSY_RC then
+        return nil, stop and stop() or "timeout"
+    end
+    return nil, errors[rc]
 end
 
 
--- the wait, after the first tries found the key full
+-- the wait, after the first tries found the key full (where and how:
+-- resty.shmlock.lock.wait's choice)
 local function wait(self, key, klen, timeout)
     local w = new_wait()
-    local elapsed, err
-    if not in_nginx then
-        elapsed, err = sem_backend.block(self, key, klen, w, nil, timeout,
-                                         self.step, self.ratio, self.max_step)
-    else
-        local phase = get_phase()
-        if YIELDABLE[phase] then
-            elapsed, err = nginx_wait.sleep(sem_backend, self, key, klen, w,
-                                            self.exp_ms, timeout,
-                                            self.step, self.ratio,
-                                            self.max_step)
-        elseif self.blocking_timeout > 0 then
-            elapsed, err = nginx_wait.block(sem_backend, self, key, klen, w,
-                                            self.exp_ms,
-                                            min(timeout,
-                                                self.blocking_timeout),
-                                            self.step, self.ratio,
-                                            self.max_step, phase)
-        else
-            return nil, "cannot wait in " .. tostring(phase) .. " phase"
-        end
-    end
+    local elapsed, err = waits.wait(sem_backend, self, key, klen, w,
+                                    self.exp_ms, timeout, self)
     if not elapsed then
         return nil, err
     end
@@ -577,7 +526,7 @@ function _M.inspect(a, b, c)
     if not key then
         return nil, err
     end
-    return inspect.semaphore(dict._zone, key)
+    return inspect.semaphore(zone_handle(dict), key)
 end
 
 -- syntax: holding = sem:owned()

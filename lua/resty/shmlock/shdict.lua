@@ -15,8 +15,10 @@
 -- destroying zones: resty.shmlock.shdict.zones, under both.
 
 local core = require "resty.shmlock.internal.core"
-if not core.ffi then
-    return require "resty.shmlock.shdict.capi"
+-- (the binding's own dictionary module, where it has one)
+local own = core.part("dict")
+if own then
+    return own
 end
 
 local ffi = require "ffi"
@@ -230,14 +232,14 @@ function methods.delete(self, key)
     return store(self, OP_SET, key, nil)
 end
 
--- syntax: ok, err, forcible = dict:_set_guarded(key, value, exptime, flags,
---                                               word, mask, expect)
+-- syntax: ok, err, forcible = shdict._set_guarded(dict, key, value, exptime,
+--                                       flags, word, mask, expect)
 -- (internal: resty.shmlock.cache's loads) set, only if the bits `mask` of
 -- the zone's generation word `word` are those of `expect`, checked in the
 -- store's critical section (shmlock_dict_store_guarded); else false,
 -- "changed" and nothing written.
-function methods._set_guarded(self, key, value, exptime, flags, word, mask,
-                              expect)
+local function set_guarded(self, key, value, exptime, flags, word, mask,
+                           expect)
     guard.word = word
     guard.mask = mask
     guard.value = expect
@@ -417,4 +419,6 @@ end
 
 shared.add(methods, prim)
 
-return require("resty.shmlock.shdict.zones").module(methods)
+local module = require("resty.shmlock.shdict.zones").module(methods)
+module._set_guarded = set_guarded
+return module

@@ -8,7 +8,6 @@
 -- key's lock without waiting; a failed loader may serve the stale value
 -- again (resurrect_ttl).
 
-local core = require "resty.shmlock.internal.core"
 local store = require "resty.shmlock.cache.store"
 local stats = require "resty.shmlock.cache.stats"
 local fleet = require "resty.shmlock.cache.fleet"
@@ -17,8 +16,8 @@ local resty_lock = require "resty.shmlock"
 local nginx = require "resty.shmlock.internal.nginx"
 local options = require "resty.shmlock.internal.options"
 local now_ms = require("resty.shmlock.internal.clock").now_ms
--- waits inside nginx only, where the interpreter is LuaJIT
-local nginx_wait = core.ffi and require "resty.shmlock.lock.nginx_wait"
+-- (its waits are inside nginx only)
+local waits = require "resty.shmlock.lock.wait"
 
 local type = type
 local tostring = tostring
@@ -126,7 +125,7 @@ end
 -- Inside nginx, a miss that finds the key being loaded must not wait for
 -- the lock alone: every waiter would then take the lock in turn just to
 -- find the value.  It waits for the lock or the value, whichever comes
--- first: the lock's own wait (resty.shmlock.lock.nginx_wait, every wait
+-- first: the lock's own wait (resty.shmlock.lock.wait, every wait
 -- inside nginx and its deadline rule), which looks for the value at every
 -- poll and is woken by the loader's release in its worker; for a lock
 -- factory's lock, that module's poll of trylock and the value.  elapsed
@@ -137,15 +136,15 @@ local function poll_lock(self, lock, lkey, key, vkey)
         local found, _, ferr = fetch(self, key, vkey, 0)
         return found or ferr ~= nil
     end
-    if lock._lock_unless then
-        local elapsed, err = lock:_lock_unless(lkey, loaded_now)
+    if resty_lock._is_lock(lock) then
+        local elapsed, err = resty_lock._lock_unless(lock, lkey, loaded_now)
         if err == "done" then
             return nil, "loaded"
         end
         return elapsed, err
     end
     local start = now_ms()
-    return nginx_wait.poll(function()
+    return waits.poll(function()
         local elapsed, err = lock:trylock(lkey)
         if elapsed then
             return true, (now_ms() - start) / 1000

@@ -27,6 +27,7 @@ local core = require "resty.shmlock.internal.core"
 local codec = require "resty.shmlock.cache.codec"
 local options = require "resty.shmlock.internal.options"
 local now_ms = require("resty.shmlock.internal.clock").now_ms
+local set_guarded = require("resty.shmlock.shdict")._set_guarded
 
 local tostring = tostring
 local floor = math.floor
@@ -121,8 +122,8 @@ local function guarded_set(self, vkey, slot, gen, s, exptime)
     local dict = self.dict
     local ok, err
     if self.zone then
-        ok, err = dict:_set_guarded(vkey, s, exptime, nil, slot,
-                                    INVALIDATIONS, gen)
+        ok, err = set_guarded(dict, vkey, s, exptime, nil, slot,
+                              INVALIDATIONS, gen)
         if err == "changed" then
             return false
         end

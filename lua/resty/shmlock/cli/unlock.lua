@@ -24,6 +24,7 @@ local inspect = require "resty.shmlock.lock.inspect"
 local output = require "resty.shmlock.cli.output"
 local codes = require "resty.shmlock.internal.codes"
 local errors = require "resty.shmlock.errors"
+local zone_handle = require("resty.shmlock.shdict")._zone_handle
 
 local format = string.format
 
@@ -52,7 +53,7 @@ end
 -- KEY's shared holds or permits (kind), every one or --pid's
 local function group(ctx, cmd, dict, name, key, kind)
     local shown = output.printable(key)
-    local pids, err = groups.release(dict._zone, groups.KIND[kind], key,
+    local pids, err = groups.release(zone_handle(dict), groups.KIND[kind], key,
                                      cmd.pid)
     if not pids then
         return fail(ctx, commands.status_of(err), format('zone "%s": %s',
@@ -81,16 +82,16 @@ local function lock(ctx, cmd, dict, name, key, info)
     -- the state inspect saw, again (it may have moved since: the release
     -- then fails, or releases the newer holder's lock, which is as much
     -- "KEY's lock" as the one shown, unless --pid names another)
-    local rc = zone_backend.look_at(dict._zone, key, #key)
+    local zone = zone_handle(dict)
+    local rc, seen = zone_backend.look_at(zone, key, #key)
     local ok, err
     if rc == codes.OK then
-        local pid = zone_backend.state(zone_backend.seen)
+        local pid = zone_backend.state(seen)
         if cmd.pid and pid ~= cmd.pid then
             return none(ctx, cmd, "lock", shown, name)
         end
         info.pid = cmd.pid or info.pid
-        ok, err = zone_backend.release(dict._zone,
-                                       zone_backend.holders_ticket())
+        ok, err = zone_backend.release_seen(zone, seen)
     elseif rc ~= codes.NOT_FOUND then
         err = errors[rc]
     end
@@ -113,7 +114,7 @@ end
 -- what holds KEY: inspect's info of its lock slot (nil when free), and
 -- whether a semaphore's permit is held; nil, status on an error
 local function kinds(ctx, dict, name, key)
-    local info, err = inspect.key(dict, key, dict._zone)
+    local info, err = inspect.key(dict, key, zone_handle(dict))
     if not info and err ~= "not locked" then
         local bad_key = err == "empty key" or err == "key too long"
         return nil, fail(ctx, bad_key and EXIT.USAGE
@@ -121,7 +122,7 @@ local function kinds(ctx, dict, name, key)
                          format('zone "%s": %s', name, err))
     end
     local permits
-    permits, err = groups.holders(dict._zone, groups.KIND.semaphore, key)
+    permits, err = groups.holders(zone_handle(dict), groups.KIND.semaphore, key)
     if not permits then
         return nil, fail(ctx, commands.status_of(err),
                          format('zone "%s": %s', name, err))

@@ -12,7 +12,7 @@ local NAMES = {
     -- status codes
     "OK", "NOT_FOUND", "EXISTS", "CHANGED", "SYSTEM", "CORRUPT", "AGAIN",
     "TIMEOUT", "INCOMPATIBLE", "NOT_OWNER", "UNSAFE_MODE", "FOREIGN_NS",
-    "FOREIGN_TIME",
+    "FOREIGN_TIME", "BUSY", "NO_MEMORY", "ASK",
     -- value types (Lua's type tags, as ngx.shared.DICT's)
     "TNIL", "TBOOLEAN", "TNUMBER", "TSTRING", "TLIST",
     -- store operations (a bit set)
@@ -25,6 +25,8 @@ local NAMES = {
     "SEMAPHORE", "SHARED", "GROUP_MAX",
     -- the kinds of a listed lock slot (shmlock_slot_scan)
     "SLOT_LOCK", "SLOT_SHARED", "SLOT_PERMIT", "SLOT_SEMAPHORE",
+    -- a lock's look (shmlock_lock_look, shmlock_lock_wait)
+    "LOOK_CHECK", "LOOK_ASK", "LOOK_HERE", "LOOK_SHARED",
 }
 
 -- Run once, when the module loads: not worth a trace.  Under the FFI a

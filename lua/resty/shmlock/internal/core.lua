@@ -10,9 +10,16 @@
 --     (resty.shmlock.internal.core.capi): core.ffi is false, core.C nil.
 --
 -- Both give the functions of the interface (zones, messages, the clock,
--- processes, users and groups, `bit`), listed in core/ffi.lua.  Modules
--- that need more than these and the hot paths define their code per
--- implementation (resty.shmlock.shdict and resty.shmlock.shdict.capi).
+-- processes, users and groups, `bit`), listed in core/ffi.lua.  The binding
+-- is chosen here, once: what differs between the two is asked of them by
+-- what it does (core.part(what): the binding's own module for the lock
+-- slots, the dictionary, the semaphore's permit, the Lua lock object's
+-- handles and shared holds, ngx.shared locks, nil where it has none;
+-- core.lock_object, core.dead_word, core.methods_zone).  No
+-- module outside internal/ names a module of one binding; only the cache's
+-- LuaJIT-only pieces (lua-resty-lrucache, string.buffer, a struct for the
+-- L1 hit's counters) are still picked by core.ffi, in cache/l1.lua,
+-- cache/codec.lua and cache/stats.lua.
 
 local has_ffi = pcall(require, "ffi")
 

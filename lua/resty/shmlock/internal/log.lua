@@ -106,7 +106,15 @@ if counter then
             report(name, n)
         end
     end
+    -- syntax: yes = log.recovered(): whether log.recoveries has a report
+    -- to make (one load: a hot path calls it, and recoveries only then)
+    function _M.recovered()
+        return counter[0] ~= reported
+    end
 else
+    function _M.recovered()
+        return read() ~= reported
+    end
     function _M.recoveries(name)
         local n = read()
         if n ~= reported then

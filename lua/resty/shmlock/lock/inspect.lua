@@ -9,14 +9,13 @@
 
 local slots = require "resty.shmlock.lock.slots"
 local zone_backend = require "resty.shmlock.lock.zone"
-local shared_hold = require "resty.shmlock.lock.shared"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
 local errors = require "resty.shmlock.errors"
 local core = require "resty.shmlock.internal.core"
 -- (ngx.shared dicts exist only inside nginx, under LuaJIT)
-local holder_pid = core.ffi
-                   and require("resty.shmlock.lock.ngx_shared").holder_pid
+local ngx_shared = core.part("ngx_shared")
+local holder_pid = ngx_shared and ngx_shared.holder_pid
 local proc_alive = core.proc_alive
 
 local C = slots.C
@@ -32,11 +31,34 @@ local NEVER = zone_backend.NEVER
 local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
 local GROUP_MAX = codes.GROUP_MAX
+local SHARED = codes.SHARED
 
 local _M = {}
 
 -- reads of an ngx.shared key whose value changes between its get and ttl
 local TRIES = 8
+
+
+-- The shared holders of key now: a list of { pid, alive, ttl } (ttl 0: no
+-- expiry); nil, err when the zone failed.
+local function shared_holders(zone, key)
+    local list, n = zone_backend.group_tickets(zone, SHARED, key, #key)
+    if not list then
+        return nil, errors[n]
+    end
+    local out = {}
+    local now = now_ms()
+    for i = 1, n do
+        local tk = list[i]
+        local pid, _, expiry = state(tk)
+        out[i] = {
+            pid = pid,
+            alive = C.shmlock_slot_alive(tk) ~= 0,
+            ttl = expiry == NEVER and 0 or (expiry - now) / 1000,
+        }
+    end
+    return out
+end
 
 -- slots read per step of a listing
 local STEP = 64
@@ -134,16 +156,13 @@ function _M.key(dict, key, zone)
     if not zone then
         return shared_key(dict, key)
     end
-    local rc = zone_backend.look_at(zone, key, #key)
+    local rc, tk = zone_backend.look_at(zone, key, #key)
     if rc == NOT_FOUND then
         return nil, "not locked"
     end
     if rc ~= OK then
         return nil, errors[rc]
     end
-    -- a copy: the scratch ticket is the next look's
-    local tk = slots.ticket()
-    slots.copy(tk, zone_backend.seen)
     local info, err = of_ticket(zone, tk)
     if not info then
         return nil, err
@@ -154,7 +173,7 @@ function _M.key(dict, key, zone)
     end
     -- shared holds: the head counts them; each holder's record says who
     local holders
-    holders, err = shared_hold.holders(zone, key)
+    holders, err = shared_holders(zone, key)
     if not holders then
         return nil, err
     end

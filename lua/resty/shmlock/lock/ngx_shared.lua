@@ -72,6 +72,9 @@ local at_least_ms = options.at_least_ms
 
 local _M = {}
 
+-- syntax: s = ngx_shared.string(p, len): a token in a handle, as a string
+_M.string = ffi.string
+
 -- a node's bytes before its key: ngx_rbtree_node_t up to its color (32)
 -- and ngx_http_lua_shdict_node_t up to its data (36), on 64-bit hosts
 local NODE_HEADER = 68
@@ -456,7 +459,7 @@ end
 
 
 -- syntax: ident = ngx_shared.ident(tok)
--- nginx_wait's name of a waiter: its token.
+-- lock.wait's name of a waiter: its token.
 function _M.ident(tok)
     return tok
 end

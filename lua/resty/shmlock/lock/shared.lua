@@ -1,130 +1,69 @@
 -- resty.shmlock.lock.shared (internal): shared (reader) holds of a lock
--- key, lock:lock_shared(key, timeout?) of resty.shmlock (docs/lock.md).
+-- key, lock:lock_shared(key, timeout?) of resty.shmlock (docs/lock.md),
+-- for the lock objects of LuaJIT (under PUC Lua the lock object is the C
+-- module's, src/lua/lock_object.c, which makes the same calls).
 --
--- The holds are the C core's holder groups of kind SHMLOCK_SHARED
--- (src/group.h draws them; the ABI: shmlock_group_* in src/shmlock.h):
--- one record slot per reader, counted by a head that is the key's own
--- lock slot, so that the exclusive lock (resty.shmlock.lock.zone) and the
--- readers each find the other held.  As many readers as the key's shard
--- has slots for (then "no memory", at once); none while an exclusive
--- holder holds; an exclusive waiter that marks the slot
--- (zone.lua's starvation mode) keeps new readers out, and the last reader
--- out hands the key to it.  Readers never mark: a stream of writers may
--- keep a reader waiting (to its timeout), never the other way round.
+-- The algorithm is the C core's (src/shmlock_shared.c, shmlock_shared_*:
+-- the key's holder group of kind SHMLOCK_SHARED, whose head is the key's
+-- own lock slot, so that the exclusive lock and the readers each find the
+-- other held; as many readers as the key's shard has slots for; none
+-- while an exclusive holder holds; a writer's mark keeps new readers out
+-- and the last reader out hands the key to it; readers never mark; a
+-- look drops dead readers, a dead exclusive holder and the mark of a
+-- writer that no longer waits).  Each step here is one call of it, on the
+-- hold's handle (resty.shmlock.lock.handle.hold: the core's record, with
+-- a copy of the key, kept in the lock object's `sh` field; a collected
+-- object's hold is released by its finalizer).
 --
 -- This file is also a lock backend, as resty.shmlock.lock.zone is (the
--- interface: see resty.shmlock), so that resty.shmlock.lock.nginx_wait
--- waits for a shared hold with the lock's own rules (resty.lock's steps,
--- then the queue; blocking_timeout where the phase cannot yield).  Its
--- `tok` is the hold's handle below; readers place no mark, so it has no
--- accept or withdraw.
---
--- The handle: kept in the lock object's `sh` field from its first shared
--- hold on, and reused by the next (a collected object releases the hold
--- it has); it keeps the pid that took the hold, so that a copy in a
--- forked child holds nothing there (token.ours), and its zone.  One per
--- binding: resty.shmlock.lock.shared.handle (LuaJIT: a cdata with a
--- finalizer) and .handle.capi (PUC Lua: a table with __gc, a userdata
--- proxy under 5.1).
---
--- Bindings.  The logic is written once, here, over the lock slots'
--- primitives of this interpreter's binding (resty.shmlock.lock.slots):
--- its calls keep the ABI's names and argument order (C.shmlock_group_*,
--- the wait words); under LuaJIT C is the library itself, so a hold's
--- acquire and release are the FFI calls, nothing in between; under PUC
--- Lua, the C module's functions of the same names (src/lua/lock.c).
--- Tickets are read through the primitives (slots.owner, .hash, .state).
---
--- A writer that marked the key and then died (or, inside nginx, was
--- aborted, or gave up without withdrawing its mark) would keep readers
--- out until its deadline: a reader's look for dead holders clears such a
--- mark (as a release or another writer would).
---
--- Waking.  Outside nginx a shared waiter sleeps on the key's wait word,
--- as the exclusive lock's waiters do: an exclusive release wakes one, and
--- a reader that gets in wakes the next (shmlock_group_acquire).  A reader
--- release wakes one sleeper of the key, every one after a handoff; and,
--- here, the marked word of the key (zone.marked_hash), where a marked
--- exclusive waiter sleeps (one load when nobody sleeps there).  A waiter
--- whose sleep no release cut short drops dead holders
--- (shmlock_group_reclaim: dead readers, and a dead exclusive holder).
+-- interface: see resty.shmlock), so that resty.shmlock.lock.wait waits
+-- for a shared hold with the lock's own rules (resty.lock's steps, then
+-- the queue; blocking_timeout where the phase cannot yield; outside nginx
+-- the core's wait, one call).  Its `tok` is the hold's handle; readers
+-- place no mark, so it has no accept or withdraw.
 
 local slots = require "resty.shmlock.lock.slots"
-local core = require "resty.shmlock.internal.core"
-local shared_handle = core.ffi and require "resty.shmlock.lock.shared.handle"
-                      or require "resty.shmlock.lock.shared.handle.capi"
+local handle = require "resty.shmlock.lock.handle"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
 local clock = require "resty.shmlock.internal.clock"
 local token = require "resty.shmlock.internal.token"
-local backoff = require "resty.shmlock.internal.backoff"
-local options = require "resty.shmlock.internal.options"
 local zone_backend = require "resty.shmlock.lock.zone"
 
 local C = slots.C
-local ceil = math.ceil
-local min = math.min
-local max = math.max
+local L = slots.lock
+local floor = math.floor
 local now_us = clock.now_us
 local ours = token.ours
-local self_pid = token.self
-local next_id = token.next_id
-local next_step = backoff.next
-local MIN_SLEEP = backoff.MIN_SLEEP
-local marked_hash = zone_backend.marked_hash
-local look_at = zone_backend.look_at
-local seen = zone_backend.seen
-local state = zone_backend.state
-local read_mark = zone_backend.read_mark
-local mark_of = zone_backend.mark_of
-local mark_alive = zone_backend.mark_alive
-local now_ms = clock.now_ms
-local hash_of = slots.hash
-local owner = slots.owner
-local take = shared_handle.take
+local hold = handle.hold
+local decided = zone_backend.decided
 
 local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
 local EXISTS = codes.EXISTS
 local TIMEOUT = codes.TIMEOUT
-local KEEP_TTL = codes.KEEP_TTL
-local SHARED = codes.SHARED
+local BUSY_RC = codes.BUSY
+local ASK = codes.ASK
+local LOOK_CHECK = codes.LOOK_CHECK
+local LOOK_HERE = codes.LOOK_HERE
+local ASK_FLAG = zone_backend.ASK_FLAG
+local ASKS = zone_backend.ASKS
 local ACQUIRED = zone_backend.ACQUIRED
 local BUSY = zone_backend.BUSY
 local FAILED = zone_backend.FAILED
 
--- a waiter sleeps at most this long between looks for dead holders
-local CHECK_EVERY_US = 100000
-
 local _M = {}
-
-local moved = slots.ticket()    -- a swap's result, not kept
-
-
--- the hold of cd given back: the codes
-local function release(cd)
-    cd.held = 0
-    local zone = cd.zone
-    local rc = C.shmlock_group_release(zone, SHARED, cd.key, cd.key_len,
-                                       cd.tk)
-    -- a marked exclusive waiter sleeps on a word of its own
-    C.shmlock_wake_waiters(zone, marked_hash(hash_of(cd.tk)), 1)
-    return rc
-end
-
--- (a collected object's hold, released by its handle's finalizer)
-shared_handle.on_collect(release)
 
 
 -- ---------------------------------------------------------------------
--- The backend's interface (see resty.shmlock), for nginx_wait.
+-- The backend's interface (see resty.shmlock), for resty.shmlock.lock.wait.
 
 -- syntax: ok, err = shared.add(zone, key, klen, cd, _, exp_ms)
--- true: a shared hold is ours (cd.tk); false: the key is held exclusive
--- (or marked for an exclusive waiter); nil, err: the zone said no.
-local function add(zone, key, klen, cd, _, exp_ms)
-    local rc = C.shmlock_group_acquire(zone, SHARED, key, klen, cd.id, 0,
-                                       exp_ms, cd.tk)
+-- Another try (cd's owner id): true: a shared hold is ours; false: the
+-- key is held exclusive (or marked for a writer); nil, err: the zone said
+-- no.
+local function add(_, key, klen, cd, _, exp_ms)
+    local rc = C.shmlock_shared_retry(cd.lk, key, klen, exp_ms)
     if rc == OK then
         return true
     end
@@ -136,58 +75,21 @@ end
 _M.add = add
 
 
--- dead readers and a dead exclusive holder dropped (expired ones too)
-local function reclaim(zone, key, klen)
-    local rc, count = slots.group_reclaim(zone, SHARED, key, klen)
-    if rc ~= OK then
-        return nil, errors[rc]
-    end
-    return count
-end
-
-
--- A mark that keeps readers out for a writer that no longer waits (dead,
--- aborted inside nginx, or past its deadline) is cleared: a swap from
--- the state seen that keeps its holder, as a release clears a stale mark.
-local function clear_dead_mark(zone, key, klen)
-    if look_at(zone, key, klen) ~= OK then
-        return
-    end
-    local _, _, _, marked = state(seen)
-    if not marked or read_mark(zone, seen) ~= OK then
-        return
-    end
-    local pid, id, _, _, till = mark_of()
-    if till > now_ms() and mark_alive()
-       and not (pid == self_pid() and zone_backend.gone(id))
-    then
-        return
-    end
-    slots.swap_keep(zone, seen, false, KEEP_TTL, moved)
-end
-
-
 -- syntax: outcome, err = shared.look(zone, key, klen, cd, exp_ms, check)
--- One look at a key our add found held: check, drop its dead holders and
--- a dead writer's mark first; then add again.  ACQUIRED, BUSY, or FAILED
--- with the zone's error.  (No mark: since, till and ask, zone.look's, are
--- not used.)
-function _M.look(zone, key, klen, cd, exp_ms, check)
-    if check then
-        local _, err = reclaim(zone, key, klen)
-        if err then
-            return FAILED, err
-        end
-        clear_dead_mark(zone, key, klen)
-    end
-    local ok, err = add(zone, key, klen, cd, nil, exp_ms)
-    if ok then
+-- One look at a key our add found held: with check, its dead holders and
+-- a dead writer's mark dropped first; then a try.  ACQUIRED, BUSY, or
+-- FAILED with the zone's error.  (No mark: since, till and ask,
+-- zone.look's, are not used.)
+function _M.look(_, key, klen, cd, exp_ms, check)
+    local rc = decided(C.shmlock_shared_look, cd.lk, key, klen, exp_ms,
+                       (check and LOOK_CHECK or 0) + ASK_FLAG)
+    if rc == OK then
         return ACQUIRED
     end
-    if ok == nil then
-        return FAILED, err
+    if rc == EXISTS then
+        return BUSY
     end
-    return BUSY
+    return FAILED, errors[rc]
 end
 
 
@@ -195,115 +97,92 @@ end
 -- Whether a shared waiter for key would wait for this very process (a
 -- blocking wait could never end): key held exclusive by it, or a writer
 -- that keeps readers out waits for a shared hold of it (zone.here).
-local zone_here = zone_backend.here
 function _M.here(zone, key, klen)
-    return zone_here(zone, key, klen, true)
+    return L.here(zone, key, klen, true)
 end
 
 
 -- syntax: ident = shared.ident(cd)
 function _M.ident(cd)
-    return cd.id
+    return cd.lk.id
 end
 
 
 -- syntax: elapsed, err = shared.block(zone, key, klen, cd, exp_ms, timeout,
 --                                     step, ratio, max_step, stop?)
--- Waits outside nginx (or blocking, where the phase cannot yield): sleeps
--- on the key's wait word, woken by a release, at most one backoff step
--- and CHECK_EVERY_US at a time; a sleep no release cut short is followed
--- by a look for dead holders.  stop: as zone.block's.
-function _M.block(zone, key, klen, cd, exp_ms, timeout, step, ratio,
-                  max_step, stop)
-    local hash = C.shmlock_hash(key, klen)
+-- Waits outside nginx (or blocking, where the phase cannot yield): the
+-- core's wait (shmlock_shared_wait: the key's wait word, woken by a
+-- release, at most a backoff step and 0.1 s at a time, dead holders
+-- dropped after a sleep no release cut short).  stop: as zone.block's.
+function _M.block(_, key, klen, cd, exp_ms, timeout, step, ratio, max_step,
+                  stop)
+    local lk = cd.lk
+    local flags = (stop and LOOK_HERE or 0) + ASK_FLAG
     local start = now_us()
-    local deadline = start + timeout * 1000000
-    local check = true
-    while true do
-        local seq = C.shmlock_wait_begin(zone, hash)
-        local got, err = _M.look(zone, key, klen, cd, exp_ms, check)
-        if got ~= BUSY then
-            C.shmlock_wait_end(zone, hash, seq, 0)
-            if got == ACQUIRED then
-                return (now_us() - start) / 1000000
-            end
-            return nil, err
+    local rc, us
+    for i = 1, ASKS do
+        rc, us = L.shared_wait(lk, key, klen, exp_ms, start,
+                               floor(timeout * 1e6), step, ratio, max_step,
+                               flags)
+        if rc ~= ASK or i == ASKS then
+            break
         end
-        local now = now_us()
-        local stopped = stop and stop()
-        if stopped or now >= deadline then
-            C.shmlock_wait_end(zone, hash, seq, 0)
-            if not check then
-                C.shmlock_wake_waiters(zone, hash, 0)   -- pass it on
-            end
-            return nil, stopped or "timeout"
-        end
-        local us = ceil(min(max(step, MIN_SLEEP) * 1000000, deadline - now,
-                            CHECK_EVERY_US))
-        check = C.shmlock_wait_end(zone, hash, seq, us) == TIMEOUT
-        step = next_step(step, ratio, max_step)
+        L.verdict(lk, zone_backend.gone(lk.ask) and true or false)
     end
+    L.verdict(lk, nil)
+    if rc == OK then
+        return us / 1000000
+    end
+    if rc == TIMEOUT then
+        return nil, "timeout"
+    end
+    if rc == BUSY_RC then
+        return nil, stop and stop() or "timeout"
+    end
+    return nil, errors[rc]
 end
 
 
 -- ---------------------------------------------------------------------
--- The lock object's side (resty.shmlock calls these; self is its lock
--- object: target, the zone; expiry, exptime and the wait options).
+-- The lock object's side: resty.shmlock calls these with its object's
+-- hold handle (the object keeps it, in its `sh` field, and its own
+-- fields; nothing here reads or writes the object).
 
--- syntax: cd = shared.held(self)
--- The handle of self's shared hold, or nil.  A copy of the object in a
--- forked child holds nothing: it forgets the parent's hold (which stays
--- the parent's).
-local function held(self)
-    local cd = self.sh
-    if not cd or cd.held == 0 then
-        return nil
-    end
-    if not ours(cd.pid) then
-        cd.held = 0             -- this copy's: the parent still holds
-        self.key = false
-        return nil
-    end
-    return cd
-end
-_M.held = held
-
-
--- syntax: elapsed, err = shared.lock(self, key, klen, wait, timeout)
--- A shared hold of key (checked; klen: its length) for the lock object
--- self, which holds nothing.  wait(self, backend, key, klen, tok,
--- may_wait, timeout): resty.shmlock's wait after a failed add (outside or
--- inside nginx).
-function _M.lock(self, key, klen, wait, timeout)
-    local zone = self.target
-    local cd = take(self.sh, zone, key, klen, next_id())
-    self.sh = cd
-    local ok, err = add(zone, key, klen, cd, nil, self.expiry)
-    local elapsed = 0
-    if ok == false then
-        -- a dead exclusive holder's key is ours at once, as a reader's
-        elapsed, err = wait(self, _M, key, klen, cd, true, timeout)
-        ok = elapsed ~= nil
-    end
-    if not ok then
-        return nil, err
-    end
-    cd.held = 1
-    self.key = key
-    return elapsed
-end
-
-
--- syntax: ok, err = shared.unlock(self)
--- As resty.shmlock's unlock: 1; 1, "expired" (the lease ran out);
--- nil, "unlocked".
-function _M.unlock(self)
-    local cd = held(self)
+-- syntax: yes = shared.holds(cd)
+-- Whether the handle cd (or nil) holds a shared hold of this process.  A
+-- copy in a forked child holds nothing: it forgets the parent's hold
+-- (which stays the parent's).
+function _M.holds(cd)
     if not cd then
-        return nil, "unlocked"
+        return false
     end
-    self.key = false
-    local rc = release(cd)
+    local lk = cd.lk
+    if lk.held == 0 then
+        return false
+    end
+    if not ours(lk.pid) then
+        lk.held = 0             -- this copy's: the parent still holds
+        return false
+    end
+    return true
+end
+
+
+-- syntax: cd, rc = shared.acquire(cd, zone, key, klen, exp_ms)
+-- A first try for a shared hold of key (checked; klen its length), on
+-- the handle cd (an earlier hold's, reused if the key fits; nil: a new
+-- one): the handle to keep, and the core's code (OK: held; EXISTS: held
+-- exclusive, or marked for a writer: wait with this backend, tok = cd).
+function _M.acquire(cd, zone, key, klen, exp_ms)
+    cd = hold(cd, zone, key, klen)
+    return cd, C.shmlock_shared_acquire(cd.lk, key, klen, exp_ms)
+end
+
+
+-- syntax: ok, err = shared.release(cd)
+-- As resty.shmlock's unlock: 1; 1, "expired" (the lease ran out).
+function _M.release(cd)
+    local rc = C.shmlock_shared_release(cd.lk, cd.key, cd.key_len)
     if rc == OK then
         return 1
     end
@@ -314,112 +193,25 @@ function _M.unlock(self)
 end
 
 
--- syntax: ok, err = shared.expire(self, seconds?)
--- A new lease for self's shared hold (nil: the object's exptime; 0:
--- never): true; nil, "unlocked"; nil, "expired" (the object no longer
--- holds it).
-function _M.expire(self, seconds)
-    local cd = held(self)
-    if not cd then
-        return nil, "unlocked"
-    end
-    if seconds == nil then
-        seconds = self.exptime
-    elseif not options.seconds_ok(seconds) then
-        error('bad "exptime" argument', 3)
-    end
-    local rc = C.shmlock_group_extend(cd.zone, SHARED, cd.key, cd.key_len,
-                                      cd.tk, options.ms(seconds))
+-- syntax: ok, err = shared.extend(cd, exp_ms)
+-- A new lease (0: never): true; nil, "expired" (the hold is gone, and
+-- the handle holds nothing); nil, err.
+function _M.extend(cd, exp_ms)
+    local rc = C.shmlock_shared_extend(cd.lk, cd.key, cd.key_len, exp_ms)
     if rc == OK then
         return true
     end
     if rc == NOT_FOUND then
-        -- gone already: nothing to release
-        cd.held = 0
-        self.key = false
         return nil, "expired"
     end
     return nil, errors[rc]
 end
 
 
--- the tickets of key's shared holders now (a list), and how many; nil, err
-local function tickets(zone, key, klen)
-    local list, n = zone_backend.group_tickets(zone, SHARED, key, klen)
-    if not list then
-        return nil, errors[n]
-    end
-    return list, n
-end
-
-
--- syntax: yes = shared.owned(self)
--- Whether self's shared hold is still a holder of its key.
-function _M.owned(self)
-    local cd = held(self)
-    if not cd then
-        return false
-    end
-    local list, n = tickets(cd.zone, cd.key, cd.key_len)
-    if not list then
-        return false
-    end
-    local pid, id = owner(cd.tk)
-    for i = 1, n do
-        local p, d = owner(list[i])
-        if d == id and p == pid then
-            return true
-        end
-    end
-    return false
-end
-
-
--- syntax: holders = shared.holders(zone, key)
--- The shared holders of key now: a list of { pid, alive, ttl } (ttl 0: no
--- expiry), for inspect.  nil, err when the zone failed.
-function _M.holders(zone, key)
-    local list, n = tickets(zone, key, #key)
-    if not list then
-        return nil, n
-    end
-    local out = {}
-    local now = now_ms()
-    for i = 1, n do
-        local tk = list[i]
-        local pid, _, expiry = state(tk)
-        out[i] = {
-            pid = pid,
-            alive = C.shmlock_slot_alive(tk) ~= 0,
-            ttl = expiry == zone_backend.NEVER and 0 or (expiry - now) / 1000,
-        }
-    end
-    return out
-end
-
-
--- syntax: n, err = shared.release_all(zone, key)
--- Releases every shared hold of key, whoever holds it (`shmlock unlock`):
--- how many were released (each as its holder's release: the last hands
--- the key to a marked exclusive waiter); nil and the zone's error.
-function _M.release_all(zone, key)
-    local klen = #key
-    local list, n = tickets(zone, key, klen)
-    if not list then
-        return nil, n
-    end
-    local done = 0
-    for i = 1, n do
-        local tk = list[i]
-        local rc = C.shmlock_group_release(zone, SHARED, key, klen, tk)
-        C.shmlock_wake_waiters(zone, marked_hash(hash_of(tk)), 1)
-        if rc == OK then
-            done = done + 1
-        elseif rc ~= NOT_FOUND then
-            return nil, errors[rc]
-        end
-    end
-    return done
+-- syntax: yes = shared.owned(cd)
+-- Whether the hold of cd is still a holder of its key.
+function _M.owned(cd)
+    return C.shmlock_shared_owned(cd.lk, cd.key, cd.key_len) ~= 0
 end
 
 return _M

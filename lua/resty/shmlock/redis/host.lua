@@ -4,7 +4,7 @@
 -- a key, one at a time talks to Redis; the others wait on the zone.
 --
 -- The host's turn at a key is a lock of the zone (resty.shmlock: its
--- waits are the host lock's, a futex outside nginx, nginx_wait inside,
+-- waits are the host lock's, a futex outside nginx, lock.wait inside,
 -- with their fairness and deadline rules), named as the key's Redis key.
 -- The semaphore holds the turn while it waits for a permit; the lock also
 -- while it holds the key, so that its release can hand the key to the
@@ -28,6 +28,7 @@
 -- absent (as the cache creates its own).
 
 local shdict = require "resty.shmlock.shdict"
+local zone_handle = shdict._zone_handle
 local resty_lock = require "resty.shmlock"
 local nginx = require "resty.shmlock.internal.nginx"
 local names = require "resty.shmlock.internal.names"
@@ -52,7 +53,7 @@ _M.DEFAULT_ZONE = "shmlock_redis"
 -- the turn.  A transfer nobody takes (its waiters timed out, died, or
 -- were aborted by nginx) lapses then, and other hosts find the key free
 -- at their next poll.  As the host lock's handoff to a queued waiter
--- (resty.shmlock.lock.nginx_wait's ACCEPT).
+-- (resty.shmlock.lock.wait's ACCEPT).
 _M.HANDOFF = 0.5
 
 -- A host's turn: it hands the lock to its own next process while the
@@ -97,7 +98,7 @@ function _M.new(dict, exptime, what)
             end
             store, target = zone, zone
         end
-    elseif type(dict) == "table" and dict._zone then
+    elseif type(dict) == "table" and zone_handle(dict) then
         store, target = dict, dict
     else
         error(what .. " must be a zone, a zone name or false", 3)

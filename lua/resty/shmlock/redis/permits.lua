@@ -11,7 +11,7 @@
 -- key nobody uses any more costs nothing.  An acquire that finds every
 -- permit taken and will wait marks itself in the set's wake stream, and a
 -- release wakes the marked waiters (resty.shmlock.redis.wake), the
--- waiting hosts (resty.shmlock.redis.wait).
+-- waiting hosts (resty.shmlock.lock.wait).
 --
 -- Every call passes KEYS = { the set } (acquire and release: and its wake
 -- stream) and ARGV = { token, ... }.  The

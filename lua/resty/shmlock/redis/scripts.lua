@@ -12,7 +12,7 @@
 -- Wake-ups (resty.shmlock.redis.wake): an acquire that finds the key held
 -- and will wait leaves its mark in the key's wake stream and answers the
 -- id to wait after; a release wakes the marked waiters, so the hosts
--- waiting for the key (resty.shmlock.redis.wait: one waiter per host) try
+-- waiting for the key (resty.shmlock.lock.wait: one waiter per host) try
 -- again at once instead of at their next poll.  A lock that expires wakes
 -- nobody: the waiters' polls (the backstop) find it.
 

@@ -18,7 +18,7 @@
 -- processes of a host take turns in a zone (resty.shmlock.redis.host),
 -- the turn's holder waits on Redis for a permit, woken by a release
 -- through the key's wake stream with a connect function (resty.shmlock.
--- redis.wake), polling every max_step as a backstop (resty.shmlock.redis.
+-- redis.wake), polling every max_step as a backstop (resty.shmlock.lock.
 -- wait), and gives the turn back as soon as it has one (or gives up), so
 -- the host's next process tries for another.
 -- Nothing is released when an object is collected (no network I/O from a
@@ -33,7 +33,7 @@ local core = require "resty.shmlock.internal.core"
 local link = require "resty.shmlock.redis.link"
 local permits = require "resty.shmlock.redis.permits"
 local host = require "resty.shmlock.redis.host"
-local wait = require "resty.shmlock.redis.wait"
+local wait = require "resty.shmlock.lock.wait"
 local wake = require "resty.shmlock.redis.wake"
 
 local type = type

@@ -1,5 +1,5 @@
 -- resty.shmlock.redis.wake (internal): a key's wake stream, by which a
--- release wakes the hosts whose Redis waiter (resty.shmlock.redis.wait)
+-- release wakes the hosts whose Redis waiter (resty.shmlock.lock.wait)
 -- waits for the key, for the Redis lock and the Redis semaphore alike.
 --
 -- The stream, "<key>:wake" (the lock's or the permit set's Redis key and

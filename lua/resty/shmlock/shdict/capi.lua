@@ -104,8 +104,8 @@ end
 shared.stores(methods, store)
 
 -- (internal: resty.shmlock.cache's loads) see resty.shmlock.shdict
-function methods._set_guarded(self, key, value, exptime, flags, word, mask,
-                              expect)
+local function set_guarded(self, key, value, exptime, flags, word, mask,
+                           expect)
     return store(self, OP_SET, key, value, exptime, flags,
                  { word, mask, expect })
 end
@@ -168,4 +168,10 @@ end
 
 shared.add(methods, mod)
 
-return require("resty.shmlock.shdict.zones").module(methods)
+-- the hot methods (get, get_stale, the stores) in C (src/lua/dict_methods.c):
+-- one call each, the same checks, returns and messages as above
+mod.dict_class(methods, check_key, recoveries)
+
+local module = require("resty.shmlock.shdict.zones").module(methods)
+module._set_guarded = set_guarded
+return module

@@ -300,5 +300,10 @@ function _M.add(m, p)
     end
     return m
 end
+-- (run once, at load: more methods than a loop's hot count, so LuaJIT
+-- would record a trace of it, which pairs() ends in a stitch)
+if rawget(_G, "jit") then
+    jit.off(_M.add)
+end
 
 return _M

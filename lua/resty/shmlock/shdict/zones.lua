@@ -508,6 +508,8 @@ function _M.open(name, opts)
         _zone = zone,
         name = name,
         dir = dir,
+        -- (the C module's methods find the zone here: src/lua/dict_methods.c)
+        core.methods_zone(zone),
     }, mt)
     zones[id] = dict
     if init then

@@ -86,4 +86,34 @@ function _M.setenv(name, value)
     return ok, errno
 end
 
+
+-- What differs between the bindings, as core/ffi.lua's.
+local PARTS = {
+    slots = "resty.shmlock.lock.slots.capi",
+    dict = "resty.shmlock.shdict.capi",         -- the dictionary's module
+    permit = "resty.shmlock.semaphore.permit.capi",
+    -- (a lock object is the C module's own, mod.lock_object: no handles,
+    -- no shared holds' module; ngx.shared dicts exist only in nginx)
+}
+
+function _M.part(what)
+    local name = PARTS[what]
+    return name and require(name) or nil
+end
+
+-- the C module's lock objects (src/lua/lock_object.c)
+_M.lock_object = mod.lock_object
+_M.lock_class = mod.lock_class
+
+-- a zone's dead word: under PUC Lua a call of the C module reads it
+function _M.dead_word(zone)
+    return zone
+end
+_M.word_dead = mod.zone_dead
+
+
+function _M.methods_zone(zone)
+    return zone
+end
+
 return _M

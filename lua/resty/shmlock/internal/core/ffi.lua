@@ -268,4 +268,41 @@ function _M.unpack_double(s, pos)
     return tonumber(dbl[0])
 end
 
+
+-- ---------------------------------------------------------------------
+-- What differs between the bindings, asked for by what it does (no other
+-- module tests which binding this is, or names a module of one).
+
+-- the binding's own modules (core.part(what): nil where it has none)
+local PARTS = {
+    slots = "resty.shmlock.lock.slots.ffi",     -- the lock slots' calls
+    handles = "resty.shmlock.lock.handle",      -- a Lua lock object's
+    shared_holds = "resty.shmlock.lock.shared", -- its shared holds
+    ngx_shared = "resty.shmlock.lock.ngx_shared", -- locks on ngx.shared
+    permit = "resty.shmlock.semaphore.permit",  -- a semaphore's permit
+}
+
+-- syntax: mod = core.part(what)
+function _M.part(what)
+    local name = PARTS[what]
+    return name and require(name) or nil
+end
+
+-- syntax: w = core.dead_word(zone); dead = core.word_dead(w)
+-- A zone's dead word, read by one load (here: a pointer into the zone).
+function _M.dead_word(zone)
+    return C.shmlock_zone_dead_word(zone)
+end
+
+function _M.word_dead(w)
+    return w[0] ~= 0
+end
+
+
+-- syntax: v = core.methods_zone(zone): what a dict object keeps at [1]
+-- for its methods (the C module's find the zone there; the FFI's none)
+function _M.methods_zone()
+    return nil
+end
+
 return _M

@@ -40,6 +40,19 @@ local _M = {
     scan = mod.slot_scan,
     group_reclaim = mod.group_reclaim,
     group_holders = mod.group_holders,
+    -- the lock's calls (the interface: resty.shmlock.lock.slots.ffi)
+    lock = {
+        new = mod.lock_new, zone = mod.lock_zone,
+        acquire = mod.lock_acquire, retry = mod.lock_retry,
+        look = mod.lock_look,
+        release = mod.lock_release, extend = mod.lock_extend,
+        withdraw = mod.lock_withdraw, holds = mod.lock_holds,
+        here = mod.lock_here, wait = mod.lock_wait,
+        verdict = mod.lock_verdict, dead = mod.lock_dead,
+        ticket = mod.lock_ticket,
+        sem_acquire = mod.sem_acquire, sem_retry = mod.sem_retry,
+        sem_wait = mod.sem_wait, sem_here = mod.sem_here,
+    },
 }
 
 

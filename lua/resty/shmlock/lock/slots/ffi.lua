@@ -37,6 +37,29 @@
 --         at most max holders' tickets (list: 1 .. at most max); count:
 --         how many there are (rc AGAIN: more than max)
 --
+-- and the lock's calls (shmlock_lock_*, src/shmlock_lock.c), in `lock`:
+--
+--     cd = lock.new(zone)          a lock object's record (shmlock_lock_t;
+--                                  fields id, pid, held, marked, waited,
+--                                  ask); lock.zone(cd, zone) changes it
+--     rc = lock.acquire(cd, key, klen, exp_ms, now_ms); lock.retry: the
+--                                  same, keeping cd's owner id
+--     rc = lock.look(cd, key, klen, exp_ms, flags, since, till, ask)
+--     rc = lock.release(cd, flags); rc = lock.extend(cd, exp_ms)
+--     rc = lock.withdraw(cd, key, klen); yes = lock.holds(cd, key, klen)
+--     yes = lock.here(zone, key, klen, shared)
+--     rc, elapsed_us = lock.wait(cd, key, klen, exp_ms, start_us,
+--                                timeout_us, step, ratio, max_step, flags)
+--     lock.verdict(cd, gone)       cd.ask is gone (true) or alive; nil:
+--                                  the verdicts cleared
+--     pid, to = lock.dead(cd)      a dead holder taken over (0: none),
+--                                  cleared
+--     rc, elapsed_us = lock.shared_wait(cd, ...)   as lock.wait, for a
+--                                  shared hold (shmlock_shared_wait; LuaJIT
+--                                  only: under PUC Lua the lock object is
+--                                  the C module's)
+--     tk = lock.ticket(cd)         a copy of cd's ticket; lock.ticket(cd,
+--                                  tk): cd's ticket becomes tk (a hint)
 -- Tickets' 64-bit words are read as 32-bit halves (a uint64_t field read
 -- from Lua is a boxed number; its halves are plain ones).
 
@@ -235,6 +258,124 @@ function _M.group_holders(zone, kind, key, klen, max)
         end
     end
     return rc, n, list
+end
+
+
+-- ---- the lock's calls ----
+
+local lock_t = ffi.typeof("shmlock_lock_t")
+local how = ffi_new("shmlock_look_t")
+local wait_arg = ffi_new("shmlock_wait_t")
+local elapsed_out = ffi_new("int64_t[1]")
+
+local lock = {
+    acquire = C.shmlock_lock_acquire,
+    retry = C.shmlock_lock_retry,
+    release = C.shmlock_lock_release,
+    extend = C.shmlock_lock_extend,
+    withdraw = C.shmlock_lock_withdraw,
+}
+_M.lock = lock
+
+function lock.new(zone)
+    local cd = ffi_new(lock_t)
+    cd.zone = zone
+    return cd
+end
+
+function lock.zone(cd, zone)
+    cd.zone = zone
+end
+
+function lock.look(cd, key, klen, exp_ms, flags, since, till, ask)
+    how.exptime_ms = exp_ms
+    how.flags = flags or 0
+    how.since_ms = since or 0
+    how.till_ms = till or 0
+    how.ask_ms = ask or 0
+    return C.shmlock_lock_look(cd, key, klen, how)
+end
+
+function lock.holds(cd, key, klen)
+    return C.shmlock_lock_holds(cd, key, klen) ~= 0
+end
+
+function lock.here(zone, key, klen, shared)
+    return C.shmlock_lock_here(zone, key, klen, shared and 1 or 0) ~= 0
+end
+
+function lock.wait(cd, key, klen, exp_ms, start_us, timeout_us, step, ratio,
+                   max_step, flags)
+    wait_arg.exptime_ms = exp_ms
+    wait_arg.start_us = start_us
+    wait_arg.timeout_us = timeout_us
+    wait_arg.step = step
+    wait_arg.ratio = ratio
+    wait_arg.max_step = max_step
+    wait_arg.flags = flags or 0
+    local rc = C.shmlock_lock_wait(cd, key, klen, wait_arg, elapsed_out)
+    return rc, tonumber(elapsed_out[0])
+end
+
+function lock.verdict(cd, gone)
+    if gone == nil then
+        cd.gone[0], cd.gone[1], cd.alive[0], cd.alive[1] = 0, 0, 0, 0
+        return
+    end
+    local v = gone and cd.gone or cd.alive
+    v[v[0] == 0 and 0 or 1] = cd.ask
+end
+
+function lock.ticket(cd, tk)
+    if tk then
+        ffi_copy(cd.tk, tk, TICKET_SIZE)
+        return
+    end
+    local out = ffi_new(ticket_t)
+    ffi_copy(out, cd.tk, TICKET_SIZE)
+    return out
+end
+
+-- shared holds' wait outside nginx (shmlock_shared_wait): as the lock's
+function lock.shared_wait(cd, key, klen, exp_ms, start_us, timeout_us, step,
+                          ratio, max_step, flags)
+    wait_arg.exptime_ms = exp_ms
+    wait_arg.start_us = start_us
+    wait_arg.timeout_us = timeout_us
+    wait_arg.step = step
+    wait_arg.ratio = ratio
+    wait_arg.max_step = max_step
+    wait_arg.flags = flags or 0
+    local rc = C.shmlock_shared_wait(cd, key, klen, wait_arg, elapsed_out)
+    return rc, tonumber(elapsed_out[0])
+end
+
+-- the semaphore's steps outside nginx (shmlock_sem_*): as the lock's
+lock.sem_acquire = C.shmlock_sem_acquire
+lock.sem_retry = C.shmlock_sem_retry
+
+function lock.sem_wait(cd, key, klen, permits, exp_ms, start_us, timeout_us,
+                       step, ratio, max_step, flags)
+    wait_arg.exptime_ms = exp_ms
+    wait_arg.start_us = start_us
+    wait_arg.timeout_us = timeout_us
+    wait_arg.step = step
+    wait_arg.ratio = ratio
+    wait_arg.max_step = max_step
+    wait_arg.flags = flags or 0
+    local rc = C.shmlock_sem_wait(cd, key, klen, permits, wait_arg,
+                                  elapsed_out)
+    return rc, tonumber(elapsed_out[0])
+end
+
+function lock.sem_here(zone, key, klen, permits)
+    return C.shmlock_sem_here(zone, key, klen, permits) ~= 0
+end
+
+function lock.dead(cd)
+    local pid, to = cd.dead, cd.dead_to
+    cd.dead, cd.dead_to = 0, 0
+    return pid, to
 end
 
 

@@ -1,11 +1,14 @@
--- resty.shmlock.lock.nginx_wait (internal): every wait inside nginx, in
--- one place: the lock's wait for a held key, the cache's wait for a key
--- being loaded (resty.shmlock.cache), and the semaphore's wait for a
--- permit (resty.shmlock.semaphore: a backend of its own, whose waiters
--- are kept apart from the lock's by backend.space; a queued waiter marks
--- the semaphore's head when its turn is next, and the permit freed stays
--- for it: src/group.h).  Every entry takes the timeout
--- of the wait as an argument (the lock object's, or a per-call one).
+-- resty.shmlock.lock.wait (internal): every wait, in one place, and the
+-- choice of where to wait (wait.wait: outside nginx the backend's own
+-- wait, one call of the C core; inside nginx, by the phase).  The lock's
+-- wait for a held key, the cache's wait for a key being loaded
+-- (resty.shmlock.cache), the semaphore's wait for a permit
+-- (resty.shmlock.semaphore: a backend of its own, whose waiters are kept
+-- apart from the lock's by backend.space; a queued waiter marks the
+-- semaphore's head when its turn is next, and the permit freed stays for
+-- it: src/group.h), and the Redis waits (wait.redis, at the end).  Every
+-- entry takes the timeout of the wait as an argument (the lock object's,
+-- or a per-call one).  A change to how anything waits is a change here.
 --
 -- The deadline rule, for every wait here: a wait of `timeout` seconds
 -- that starts at t0 (the monotonic clock, resty.shmlock.internal.clock)
@@ -116,8 +119,11 @@ local ACQUIRED = zone_backend.ACQUIRED
 local MARKED = zone_backend.MARKED
 local FAILED = zone_backend.FAILED
 
+local YIELDABLE = nginx.YIELDABLE
+
 local ngx = nginx.api()
 local ngx_sleep = ngx and ngx.sleep
+local get_phase = ngx and ngx.get_phase
 
 local _M = {
     -- seconds of resty.lock's steps after which a waiter queues
@@ -140,7 +146,7 @@ local POLL_FIRST, POLL_MAX = 0.0001, 0.001
 local SWEEP = 4
 
 
--- syntax: deadline = nginx_wait.deadline(timeout)
+-- syntax: deadline = wait.deadline(timeout)
 -- The deadline rule (see the top): microseconds of the monotonic clock.
 local function deadline_of(timeout)
     return now_us() + timeout * 1000000
@@ -259,7 +265,7 @@ local function sweep(now_ms)
 end
 
 
--- syntax: gone = nginx_wait.gone(tok)
+-- syntax: gone = wait.gone(tok)
 -- Whether tok is a queued waiter of this worker that nginx aborted (see
 -- "Aborted waiters").  Unknown tokens are not: their marks go stale at
 -- their deadline, their handoffs lapse after ACCEPT.
@@ -317,7 +323,7 @@ local function leave(tok, rec)
 end
 
 
--- syntax: nginx_wait.released(key, space?)
+-- syntax: wait.released(key, space?)
 -- This worker released key: wake its queued waiters on it (they look at
 -- the key again; the one the lock was handed to, if any, runs with it).
 -- space: the backend's (nil: the lock's; resty.shmlock.semaphore's own).
@@ -345,7 +351,7 @@ function _M.released(key, space)
 end
 
 
--- syntax: n = nginx_wait.queued(key, space?)
+-- syntax: n = wait.queued(key, space?)
 -- How many live waiters of this worker are queued on key (nil: all keys;
 -- space as for released).
 function _M.queued(key, space)
@@ -370,7 +376,7 @@ function _M.queued(key, space)
 end
 
 
--- syntax: live, ghosts = nginx_wait.registry()
+-- syntax: live, ghosts = wait.registry()
 -- The records this worker keeps: queued waiters, and ghosts kept until
 -- their marks cannot matter (see "Aborted waiters").
 function _M.registry()
@@ -378,7 +384,7 @@ function _M.registry()
 end
 
 
-zone_backend.gone = gone
+zone_backend.on_gone(gone)
 
 
 -- One pause of a queued waiter: on its semaphore (a release of this
@@ -488,7 +494,7 @@ local function queue(backend, store, key, klen, tok, expiry, deadline, since,
 end
 
 
--- syntax: elapsed, err = nginx_wait.sleep(backend, store, key, klen, tok,
+-- syntax: elapsed, err = wait.sleep(backend, store, key, klen, tok,
 --                                         expiry, timeout, step, ratio,
 --                                         max_step, done?)
 -- The wait where the phase may yield, after add found the key held (see
@@ -550,7 +556,7 @@ function _M.sleep(backend, store, key, klen, tok, expiry, timeout, step,
 end
 
 
--- syntax: a, b = nginx_wait.poll(attempt, timeout)
+-- syntax: a, b = wait.poll(attempt, timeout)
 -- The cache's wait for a lock that is not ours (a lock factory's, with
 -- trylock): calls attempt() until it answers true (then its other two
 -- values are returned), pausing 1-2 ms in between, up to timeout seconds
@@ -600,7 +606,7 @@ local function poll(backend, store, key, klen, tok, expiry, deadline, stop)
 end
 
 
--- syntax: elapsed, err = nginx_wait.block(backend, store, key, klen, tok,
+-- syntax: elapsed, err = wait.block(backend, store, key, klen, tok,
 --                                         expiry, timeout, step, ratio,
 --                                         max_step, phase)
 -- The wait where the phase cannot yield: blocks the worker up to timeout
@@ -658,5 +664,123 @@ function _M.block(backend, store, key, klen, tok, expiry, timeout, step,
     return spent + elapsed, nil
 end
 
+
+
+-- ---------------------------------------------------------------------
+-- The choice: where and how a wait that found the key held waits.
+
+-- syntax: yes = wait.can_sleep()
+-- True inside nginx, in a phase where ngx.sleep may yield.
+function _M.can_sleep()
+    return ngx ~= nil and YIELDABLE[get_phase()] == true
+end
+
+
+-- syntax: elapsed, err, refused = wait.wait(backend, store, key, klen,
+--                                          tok, expiry, timeout, o, done?)
+-- o: the waiting object's options (step, ratio, max_step,
+-- blocking_timeout).  Outside nginx, the backend's own wait (the core's,
+-- one call: backend.block); inside nginx where the phase may yield,
+-- wait.sleep (done: as its); where it cannot, with o.blocking_timeout,
+-- wait.block for at most that long; else no wait at all: nil, "cannot
+-- wait in <phase> phase", true (the caller may still look once).
+function _M.wait(backend, store, key, klen, tok, expiry, timeout, o, done)
+    if not ngx then
+        return backend.block(store, key, klen, tok, expiry, timeout, o.step,
+                             o.ratio, o.max_step)
+    end
+    local phase = get_phase()
+    if YIELDABLE[phase] then
+        return _M.sleep(backend, store, key, klen, tok, expiry, timeout,
+                        o.step, o.ratio, o.max_step, done)
+    end
+    local blocking = o.blocking_timeout
+    if blocking > 0 then
+        return _M.block(backend, store, key, klen, tok, expiry,
+                        min(timeout, blocking), o.step, o.ratio, o.max_step,
+                        phase)
+    end
+    return nil, "cannot wait in " .. tostring(phase) .. " phase", true
+end
+
+
+-- ---------------------------------------------------------------------
+-- The Redis waits (resty.shmlock.redis, resty.shmlock.redis.semaphore):
+-- a host's Redis waiter (the holder of the host's turn,
+-- resty.shmlock.redis.host) waiting for a key held on another host.
+--
+-- With a connect function, the waiter's failed try marked it in the key's
+-- wake stream and answered an id (resty.shmlock.redis.wake): it waits for
+-- an entry after that id (XREAD BLOCK: a release), and tries again when
+-- one comes; between releases it tries every max_step seconds all the
+-- same (the backstop: a lease that ran out wakes nobody, nor does a
+-- release that found the stream gone).  Redis ends each of those waits
+-- (a nil reply): nothing waits on a socket's timeout, so nothing is
+-- logged inside nginx.  A wait that gets no answer (a connection killed,
+-- a restart, Redis stopped) is followed by a try at once, which marks the
+-- waiter anew; after two such in a row the waiter polls as below for the
+-- rest of the wait, and so it does where Redis has no streams.
+--
+-- Without one (a connected client: no connection of the library's to
+-- wait on), it polls: it sleeps an exponentially growing step (step,
+-- times ratio after each try, at most max_step), each drawn from [step/2,
+-- step] so that waiters spread out, never below MIN_SLEEP (a spin of
+-- Redis round trips; inside nginx, ngx.sleep would truncate it to 0 and
+-- warn).
+--
+-- The deadline rule, for both: no wait goes past the deadline (seconds of
+-- clock.now); when less than MIN_SLEEP is left, the wait ends ("timeout")
+-- instead of a shorter last wait.
+
+local now_s = clock.now
+local sleep_s = ngx_sleep or nanosleep
+-- (loaded by the first Redis wait: a lock alone needs no Redis module)
+local wake_wait
+
+-- syntax: res, err = wait.redis(o, deadline, attempt, x, y, z)
+-- o: { link, wake, since, step, ratio, max_step }, the waiter's: wake,
+-- the key's wake stream; since, the id the caller's failed try answered
+-- (nil: none, or the caller did not try: the waiter polls).
+-- attempt(x, y, z, wake, true) (true: mark the waiter) answers a result
+-- (the key is ours), false and the id to wait after (nil: none) when the
+-- key is still held, or nil, err.  Returns the result, nil, "timeout", or
+-- nil and the attempt's error.
+function _M.redis(o, deadline, attempt, x, y, z)
+    if not wake_wait then
+        wake_wait = require("resty.shmlock.redis.wake").wait
+    end
+    local link, w = o.link, o.wake
+    local since = o.since
+    local step = o.step
+    local max_step = o.max_step
+    local unanswered = 0
+    local res, err
+    while true do
+        local left = deadline - now_s()
+        if left < MIN_SLEEP then
+            return nil, "timeout"
+        end
+        if since and unanswered < 2 then
+            local woken = wake_wait(link, w, since, min(left, max_step))
+            if woken == nil then
+                unanswered = unanswered + 1
+            else
+                unanswered = 0
+            end
+        else
+            local s = max(MIN_SLEEP, step * (0.5 + 0.5 * rand()))
+            if s > left then
+                s = left
+            end
+            sleep_s(s)
+            step = next_step(step, o.ratio, max_step)
+        end
+        res, err = attempt(x, y, z, w, true)
+        if res ~= false then
+            return res, err
+        end
+        since = err
+    end
+end
 
 return _M
