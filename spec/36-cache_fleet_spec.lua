@@ -16,6 +16,7 @@ local cache = require "resty.shmlock.cache"
 local redis_lock = require "resty.shmlock.redis"
 local fleet = require "resty.shmlock.cache.fleet"
 local scripts = require "resty.shmlock.cache.fleet_scripts"
+local clock = require "resty.shmlock.internal.clock"
 local redis = require "redis"
 
 local function report(fmt, ...)
@@ -107,18 +108,35 @@ describe("resty.shmlock.cache with opts.redis", function()
             calls = calls + 1
             return v, nil, ttl
         end
+        -- Redis's clock (ms), read around each step: exact bounds for the
+        -- ttls, whatever the load
+        local function redis_ms()
+            local t = raw:time()
+            return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+        local began = clock.now_ms()
+        local before = redis_ms()
         assert.same({ { id = 1 }, nil, 3 },
                     { a:get("t", nil, loader, { id = 1 }, 60) })
+        local after = redis_ms()
+        local b_before = redis_ms()
         assert.same({ { id = 1 }, nil, 5 },
                     { b:get("t", nil, loader, { id = 2 }) })
         assert.same({ { id = 1 }, nil, 1 },
                     { b:get("t", nil, loader, { id = 2 }) })
         assert.equal(1, calls)
-        -- its ttl is Redis's, and the zone copy's what Redis had left
-        local pttl = raw:pttl("shmlock:1:{fleet}:v:t")
-        assert.is_true(pttl > 50000 and pttl <= 60000, tostring(pttl))
+        -- its ttl is Redis's (60 s from the load's write)
+        local at = raw:raw_cmd("PEXPIRETIME shmlock:1:{fleet}:v:t")
+        assert.is_true(at >= before + 60000 and at <= after + 60000,
+                       at - before)
+        -- and the zone copy's what Redis had left when host B read it (5
+        -- ms for the clocks' ms rounding)
         local ttl = b:peek("t")
-        assert.is_true(ttl > 50 and ttl <= 60, tostring(ttl))
+        local b_after = redis_ms()
+        assert.is_true(ttl <= (at - b_before) / 1000 + 0.005,
+                       ttl - (at - b_before) / 1000)
+        assert.is_true(ttl >= (at - b_after) / 1000 - 0.005,
+                       ttl - (at - b_after) / 1000)
         -- a cached nil travels too
         assert.same({ nil, nil, 3 }, { a:get("none", nil, loader, nil) })
         assert.same({ nil, nil, 5 }, { b:get("none", nil, loader, 1) })
@@ -127,7 +145,11 @@ describe("resty.shmlock.cache with opts.redis", function()
         assert.equal(2, s.hits_fleet)
         assert.equal(0, s.loads)
         assert.equal(0, s.redis_down)
-        assert.is_true(s.log_age >= 0 and s.log_age < 5)
+        -- host B read the change log (not -1, never), during this test
+        -- (1 ms: log_age is floored to ms)
+        assert.is_true(s.log_age >= 0, s.log_age)
+        assert.is_true(s.log_age * 1000 <= clock.now_ms() - began + 1,
+                       s.log_age)
     end)
 
     it("a set on one host cancels a load in flight on another: Redis "

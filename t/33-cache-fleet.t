@@ -251,19 +251,45 @@ subtest "the fleet tier: one loader call, at most 200 Redis commands" => sub {
 
 subtest "a set on one instance is seen by the others after fleet_lag" => sub {
     is($t[0]->get("/set?key=cold&value=new")->{body}, "true\n", "set");
-    sleep 1.5;      # fleet_lag (1 s) + 0.5 s
-    for my $t (@t[1, 2]) {
-        for (1 .. 4) {      # (both workers, likely)
-            like($t->get("/get?key=cold")->{body}, qr/^new [125]\n\z/,
-                 "the set's value");
+    my $set = time;
+    # each other instance answers the old value until its host reads the
+    # change log (its last read fleet_lag old, 1 s), then the set's, and
+    # never the old one again; the ceiling only a host that never reads
+    # the log again reaches
+    for my $i (1, 2) {
+        my ($new, @bad) = (0);
+        my $deadline = time + 30;
+        while ($new < 4 && time < $deadline) {  # 4 in a row: both workers
+            my $body = $t[$i]->get("/get?key=cold")->{body};
+            if ($body =~ /^new [125]\n\z/) {
+                $new++;
+            } elsif (!$new && $body =~ /^v:cold [12]\n\z/) {
+                sleep 0.05;
+            } else {
+                push @bad, $body;
+                last;
+            }
         }
+        is_deeply(\@bad, [], "instance $i: the old value, then the set's");
+        is($new, 4, "instance $i: the set's value, 4 gets in a row");
+        diag(sprintf("instance %d saw the set %.2f s after it (fleet_lag 1 s)",
+                     $i, time - $set));
     }
 };
 
 subtest "a get in the log phase falls back to the host tier" => sub {
-    sleep 1.1;      # the host's view is due again
+    # the host's view due again: its last read of the log fleet_lag old
+    my $due_by = time + 30;
+    my $age = -1;
+    while (time < $due_by) {
+        ($age) = $t[2]->get("/stats")->{body} =~ /^log_age=(-?[\d.]+)$/m;
+        last if defined $age && $age >= 1;
+        sleep 0.05;
+    }
+    cmp_ok($age, '>=', 1, "the host's view is due (log_age)");
     is($t[2]->get("/logphase")->{body}, "ok\n", "request");
-    my $deadline = time + 5;
+    # (ceilings only a log handler or a timer that never runs reaches)
+    my $deadline = time + 30;
     my $got;
     while (time < $deadline) {
         $got = $t[2]->get("/board?key=logphase")->{body};
@@ -272,7 +298,7 @@ subtest "a get in the log phase falls back to the host tier" => sub {
     }
     is($got, "loaded in log nil 3\n", "the loader ran on this host");
     # (the worker's counts reach the zone within a second: its timer)
-    $deadline = time + 5;
+    $deadline = time + 30;
     my $stats;
     while (time < $deadline) {
         $stats = $t[2]->get("/stats")->{body};

@@ -210,4 +210,20 @@ function _M.client(self, timeout)
     return _M.connect(self.port, timeout)
 end
 
+-- syntax: ids = redis_server.waiters(c)
+-- The clients blocked in XREAD now, by CLIENT LIST (c: a lua-redis
+-- client): the hosts whose Redis waiter waits on a key's wake stream
+-- (resty.shmlock.redis.wake), or the fleet cache's waits.  Their ids, for
+-- CLIENT KILL ID.
+function _M.waiters(c)
+    local ids = {}
+    for line in c:raw_cmd("CLIENT LIST"):gmatch("[^\n]+") do
+        if line:find(" cmd=xread ", 1, true)
+           and line:find(" flags=[%a]*b") then
+            ids[#ids + 1] = line:match("^id=(%d+) ")
+        end
+    end
+    return ids
+end
+
 return _M

@@ -8,7 +8,7 @@ package ShmRedis;
 #
 #   use ShmRedis;
 #   my $redis = ShmRedis->start;        # $redis->port
-#   $redis->cli("PUBSUB", "NUMSUB", "x") # one command, its reply's text
+#   $redis->cli("CLIENT", "LIST")      # one command, its reply's text
 #   $redis->stop;                        # (END does it too)
 
 use strict;

@@ -11,9 +11,10 @@
 -- Redis is given as a connected client (the caller's, as before: a
 -- lua-redis client in plain Lua, a lua-resty-redis object inside nginx)
 -- or as a connect function, from which the library opens the connections
--- it needs (resty.shmlock.redis.link): a subscriber, so that a release
--- wakes the waiting hosts (resty.shmlock.lock.wait), and inside nginx
--- the renewal's (resty.shmlock.redis.renew, opts.renew).
+-- it needs (resty.shmlock.redis.link): a waiter's, so that a release
+-- wakes the waiting hosts through the key's wake stream (resty.shmlock.
+-- redis.wake; the wait: resty.shmlock.lock.wait), and inside nginx the
+-- renewal's (resty.shmlock.redis.renew, opts.renew).
 --
 -- In front of Redis, a host's single flight (resty.shmlock.redis.host):
 -- the processes of a host that want a key take turns in a zone, and only
@@ -33,6 +34,7 @@ local link = require "resty.shmlock.redis.link"
 local scripts = require "resty.shmlock.redis.scripts"
 local host = require "resty.shmlock.redis.host"
 local wait = require "resty.shmlock.lock.wait"
+local wake = require "resty.shmlock.redis.wake"
 local renew = require "resty.shmlock.redis.renew"
 
 local type = type
@@ -56,6 +58,7 @@ local RELEASE = scripts.release
 local TRANSFER = scripts.transfer
 local EXTEND = scripts.extend
 local OWNED = scripts.owned
+local YIELD = scripts.yield
 
 local _M = { _VERSION = version }
 local mt = { __index = _M }
@@ -180,6 +183,7 @@ function _M.new(a, b, c)
         fence_ms = fence_ms(exptime, fence_ttl, span),
         key = nil,         -- the Redis key while we hold it
         fence_key = nil,
+        wake_key = nil,    -- its wake stream (resty.shmlock.redis.wake)
         token = nil,
         fence = nil,       -- the fencing token of the current acquisition
         pid = nil,         -- the process that took it (token.ours)
@@ -194,17 +198,24 @@ end
 
 
 -- One attempt: fence (number) when acquired; false when held by someone
--- else; nil, err on failure.
-local function acquire(self, lkey, tok)
+-- else (watch: the caller will wait: with a connect function, then false,
+-- the id to wait after in the wake stream wkey, when Redis has streams);
+-- nil, err on failure.
+local function acquire(self, lkey, tok, wkey, watch)
     local fkey = lkey .. ":fence"
     self.sent_ms = now_ms()
-    local ok, res, reply = script(self.link, ACQUIRE, lkey, fkey, tok,
-                                  self.ms, self.fence_ms)
+    local l = self.link
+    local ok, res, reply = script(l, ACQUIRE, lkey, fkey, wkey, tok, self.ms,
+                                  self.fence_ms,
+                                  watch and l.connect and "1" or "0")
     if ok and type(res) == "number" then
         return res
     end
     if ok and res == nil then
         return false
+    end
+    if ok and type(res) == "string" then
+        return false, res
     end
     if ok then
         res = "redis connection error: unexpected reply " .. tostring(res)
@@ -214,7 +225,7 @@ local function acquire(self, lkey, tok)
         -- only the reply lost (a read timeout): undo it, best effort
         -- (resty.shmlock.redis.link.cleanup).  This costs at most one more
         -- socket timeout.
-        link.cleanup(self.link, RELEASE, lkey, fkey, tok)
+        link.cleanup(self.link, RELEASE, lkey, fkey, wkey, tok)
     end
     return nil, res
 end
@@ -246,6 +257,7 @@ local function hold(self, lkey, tok, fence, turn_start, handoffs,
                     fence_until)
     self.key = lkey
     self.fence_key = lkey .. ":fence"
+    self.wake_key = lkey .. wake.SUFFIX
     self.token = tok
     self.fence = fence
     self.pid = self_pid()
@@ -266,6 +278,7 @@ end
 local function release_state(self)
     self.key = nil
     self.fence_key = nil
+    self.wake_key = nil
     self.token = nil
     self.fence = nil
     self.pid = nil
@@ -324,16 +337,36 @@ local function take_transfer(self, h, lkey)
         -- the extend may have run with its reply lost (a timeout): the key
         -- would then be tok's for exptime, and nobody's; given back, best
         -- effort, as a failed acquire's (link.cleanup)
-        link.cleanup(self.link, RELEASE, lkey, fkey, tok)
+        link.cleanup(self.link, RELEASE, lkey, fkey, lkey .. wake.SUFFIX,
+                     tok)
     end
     return nil
 end
 
 -- The wait of lock(): the host's turn taken, the key held on another host
-local function wait_redis(self, lkey, tok, deadline, yield)
-    return wait.redis({ link = self.link, channel = lkey, step = self.step,
-                        ratio = self.ratio, max_step = self.max_step,
-                        yield = yield }, deadline, acquire, self, lkey, tok)
+-- (since: the id our try answered, resty.shmlock.redis.wake; nil: we poll)
+local function wait_redis(self, lkey, tok, deadline, since)
+    return wait.redis({ link = self.link, wake = lkey .. wake.SUFFIX,
+                        since = since, step = self.step, ratio = self.ratio,
+                        max_step = self.max_step },
+                      deadline, acquire, self, lkey, tok)
+end
+
+-- The turn's new holder lets the other hosts go first (its host's last
+-- holder released the key with `fence` and woke them: host.yield), before
+-- its own try: while none of them has taken the key yet, it waits for
+-- their release (scripts.yield), HANDOFF at most, as long as a yield
+-- lasts: a woken host takes the key within a round trip, and a mark that
+-- outlived its waiter brings nobody.  A release that came before it
+-- looked is not waited for (that would cost a backstop).
+local function let_others_go(self, lkey, fence, deadline)
+    local l = self.link
+    local wkey = lkey .. wake.SUFFIX
+    local ok, id = script(l, YIELD, lkey, lkey .. ":fence", wkey,
+                          format("%.0f", fence))
+    if ok and type(id) == "string" then
+        wake.wait(l, wkey, id, min(host.HANDOFF, deadline - now()))
+    end
 end
 
 -- elapsed, err, fence = lock:lock(key, timeout?): timeout, this call's
@@ -373,18 +406,28 @@ function _M.lock(self, key, timeout)
     end
 
     local tok = new_token()
-    local fence
+    local fence, since
+    if yield and timeout > 0 and self.link.connect then
+        let_others_go(self, lkey, yield, start + timeout)
+        yield = false
+    end
+    -- (yield left: a connected client, no connection of the library's to
+    -- wait on: it polls before its first try)
     if not yield then
-        fence, err = acquire(self, lkey, tok)
+        fence, err = acquire(self, lkey, tok, lkey .. wake.SUFFIX,
+                             timeout > 0)
         if fence then
             hold(self, lkey, tok, fence)
             return waited and now() - start or 0, nil, fence
+        end
+        if fence == false then
+            since, err = err, nil
         end
     end
     if fence == false and timeout <= 0 then
         err = "timeout"
     elseif not err then
-        fence, err = wait_redis(self, lkey, tok, start + timeout, yield)
+        fence, err = wait_redis(self, lkey, tok, start + timeout, since)
         if fence then
             hold(self, lkey, tok, fence)
             return now() - start, nil, fence
@@ -473,7 +516,7 @@ function _M.unlock(self)
     end
     if ok == nil then
         ok, res = script(self.link, RELEASE, key, self.fence_key,
-                         self.token)
+                         self.wake_key, self.token)
     end
     if not ok then
         -- we do not know: keep believing we hold it (it still expires)
@@ -484,8 +527,9 @@ function _M.unlock(self)
                     .. tostring(res)
     end
     if h and res > 1 and host.waiting(h, key) > 0 then
-        -- our turn was long, and other hosts wait: they go first
-        host.yield(h, key)
+        -- our turn was long, and other hosts wait (the release woke
+        -- them): they go first
+        host.yield(h, key, self.fence)
     end
     let_go(self)
     if res == 0 then

@@ -16,7 +16,7 @@
 --
 -- Modes: "wake" (resty.shmlock.redis with a connect function: host
 -- single flight, transfers, wake-ups on release), "client" (the same
--- module given connected clients: host single flight, no subscriber),
+-- module given connected clients: host single flight, no wake-ups),
 -- "today" (given connected clients and dict = false: each process polls
 -- Redis on its own, as the lock did before host single flight), "plain"
 -- (the plain SET NX PX polling loop: resty.lock's backoff, a

@@ -709,21 +709,24 @@ end
 -- a host's Redis waiter (the holder of the host's turn,
 -- resty.shmlock.redis.host) waiting for a key held on another host.
 --
--- With a connect function, the waiter subscribes to the key's release
--- channel (resty.shmlock.redis.subscriber) and tries again when a release
--- is published; between releases it tries every max_step seconds all the
--- same (the backstop: a lease that ran out publishes nothing, and a
--- message lost with a broken connection costs one backstop at most).  It
--- subscribes before its first try here, so a release between the caller's
--- own try and the subscription is not missed.  A subscription that breaks
--- is made again at once, followed by a try; one that cannot be made
--- leaves the waiter polling.
+-- With a connect function, the waiter's failed try marked it in the key's
+-- wake stream and answered an id (resty.shmlock.redis.wake): it waits for
+-- an entry after that id (XREAD BLOCK: a release), and tries again when
+-- one comes; between releases it tries every max_step seconds all the
+-- same (the backstop: a lease that ran out wakes nobody, nor does a
+-- release that found the stream gone).  Redis ends each of those waits
+-- (a nil reply): nothing waits on a socket's timeout, so nothing is
+-- logged inside nginx.  A wait that gets no answer (a connection killed,
+-- a restart, Redis stopped) is followed by a try at once, which marks the
+-- waiter anew; after two such in a row the waiter polls as below for the
+-- rest of the wait, and so it does where Redis has no streams.
 --
--- Without one (a connected client: no connection to subscribe on), it
--- polls: it sleeps an exponentially growing step (step, times ratio after
--- each try, at most max_step), each drawn from [step/2, step] so that
--- waiters spread out, never below MIN_SLEEP (a spin of Redis round trips;
--- inside nginx, ngx.sleep would truncate it to 0 and warn).
+-- Without one (a connected client: no connection of the library's to
+-- wait on), it polls: it sleeps an exponentially growing step (step,
+-- times ratio after each try, at most max_step), each drawn from [step/2,
+-- step] so that waiters spread out, never below MIN_SLEEP (a spin of
+-- Redis round trips; inside nginx, ngx.sleep would truncate it to 0 and
+-- warn).
 --
 -- The deadline rule, for both: no wait goes past the deadline (seconds of
 -- clock.now); when less than MIN_SLEEP is left, the wait ends ("timeout")
@@ -732,40 +735,37 @@ end
 local now_s = clock.now
 local sleep_s = ngx_sleep or nanosleep
 -- (loaded by the first Redis wait: a lock alone needs no Redis module)
-local subscriber
+local wake_wait
 
 -- syntax: res, err = wait.redis(o, deadline, attempt, x, y, z)
--- o: { link, channel, step, ratio, max_step, yield }, the waiter's (yield:
--- do not try before a release or a backstop); attempt(x, y, z): a result
--- (the key is ours), false (still held) or nil, err.  Returns the result,
--- nil, "timeout", or nil and the attempt's error.
+-- o: { link, wake, since, step, ratio, max_step }, the waiter's: wake,
+-- the key's wake stream; since, the id the caller's failed try answered
+-- (nil: none, or the caller did not try: the waiter polls).
+-- attempt(x, y, z, wake, true) (true: mark the waiter) answers a result
+-- (the key is ours), false and the id to wait after (nil: none) when the
+-- key is still held, or nil, err.  Returns the result, nil, "timeout", or
+-- nil and the attempt's error.
 function _M.redis(o, deadline, attempt, x, y, z)
-    if not subscriber then
-        subscriber = require "resty.shmlock.redis.subscriber"
+    if not wake_wait then
+        wake_wait = require("resty.shmlock.redis.wake").wait
     end
-    local subscribe = subscriber.subscribe
-    local link = o.link
-    local sub = link.connect and subscribe(link, o.channel)
-    local res, err
-    if sub and not o.yield then
-        res, err = attempt(x, y, z)
-        if res ~= false then
-            subscriber.close(sub)
-            return res, err
-        end
-    end
+    local link, w = o.link, o.wake
+    local since = o.since
     local step = o.step
     local max_step = o.max_step
+    local unanswered = 0
+    local res, err
     while true do
         local left = deadline - now_s()
         if left < MIN_SLEEP then
-            res, err = nil, "timeout"
-            break
+            return nil, "timeout"
         end
-        if sub then
-            local _, broken = subscriber.listen(sub, min(left, max_step))
-            if broken then
-                sub = subscribe(link, o.channel)
+        if since and unanswered < 2 then
+            local woken = wake_wait(link, w, since, min(left, max_step))
+            if woken == nil then
+                unanswered = unanswered + 1
+            else
+                unanswered = 0
             end
         else
             local s = max(MIN_SLEEP, step * (0.5 + 0.5 * rand()))
@@ -775,15 +775,12 @@ function _M.redis(o, deadline, attempt, x, y, z)
             sleep_s(s)
             step = next_step(step, o.ratio, max_step)
         end
-        res, err = attempt(x, y, z)
+        res, err = attempt(x, y, z, w, true)
         if res ~= false then
-            break
+            return res, err
         end
+        since = err
     end
-    if sub then
-        subscriber.close(sub)
-    end
-    return res, err
 end
 
 return _M

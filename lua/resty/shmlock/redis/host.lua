@@ -19,9 +19,9 @@
 --               it expires, which costs a transfer nobody takes)
 --     <key>#g   a transfer: "<token> <fence> <turn start ms> <handoffs>",
 --               the lock handed to whichever process takes the turn next
---     <key>#y   "<ms>": the last holder let the key go to other hosts (its
---               turn was long): the next one waits for a release before it
---               tries
+--     <key>#y   <fence>: the last holder let the key go to other hosts
+--               (its turn was long; the fence it held): the next one lets
+--               them take it before it tries (resty.shmlock.redis)
 --
 -- A dict name as opts.dict: inside nginx a lua_shared_dict's name is that
 -- dict (resty.shmlock.internal.names); any other name a zone, created if
@@ -32,7 +32,6 @@ local zone_handle = shdict._zone_handle
 local resty_lock = require "resty.shmlock"
 local nginx = require "resty.shmlock.internal.nginx"
 local names = require "resty.shmlock.internal.names"
-local clock = require "resty.shmlock.internal.clock"
 
 local type = type
 local tonumber = tonumber
@@ -40,7 +39,6 @@ local error = error
 local huge = math.huge
 local format = string.format
 local match = string.match
-local now_ms = clock.now_ms
 
 local _M = {}
 
@@ -61,8 +59,8 @@ _M.HANDOFF = 0.5
 -- A host's turn: it hands the lock to its own next process while the
 -- turn has made fewer than TURN_HANDOFFS handoffs and is younger than
 -- TURN_SECONDS; then the lock goes back to Redis, and when other hosts
--- wait (the release's PUBLISH reached someone), the host's next process
--- yields to them.
+-- wait (the release woke someone: resty.shmlock.redis.wake), the host's
+-- next process yields to them.
 _M.TURN_HANDOFFS = 16
 _M.TURN_SECONDS = 0.2
 
@@ -180,20 +178,24 @@ function _M.take(h, key)
            fence_until
 end
 
--- syntax: host.yield(h, key): the turn's next holder lets other hosts go
--- (if it comes within HANDOFF: a later one is no part of this contention)
-function _M.yield(h, key)
-    h.dict:set(key .. "#y", now_ms(), _M.HANDOFF)
+-- syntax: host.yield(h, key, fence): the turn's next holder lets other
+-- hosts go (if it comes within HANDOFF: a later one is no part of this
+-- contention); fence: the releaser's, by which the next holder tells
+-- whether another host took the key since
+function _M.yield(h, key, fence)
+    h.dict:set(key .. "#y", fence, _M.HANDOFF)
 end
 
--- syntax: yes = host.yielded(h, key): a yield was left (it is then gone)
+-- syntax: fence = host.yielded(h, key): the fence of the yield left, or
+-- false (it is then gone)
 function _M.yielded(h, key)
     local ykey = key .. "#y"
-    if h.dict:get(ykey) == nil then
+    local fence = h.dict:get(ykey)
+    if type(fence) ~= "number" then
         return false
     end
     h.dict:delete(ykey)
-    return true
+    return fence
 end
 
 return _M

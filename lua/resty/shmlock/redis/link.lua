@@ -13,10 +13,10 @@
 --                        redis_timeout; a kept connection that breaks
 --                        without a reply (not by a timeout) is tried once
 --                        more on a new one (every script here may run
---                        twice: each finds its own work done).  The connect function also gives
---                        the subscriber (resty.shmlock.redis.subscriber)
---                        and the renewal (resty.shmlock.redis.renew) their
---                        connections.
+--                        twice: each finds its own work done).  The
+--                        connect function also gives the waits on a wake
+--                        stream (resty.shmlock.redis.wake) and the renewal
+--                        (resty.shmlock.redis.renew) their connections.
 --
 -- Answers follow resty.shmlock.redis.client's convention: ok, reply; or
 -- false, "redis error: ..." (an error reply: reply = true) / "redis

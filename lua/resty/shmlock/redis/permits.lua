@@ -1,6 +1,6 @@
 -- resty.shmlock.redis.permits (internal): the Lua scripts the Redis
 -- semaphore (resty.shmlock.redis.semaphore) runs on the server, each as
--- { src = <source>, sha = <its SHA1>, keys = 1 }.
+-- { src = <source>, sha = <its SHA1>, keys = <how many KEYS> }.
 --
 -- A key's permits are one sorted set, "<prefix>{<key>}": a member per
 -- holder (its token), scored by the end of its lease in ms of Redis's own
@@ -8,26 +8,31 @@
 -- permit whose lease ended is nobody's: each acquire first drops them, so
 -- a dead holder's permit is back when its lease ends.  The set itself
 -- expires with its longest lease (PEXPIREAT of its highest score), so a
--- key nobody uses any more costs nothing.  A release PUBLISHes on a
--- channel named as the set, which wakes the waiting hosts
--- (resty.shmlock.lock.wait).
+-- key nobody uses any more costs nothing.  An acquire that finds every
+-- permit taken and will wait marks itself in the set's wake stream, and a
+-- release wakes the marked waiters (resty.shmlock.redis.wake), the
+-- waiting hosts (resty.shmlock.lock.wait).
 --
--- Every call passes KEYS = { the set } and ARGV = { token, ... }.  The
+-- Every call passes KEYS = { the set } (acquire and release: and its wake
+-- stream) and ARGV = { token, ... }.  The
 -- SHA1s are of the exact source text; a spec checks that EVALSHA finds
 -- them.  The scripts that write after TIME ask for effects replication
 -- first (redis.replicate_commands: Redis 3.2 to 4 need it; later ones
 -- always replicate effects).
 
+local wake = require "resty.shmlock.redis.wake"
+
 local _M = {}
 
 -- Acquire: ARGV = token, permits (the caller's limit), lease ms ("0":
--- never ends).  1: the permit is ours (also when the set holds our token
--- already: the same acquire sent again after a lost reply); 0: `permits`
--- holders or more.
+-- never ends), watch ("1": the caller waits if every permit is taken).
+-- 1: the permit is ours (also when the set holds our token already: the
+-- same acquire sent again after a lost reply); 0: `permits` holders or
+-- more; with watch, the id to wait after in the wake stream (KEYS[2])
+-- instead of 0 (0 still where Redis has no streams).
 _M.acquire = {
-    keys = 1,
-    src = [[
-redis.replicate_commands()
+    keys = 2,
+    src = "redis.replicate_commands()\n" .. wake.WATCH .. [[
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -35,6 +40,9 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return 1
 end
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  if ARGV[4] == '1' then
+    return watch(KEYS[2]) or 0
+  end
   return 0
 end
 if ARGV[3] == '0' then
@@ -50,21 +58,22 @@ else
 end
 return 1
 ]],
-    sha = "352eb2e8adfad3c2fe767a904b443179d2926652",
+    sha = "7cf89571a1caf696a64b9d7cf9bee7bd41d02db7",
 }
 
--- Release: ARGV = token.  1: released; 2: released, but its lease had
--- ended (nobody had taken it over yet); 0: the permit was gone (its lease
--- ended, and an acquire dropped it).
+-- Release: ARGV = token; the waiters marked in the wake stream (KEYS[2])
+-- are woken.  1: released; 2: released, but its lease had ended (nobody
+-- had taken it over yet); 0: the permit was gone (its lease ended, and an
+-- acquire dropped it).
 _M.release = {
-    keys = 1,
-    src = [[
+    keys = 2,
+    src = "redis.replicate_commands()\n" .. wake.WAKE .. [[
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('PUBLISH', KEYS[1], 'r')
+wake(KEYS[2])
 if s == 'inf' then
   return 1
 end
@@ -74,7 +83,7 @@ if tonumber(s) <= t[1] * 1000 + math.floor(t[2] / 1000) then
 end
 return 1
 ]],
-    sha = "de6b9930a53df8113c8a693a6d8a3867c760a040",
+    sha = "8ab4797d266aa0717d7e8ecd70fe98765656f994",
 }
 
 -- Extend: ARGV = token, lease ms ("0": never ends).  1: the lease is

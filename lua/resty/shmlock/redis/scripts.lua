@@ -1,20 +1,29 @@
 -- resty.shmlock.redis.scripts (internal): the Lua scripts the Redis lock
 -- runs on the server, each as { src = <source>, sha = <its SHA1>, keys =
--- 2 }.
+-- <how many KEYS> }.
 --
--- Every call passes KEYS = { lock key, fence key } and ARGV = { token,
--- milliseconds, fence milliseconds, ... } ("0" where unused; milliseconds
--- "0" for exptime 0: never expires, as a shdict entry with exptime 0;
--- fence milliseconds: the fence counter's new lifetime, "0" = none, it
--- stays).  The SHA1s are of the exact source text; a spec checks that
--- EVALSHA finds them.
+-- Every call passes KEYS = { lock key, fence key } (acquire and release:
+-- and the key's wake stream) and ARGV = { token, milliseconds, fence
+-- milliseconds, ... } ("0" where unused; milliseconds "0" for exptime 0:
+-- never expires, as a shdict entry with exptime 0; fence milliseconds:
+-- the fence counter's new lifetime, "0" = none, it stays).  The SHA1s are
+-- of the exact source text; a spec checks that EVALSHA finds them.
 --
--- Wake-ups: a release PUBLISHes on a channel named as the lock key, so
--- the hosts waiting for the key (resty.shmlock.lock.wait: one subscriber
--- per host) try again at once instead of at their next poll.  A lock that
--- expires publishes nothing: the waiters' polls (the backstop) find it.
+-- Wake-ups (resty.shmlock.redis.wake): an acquire that finds the key held
+-- and will wait leaves its mark in the key's wake stream and answers the
+-- id to wait after; a release wakes the marked waiters, so the hosts
+-- waiting for the key (resty.shmlock.lock.wait: one waiter per host) try
+-- again at once instead of at their next poll.  A lock that expires wakes
+-- nobody: the waiters' polls (the backstop) find it.
+
+local wake = require "resty.shmlock.redis.wake"
 
 local _M = {}
+
+-- (effects replication for the scripts that may XADD: an id is of the
+-- master's clock; Redis 3.2 to 4 need the call, later ones always do so)
+local EFFECTS = "if redis.replicate_commands then "
+                .. "redis.replicate_commands() end\n"
 
 -- Acquire: the lock and its fencing token in one atomic step.
 --
@@ -37,9 +46,13 @@ local _M = {}
 -- reported (WRONGTYPE, Redis's own error from GET) instead of waited on.
 -- A fence key of the wrong type undoes the SET before returning the
 -- error, so no lock is left behind.
+--
+-- KEYS[3]: the wake stream; ARGV[4]: "1" when the caller waits if the key
+-- is held: it is then marked as waiting (resty.shmlock.redis.wake), and
+-- the answer is the id to wait after (a string) instead of nil.
 _M.acquire = {
-    keys = 2,
-    src = [[
+    keys = 3,
+    src = EFFECTS .. wake.WATCH .. [[
 local ok
 if ARGV[2] == '0' then
   ok = redis.call('SET', KEYS[1], ARGV[1], 'NX')
@@ -53,6 +66,9 @@ if not ok then
   end
   if v == ARGV[1] then
     return tonumber(redis.call('GET', KEYS[2]))
+  end
+  if ARGV[4] == '1' then
+    return watch(KEYS[3])
   end
   return false
 end
@@ -68,23 +84,44 @@ else
 end
 return fence
 ]],
-    sha = "f347553aa7470a073c7f67acb07cc3ca040a1d45",
+    sha = "03db53c4d4fbca567b10ce73d5ca000a5801a8a6",
 }
 
 -- Release: delete the key only if it still holds our token, and wake the
--- waiting hosts.  1 + the number of subscribers the wake-up reached =
--- released, 0 = our lock is gone (expired, and maybe re-taken by someone
--- else).
+-- waiting hosts (KEYS[3]: the wake stream).  1 = released, 2 = released
+-- and hosts that waited for it woken, 0 = our lock is gone (expired, and
+-- maybe re-taken by someone else).
 _M.release = {
-    keys = 2,
-    src = [[
+    keys = 3,
+    src = EFFECTS .. wake.WAKE .. [[
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  return 1 + redis.call('PUBLISH', KEYS[1], 'r')
+  return 1 + wake(KEYS[3])
 end
 return 0
 ]],
-    sha = "8c8c849382ac801a818144220bc4b8a0b5a7f3dc",
+    sha = "7470534517219e1e510d2792f4a1bdb75cddd7c9",
+}
+
+-- Yield: the look of a process that lets other hosts go first: its
+-- host's last holder released the key with fence ARGV[1], and the release
+-- woke other hosts (resty.shmlock.redis.host.yield).  While the key is
+-- free and the fence counter still ARGV[1] (nobody took it since), the
+-- woken hosts have yet to take it: the process is marked in the wake
+-- stream (KEYS[3]) and the answer is the id to wait after (nil: no
+-- streams).  Otherwise 0, and it tries at once: the key is held (the try
+-- marks it), or it was taken and let go before this look, a release it
+-- could no longer hear (waiting for it would cost a backstop).
+_M.yield = {
+    keys = 3,
+    src = EFFECTS .. wake.WATCH .. [[
+if not redis.pcall('GET', KEYS[1])
+   and redis.pcall('GET', KEYS[2]) == ARGV[1] then
+  return watch(KEYS[3])
+end
+return 0
+]],
+    sha = "4045a7a2a8703d4fe2582ccc10f34df44b91e132",
 }
 
 -- Transfer: hand our lock to a process of our own host (ARGV[4], its

@@ -16,10 +16,11 @@
 -- Redis is given as the Redis lock's is (a connected client, or a connect
 -- function: resty.shmlock.redis.link), and waiting is the lock's: the
 -- processes of a host take turns in a zone (resty.shmlock.redis.host),
--- the turn's holder waits on Redis for a permit, woken by a release's
--- PUBLISH with a connect function, polling every max_step as a backstop
--- (resty.shmlock.lock.wait), and gives the turn back as soon as it has
--- one (or gives up), so the host's next process tries for another.
+-- the turn's holder waits on Redis for a permit, woken by a release
+-- through the key's wake stream with a connect function (resty.shmlock.
+-- redis.wake), polling every max_step as a backstop (resty.shmlock.lock.
+-- wait), and gives the turn back as soon as it has one (or gives up), so
+-- the host's next process tries for another.
 -- Nothing is released when an object is collected (no network I/O from a
 -- finalizer): its permit goes back at the end of its lease.
 
@@ -33,6 +34,7 @@ local link = require "resty.shmlock.redis.link"
 local permits = require "resty.shmlock.redis.permits"
 local host = require "resty.shmlock.redis.host"
 local wait = require "resty.shmlock.lock.wait"
+local wake = require "resty.shmlock.redis.wake"
 
 local type = type
 local tostring = tostring
@@ -129,6 +131,7 @@ function _M.new(a, b, c)
         max_step = max_step,
         ms = ms_string(exptime),
         key = nil,          -- the Redis key while we hold a permit
+        wake_key = nil,     -- its wake stream (resty.shmlock.redis.wake)
         token = nil,
         pid = nil,          -- the process that took it (token.ours)
     }, mt)
@@ -146,6 +149,7 @@ end
 
 local function forget(self)
     self.key = nil
+    self.wake_key = nil
     self.token = nil
     self.pid = nil
 end
@@ -162,16 +166,23 @@ local function held(self)
     return key
 end
 
--- One attempt: true when the permit is ours, false when `permits` hold,
--- nil, err.
-local function attempt(self, skey, tok)
-    local ok, res, reply = script(self.link, ACQUIRE, skey, tok,
-                                  self.permits_arg, self.ms)
+-- One attempt: true when the permit is ours, false when `permits` hold
+-- (watch: the caller will wait: with a connect function, then false, the
+-- id to wait after in the wake stream wkey, when Redis has streams), nil,
+-- err.
+local function attempt(self, skey, tok, wkey, watch)
+    local l = self.link
+    local ok, res, reply = script(l, ACQUIRE, skey, wkey, tok,
+                                  self.permits_arg, self.ms,
+                                  watch and l.connect and "1" or "0")
     if ok and res == 1 then
         return true
     end
     if ok and res == 0 then
         return false
+    end
+    if ok and type(res) == "string" then
+        return false, res
     end
     if ok then
         res = "redis connection error: unexpected reply " .. tostring(res)
@@ -179,7 +190,7 @@ local function attempt(self, skey, tok)
     if not reply then
         -- the permit may be ours with only the reply lost: give it back,
         -- best effort (resty.shmlock.redis.link.cleanup)
-        link.cleanup(self.link, RELEASE, skey, tok)
+        link.cleanup(self.link, RELEASE, skey, wkey, tok)
     end
     return nil, res
 end
@@ -215,15 +226,19 @@ function _M.acquire(self, key, timeout)
         waited = elapsed > 0
     end
     local tok = new_token()
-    local got
-    got, err = attempt(self, skey, tok)
-    if got == false then
+    local wkey = skey .. wake.SUFFIX
+    local got, since
+    got, since = attempt(self, skey, tok, wkey, timeout > 0)
+    if got == nil then
+        err = since
+    elseif got == false then
         if timeout <= 0 then
             err = "timeout"
         else
             waited = true
-            got, err = wait.redis({ link = self.link, channel = skey,
-                                    step = self.step, ratio = self.ratio,
+            got, err = wait.redis({ link = self.link, wake = wkey,
+                                    since = since, step = self.step,
+                                    ratio = self.ratio,
                                     max_step = self.max_step },
                                   start + timeout, attempt, self, skey, tok)
         end
@@ -235,6 +250,7 @@ function _M.acquire(self, key, timeout)
         return nil, err
     end
     self.key = skey
+    self.wake_key = wkey
     self.token = tok
     self.pid = self_pid()
     return waited and now() - start or 0
@@ -250,7 +266,8 @@ function _M.release(self)
     if not skey then
         return nil, "unlocked"
     end
-    local ok, res = script(self.link, RELEASE, skey, self.token)
+    local ok, res = script(self.link, RELEASE, skey, self.wake_key,
+                           self.token)
     if not ok then
         return nil, res
     end
