@@ -537,11 +537,34 @@ lock_place_mark(shmlock_lock_t *l, const shmlock_ticket_t *seen,
     }
 }
 
+/* How a waiter outside nginx checks the holder (shmlock_lock_wait): */
+enum {
+    LOCK_CHECK_FULL,    /* as SHMLOCK_LOOK_CHECK says (a look of the ABI) */
+    LOCK_CHECK_PID,     /* the holder's pid alone (a wait's first look) */
+    LOCK_CHECK_SAME     /* in full, if the key kept the holder seen last */
+};
+
+/* whether seen's holder process exists, by its pid alone (kill): no
+ * /proc read, so a zombie or a younger process reusing the pid passes */
+static int
+lock_pid_exists(const shmlock_ticket_t *seen)
+{
+    uint32_t  pid = lock_pid_of(seen->owner);
+
+    if (pid == (uint32_t) (int) sys_pid() || pid >= LOCK_HEAD_PID) {
+        return shmlock_slot_alive(seen);    /* no /proc read either */
+    }
+    return sys_proc_exists(pid);
+}
+
 /* one look (see shmlock_lock_look); *outcome LOCK_ACQUIRED or LOCK_BUSY
- * when it answers SHMLOCK_OK */
+ * when it answers SHMLOCK_OK.  *holder: the owner word seen (0: none).
+ * mode (LOCK_CHECK_*): how SHMLOCK_LOOK_CHECK checks the holder; same:
+ * LOCK_CHECK_SAME's holder. */
 static int
 lock_look(shmlock_lock_t *l, const char *key, size_t key_len,
-    const shmlock_look_t *how, int *outcome)
+    const shmlock_look_t *how, int mode, uint64_t same, uint64_t *holder,
+    int *outcome)
 {
     shmlock_ticket_t  seen;
     shmlock_mark_t    m;
@@ -552,7 +575,16 @@ lock_look(shmlock_lock_t *l, const char *key, size_t key_len,
     check = (how->flags & SHMLOCK_LOOK_CHECK) != 0;
     l->marked = 0;
     *outcome = LOCK_BUSY;
+    *holder = 0;
     rc = shmlock_slot_look(l->zone, key, key_len, &seen);
+    if (rc == SHMLOCK_OK) {
+        *holder = seen.owner;
+        if (mode == LOCK_CHECK_SAME && seen.owner != same
+            && lock_pid_of(seen.owner) < LOCK_HEAD_PID)
+        {
+            check = 0;
+        }
+    }
     if (rc == SHMLOCK_NOT_FOUND) {
         return lock_again(l, key, key_len, how->exptime_ms, outcome);
     }
@@ -602,7 +634,10 @@ lock_look(shmlock_lock_t *l, const char *key, size_t key_len,
     if (g < 0) {
         return SHMLOCK_ASK;
     }
-    if (g || (check && shmlock_slot_alive(&seen) == 0)) {
+    if (g || (check && (mode == LOCK_CHECK_PID ? lock_pid_exists(&seen)
+                                               : shmlock_slot_alive(&seen))
+                       == 0))
+    {
         return lock_take_over(l, &seen, how, &m, has_mark, 1, outcome);
     }
     if (has_mark && m.owner == lock_owner(l)) {
@@ -638,9 +673,11 @@ int
 shmlock_lock_look(shmlock_lock_t *l, const char *key, size_t key_len,
     const shmlock_look_t *how)
 {
-    int  outcome, rc;
+    uint64_t  holder;
+    int       outcome, rc;
 
-    rc = lock_look(l, key, key_len, how, &outcome);
+    rc = lock_look(l, key, key_len, how, LOCK_CHECK_FULL, 0, &holder,
+                   &outcome);
     if (rc != SHMLOCK_OK) {
         return rc;
     }
@@ -953,6 +990,7 @@ shmlock_lock_wait(shmlock_lock_t *l, const char *key, size_t key_len,
     const shmlock_wait_t *w, int64_t *elapsed_us)
 {
     shmlock_look_t  how;
+    uint64_t        holder = 0;
     uint32_t        hash = shmlock_hash(key, key_len), on = hash, next_on,
                     seq;
     int64_t         start = w->start_us, deadline, now, us;
@@ -977,7 +1015,9 @@ shmlock_lock_wait(shmlock_lock_t *l, const char *key, size_t key_len,
         }
         how.flags = (check ? SHMLOCK_LOOK_CHECK : 0)
                     | (w->flags & SHMLOCK_LOOK_ASK);
-        rc = lock_look(l, key, key_len, &how, &outcome);
+        rc = lock_look(l, key, key_len, &how,
+                       holder == 0 ? LOCK_CHECK_PID : LOCK_CHECK_SAME, holder,
+                       &holder, &outcome);
         if (rc == SHMLOCK_OK && outcome == LOCK_ACQUIRED) {
             shmlock_wait_end(l->zone, on, seq, 0);
             l->held = 1;

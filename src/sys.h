@@ -97,6 +97,10 @@ int sys_futex_wake(uint32_t *word, int n);
  * decides.
  */
 int sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask);
+/* 1 if some process has pid (a zombie, or a younger one reusing the pid,
+ * too): kill(pid, 0) alone, no /proc read; 0 for none, pid 0 or one
+ * beyond PID_MAX_LIMIT */
+int sys_proc_exists(uint32_t pid);
 uint64_t sys_proc_start(uint32_t pid);
 
 /* The inode of this process's pid namespace (0 if /proc cannot tell). */
