@@ -175,6 +175,10 @@ sys_futex_wake(uint32_t *word, int n)
     return r > 0 ? (int) r : 0;
 }
 
+#ifdef SHMLOCK_TESTING
+uint64_t  sys_test_proc_reads;
+#endif
+
 /* Reads /proc/<pid>/stat: state letter and start time (field 22). */
 static int
 proc_stat(uint32_t pid, char *state, uint64_t *start)
@@ -184,6 +188,9 @@ proc_stat(uint32_t pid, char *state, uint64_t *start)
     ssize_t             n;
     unsigned long long  v;
 
+#ifdef SHMLOCK_TESTING
+    __atomic_add_fetch(&sys_test_proc_reads, 1, __ATOMIC_RELAXED);
+#endif
     snprintf(path, sizeof(path), "/proc/%u/stat", pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {

@@ -101,6 +101,10 @@ int sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask);
  * too): kill(pid, 0) alone, no /proc read; 0 for none, pid 0 or one
  * beyond PID_MAX_LIMIT */
 int sys_proc_exists(uint32_t pid);
+#ifdef SHMLOCK_TESTING
+/* /proc/<pid>/stat reads (shmlock_test_proc_reads) */
+extern uint64_t  sys_test_proc_reads;
+#endif
 uint64_t sys_proc_start(uint32_t pid);
 
 /* The inode of this process's pid namespace (0 if /proc cannot tell). */
