@@ -540,21 +540,22 @@ lock_place_mark(shmlock_lock_t *l, const shmlock_ticket_t *seen,
 /* How a waiter outside nginx checks the holder (shmlock_lock_wait): */
 enum {
     LOCK_CHECK_FULL,    /* as SHMLOCK_LOOK_CHECK says (a look of the ABI) */
-    LOCK_CHECK_PID,     /* the holder's pid alone (a wait's first look) */
+    LOCK_CHECK_PID,     /* by the pid alone (a wait's first look) */
     LOCK_CHECK_SAME     /* in full, if the key kept the holder seen last */
 };
 
-/* whether seen's holder process exists, by its pid alone (kill): no
- * /proc read, so a zombie or a younger process reusing the pid passes */
+/* whether seen's holder process runs, by its pid alone (a pidfd: a
+ * zombie is dead, a younger process reusing the pid passes): no /proc
+ * read */
 static int
-lock_pid_exists(const shmlock_ticket_t *seen)
+lock_pid_runs(const shmlock_ticket_t *seen)
 {
     uint32_t  pid = lock_pid_of(seen->owner);
 
     if (pid == (uint32_t) (int) sys_pid() || pid >= LOCK_HEAD_PID) {
         return shmlock_slot_alive(seen);    /* no /proc read either */
     }
-    return sys_proc_exists(pid);
+    return sys_proc_running(pid);
 }
 
 /* one look (see shmlock_lock_look); *outcome LOCK_ACQUIRED or LOCK_BUSY
@@ -634,7 +635,7 @@ lock_look(shmlock_lock_t *l, const char *key, size_t key_len,
     if (g < 0) {
         return SHMLOCK_ASK;
     }
-    if (g || (check && (mode == LOCK_CHECK_PID ? lock_pid_exists(&seen)
+    if (g || (check && (mode == LOCK_CHECK_PID ? lock_pid_runs(&seen)
                                                : shmlock_slot_alive(&seen))
                        == 0))
     {
