@@ -84,6 +84,8 @@
 #define LOCK_STARVE_AFTER_US  2000
 #define LOCK_RETRIES          32
 #define LOCK_MIN_SLEEP        0.001
+#define LOCK_SPIN_US          50      /* a marked waiter's spin, at most */
+#define LOCK_SPIN_PAUSES      32      /* pauses between two reads */
 #define LOCK_MARKED_SALT      0x5bd1e995u
 #define LOCK_NEVER            (((uint64_t) 1 << 40) - 1)
 #define LOCK_HEAD_PID         0xffff0000u   /* a group head's (group.h) */
@@ -986,6 +988,52 @@ lock_wait_leave(shmlock_zone_t *zone, uint32_t on, uint32_t hash,
     }
 }
 
+/*
+ * The marked waiter, next to have the key (the release hands it over),
+ * spins a moment before it sleeps: a handoff to a sleeper leaves the key
+ * to nobody for the time the kernel takes to run it (section 3 of the
+ * bench: 13-33 us), which under sustained contention is the lock's cycle
+ * time beside the hold (bench 9 on 2 CPUs: 24 k/s sleeping, 30-31 k/s
+ * spinning, fewer CPU us per acquisition).  One mark at a time: at most
+ * one such spinner per key; plain reads of the slot, no write; bounded
+ * by LOCK_SPIN_US on the real clock and the deadline, and only with
+ * another CPU to run the holder.  1: the key's state moved (look again).
+ */
+static int
+lock_spin_marked(shmlock_lock_t *l, const char *key, size_t key_len,
+    int64_t deadline)
+{
+    shmlock_ticket_t  first, seen;
+    int64_t           until;
+    int               i;
+
+#ifdef SHMLOCK_TESTING
+    if (lock_test_mode == 1) {
+        return 0;               /* the specs' clock: it moves by sleeps */
+    }
+#endif
+    if (sys_ncpu() < 2
+        || shmlock_slot_look(l->zone, key, key_len, &first) != SHMLOCK_OK)
+    {
+        return 0;
+    }
+    until = shmlock_now_us() + LOCK_SPIN_US;
+    if (until > deadline) {
+        until = deadline;
+    }
+    do {
+        for (i = 0; i < LOCK_SPIN_PAUSES; i++) {
+            sys_cpu_pause();
+        }
+        if (shmlock_slot_look(l->zone, key, key_len, &seen) != SHMLOCK_OK
+            || seen.owner != first.owner || seen.stamp != first.stamp)
+        {
+            return 1;
+        }
+    } while (shmlock_now_us() < until);
+    return 0;
+}
+
 int
 shmlock_lock_wait(shmlock_lock_t *l, const char *key, size_t key_len,
     const shmlock_wait_t *w, int64_t *elapsed_us)
@@ -1053,6 +1101,11 @@ shmlock_lock_wait(shmlock_lock_t *l, const char *key, size_t key_len,
              * to the word we leave) */
             shmlock_wait_end(l->zone, on, seq, 0);
             on = next_on;
+            check = 0;
+            continue;
+        }
+        if (l->marked && lock_spin_marked(l, key, key_len, deadline)) {
+            shmlock_wait_end(l->zone, on, seq, 0);
             check = 0;
             continue;
         }
