@@ -869,6 +869,35 @@ describe("resty.shmlock", function()
             assert.equal(0, C.shmlock_wait_count(zone, h))
         end)
 
+        it("the marked waiter takes the handoff while it spins, not "
+           .. "woken from a sleep on its word", function()
+            local holder = assert(resty_lock:new(dict, { exptime = 60 }))
+            assert.same({ 0 }, { holder:lock("k") })
+            local pid = proc.spawn(function()
+                -- a spin of 10 s: the release below surely comes during it
+                require("helpers.test_hooks").shmlock_test_lock_spin(10e6)
+                local fc = fake_clock.new { real = true }
+                local l = assert(fc:require("resty.shmlock"):new(dict,
+                    { timeout = 30, exptime = 60 }))
+                assert(l:lock("k"))
+                local woken = 0
+                for _, w in ipairs(fc.waits) do
+                    woken = woken + (w.woken and 1 or 0)
+                end
+                assert(dict:set("waits", #fc.waits))
+                assert(dict:set("woken", woken))
+                assert(l:unlock() == 1)
+            end)
+            -- it marks the key once starving (2 ms of sleeps), then spins
+            while not (resty_lock.inspect(dict, "k") or {}).marked do
+                proc.sleep(0.001)
+            end
+            assert.same({ 1 }, { holder:unlock() })     -- the handoff
+            children.expect_clean_exits({ pid })
+            assert.is_true(dict:get("waits") >= 1)      -- slept, then marked
+            assert.equal(0, dict:get("woken"))          -- no sleep cut short
+        end)
+
         it("a waiter checks a live holder by its pid at its first look, "
            .. "and reads /proc only after sleeps it kept the key across",
            function()

@@ -105,6 +105,13 @@ static int64_t  lock_test_us;
 static int64_t  lock_test_waits[3 * LOCK_TEST_WAITS];
 static int      lock_test_nwaits;
 static int      lock_test_fail[SHMLOCK_TEST_LOCK_CALLS];
+static int64_t  lock_test_spin_us = -1;
+
+void
+shmlock_test_lock_spin(int64_t us)
+{
+    lock_test_spin_us = us;
+}
 
 void
 shmlock_test_lock_clock(int mode, int64_t at_us)
@@ -1018,6 +1025,11 @@ lock_spin_marked(shmlock_lock_t *l, const char *key, size_t key_len,
         return 0;
     }
     until = shmlock_now_us() + LOCK_SPIN_US;
+#ifdef SHMLOCK_TESTING
+    if (lock_test_spin_us >= 0) {
+        until = shmlock_now_us() + lock_test_spin_us;
+    }
+#endif
     if (until > deadline) {
         until = deadline;
     }

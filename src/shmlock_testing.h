@@ -75,4 +75,9 @@ enum {
 };
 SHMLOCK_API void shmlock_test_lock_fail(int call, int rc);
 
+/* The marked waiter's spin before it sleeps (shmlock_lock.c), in us:
+ * a spec makes it long enough that the handoff it waits for surely comes
+ * during it; < 0: the build's own (LOCK_SPIN_US). */
+SHMLOCK_API void shmlock_test_lock_spin(int64_t us);
+
 #endif /* SHMLOCK_TESTING_H */
