@@ -13,6 +13,8 @@ local fixture = require "helpers.fixture"
 local fake_clock = require "helpers.fake_clock"
 local checkout = require "helpers.checkout"
 local clock = require "resty.shmlock.internal.clock"
+local proc = require "harness.proc"
+local children = require "helpers.children"
 
 local function gc()
     collectgarbage()
@@ -818,6 +820,110 @@ describe("resty.shmlock", function()
             assert.equal(0, lock:trylock("k"))
             assert.is_true(lock:owned())
             assert.equal(1, lock:unlock())
+        end)
+    end)
+
+    describe("waking", function()
+        -- the key's wait word, as a waiter outside nginx counts itself on
+        -- it (src/wait.h); a release is shmlock_wake_waiters(.., 0)
+        local C, zone, h
+
+        before_each(function()
+            C = require "helpers.test_hooks"
+            zone = dict._zone
+            h = C.shmlock_hash("k", 1)
+        end)
+
+        it("a release wakes nobody while the sleeper an earlier one woke "
+           .. "has not come back; then it wakes again", function()
+            local a = C.shmlock_wait_begin(zone, h)     -- counted, looking
+            C.shmlock_wake_waiters(zone, h, 0)          -- bumps the word
+            C.shmlock_wake_waiters(zone, h, 0)          -- one on its way
+            local b = C.shmlock_wait_begin(zone, h)
+            assert.equal((a + 1) % 2 ^ 32, b)
+            -- a back (it saw the word move): the next release wakes
+            C.shmlock_wait_end(zone, h, a, 0)
+            C.shmlock_wake_waiters(zone, h, 0)
+            local c = C.shmlock_wait_begin(zone, h)
+            assert.equal((b + 1) % 2 ^ 32, c)
+            C.shmlock_wait_end(zone, h, c, 0)
+            C.shmlock_wait_end(zone, h, b, 0)
+            assert.equal(0, C.shmlock_wait_count(zone, h))
+        end)
+
+        it("a woken sleeper that never comes back (killed) holds up the "
+           .. "wake-ups only until another's sleep times out", function()
+            local a = C.shmlock_wait_begin(zone, h)
+            C.shmlock_wake_waiters(zone, h, 0)          -- a woken, then gone
+            local b = C.shmlock_wait_begin(zone, h)
+            C.shmlock_wake_waiters(zone, h, 0)          -- none: a's pending
+            assert.equal(codes.TIMEOUT, C.shmlock_wait_end(zone, h, b, 1000))
+            local c = C.shmlock_wait_begin(zone, h)
+            assert.equal(b, c)                          -- nobody woke b
+            C.shmlock_wake_waiters(zone, h, 0)          -- woken again
+            local d = C.shmlock_wait_begin(zone, h)
+            assert.equal((c + 1) % 2 ^ 32, d)
+            C.shmlock_wait_end(zone, h, d, 0)
+            C.shmlock_wait_end(zone, h, c, 0)
+            C.shmlock_wait_end(zone, h, a, 0)
+            assert.equal(0, C.shmlock_wait_count(zone, h))
+        end)
+
+        it("the marked waiter takes the handoff while it spins, not "
+           .. "woken from a sleep on its word", function()
+            local holder = assert(resty_lock:new(dict, { exptime = 60 }))
+            assert.same({ 0 }, { holder:lock("k") })
+            local pid = proc.spawn(function()
+                -- a spin of 10 s: the release below surely comes during it
+                require("helpers.test_hooks").shmlock_test_lock_spin(10e6)
+                local fc = fake_clock.new { real = true }
+                local l = assert(fc:require("resty.shmlock"):new(dict,
+                    { timeout = 30, exptime = 60 }))
+                assert(l:lock("k"))
+                local woken = 0
+                for _, w in ipairs(fc.waits) do
+                    woken = woken + (w.woken and 1 or 0)
+                end
+                assert(dict:set("waits", #fc.waits))
+                assert(dict:set("woken", woken))
+                assert(l:unlock() == 1)
+            end)
+            -- it marks the key once starving (2 ms of sleeps), then spins
+            while not (resty_lock.inspect(dict, "k") or {}).marked do
+                proc.sleep(0.001)
+            end
+            assert.same({ 1 }, { holder:unlock() })     -- the handoff
+            children.expect_clean_exits({ pid })
+            assert.is_true(dict:get("waits") >= 1)      -- slept, then marked
+            assert.equal(0, dict:get("woken"))          -- no sleep cut short
+        end)
+
+        it("a waiter checks a live holder by its pid at its first look, "
+           .. "and reads /proc only after sleeps it kept the key across",
+           function()
+            local held, go = proc.pipe(), proc.pipe()
+            local pid = proc.spawn(function()
+                held:close_read()
+                local l = assert(resty_lock:new(dict, { exptime = 60 }))
+                assert(l:lock("k") == 0, "not at once")
+                held:notify()
+                assert(go:wait_release(30))
+                assert(l:unlock() == 1)
+            end)
+            held:close_write()
+            go:close_read()
+            assert.is_true(held:await(20))
+            local fc = fake_clock.new()
+            local lock = fc:require("resty.shmlock"):new(dict,
+                                                        { timeout = 0.005 })
+            C.shmlock_test_proc_reads(1)
+            assert.same({ nil, "timeout" }, { lock:lock("k") })
+            assert.same({ 0.001, 0.002, 0.002 }, fc.sleeps)
+            -- one /proc read after each sleep (the same holder), none
+            -- before the first
+            assert.equal(#fc.sleeps, tonumber(C.shmlock_test_proc_reads(0)))
+            go:release()
+            children.expect_clean_exits({ pid })
         end)
     end)
 

@@ -127,3 +127,14 @@ shmlock_test_wakes(uint64_t out[3], int reset)
         }
     }
 }
+
+uint64_t
+shmlock_test_proc_reads(int reset)
+{
+    uint64_t  n = __atomic_load_n(&sys_test_proc_reads, __ATOMIC_RELAXED);
+
+    if (reset) {
+        __atomic_store_n(&sys_test_proc_reads, 0, __ATOMIC_RELAXED);
+    }
+    return n;
+}

@@ -32,6 +32,10 @@ SHMLOCK_API uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone,
  * someone, out[1] the sleepers woken, out[2] the most one call woke;
  * reset = 1 zeroes them after reading. */
 SHMLOCK_API void shmlock_test_wakes(uint64_t out[3], int reset);
+
+/* /proc/<pid>/stat reads of this process (a liveness check's costly
+ * part) since the last reset */
+SHMLOCK_API uint64_t shmlock_test_proc_reads(int reset);
 /* The next attach of a zone file in this process pauses between its open
  * and its mmap: it writes a byte to notify_fd, then reads wait_fd (a byte
  * or EOF) before it goes on. */
@@ -70,5 +74,10 @@ enum {
     SHMLOCK_TEST_LOCK_CALLS
 };
 SHMLOCK_API void shmlock_test_lock_fail(int call, int rc);
+
+/* The marked waiter's spin before it sleeps (shmlock_lock.c), in us:
+ * a spec makes it long enough that the handoff it waits for surely comes
+ * during it; < 0: the build's own (LOCK_SPIN_US). */
+SHMLOCK_API void shmlock_test_lock_spin(int64_t us);
 
 #endif /* SHMLOCK_TESTING_H */

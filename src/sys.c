@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -175,6 +176,10 @@ sys_futex_wake(uint32_t *word, int n)
     return r > 0 ? (int) r : 0;
 }
 
+#ifdef SHMLOCK_TESTING
+uint64_t  sys_test_proc_reads;
+#endif
+
 /* Reads /proc/<pid>/stat: state letter and start time (field 22). */
 static int
 proc_stat(uint32_t pid, char *state, uint64_t *start)
@@ -184,6 +189,9 @@ proc_stat(uint32_t pid, char *state, uint64_t *start)
     ssize_t             n;
     unsigned long long  v;
 
+#ifdef SHMLOCK_TESTING
+    __atomic_add_fetch(&sys_test_proc_reads, 1, __ATOMIC_RELAXED);
+#endif
     snprintf(path, sizeof(path), "/proc/%u/stat", pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -224,6 +232,41 @@ sys_proc_start(uint32_t pid)
     uint64_t  start;
 
     return proc_stat(pid, &state, &start) == 0 ? start : 0;
+}
+
+/*
+ * A pidfd of the process, polled: readable once it has exited, a zombie
+ * included (the kernel's thread_group_exited), which kill() cannot tell;
+ * four cheap system calls instead of /proc's path walk and formatting.
+ */
+int
+sys_proc_running(uint32_t pid)
+{
+#ifdef SYS_pidfd_open
+    struct pollfd  p;
+    int            fd, r;
+#endif
+
+    if (pid == 0 || pid > SYS_PID_MAX) {
+        return 0;
+    }
+#ifdef SYS_pidfd_open
+    fd = (int) syscall(SYS_pidfd_open, (pid_t) pid, 0);
+    if (fd >= 0) {
+        p.fd = fd;
+        p.events = POLLIN;
+        p.revents = 0;
+        r = poll(&p, 1, 0);
+        close(fd);
+        if (r >= 0) {
+            return r == 0;
+        }
+    } else if (errno == ESRCH) {
+        return 0;
+    }
+#endif
+    /* no pidfd (an older kernel, no fd left): /proc tells a zombie */
+    return sys_proc_alive(pid, 0, 0);
 }
 
 int

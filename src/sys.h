@@ -97,6 +97,14 @@ int sys_futex_wake(uint32_t *word, int n);
  * decides.
  */
 int sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask);
+/* 1 if a process of pid runs (has not exited: a zombie is 0), whatever
+ * its start time (a younger process reusing the pid passes): a pidfd
+ * polled, no /proc read where the kernel has pidfd_open (Linux 5.3) */
+int sys_proc_running(uint32_t pid);
+#ifdef SHMLOCK_TESTING
+/* /proc/<pid>/stat reads (shmlock_test_proc_reads) */
+extern uint64_t  sys_test_proc_reads;
+#endif
 uint64_t sys_proc_start(uint32_t pid);
 
 /* The inode of this process's pid namespace (0 if /proc cannot tell). */

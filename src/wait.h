@@ -15,22 +15,38 @@
 #include "zone.h"
 
 /*
- * A word's sleeper count is its low 16 bits; the high 16 bits tag the
+ * A word's sleeper count is its low 15 bits; the high 16 bits tag the
  * key its sleepers wait for (16 bits of the key's hash, never 0), or
  * WAIT_MIXED once sleepers of two keys share the word.  A release wakes
  * one sleeper of its key, not the herd: with one key's sleepers on the
  * word any of them may take the key.  Keys whose hashes share the word
  * and its tag (2^-26 for two keys) count as one: a sleeper woken for the
  * other key sleeps again, and waits one of its bounded steps.
+ *
+ * WAIT_WOKEN (bit 15): a release woke a sleeper that has not come back
+ * from its sleep yet.  The next releases wake nobody meanwhile: that
+ * sleeper looks at the key after them (it clears the bit before it
+ * looks), and only one can take the key.  Without it, each release of a
+ * busy key woke one more sleeper, which queued for a CPU behind the
+ * running processes, found the key taken again and slept again: a
+ * futex_wake per release, and a run queue of waiters.  Any waiter back
+ * from a sleep clears the bit (or one that saw the word's sequence move),
+ * so a woken sleeper killed before it looked costs the others one sleep
+ * step, not every wake-up after.
  */
-#define WAIT_COUNT_MASK  0xffffu
+#define WAIT_COUNT_MASK  0x7fffu
+#define WAIT_WOKEN       0x8000u
+#define WAIT_MIXED       0xffffu
+
+/* what wait_wake wakes */
+#define WAIT_ONE         0      /* one sleeper: a release */
+#define WAIT_ALL         1      /* every sleeper: a handoff */
 
 #ifdef SHMLOCK_TESTING
 /* the test build counts the sleepers each release's wake-up woke
  * (shmlock_test_hooks.c, shmlock_test_wakes) */
 void wait_test_woken(uint32_t n);
 #endif
-#define WAIT_MIXED       0xffffu
 
 static inline uint32_t
 wait_slot(uint32_t hash)
@@ -54,8 +70,12 @@ wait_begin(struct shmlock_zone_s *zone, uint32_t hash)
     w = __atomic_load_n(&zone->wait_sleepers[s], __ATOMIC_RELAXED);
     do {
         t = w >> 16;
-        n = (w & WAIT_COUNT_MASK) == 0 ? tag : (t == tag ? t : WAIT_MIXED);
-        n = n << 16 | (((w & WAIT_COUNT_MASK) + 1) & WAIT_COUNT_MASK);
+        if ((w & WAIT_COUNT_MASK) == 0) {
+            n = tag << 16 | 1;          /* (a stray WAIT_WOKEN dropped) */
+        } else {
+            n = (t == tag ? t : WAIT_MIXED) << 16 | (w & WAIT_WOKEN)
+                | (((w & WAIT_COUNT_MASK) + 1) & WAIT_COUNT_MASK);
+        }
     } while (!__atomic_compare_exchange_n(&zone->wait_sleepers[s], &w, n, 0,
                                           __ATOMIC_SEQ_CST,
                                           __ATOMIC_RELAXED));
@@ -66,16 +86,23 @@ static inline int
 wait_end(struct shmlock_zone_s *zone, uint32_t hash, uint32_t seq,
     int64_t timeout_us)
 {
-    uint32_t  s = wait_slot(hash), w, n;
+    uint32_t  s = wait_slot(hash), w, n, woke;
     int       rc = 0;
 
     if (timeout_us > 0) {
         rc = sys_futex_wait(&zone->wait_seq[s], seq, timeout_us);
     }
+    /* back from a sleep, or the sequence moved: a wake-up seen, WAIT_WOKEN
+     * cleared (see above; we look again or hold the key) */
+    woke = timeout_us > 0
+           || __atomic_load_n(&zone->wait_seq[s], __ATOMIC_SEQ_CST) != seq;
     /* the last sleeper out clears the tag */
     w = __atomic_load_n(&zone->wait_sleepers[s], __ATOMIC_RELAXED);
     do {
         n = (w & WAIT_COUNT_MASK) <= 1 ? 0 : w - 1;
+        if (woke) {
+            n &= ~WAIT_WOKEN;
+        }
     } while (!__atomic_compare_exchange_n(&zone->wait_sleepers[s], &w, n, 0,
                                           __ATOMIC_SEQ_CST,
                                           __ATOMIC_RELAXED));
@@ -93,11 +120,13 @@ wait_count(struct shmlock_zone_s *zone, uint32_t hash)
 
 /*
  * Wakes sleepers on the key's word, if any is counted: one load when
- * nobody waits.  all = 0: one sleeper (a release: the key can go to one
- * only), unless sleepers of other keys share the word; else every
- * sleeper (a handoff, which must reach the one waiter it was for).  The
- * load is sequentially consistent, after the release (a seq_cst CAS or
- * unlock of the shard's mutex) it must not be moved before.
+ * nobody waits.  WAIT_ONE: one sleeper (a release: the key can go to one
+ * only), and none while one woken earlier has not come back (WAIT_WOKEN);
+ * but every sleeper when sleepers of other keys share the word.
+ * WAIT_ALL: every sleeper (a handoff, which must reach the one waiter it
+ * was for).  The load is sequentially consistent, after the release (a
+ * seq_cst CAS or unlock of the shard's mutex) it must not be moved
+ * before.
  */
 static inline int
 wait_wake(struct shmlock_zone_s *zone, uint32_t hash, int all)
@@ -108,10 +137,22 @@ wait_wake(struct shmlock_zone_s *zone, uint32_t hash, int all)
     if ((w & WAIT_COUNT_MASK) == 0) {
         return 0;
     }
+    if (!all && (w >> 16) == wait_tag(hash)) {
+        /* one of our key's: unless one is on its way already */
+        if ((w & WAIT_WOKEN)
+            || (__atomic_fetch_or(&zone->wait_sleepers[s], WAIT_WOKEN,
+                                  __ATOMIC_SEQ_CST) & WAIT_WOKEN))
+        {
+#ifdef SHMLOCK_TESTING
+            wait_test_woken(0);
+#endif
+            return 0;
+        }
+    } else {
+        all = 1;
+    }
     __atomic_add_fetch(&zone->wait_seq[s], 1, __ATOMIC_SEQ_CST);
-    w = (uint32_t) sys_futex_wake(&zone->wait_seq[s],
-                                  all || (w >> 16) != wait_tag(hash)
-                                  ? 0x7fffffff : 1);
+    w = (uint32_t) sys_futex_wake(&zone->wait_seq[s], all ? 0x7fffffff : 1);
 #ifdef SHMLOCK_TESTING
     if (!all) {
         wait_test_woken(w);

@@ -15,6 +15,7 @@ for _, decl in ipairs {
     "int64_t shmlock_test_watch_at(shmlock_zone_t *zone);",
     "uint32_t shmlock_test_shard_seq(shmlock_zone_t *zone, unsigned shard);",
     "void shmlock_test_wakes(uint64_t out[3], int reset);",
+    "uint64_t shmlock_test_proc_reads(int reset);",
     "void shmlock_test_attach_pause(int notify_fd, int wait_fd);",
     "void shmlock_test_removed_scan(uint32_t out[6]);",
     "void shmlock_test_dead_at_lock(shmlock_zone_t *zone);",
@@ -22,6 +23,7 @@ for _, decl in ipairs {
     "int64_t shmlock_test_lock_now(void);",
     "int shmlock_test_lock_waits(int64_t *out, int max);",
     "void shmlock_test_lock_fail(int call, int rc);",
+    "void shmlock_test_lock_spin(int64_t us);",
     [[enum {
         SHMLOCK_TEST_LOCK_SWAP = 0,
         SHMLOCK_TEST_LOCK_RELEASE,
