@@ -404,28 +404,51 @@ lock_acquire_slow(shmlock_lock_t *l, const char *key, size_t key_len,
     return rc;
 }
 
+/* shmlock_lock_acquire when the process word or this thread's owner ids
+ * must be fetched first (a call each): then the call again, which finds
+ * them (now_ms: the reading it made) */
+static __attribute__((noinline)) int
+lock_acquire_ids(shmlock_lock_t *l, const char *key, size_t key_len,
+    int64_t exptime_ms, int64_t now_ms)
+{
+    uint32_t  pid = sys_pid();
+
+    if (!token_id_ready(pid)) {
+        token_id_block(pid);
+    }
+    return shmlock_lock_acquire(l, key, key_len, exptime_ms, now_ms);
+}
+
 /*
  * The uncontended case inline, as shmlock_slot_acquire_hint's (one clock
  * reading for the expiry and the watch's gate; the hint's slot, free; one
  * CAS; the dead word after it), with the owner id drawn here; anything
- * else out of line.
+ * else out of line, by tail calls (the watch's check, when due, is the
+ * slow path's: it reads the same clock).
  */
 int
 shmlock_lock_acquire(shmlock_lock_t *l, const char *key, size_t key_len,
     int64_t exptime_ms, int64_t now_ms)
 {
-    shmlock_zone_t  *zone = l->zone;
+    shmlock_zone_t  *zone;
     slot_ticket_t    tk;
-    uint64_t         self = sys_self();
-    uint32_t         shard = ticket_shard(&l->tk), hash;
+    uint64_t         self;
+    uint32_t         shard, hash;
 
-    /* (marked is the last look's, waited a wait's: set there) */
-    l->pid = (int32_t) (uint32_t) self;
-    l->id = token_next_id((uint32_t) l->pid);
     if (now_ms <= 0) {
         now_ms = sys_now_ms();
     }
-    if (__builtin_expect(shm_watch_gate(zone, now_ms) == SHMLOCK_OK, 1)
+    self = sys_self_word();
+    if (__builtin_expect(self == 0 || !token_id_ready((uint32_t) self), 0)) {
+        return lock_acquire_ids(l, key, key_len, exptime_ms, now_ms);
+    }
+    /* (marked is the last look's, waited a wait's: set there) */
+    l->pid = (int32_t) (uint32_t) self;
+    l->id = token_id.at++;
+    zone = l->zone;
+    shard = ticket_shard(&l->tk);
+    if (__builtin_expect(
+            now_ms < __atomic_load_n(&zone->watch_at, __ATOMIC_RELAXED), 1)
         && __builtin_expect(shard < zone->nshards, 1)
         && __builtin_expect(key_len - 1 < SLOT_KEY_INLINE, 1)
         && __builtin_expect(exptime_ms >= 0, 1)
@@ -669,19 +692,34 @@ lock_release_slow(shmlock_lock_t *l, int flags)
     return rc;
 }
 
+/* a fast release that found sleepers on the key's word, or the zone dead
+ * after its CAS: out of line (a call), so that the fast path is a leaf */
+static __attribute__((noinline)) int
+lock_released(shmlock_lock_t *l)
+{
+    int  rc = shm_watch_after(l->zone, SHMLOCK_OK);
+
+    wait_wake(l->zone, l->tk.hash, 0);
+    if (rc == SHMLOCK_OK) {
+        l->held = 0;
+    }
+    return rc;
+}
+
 /* The release of a ticket whose state is still the slot's, inline as
- * shmlock_slot_release's: the watch's gate (the coarse clock), one CAS,
- * the dead word after it, the waiters' word (one load when none waits). */
+ * shmlock_slot_release's: the watch's gate (the coarse clock; its check,
+ * when due, the slow path's), one CAS, the dead word after it, the
+ * waiters' word (one load when none waits). */
 int
 shmlock_lock_release(shmlock_lock_t *l, int flags)
 {
+    int64_t          now_ms = sys_coarse_ms();
     shmlock_zone_t  *zone = l->zone;
     slot_ticket_t    tk;
     uint32_t         shard = ticket_shard(&l->tk);
-    int              rc;
 
-    if (__builtin_expect(shm_watch_gate(zone, sys_coarse_ms()) == SHMLOCK_OK,
-                         1)
+    if (__builtin_expect(
+            now_ms < __atomic_load_n(&zone->watch_at, __ATOMIC_RELAXED), 1)
         && __builtin_expect(shard < zone->nshards, 1)
         && __builtin_expect((l->tk.stamp & (SLOT_LIVE | SLOT_DEAD))
                             == SLOT_LIVE, 1)
@@ -691,12 +729,14 @@ shmlock_lock_release(shmlock_lock_t *l, int flags)
         if (__builtin_expect(slot_release_fast(&zone->shard[shard].slots, &tk)
                              == SLOT_OK, 1))
         {
-            rc = shm_watch_after(zone, SHMLOCK_OK);
-            wait_wake(zone, l->tk.hash, 0);
-            if (rc == SHMLOCK_OK) {
-                l->held = 0;
+            if (__builtin_expect(
+                    __atomic_load_n(&zone->hdr->dead, __ATOMIC_SEQ_CST) != 0
+                    || wait_sleeping(zone, l->tk.hash), 0))
+            {
+                return lock_released(l);
             }
-            return rc;
+            l->held = 0;
+            return SHMLOCK_OK;
         }
     }
     return lock_release_slow(l, flags);
