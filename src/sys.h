@@ -64,6 +64,13 @@ sys_pid(void)
 /* Start time of this process, whole (the id keeps its low 32 bits). */
 uint64_t sys_self_start(void);
 
+/* (called through the GOT, not a PLT stub: the lock pair reads the clock
+ * on both its fast paths) */
+#if defined(__GNUC__) && !defined(__clang__)
+extern int clock_gettime(clockid_t clk, struct timespec *ts)
+    __attribute__((noplt));
+#endif
+
 /* CLOCK_MONOTONIC in ms; inline: the lock's acquire reads it on its fast
  * path. */
 static inline int64_t
