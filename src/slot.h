@@ -410,11 +410,11 @@ slot_load(const slot_t *s)
 static inline uint64_t
 slot_stamp(uint64_t flags, int64_t expiry, uint64_t old_stamp)
 {
-    uint64_t  e = expiry <= 0 ? SLOT_NEVER : (uint64_t) expiry;
+    /* none (<= 0) and past the field's range are both SLOT_NEVER: one
+     * unsigned compare (0 and negatives wrap to the top) */
+    uint64_t  e = (uint64_t) expiry - 1 < SLOT_NEVER ? (uint64_t) expiry
+                                                     : SLOT_NEVER;
 
-    if (e > SLOT_NEVER) {
-        e = SLOT_NEVER;
-    }
     return e << SLOT_EXPIRY_SHIFT | flags
            | ((old_stamp + 1) & SLOT_SERIAL_MASK);
 }
