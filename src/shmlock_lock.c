@@ -454,7 +454,7 @@ shmlock_lock_acquire(shmlock_lock_t *l, const char *key, size_t key_len,
         && __builtin_expect(exptime_ms >= 0, 1)
         && __builtin_expect(
                slot_acquire_hint(&zone->shard[shard].slots,
-                                 l->tk.slot & TICKET_INDEX, key, key_len,
+                                 ticket_hint(&l->tk), key, key_len,
                                  (uint64_t) (uint32_t) self << 32 | l->id,
                                  self,
                                  exptime_ms == 0 ? 0 : now_ms + exptime_ms,

@@ -46,6 +46,21 @@ ticket_index(const shmlock_ticket_t *t)
     return t->slot & (SLOT_SPILL | TICKET_INDEX);
 }
 
+/*
+ * The floor slot an acquire may try first for t's key (an earlier
+ * ticket's: a hint), or an index past every table's (no slot: the full
+ * acquire) when t names a spilled slot.  A spilled slot's index counts
+ * chunks, not floor slots: taken as a floor index it names an unrelated
+ * slot, which may hold the very key, free; the acquire would succeed
+ * there while t still named the spilled slot, and the release, made on
+ * the spilled one, would leave the key locked until its expiry.
+ */
+static inline uint32_t
+ticket_hint(const shmlock_ticket_t *t)
+{
+    return t->slot & SLOT_SPILL ? UINT32_MAX : t->slot & TICKET_INDEX;
+}
+
 /* tk from t */
 static inline void
 ticket_in(const shmlock_ticket_t *t, slot_ticket_t *tk)
