@@ -48,8 +48,8 @@ ticket_index(const shmlock_ticket_t *t)
 
 /*
  * The floor slot an acquire may try first for t's key (an earlier
- * ticket's: a hint), or an index past every table's (no slot: the full
- * acquire) when t names a spilled slot.  A spilled slot's index counts
+ * ticket's: a hint); for a spilled slot, an index past every floor's (no
+ * slot: the full acquire).  A spilled slot's index counts
  * chunks, not floor slots: taken as a floor index it names an unrelated
  * slot, which may hold the very key, free; the acquire would succeed
  * there while t still named the spilled slot, and the release, made on
@@ -58,7 +58,9 @@ ticket_index(const shmlock_ticket_t *t)
 static inline uint32_t
 ticket_hint(const shmlock_ticket_t *t)
 {
-    return t->slot & SLOT_SPILL ? UINT32_MAX : t->slot & TICKET_INDEX;
+    /* (the spilled flag kept: bit 31, above every floor's mask; a floor
+     * index is below 2^24) */
+    return t->slot & (SLOT_SPILL | TICKET_INDEX);
 }
 
 /* tk from t */
