@@ -58,9 +58,9 @@ ticket_index(const shmlock_ticket_t *t)
 static inline uint32_t
 ticket_hint(const shmlock_ticket_t *t)
 {
-    /* (the spilled flag kept: bit 31, above every floor's mask; a floor
-     * index is below 2^24) */
-    return t->slot & (SLOT_SPILL | TICKET_INDEX);
+    /* ticket_index: the spilled flag kept, bit 31, above every floor's
+     * mask (a floor index is below 2^24) */
+    return ticket_index(t);
 }
 
 /* tk from t */
