@@ -1011,12 +1011,12 @@ describe("resty.shmlock", function()
             end
             local a = resty_lock:new(za)
             assert.equal(0, (a:lock("same")))
-            local handle = a.cd
+            local taken = a.cd
             assert.equal(1, (a:unlock()))
             -- (the pool gives the handle just put back to the next lock)
             local b = resty_lock:new(zb)
             assert.equal(0, (b:lock("same")))
-            assert.is_true(rawequal(handle, b.cd))
+            assert.is_true(rawequal(taken, b.cd))
             assert.same({ nil, "not locked" },
                         { resty_lock.inspect(za, "same") })
             assert.is_table((resty_lock.inspect(zb, "same")))
