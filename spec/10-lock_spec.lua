@@ -1101,6 +1101,38 @@ describe("resty.shmlock", function()
     end)
 
     describe("the hot path", function()
+        -- The record keeps the slot its ticket names, for the zone object
+        -- it was found in: a pooled handle taken for another zone, with
+        -- the same ticket word (same key, same layout), must lock there,
+        -- never in its last zone's slot.
+        it("a handle moved to another zone locks in that zone", function()
+            local za = fx:zone("hinta", { size = "64k" })
+            local zb = fx:zone("hintb", { size = "64k" })
+            -- (a first call on each zone makes its file check: the next
+            -- ones take the fast paths)
+            for _, zone in ipairs({ za, zb }) do
+                local warm = resty_lock:new(zone)
+                assert.equal(0, (warm:lock("warm")))
+                assert.equal(1, (warm:unlock()))
+            end
+            local a = resty_lock:new(za)
+            assert.equal(0, (a:lock("same")))
+            local taken = a.cd
+            assert.equal(1, (a:unlock()))
+            -- (the pool gives the handle just put back to the next lock)
+            local b = resty_lock:new(zb)
+            assert.equal(0, (b:lock("same")))
+            assert.is_true(rawequal(taken, b.cd))
+            assert.same({ nil, "not locked" },
+                        { resty_lock.inspect(za, "same") })
+            assert.is_table((resty_lock.inspect(zb, "same")))
+            local in_a, in_b = resty_lock:new(za), resty_lock:new(zb)
+            assert.equal(0, (in_a:trylock("same")))
+            assert.same({ nil, "timeout" }, { in_b:trylock("same") })
+            assert.equal(1, (in_a:unlock()))
+            assert.equal(1, (b:unlock()))
+        end)
+
         it("compiles: new/lock/unlock and lock/unlock loops", function()
             local jit_v = require "jit.v"
             local out = os.tmpname()

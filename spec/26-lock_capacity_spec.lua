@@ -128,4 +128,60 @@ describe("a zone's lock slots", function()
         end
         assert.is_true(dict:verify())
     end)
+    -- A lock object's handle keeps its last ticket as the next acquire's
+    -- hint.  A spilled slot's ticket counts chunks: its index is not a
+    -- floor slot's.  Taken as one, it named an unrelated floor slot, which
+    -- could hold the very key, free: the acquire succeeded there with the
+    -- ticket still naming the spilled slot, unlock answered 1, "expired"
+    -- and the key stayed locked until its exptime.  (The handles' pool,
+    -- emptied first by locks held in another zone, gives the first handle
+    -- put back to the next lock: the spilled lock's.)
+    it("release a key locked through the handle of a spilled lock",
+       function()
+        local dict = fx:zone("spillhint", { size = "64k" })
+        local other_zone = fx:zone("spillpool", { size = "64k" })
+        local pool_drain = {}
+        for i = 1, 100 do
+            pool_drain[i] = assert(resty_lock:new(other_zone))
+            assert(pool_drain[i]:lock("d" .. i))
+        end
+        local SPILL = 2 ^ 31
+        local by_slot, spilled = {}, {}
+        for i = 1, 2000 do
+            local lock = assert(resty_lock:new(dict))
+            assert(lock:lock("k" .. i))
+            local slot = lock.cd.tk.slot
+            if slot >= SPILL then
+                spilled[#spilled + 1] = lock
+            else
+                by_slot[slot] = lock
+            end
+            if #spilled >= 50 then
+                break
+            end
+        end
+        -- a spilled lock whose index, as a floor slot of its shard, is a
+        -- held key's
+        local from, floor
+        for _, lock in ipairs(spilled) do
+            floor = by_slot[lock.cd.tk.slot - SPILL]
+            if floor then
+                from = lock
+                break
+            end
+        end
+        assert.is_truthy(from, "no spilled index names a held floor slot")
+        local key = floor.key
+        assert.equal(1, (from:unlock()))
+        assert.equal(1, (floor:unlock()))
+        local again = assert(resty_lock:new(dict))
+        assert.equal(0, (again:lock(key)))
+        assert.same({ 1 }, { again:unlock() })
+        assert.same({ nil, "not locked" }, { resty_lock.inspect(dict, key) })
+        local other = assert(resty_lock:new(dict))
+        assert.equal(0, (other:trylock(key)))
+        assert.equal(1, (other:unlock()))
+        assert.is_true(dict:verify())
+        unlock_all(pool_drain)
+    end)
 end)

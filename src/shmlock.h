@@ -780,6 +780,13 @@ typedef struct {
     uint32_t          alive[2]; /* and known alive (0: none) */
     uint32_t          dead;     /* a dead holder's pid (see above) */
     uint32_t          dead_to;
+    /* the library's own, zeroed with the rest: the slot tk.slot names, as
+     * the acquire and release last found it in the zone object of serial
+     * slot_zone (their fast paths skip the ticket's decoding then) */
+    uint64_t          slot_zone;
+    void             *slot_at;
+    uint32_t          slot_tk;
+    uint32_t          slot_pad;
 } shmlock_lock_t;
 
 /* a look's how (shmlock_lock_look); flags: */

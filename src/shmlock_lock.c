@@ -413,51 +413,126 @@ lock_acquire_slow(shmlock_lock_t *l, const char *key, size_t key_len,
     return rc;
 }
 
+/* The floor slot l's ticket names in zone, decoded and checked (its
+ * shard, its index within the floor, a table with the 16-byte CAS), and
+ * kept in the record's cache (lock_slot_of); NULL when there is none (a
+ * spilled slot's ticket: ticket_hint).  Any ticket value is safe: the
+ * slot is one of the zone's, and the caller compares its state and key.
+ * Out of line: the fast paths find the cache's. */
+static __attribute__((noinline)) slot_t *
+lock_slot_find(shmlock_lock_t *l, shmlock_zone_t *zone)
+{
+    uint32_t  shard = ticket_shard(&l->tk), i = ticket_hint(&l->tk);
+    slots_t  *t;
+
+    if (shard >= zone->nshards) {
+        return NULL;
+    }
+    t = &zone->shard[shard].slots;
+    if (i > t->mask || !t->cas16) {
+        return NULL;
+    }
+    l->slot_zone = zone->serial;
+    l->slot_tk = l->tk.slot;
+    l->slot_at = &t->slots[i];
+    return &t->slots[i];
+}
+
+/* The floor slot l's ticket names in zone, for the fast paths: the
+ * record's cache when it was found there for this very ticket word in
+ * this very zone object (its serial: unique in the process, so a zone
+ * closed and another opened at its address is never taken for it), else
+ * lock_slot_find's. */
+static inline slot_t *
+lock_slot_of(shmlock_lock_t *l, shmlock_zone_t *zone)
+{
+    if (__builtin_expect(l->slot_zone == zone->serial
+                         && l->slot_tk == l->tk.slot, 1))
+    {
+        return (slot_t *) l->slot_at;
+    }
+    return lock_slot_find(l, zone);
+}
+
+/* shmlock_lock_acquire when the process word or this thread's owner ids
+ * must be fetched first (a call each): then the call again, which finds
+ * them (now_ms: the reading it made) */
+static __attribute__((noinline)) int
+lock_acquire_ids(shmlock_lock_t *l, const char *key, size_t key_len,
+    int64_t exptime_ms, int64_t now_ms)
+{
+    uint32_t  pid = sys_pid();
+
+    if (!token_id_ready(pid)) {
+        token_id_block(pid);
+    }
+    return shmlock_lock_acquire(l, key, key_len, exptime_ms, now_ms);
+}
+
 /*
  * The uncontended case inline, as shmlock_slot_acquire_hint's (one clock
  * reading for the expiry and the watch's gate; the hint's slot, free; one
  * CAS; the dead word after it), with the owner id drawn here; anything
- * else out of line.
+ * else out of line, by tail calls (the watch's check, when due, is the
+ * slow path's: it reads the same clock).
  */
 int
 shmlock_lock_acquire(shmlock_lock_t *l, const char *key, size_t key_len,
     int64_t exptime_ms, int64_t now_ms)
 {
-    shmlock_zone_t  *zone = l->zone;
+    shmlock_zone_t  *zone;
     slot_ticket_t    tk;
-    uint64_t         self = sys_self();
-    uint32_t         shard = ticket_shard(&l->tk), hash;
+    slot_t          *s;
+    uint64_t         self;
+    uint32_t         id, hash;
 
-    /* (marked is the last look's, waited a wait's: set there) */
-    l->pid = (int32_t) (uint32_t) self;
-    l->id = token_next_id((uint32_t) l->pid);
     if (now_ms <= 0) {
         now_ms = sys_now_ms();
     }
-    if (__builtin_expect(shm_watch_gate(zone, now_ms) == SHMLOCK_OK, 1)
-        && __builtin_expect(shard < zone->nshards, 1)
-        && __builtin_expect(key_len - 1 < SLOT_KEY_INLINE, 1)
-        && __builtin_expect(exptime_ms >= 0, 1)
-        && __builtin_expect(
-               slot_acquire_hint(&zone->shard[shard].slots,
-                                 l->tk.slot & TICKET_INDEX, key, key_len,
-                                 (uint64_t) (uint32_t) self << 32 | l->id,
-                                 self,
-                                 exptime_ms == 0 ? 0 : now_ms + exptime_ms,
-                                 &tk, &hash) == SLOT_OK, 1))
-    {
-        l->tk.hash = hash;
-        l->tk.owner = tk.state.owner;
-        l->tk.stamp = tk.state.stamp;
-        l->tk.process = tk.process;
-        if (__builtin_expect(
-                __atomic_load_n(&zone->hdr->dead, __ATOMIC_SEQ_CST) == 0, 1))
-        {
-            l->held = 1;
-            return SHMLOCK_OK;
-        }
-        return lock_acquire_slow(l, key, key_len, exptime_ms, now_ms, 1);
+    self = sys_self_word();
+    if (__builtin_expect(self == 0 || !token_id_ready((uint32_t) self), 0)) {
+        return lock_acquire_ids(l, key, key_len, exptime_ms, now_ms);
     }
+    /* (marked is the last look's, waited a wait's: set there) */
+    id = token_id.at++;
+    l->pid = (int32_t) (uint32_t) self;
+    l->id = id;
+    zone = l->zone;
+    if (__builtin_expect(
+            now_ms < __atomic_load_n(&zone->watch_at, __ATOMIC_RELAXED), 1)
+        && __builtin_expect(key_len - 1 < SLOT_KEY_INLINE, 1)
+        && __builtin_expect(exptime_ms >= 0, 1))
+    {
+        if (__builtin_expect(l->slot_zone == zone->serial
+                             && l->slot_tk == l->tk.slot, 1))
+        {
+            s = (slot_t *) l->slot_at;
+        } else if ((s = lock_slot_find(l, zone)) == NULL) {
+            goto slow;
+        }
+        if (__builtin_expect(
+                   slot_acquire_at(s, ticket_hint(&l->tk), key, key_len,
+                                   (uint64_t) (uint32_t) self << 32 | id,
+                                   self,
+                                   exptime_ms == 0 ? 0
+                                                   : now_ms + exptime_ms,
+                                   &tk, &hash) == SLOT_OK, 1))
+        {
+            l->tk.hash = hash;
+            l->tk.owner = tk.state.owner;
+            l->tk.stamp = tk.state.stamp;
+            l->tk.process = tk.process;
+            if (__builtin_expect(
+                    __atomic_load_n(&zone->hdr->dead, __ATOMIC_SEQ_CST) == 0,
+                    1))
+            {
+                l->held = 1;
+                return SHMLOCK_OK;
+            }
+            return lock_acquire_slow(l, key, key_len, exptime_ms, now_ms, 1);
+        }
+    }
+slow:
     return lock_acquire_slow(l, key, key_len, exptime_ms, now_ms, 0);
 }
 
@@ -716,34 +791,50 @@ lock_release_slow(shmlock_lock_t *l, int flags)
     return rc;
 }
 
+/* a fast release that found sleepers on the key's word, or the zone dead
+ * after its CAS: out of line (a call), so that the fast path is a leaf */
+static __attribute__((noinline)) int
+lock_released(shmlock_lock_t *l)
+{
+    int  rc = shm_watch_after(l->zone, SHMLOCK_OK);
+
+    wait_wake(l->zone, l->tk.hash, 0);
+    if (rc == SHMLOCK_OK) {
+        l->held = 0;
+    }
+    return rc;
+}
+
 /* The release of a ticket whose state is still the slot's, inline as
- * shmlock_slot_release's: the watch's gate (the coarse clock), one CAS,
- * the dead word after it, the waiters' word (one load when none waits). */
+ * shmlock_slot_release's: the watch's gate (the coarse clock; its check,
+ * when due, the slow path's), one CAS, the dead word after it, the
+ * waiters' word (one load when none waits). */
 int
 shmlock_lock_release(shmlock_lock_t *l, int flags)
 {
+    int64_t          now_ms = sys_coarse_ms();
     shmlock_zone_t  *zone = l->zone;
-    slot_ticket_t    tk;
-    uint32_t         shard = ticket_shard(&l->tk);
-    int              rc;
+    slot_t          *s;
+    slot_state_t     st;
 
-    if (__builtin_expect(shm_watch_gate(zone, sys_coarse_ms()) == SHMLOCK_OK,
-                         1)
-        && __builtin_expect(shard < zone->nshards, 1)
+    if (__builtin_expect(
+            now_ms < __atomic_load_n(&zone->watch_at, __ATOMIC_RELAXED), 1)
         && __builtin_expect((l->tk.stamp & (SLOT_LIVE | SLOT_DEAD))
                             == SLOT_LIVE, 1)
-        && LOCK_FAST(RELEASE))
+        && LOCK_FAST(RELEASE)
+        && __builtin_expect((s = lock_slot_of(l, zone)) != NULL, 1))
     {
-        ticket_in(&l->tk, &tk);
-        if (__builtin_expect(slot_release_fast(&zone->shard[shard].slots, &tk)
-                             == SLOT_OK, 1))
-        {
-            rc = shm_watch_after(zone, SHMLOCK_OK);
-            wait_wake(zone, l->tk.hash, 0);
-            if (rc == SHMLOCK_OK) {
-                l->held = 0;
+        st.owner = l->tk.owner;
+        st.stamp = l->tk.stamp;
+        if (__builtin_expect(slot_release_at(s, st), 1)) {
+            if (__builtin_expect(
+                    __atomic_load_n(&zone->hdr->dead, __ATOMIC_SEQ_CST) != 0
+                    || wait_sleeping(zone, l->tk.hash), 0))
+            {
+                return lock_released(l);
             }
-            return rc;
+            l->held = 0;
+            return SHMLOCK_OK;
         }
     }
     return lock_release_slow(l, flags);

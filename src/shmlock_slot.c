@@ -221,7 +221,7 @@ shmlock_slot_acquire_hint(shmlock_zone_t *zone, const char *key,
         self = sys_self();
         if (__builtin_expect(
                 slot_acquire_hint(&zone->shard[shard].slots,
-                                  t->slot & TICKET_INDEX, key, key_len,
+                                  ticket_hint(t), key, key_len,
                                   (uint64_t) (uint32_t) self << 32 | id,
                                   self, expiry, &tk, &hash) == SLOT_OK, 1))
         {

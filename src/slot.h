@@ -410,11 +410,11 @@ slot_load(const slot_t *s)
 static inline uint64_t
 slot_stamp(uint64_t flags, int64_t expiry, uint64_t old_stamp)
 {
-    uint64_t  e = expiry <= 0 ? SLOT_NEVER : (uint64_t) expiry;
+    /* none (<= 0) and past the field's range are both SLOT_NEVER: one
+     * unsigned compare (0 and negatives wrap to the top) */
+    uint64_t  e = (uint64_t) expiry - 1 < SLOT_NEVER ? (uint64_t) expiry
+                                                     : SLOT_NEVER;
 
-    if (e > SLOT_NEVER) {
-        e = SLOT_NEVER;
-    }
     return e << SLOT_EXPIRY_SHIFT | flags
            | ((old_stamp + 1) & SLOT_SERIAL_MASK);
 }
@@ -560,9 +560,9 @@ slot_acquire_fast(slots_t *t, const char *key, size_t klen, uint32_t hash,
 }
 
 /*
- * slot_acquire_fast at a slot the caller names (i: an earlier ticket's
- * index, a hint of where key's slot is; any value is safe) instead of the
- * key's home slot: the same one read of the state, and the key compared
+ * slot_acquire_fast at a slot the caller names (s, index i of its table:
+ * where an earlier ticket was, a hint of where key's slot is; any slot of
+ * a table with the 16-byte CAS is safe) instead of the key's home slot: the same one read of the state, and the key compared
  * whole (keys of at most SLOT_KEY_INLINE bytes: a longer one would need
  * its fingerprint, i.e. hashing, which the hint is there to avoid).  A
  * lock's key (SLOT_KIND_LOCK: the length word compared with the bare
@@ -575,17 +575,12 @@ slot_acquire_fast(slots_t *t, const char *key, size_t klen, uint32_t hash,
  * CAS as the key is).  SLOT_OK, or SLOT_SLOW for anything else.
  */
 static inline int
-slot_acquire_hint(slots_t *t, uint32_t i, const char *key, size_t klen,
+slot_acquire_at(slot_t *s, uint32_t i, const char *key, size_t klen,
     uint64_t owner, uint64_t process, int64_t expiry, slot_ticket_t *tk,
     uint32_t *hash)
 {
-    slot_t       *s;
     slot_state_t  st, want;
 
-    if (i > t->mask || !t->cas16) {
-        return SLOT_SLOW;
-    }
-    s = &t->slots[i];
     st = slot_load(s);
     if (st.owner != 0 || (st.stamp & SLOT_FLAGS) != SLOT_LIVE
         || __atomic_load_n(&s->key_len, __ATOMIC_RELAXED)
@@ -604,6 +599,31 @@ slot_acquire_hint(slots_t *t, uint32_t i, const char *key, size_t klen,
     slot_hint(s, process);
     slot_ticket(tk, i, want, process);
     return SLOT_OK;
+}
+
+/* slot_acquire_at slot i of t, i any value (the hint's checks). */
+static inline int
+slot_acquire_hint(slots_t *t, uint32_t i, const char *key, size_t klen,
+    uint64_t owner, uint64_t process, int64_t expiry, slot_ticket_t *tk,
+    uint32_t *hash)
+{
+    if (i > t->mask || !t->cas16) {
+        return SLOT_SLOW;
+    }
+    return slot_acquire_at(&t->slots[i], i, key, klen, owner, process,
+                           expiry, tk, hash);
+}
+
+/* slot_release_fast's CAS at s, a floor slot of a table with the 16-byte
+ * CAS: whether the state was still st (then the slot is free). */
+static inline int
+slot_release_at(slot_t *s, slot_state_t st)
+{
+    slot_state_t  want;
+
+    want.owner = 0;
+    want.stamp = slot_stamp(SLOT_LIVE, 0, st.stamp);
+    return slot_cas(s, &st, want);
 }
 
 /* slot_release itself, inline. */

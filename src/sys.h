@@ -39,10 +39,18 @@ typedef struct {
 extern sys_proc_t  *sys_proc __attribute__((visibility("hidden")));
 uint64_t sys_self_slow(void);
 
+/* sys_self's word alone: 0 until sys_self_slow fills it (for a fast path
+ * that leaves that call to its slow one) */
+static inline uint64_t
+sys_self_word(void)
+{
+    return __atomic_load_n(&sys_proc->self, __ATOMIC_RELAXED);
+}
+
 static inline uint64_t
 sys_self(void)
 {
-    uint64_t  self = __atomic_load_n(&sys_proc->self, __ATOMIC_RELAXED);
+    uint64_t  self = sys_self_word();
 
     return __builtin_expect(self != 0, 1) ? self : sys_self_slow();
 }
@@ -55,6 +63,13 @@ sys_pid(void)
 
 /* Start time of this process, whole (the id keeps its low 32 bits). */
 uint64_t sys_self_start(void);
+
+/* (called through the GOT, not a PLT stub: the lock pair reads the clock
+ * on both its fast paths) */
+#if defined(__GNUC__) && !defined(__clang__)
+extern int clock_gettime(clockid_t clk, struct timespec *ts)
+    __attribute__((noplt));
+#endif
 
 /* CLOCK_MONOTONIC in ms; inline: the lock's acquire reads it on its fast
  * path. */

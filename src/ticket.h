@@ -46,6 +46,23 @@ ticket_index(const shmlock_ticket_t *t)
     return t->slot & (SLOT_SPILL | TICKET_INDEX);
 }
 
+/*
+ * The floor slot an acquire may try first for t's key (an earlier
+ * ticket's: a hint); for a spilled slot, an index past every floor's (no
+ * slot: the full acquire).  A spilled slot's index counts
+ * chunks, not floor slots: taken as a floor index it names an unrelated
+ * slot, which may hold the very key, free; the acquire would succeed
+ * there while t still named the spilled slot, and the release, made on
+ * the spilled one, would leave the key locked until its expiry.
+ */
+static inline uint32_t
+ticket_hint(const shmlock_ticket_t *t)
+{
+    /* ticket_index: the spilled flag kept, bit 31, above every floor's
+     * mask (a floor index is below 2^24) */
+    return ticket_index(t);
+}
+
 /* tk from t */
 static inline void
 ticket_in(const shmlock_ticket_t *t, slot_ticket_t *tk)

@@ -67,13 +67,13 @@ token_ids(void)
     return first == 0 ? 1 : first;
 }
 
-TOKEN_TLS uint32_t  token_id_at, token_id_end, token_id_pid;
+TOKEN_TLS token_id_t  token_id;
 
 void
 token_id_block(uint32_t pid)
 {
-    token_id_pid = pid;
-    token_id_at = token_ids();
-    token_id_end = token_id_at - token_id_at % (1u << TOKEN_BLOCK_BITS)
+    token_id.pid = pid;
+    token_id.at = token_ids();
+    token_id.end = token_id.at - token_id.at % (1u << TOKEN_BLOCK_BITS)
                    + (1u << TOKEN_BLOCK_BITS);
 }

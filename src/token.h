@@ -42,19 +42,30 @@ uint32_t token_ids(void);
  */
 #define TOKEN_TLS  __thread __attribute__((tls_model("initial-exec")))
 
-extern TOKEN_TLS uint32_t  token_id_at, token_id_end, token_id_pid;
+/* (one struct: one GOT load of its offset reaches all three words) */
+typedef struct {
+    uint32_t  at, end, pid;
+} token_id_t;
+
+extern TOKEN_TLS token_id_t  token_id;
 
 void token_id_block(uint32_t pid);
+
+/* whether token_next_id(pid) draws from the block this thread has */
+static inline int
+token_id_ready(uint32_t pid)
+{
+    return __builtin_expect(token_id.at != token_id.end
+                            && token_id.pid == pid, 1);
+}
 
 static inline uint32_t
 token_next_id(uint32_t pid)
 {
-    if (__builtin_expect(token_id_at == token_id_end
-                         || token_id_pid != pid, 0))
-    {
+    if (!token_id_ready(pid)) {
         token_id_block(pid);
     }
-    return token_id_at++;
+    return token_id.at++;
 }
 
 #endif /* TOKEN_H */

@@ -128,6 +128,16 @@ wait_count(struct shmlock_zone_s *zone, uint32_t hash)
  * seq_cst CAS or unlock of the shard's mutex) it must not be moved
  * before.
  */
+/* Whether wait_wake(zone, hash, ...) would wake anyone now: its first load
+ * (sequentially consistent, as there), for a fast path that calls it only
+ * then. */
+static inline int
+wait_sleeping(struct shmlock_zone_s *zone, uint32_t hash)
+{
+    return (__atomic_load_n(&zone->wait_sleepers[wait_slot(hash)],
+                            __ATOMIC_SEQ_CST) & WAIT_COUNT_MASK) != 0;
+}
+
 static inline int
 wait_wake(struct shmlock_zone_s *zone, uint32_t hash, int all)
 {

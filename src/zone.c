@@ -191,11 +191,13 @@ zone_check(const char *base, uint64_t size)
 void
 zone_attach(shmlock_zone_t *zone, char *base, uint64_t size)
 {
-    zone_hdr_t  *h = (zone_hdr_t *) base;
-    shard_t     *sh;
-    char        *s;
-    uint32_t     i, bits;
+    static uint64_t  serials;
+    zone_hdr_t      *h = (zone_hdr_t *) base;
+    shard_t         *sh;
+    char            *s;
+    uint32_t         i, bits;
 
+    zone->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
     zone->hdr = h;
     zone->base = base;
     zone->size = size;

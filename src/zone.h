@@ -163,6 +163,9 @@ struct shmlock_zone_s {
                                      (shm_removed.h); if not, each look
                                      at the file tries again */
     int64_t        watch_at;      /* coarse ms of the next check */
+    uint64_t       serial;        /* this object's, unique in the process
+                                     (zone_attach): a lock record's slot
+                                     cache names its zone by it */
     char          *path;          /* the name it was opened by */
     shard_t        shard[ZONE_SHARDS_MAX];
 };

@@ -97,6 +97,7 @@ local cached_ms = clock.cached_ms
 local take = handle and handle.take
 local zone_handle = handle and handle.zone
 local put_zone = handle and handle.put_zone
+local give_zone = handle and handle.give_zone
 local put_shared = handle and handle.put_shared
 local lock_acquire = require("resty.shmlock.lock.slots").lock.acquire
 local zone_release = zone_backend.release
@@ -587,7 +588,13 @@ function _M.unlock(self)
         if in_nginx then
             released(self.key)  -- wakes this worker's queued waiters
         end
-        forget(self, cd)
+        if self.number == 0 then
+            give_zone(cd)       -- (the core cleared its held)
+        else
+            put_shared(cd)
+        end
+        self.cd = false
+        self.key = false
         if err then
             return ok, err      -- 1, "expired"
         end

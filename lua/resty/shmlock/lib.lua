@@ -286,6 +286,10 @@ typedef struct {
     uint32_t          alive[2];
     uint32_t          dead;
     uint32_t          dead_to;
+    uint64_t          slot_zone;
+    void             *slot_at;
+    uint32_t          slot_tk;
+    uint32_t          slot_pad;
 } shmlock_lock_t;
 enum {
     SHMLOCK_LOOK_CHECK = 1,

@@ -81,7 +81,9 @@ function _M.event(level, msg)
 end
 
 -- shard recoveries this process ran, as far as reported
--- (under the FFI, the core's counter word itself: one load, no call)
+-- (under the FFI, the core's counter word itself: one load, no call; read
+-- as an int32 and compared with an int32 cell, so that a trace compares
+-- two integers, no conversion to a number)
 local counter = core.ffi and core.C.shmlock_recoveries()
 local read = core.recoveries
 local reported = read()
@@ -92,7 +94,8 @@ local reported = read()
 -- of an update, and rolled the update back), a warning.  One load of the
 -- core's counter word (no call): cheap enough for every store and lock.
 local function report(name, n)
-    local count = n - reported
+    -- (the counter is 32 bits: a count across its wrap stays right)
+    local count = (n - reported) % 4294967296
     reported = n
     _M.event("warn", 'zone "' .. tostring(name) .. '": ' .. count
              .. " shard(s) recovered after their mutex holder died in"
@@ -100,16 +103,22 @@ local function report(name, n)
 end
 
 if counter then
+    local ffi = require "ffi"
+    counter = ffi.cast("const volatile int32_t *", counter)
+    local last = ffi.new("int32_t[1]", counter[0])
+    reported = counter[0]
     function _M.recoveries(name)
         local n = counter[0]
-        if n ~= reported then
+        if n ~= last[0] then
+            last[0] = n
             report(name, n)
         end
     end
     -- syntax: yes = log.recovered(): whether log.recoveries has a report
-    -- to make (one load: a hot path calls it, and recoveries only then)
+    -- to make (one load and a compare: a hot path calls it, and
+    -- recoveries only then)
     function _M.recovered()
-        return counter[0] ~= reported
+        return counter[0] ~= last[0]
     end
 else
     function _M.recovered()

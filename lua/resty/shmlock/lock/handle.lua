@@ -260,6 +260,13 @@ function _M.put_zone(cd)
     pool_push(zones, cd)
 end
 
+-- syntax: handle.give_zone(cd)
+-- put_zone after a release the core answered 1 to: shmlock_lock_release
+-- cleared the handle's held itself.
+function _M.give_zone(cd)
+    pool_push(zones, cd)
+end
+
 function _M.put_shared(cd)
     cd.held = 0
     pool_push(shared, cd)

@@ -204,8 +204,12 @@ end
 -- key may still be ours).
 local lock_release = L.release
 function _M.release(_, cd)
-    -- (the call itself first: only a lock handed on may ask)
+    -- (the call itself first: only a lock handed on may ask; OK first,
+    -- one compare on the pair's path)
     local rc = lock_release(cd, ASK_FLAG)
+    if rc == OK then
+        return 1
+    end
     if rc == ASK then
         rc = decided(lock_release, cd, ASK_FLAG)
     end
