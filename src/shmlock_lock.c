@@ -1063,17 +1063,6 @@ lock_next_step(double step, double ratio, double max_step)
     return s < LOCK_MIN_SLEEP ? LOCK_MIN_SLEEP : s;
 }
 
-/* seconds as microseconds, rounded up (no libm: the library links
- * without it) */
-static int64_t
-lock_us(double seconds)
-{
-    double   d = seconds * 1e6;
-    int64_t  us = (int64_t) d;
-
-    return (double) us < d ? us + 1 : us;
-}
-
 /* the wait's end without the key: its wake-up passed on if it took one
  * (check 0: the last sleep was cut by a wake-up on the key's word) */
 static void
@@ -1212,7 +1201,7 @@ shmlock_lock_wait(shmlock_lock_t *l, const char *key, size_t key_len,
             check = 0;
             continue;
         }
-        us = lock_us(step > LOCK_MIN_SLEEP ? step : LOCK_MIN_SLEEP);
+        us = sys_seconds_us(step > LOCK_MIN_SLEEP ? step : LOCK_MIN_SLEEP);
         if (us > deadline - now) {
             us = deadline - now;
         }

@@ -90,16 +90,6 @@ shmlock_sem_here(shmlock_zone_t *zone, const char *key, size_t key_len,
     return here;
 }
 
-/* seconds as microseconds, rounded up */
-static int64_t
-sem_us(double seconds)
-{
-    double   d = seconds * 1e6;
-    int64_t  us = (int64_t) d;
-
-    return (double) us < d ? us + 1 : us;
-}
-
 int
 shmlock_sem_wait(shmlock_lock_t *l, const char *key, size_t key_len,
     uint32_t permits, const shmlock_wait_t *w, int64_t *elapsed_us)
@@ -133,7 +123,7 @@ shmlock_sem_wait(shmlock_lock_t *l, const char *key, size_t key_len,
             shmlock_wake_waiters(l->zone, hash, 0);
             return stopped ? SHMLOCK_BUSY : SHMLOCK_TIMEOUT;
         }
-        us = sem_us(step);
+        us = sys_seconds_us(step);
         if (us > left) {
             us = left;
         }

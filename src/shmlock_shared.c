@@ -189,16 +189,6 @@ shmlock_shared_owned(shmlock_lock_t *l, const char *key, size_t key_len)
     return yes;
 }
 
-/* seconds as microseconds, rounded up */
-static int64_t
-shared_us(double seconds)
-{
-    double   d = seconds * 1e6;
-    int64_t  us = (int64_t) d;
-
-    return (double) us < d ? us + 1 : us;
-}
-
 int
 shmlock_shared_wait(shmlock_lock_t *l, const char *key, size_t key_len,
     const shmlock_wait_t *w, int64_t *elapsed_us)
@@ -235,7 +225,7 @@ shmlock_shared_wait(shmlock_lock_t *l, const char *key, size_t key_len,
             }
             return stopped ? SHMLOCK_BUSY : SHMLOCK_TIMEOUT;
         }
-        us = shared_us(step > SHARED_MIN_SLEEP ? step : SHARED_MIN_SLEEP);
+        us = sys_seconds_us(step > SHARED_MIN_SLEEP ? step : SHARED_MIN_SLEEP);
         if (us > deadline - now) {
             us = deadline - now;
         }

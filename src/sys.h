@@ -98,6 +98,17 @@ sys_coarse_ms(void)
 }
 int sys_ncpu(void);
 
+/* seconds as microseconds, rounded up (a wait's step: never a sleep
+ * shorter than asked; no libm, which the library links without) */
+static inline int64_t
+sys_seconds_us(double seconds)
+{
+    double   d = seconds * 1e6;
+    int64_t  us = (int64_t) d;
+
+    return (double) us < d ? us + 1 : us;
+}
+
 /* Shared (not process-private) futex on a word in a MAP_SHARED mapping. */
 int sys_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_us);
 /* Wakes at most n sleepers; returns how many it woke. */
