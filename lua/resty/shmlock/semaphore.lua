@@ -71,8 +71,6 @@ local group_reclaim = slots.group_reclaim
 local OK = codes.OK
 local EXISTS = codes.EXISTS
 local NOT_FOUND = codes.NOT_FOUND
-local TIMEOUT = codes.TIMEOUT
-local BUSY_RC = codes.BUSY
 local LOOK_HERE = codes.LOOK_HERE
 local KEEP_TTL = codes.KEEP_TTL
 local SEMAPHORE = codes.SEMAPHORE
@@ -374,15 +372,8 @@ function sem_backend.block(sem, key, klen, w, _, timeout, step, ratio,
         -- the record lets go of it
         slots.copy(w.tk, L.ticket(lk))
         lk.held = 0
-        return us / 1000000
     end
-    if rc == TIMEOUT then
-        return nil, "timeout"
-    end
-    if rc == BUSY_RC then
-        return nil, stop and stop() or "timeout"
-    end
-    return nil, errors[rc]
+    return zone_backend.answer(rc, us, stop)
 end
 
 

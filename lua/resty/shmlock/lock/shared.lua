@@ -26,28 +26,22 @@ local slots = require "resty.shmlock.lock.slots"
 local handle = require "resty.shmlock.lock.handle"
 local errors = require "resty.shmlock.errors"
 local codes = require "resty.shmlock.internal.codes"
-local clock = require "resty.shmlock.internal.clock"
 local token = require "resty.shmlock.internal.token"
 local zone_backend = require "resty.shmlock.lock.zone"
 
 local C = slots.C
 local L = slots.lock
-local floor = math.floor
-local now_us = clock.now_us
 local ours = token.ours
 local hold = handle.hold
 local decided = zone_backend.decided
+local waited = zone_backend.waited
+local answer = zone_backend.answer
 
 local OK = codes.OK
 local NOT_FOUND = codes.NOT_FOUND
 local EXISTS = codes.EXISTS
-local TIMEOUT = codes.TIMEOUT
-local BUSY_RC = codes.BUSY
-local ASK = codes.ASK
 local LOOK_CHECK = codes.LOOK_CHECK
-local LOOK_HERE = codes.LOOK_HERE
 local ASK_FLAG = zone_backend.ASK_FLAG
-local ASKS = zone_backend.ASKS
 local ACQUIRED = zone_backend.ACQUIRED
 local BUSY = zone_backend.BUSY
 local FAILED = zone_backend.FAILED
@@ -116,30 +110,9 @@ end
 -- dropped after a sleep no release cut short).  stop: as zone.block's.
 function _M.block(_, key, klen, cd, exp_ms, timeout, step, ratio, max_step,
                   stop)
-    local lk = cd.lk
-    local flags = (stop and LOOK_HERE or 0) + ASK_FLAG
-    local start = now_us()
-    local rc, us
-    for i = 1, ASKS do
-        rc, us = L.shared_wait(lk, key, klen, exp_ms, start,
-                               floor(timeout * 1e6), step, ratio, max_step,
-                               flags)
-        if rc ~= ASK or i == ASKS then
-            break
-        end
-        L.verdict(lk, zone_backend.gone(lk.ask) and true or false)
-    end
-    L.verdict(lk, nil)
-    if rc == OK then
-        return us / 1000000
-    end
-    if rc == TIMEOUT then
-        return nil, "timeout"
-    end
-    if rc == BUSY_RC then
-        return nil, stop and stop() or "timeout"
-    end
-    return nil, errors[rc]
+    local rc, us = waited(L.shared_wait, cd.lk, key, klen, exp_ms, timeout,
+                          step, ratio, max_step, stop)
+    return answer(rc, us, stop)
 end
 
 

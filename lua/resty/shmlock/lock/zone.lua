@@ -110,6 +110,48 @@ local function decided(call, cd, ...)
 end
 -- (for the shared holds' calls too: resty.shmlock.lock.shared)
 _M.decided = decided
+
+
+-- syntax: rc, us = zone.waited(wait, cd, key, klen, exp_ms, timeout, step,
+--                              ratio, max_step, stop?)
+-- The core's wait outside nginx, wait(cd, ...) (L.wait, L.shared_wait),
+-- asked and answered as decided() is; its start is now.
+local function waited(wait, cd, key, klen, exp_ms, timeout, step, ratio,
+                      max_step, stop)
+    local flags = (stop and LOOK_HERE or 0) + ASK_FLAG
+    local start = now_us()
+    local rc, us
+    for i = 1, ASKS do
+        rc, us = wait(cd, key, klen, exp_ms, start, floor(timeout * 1e6),
+                      step, ratio, max_step, flags)
+        if rc ~= ASK or i == ASKS then
+            break
+        end
+        L.verdict(cd, _M.gone(cd.ask) and true or false)
+    end
+    L.verdict(cd, nil)
+    return rc, us
+end
+_M.waited = waited
+
+
+-- syntax: elapsed, err = zone.answer(rc, us, stop?)
+-- A blocking wait's end as block() returns it: the seconds waited, or
+-- nil and "timeout", stop()'s refusal (the key held by this very
+-- process), or the core's error.
+local function answer(rc, us, stop)
+    if rc == OK then
+        return us / 1000000
+    end
+    if rc == TIMEOUT then
+        return nil, "timeout"
+    end
+    if rc == BUSY_RC then
+        return nil, stop and stop() or "timeout"
+    end
+    return nil, errors[rc]
+end
+_M.answer = answer
 _M.ASK_FLAG = ASK_FLAG
 _M.ASKS = ASKS
 
@@ -289,29 +331,10 @@ end
 -- this very process (the core stops then).
 function _M.block(_, key, klen, cd, exp_ms, timeout, step, ratio, max_step,
                   stop)
-    local flags = stop and LOOK_HERE or 0
-    local start = now_us()
-    local rc, us
-    for i = 1, ASKS do
-        rc, us = L.wait(cd, key, klen, exp_ms, start, floor(timeout * 1e6),
-                        step, ratio, max_step, flags + ASK_FLAG)
-        if rc ~= ASK or i == ASKS then
-            break
-        end
-        L.verdict(cd, _M.gone(cd.ask) and true or false)
-    end
-    L.verdict(cd, nil)
+    local rc, us = waited(L.wait, cd, key, klen, exp_ms, timeout, step, ratio,
+                          max_step, stop)
     report_dead(cd, key)
-    if rc == OK then
-        return us / 1000000
-    end
-    if rc == TIMEOUT then
-        return nil, "timeout"
-    end
-    if rc == BUSY_RC then
-        return nil, stop and stop() or "timeout"
-    end
-    return nil, errors[rc]
+    return answer(rc, us, stop)
 end
 
 

@@ -268,6 +268,19 @@ local how = ffi_new("shmlock_look_t")
 local wait_arg = ffi_new("shmlock_wait_t")
 local elapsed_out = ffi_new("int64_t[1]")
 
+-- the wait's arguments (shmlock_wait_t), as the lock's, the shared holds'
+-- and the semaphore's waits outside nginx take them
+local function fill_wait(exp_ms, start_us, timeout_us, step, ratio, max_step,
+                         flags)
+    wait_arg.exptime_ms = exp_ms
+    wait_arg.start_us = start_us
+    wait_arg.timeout_us = timeout_us
+    wait_arg.step = step
+    wait_arg.ratio = ratio
+    wait_arg.max_step = max_step
+    wait_arg.flags = flags or 0
+end
+
 local lock = {
     acquire = C.shmlock_lock_acquire,
     retry = C.shmlock_lock_retry,
@@ -306,13 +319,7 @@ end
 
 function lock.wait(cd, key, klen, exp_ms, start_us, timeout_us, step, ratio,
                    max_step, flags)
-    wait_arg.exptime_ms = exp_ms
-    wait_arg.start_us = start_us
-    wait_arg.timeout_us = timeout_us
-    wait_arg.step = step
-    wait_arg.ratio = ratio
-    wait_arg.max_step = max_step
-    wait_arg.flags = flags or 0
+    fill_wait(exp_ms, start_us, timeout_us, step, ratio, max_step, flags)
     local rc = C.shmlock_lock_wait(cd, key, klen, wait_arg, elapsed_out)
     return rc, tonumber(elapsed_out[0])
 end
@@ -339,13 +346,7 @@ end
 -- shared holds' wait outside nginx (shmlock_shared_wait): as the lock's
 function lock.shared_wait(cd, key, klen, exp_ms, start_us, timeout_us, step,
                           ratio, max_step, flags)
-    wait_arg.exptime_ms = exp_ms
-    wait_arg.start_us = start_us
-    wait_arg.timeout_us = timeout_us
-    wait_arg.step = step
-    wait_arg.ratio = ratio
-    wait_arg.max_step = max_step
-    wait_arg.flags = flags or 0
+    fill_wait(exp_ms, start_us, timeout_us, step, ratio, max_step, flags)
     local rc = C.shmlock_shared_wait(cd, key, klen, wait_arg, elapsed_out)
     return rc, tonumber(elapsed_out[0])
 end
@@ -356,13 +357,7 @@ lock.sem_retry = C.shmlock_sem_retry
 
 function lock.sem_wait(cd, key, klen, permits, exp_ms, start_us, timeout_us,
                        step, ratio, max_step, flags)
-    wait_arg.exptime_ms = exp_ms
-    wait_arg.start_us = start_us
-    wait_arg.timeout_us = timeout_us
-    wait_arg.step = step
-    wait_arg.ratio = ratio
-    wait_arg.max_step = max_step
-    wait_arg.flags = flags or 0
+    fill_wait(exp_ms, start_us, timeout_us, step, ratio, max_step, flags)
     local rc = C.shmlock_sem_wait(cd, key, klen, permits, wait_arg,
                                   elapsed_out)
     return rc, tonumber(elapsed_out[0])
