@@ -59,16 +59,20 @@ shdict_store_scalar(shard_t *sh, uint32_t i, entry_t *e,
  * A set (no expiry) of a number or boolean over a live one of the same
  * type and flags, without an expiry, not pinned: shdict_store_scalar's
  * one store in place, with the lookup inline, for the ABI's fast path
- * (shmlock_dict_store_at); the mutex held and the seqlock write begun, as
- * for shdict_store.  0 when anything else would happen (another value, a
- * key absent, an expiry, a tail to reclaim first): the caller calls
- * shdict_store, which does all of it.
+ * (shmlock_dict_store_at, which checked that v is a number or a boolean);
+ * the mutex held and the seqlock write begun, as for shdict_store.  0 when
+ * anything else would happen (another value, a key absent, an expiry, a
+ * tail to reclaim first): the caller calls shdict_store, which does all
+ * of it.
  */
 static inline int
 shdict_set_in_place(shard_t *sh, const char *key, size_t klen,
     uint32_t hash, const shmlock_value_t *v)
 {
-    uint32_t  t = chunk_index(sh, sh->hdr->dict.lru_tail), i;
+    uint32_t   t = chunk_index(sh, sh->hdr->dict.lru_tail), i;
+    entry_t   *e;
+    uint64_t   bits;
+    double     num;
 
     /* every store first drops expired entries at the tail: leave that to
      * shdict_store */
@@ -76,7 +80,28 @@ shdict_set_in_place(shard_t *sh, const char *key, size_t klen,
         return 0;
     }
     i = entry_find(sh, key, klen, hash);
-    return i != 0 && shdict_store_scalar(sh, i, entry_at(sh, i), v, 0, 0);
+    if (i == 0) {
+        return 0;
+    }
+    e = entry_at(sh, i);
+    /* shdict_store_scalar's test, shifted past the key's length (equal:
+     * entry_find compared it): the same type and user flags' presence,
+     * not pinned, no expiry; then the flags themselves */
+    if ((e->meta >> ENTRY_TYPE_SHIFT)
+        != ((uint64_t) v->type
+            | (v->flags != 0 ? ENTRY_UFLAGS >> ENTRY_TYPE_SHIFT : 0))
+        || (v->flags != 0 && entry_user_flags_read(sh, i) != v->flags))
+    {
+        return 0;
+    }
+    num = v->num;
+    if (v->type == SHMLOCK_TBOOLEAN) {
+        num = num != 0 ? 1 : 0;
+    }
+    memcpy(&bits, &num, sizeof(bits));
+    WORDSTORE64(e->num, bits);
+    *chunk_ref(sh, i) = 1;
+    return 1;
 }
 
 /* An empty dictionary in a fresh shard (its mutex free, no entry). */

@@ -415,7 +415,7 @@ lock_acquire_slow(shmlock_lock_t *l, const char *key, size_t key_len,
 
 /* The floor slot l's ticket names in zone, decoded and checked (its
  * shard, its index within the floor, a table with the 16-byte CAS), and
- * kept in the record's cache (lock_slot_of); NULL when there is none (a
+ * kept in the record's cache (lock_slot_cached); NULL when there is none (a
  * spilled slot's ticket: ticket_hint).  Any ticket value is safe: the
  * slot is one of the zone's, and the caller compares its state and key.
  * Out of line: the fast paths find the cache's. */
@@ -438,20 +438,18 @@ lock_slot_find(shmlock_lock_t *l, shmlock_zone_t *zone)
     return &t->slots[i];
 }
 
-/* The floor slot l's ticket names in zone, for the fast paths: the
- * record's cache when it was found there for this very ticket word in
- * this very zone object (its serial: unique in the process, so a zone
- * closed and another opened at its address is never taken for it), else
- * lock_slot_find's. */
-static inline slot_t *
-lock_slot_of(shmlock_lock_t *l, shmlock_zone_t *zone)
+/* Whether the record's cache holds the floor slot l's ticket names in
+ * zone, for the fast paths: found there for this very ticket word in this
+ * very zone object (its serial: unique in the process, so a zone closed
+ * and another opened at its address is never taken for it); else
+ * lock_slot_find.  (A test and two branches rather than a function
+ * answering the slot: the cached slot is never NULL, and the callers then
+ * test only lock_slot_find's answer.) */
+static inline int
+lock_slot_cached(const shmlock_lock_t *l, const shmlock_zone_t *zone)
 {
-    if (__builtin_expect(l->slot_zone == zone->serial
-                         && l->slot_tk == l->tk.slot, 1))
-    {
-        return (slot_t *) l->slot_at;
-    }
-    return lock_slot_find(l, zone);
+    return __builtin_expect(l->slot_zone == zone->serial
+                            && l->slot_tk == l->tk.slot, 1);
 }
 
 /* shmlock_lock_acquire when the process word or this thread's owner ids
@@ -503,9 +501,7 @@ shmlock_lock_acquire(shmlock_lock_t *l, const char *key, size_t key_len,
         && __builtin_expect(key_len - 1 < SLOT_KEY_INLINE, 1)
         && __builtin_expect(exptime_ms >= 0, 1))
     {
-        if (__builtin_expect(l->slot_zone == zone->serial
-                             && l->slot_tk == l->tk.slot, 1))
-        {
+        if (lock_slot_cached(l, zone)) {
             s = (slot_t *) l->slot_at;
         } else if ((s = lock_slot_find(l, zone)) == NULL) {
             goto slow;
@@ -812,6 +808,9 @@ lock_released(shmlock_lock_t *l)
 int
 shmlock_lock_release(shmlock_lock_t *l, int flags)
 {
+    /* (flags: the slow path's only; kept in the frame rather than in a
+     * register saved around the clock's call, 2 instructions a release) */
+    volatile int     slow_flags = flags;
     int64_t          now_ms = sys_coarse_ms();
     shmlock_zone_t  *zone = l->zone;
     slot_t          *s;
@@ -821,9 +820,13 @@ shmlock_lock_release(shmlock_lock_t *l, int flags)
             now_ms < __atomic_load_n(&zone->watch_at, __ATOMIC_RELAXED), 1)
         && __builtin_expect((l->tk.stamp & (SLOT_LIVE | SLOT_DEAD))
                             == SLOT_LIVE, 1)
-        && LOCK_FAST(RELEASE)
-        && __builtin_expect((s = lock_slot_of(l, zone)) != NULL, 1))
+        && LOCK_FAST(RELEASE))
     {
+        if (lock_slot_cached(l, zone)) {
+            s = (slot_t *) l->slot_at;
+        } else if ((s = lock_slot_find(l, zone)) == NULL) {
+            goto slow;
+        }
         st.owner = l->tk.owner;
         st.stamp = l->tk.stamp;
         if (__builtin_expect(slot_release_at(s, st), 1)) {
@@ -837,7 +840,8 @@ shmlock_lock_release(shmlock_lock_t *l, int flags)
             return SHMLOCK_OK;
         }
     }
-    return lock_release_slow(l, flags);
+slow:
+    return lock_release_slow(l, slow_flags);
 }
 
 static int

@@ -90,7 +90,8 @@ end
 local function pool_pop(p)
     local cd = p.spare
     if cd then
-        p.spare = false
+        -- (nil: one store in LuaJIT's trace, false two; the key stays)
+        p.spare = nil
         return cd
     end
     if p.n > 0 then
