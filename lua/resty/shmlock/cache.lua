@@ -168,6 +168,10 @@ end
 
 local delete_here, purge_here     -- (below: the zone's part of delete, purge)
 
+-- the L1's get function (l1.new: the same for every cache of this
+-- interpreter), set by the first new() that makes an L1
+local l1_get
+
 -- syntax: c, err = cache.new(name, opts?)
 -- (cache:new(name, opts?) works too)
 function _M.new(a, b, c)
@@ -194,7 +198,7 @@ function _M.new(a, b, c)
 
     local lru = false
     if o.l1_size > 0 then
-        lru = l1.new(o.l1_size)
+        lru, l1_get = l1.new(o.l1_size)
     end
 
     -- a zone's generation words; an ngx.shared dict has none (gen_key)
@@ -227,6 +231,10 @@ function _M.new(a, b, c)
         lock_prefix = name .. "#lock:",
         gen_key = name .. "#gen",
         fleet = fl,
+        -- c:get() finds its method here, by one lookup of a key the
+        -- object holds: through the metatable it would first miss in
+        -- this table, a walk of one chain of its ~25 keys' hash part
+        get = _M.get,
     }, mt)
 end
 
@@ -245,7 +253,7 @@ function _M.get(self, key, opts, loader, ...)
     local lru = self.lru
     local old, now
     if lru then
-        old = lru:get(key)
+        old = l1_get(lru, key)
         if old then
             now = now_ms()
             if old[L1_EXP] <= now then
