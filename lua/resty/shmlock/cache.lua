@@ -68,8 +68,8 @@ local count = stats.count
 local fleet_sync = fleet_log.sync
 local huge = math.huge
 local NIL = store.NIL
-local L1_VALUE, L1_EXP, L1_WORD, L1_GEN, L1_SLOT = store.L1_VALUE,
-    store.L1_EXP, store.L1_WORD, store.L1_GEN, store.L1_SLOT
+local L1_VALUE, L1_EXP, L1_GEN, L1_SLOT = store.L1_VALUE, store.L1_EXP,
+    store.L1_GEN, store.L1_SLOT
 local CHANGED, INVALIDATE = store.CHANGED, store.INVALIDATE
 
 local _M = { _VERSION = version }
@@ -217,12 +217,11 @@ function _M.new(a, b, c)
         resurrect_ttl = o.resurrect_ttl,
         stale_ttl = o.stale_ttl,
         zone = zone,
-        gens = gens,
         counts = stats.new(fl),
         -- the L1 hits' counter; (zone-clock ms) until when this host's
         -- view of the fleet's changes is current: get() pulls the change
-        -- log after it
-        hot = stats.hot(fl and 0 or huge),
+        -- log after it; the generation words
+        hot = stats.hot(fl and 0 or huge, gens),
         counts_pid = core.self_pid(),
         flushed = now_ms(),
         stats_prefix = name .. "#stats:",
@@ -276,11 +275,12 @@ function _M.get(self, key, opts, loader, ...)
         end
     end
     if old then
-        -- the hit: one load of the key's generation word
-        local word = old[L1_WORD]
+        -- the hit: one load of the key's generation word (gens: NULL, ==
+        -- nil, or absent when the dict has no such words)
+        local gens = hot.gens
         local gen
-        if word then
-            gen = word[0]
+        if gens ~= nil then
+            gen = gens[old[L1_SLOT]]
         elseif self.zone then
             gen = zone_gen_add(self.zone, old[L1_SLOT], 0)
         else
