@@ -68,8 +68,8 @@ local count = stats.count
 local fleet_sync = fleet_log.sync
 local huge = math.huge
 local NIL = store.NIL
-local L1_VALUE, L1_EXP, L1_WORD, L1_GEN, L1_SLOT = store.L1_VALUE,
-    store.L1_EXP, store.L1_WORD, store.L1_GEN, store.L1_SLOT
+local L1_VALUE, L1_EXP, L1_GEN, L1_SLOT = store.L1_VALUE, store.L1_EXP,
+    store.L1_GEN, store.L1_SLOT
 local CHANGED, INVALIDATE = store.CHANGED, store.INVALIDATE
 
 local _M = { _VERSION = version }
@@ -168,6 +168,10 @@ end
 
 local delete_here, purge_here     -- (below: the zone's part of delete, purge)
 
+-- the L1's get function (l1.new: the same for every cache of this
+-- interpreter), set by the first new() that makes an L1
+local l1_get
+
 -- syntax: c, err = cache.new(name, opts?)
 -- (cache:new(name, opts?) works too)
 function _M.new(a, b, c)
@@ -194,7 +198,7 @@ function _M.new(a, b, c)
 
     local lru = false
     if o.l1_size > 0 then
-        lru = l1.new(o.l1_size)
+        lru, l1_get = l1.new(o.l1_size)
     end
 
     -- a zone's generation words; an ngx.shared dict has none (gen_key)
@@ -213,12 +217,11 @@ function _M.new(a, b, c)
         resurrect_ttl = o.resurrect_ttl,
         stale_ttl = o.stale_ttl,
         zone = zone,
-        gens = gens,
         counts = stats.new(fl),
         -- the L1 hits' counter; (zone-clock ms) until when this host's
         -- view of the fleet's changes is current: get() pulls the change
-        -- log after it
-        hot = stats.hot(fl and 0 or huge),
+        -- log after it; the generation words
+        hot = stats.hot(fl and 0 or huge, gens),
         counts_pid = core.self_pid(),
         flushed = now_ms(),
         stats_prefix = name .. "#stats:",
@@ -227,6 +230,10 @@ function _M.new(a, b, c)
         lock_prefix = name .. "#lock:",
         gen_key = name .. "#gen",
         fleet = fl,
+        -- c:get() finds its method here, by one lookup of a key the
+        -- object holds: through the metatable it would first miss in
+        -- this table, a walk of one chain of its ~25 keys' hash part
+        get = _M.get,
     }, mt)
 end
 
@@ -245,7 +252,7 @@ function _M.get(self, key, opts, loader, ...)
     local lru = self.lru
     local old, now
     if lru then
-        old = lru:get(key)
+        old = l1_get(lru, key)
         if old then
             now = now_ms()
             if old[L1_EXP] <= now then
@@ -268,11 +275,12 @@ function _M.get(self, key, opts, loader, ...)
         end
     end
     if old then
-        -- the hit: one load of the key's generation word
-        local word = old[L1_WORD]
+        -- the hit: one load of the key's generation word (gens: NULL, ==
+        -- nil, or absent when the dict has no such words)
+        local gens = hot.gens
         local gen
-        if word then
-            gen = word[0]
+        if gens ~= nil then
+            gen = gens[old[L1_SLOT]]
         elseif self.zone then
             gen = zone_gen_add(self.zone, old[L1_SLOT], 0)
         else

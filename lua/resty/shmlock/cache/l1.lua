@@ -128,13 +128,17 @@ end
 
 local lrucache   -- loaded by the first new()
 
--- syntax: l = l1.new(size): this interpreter's L1 of size items (>= 1)
+-- syntax: l, get = l1.new(size): this interpreter's L1 of size items
+-- (>= 1), and its get function (get(l, key)), the same for every L1 this
+-- interpreter makes: the cache's hit calls it directly, not as l:get(key),
+-- a lookup that misses in the L1 object before its metatable's __index
+-- finds it, costs the hit more than the rest of lrucache's get.
 function _M.new(size)
     if not core.ffi then
-        return _M.lru(size)
+        return _M.lru(size), lru.get
     end
     lrucache = lrucache or load_lrucache()
-    return lrucache.new(size)
+    return lrucache.new(size), lrucache.get
 end
 
 return _M

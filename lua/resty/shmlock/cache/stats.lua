@@ -55,17 +55,21 @@ function _M.new(fleet)
     return t
 end
 
--- syntax: hot = stats.hot(fleet_until): the words an L1 hit reads and
--- writes, in one object (one lookup of the cache's table at a hit):
--- hot.hits, the L1 hits' own counter, and hot.fleet_until (zone-clock ms:
+-- syntax: hot = stats.hot(fleet_until, gens?): the words an L1 hit reads
+-- and writes, in one object (one lookup of the cache's table at a hit):
+-- hot.hits, the L1 hits' own counter; hot.fleet_until (zone-clock ms:
 -- until when this host's view of the fleet's changes is current;
--- math.huge without opts.redis).  Under LuaJIT a struct in C memory,
--- which the hit's one store updates.
+-- math.huge without opts.redis); and hot.gens, the zone's generation
+-- words (core.zone_gens), whose word of the key the hit compares (NULL,
+-- == nil, for a dict without them).  Under LuaJIT a struct in C memory,
+-- which the hit's one store updates; under PUC Lua a table (gens is
+-- LuaJIT's only: nil).
 if core.ffi then
     local ffi = require "ffi"
-    local hot_t = ffi.typeof("struct { double hits; double fleet_until; }")
-    function _M.hot(fleet_until)
-        return hot_t(0, fleet_until)
+    local hot_t = ffi.typeof("struct { double hits; double fleet_until; "
+                             .. "volatile uint32_t *gens; }")
+    function _M.hot(fleet_until, gens)
+        return hot_t(0, fleet_until, gens or nil)
     end
 else
     function _M.hot(fleet_until)

@@ -161,17 +161,21 @@ end
 
 -- An L1 entry, an array: the value (NIL for nil); its expiry (ms of the
 -- zone's clock, monotonic; MAX_L1_TTL ahead for a value that never
--- expires); under the FFI a pointer to the key's generation word (get()'s
--- hit reads it: one load, not an index computed from the slot at each
--- hit), else false; the value that word had before the zone read; the
--- word's slot; the zone entry's stamp.  get() checks exp at every hit, and the L1 itself is given
--- no ttl: lrucache's clock inside nginx is ngx.now, the wall clock, which
--- may step back by hours, and a hit then reads one clock, not two.  That
+-- expires); the value the key's generation word had before the zone
+-- read; the word's slot; the zone entry's stamp.  get()'s hit reads the
+-- word as self.gens[slot] under the FFI (gens: a pointer to the zone's
+-- words), not through a pointer kept in the entry: a boxed pointer is one
+-- more object per entry, placed wherever the heap had room, and a hit
+-- that follows it touches one more line of memory, which in a process
+-- whose heap is busy costs the hit more than the instructions do.
+-- get() checks exp at every hit, and the L1 itself is given no ttl:
+-- lrucache's clock inside nginx is ngx.now, the wall clock, which may
+-- step back by hours, and a hit then reads one clock, not two.  That
 -- clock read (an FFI call) also keeps the JIT from hoisting the
 -- generation word's load out of a loop of hits.
-local L1_VALUE, L1_EXP, L1_WORD, L1_GEN, L1_SLOT, L1_STAMP = 1, 2, 3, 4, 5, 6
-_M.L1_VALUE, _M.L1_EXP, _M.L1_WORD, _M.L1_GEN, _M.L1_SLOT =
-    L1_VALUE, L1_EXP, L1_WORD, L1_GEN, L1_SLOT
+local L1_VALUE, L1_EXP, L1_GEN, L1_SLOT, L1_STAMP = 1, 2, 3, 4, 5
+_M.L1_VALUE, _M.L1_EXP, _M.L1_GEN, _M.L1_SLOT =
+    L1_VALUE, L1_EXP, L1_GEN, L1_SLOT
 
 local function set_l1(self, key, value, remaining, slot, gen, stamp)
     local lru = self.lru
@@ -180,11 +184,9 @@ local function set_l1(self, key, value, remaining, slot, gen, stamp)
             value = NIL
         end
         local ttl = remaining or MAX_L1_TTL
-        local gens = self.gens
         -- (an array: a hit's reads of it are array loads, cheaper under
         -- the JIT than a hash's; the indices are _M.L1_*)
-        lru:set(key, { value, now_ms() + ttl * 1000,
-                       gens and gens + slot or false, gen, slot, stamp })
+        lru:set(key, { value, now_ms() + ttl * 1000, gen, slot, stamp })
     end
 end
 
