@@ -1045,6 +1045,53 @@ describe("resty.shmlock", function()
             assert.is_nil(slot.info(dict, "k"))
         end)
 
+        -- a waiter in another process, marked on k (held here), then
+        -- killed with -9 and left unreaped: a zombie
+        local function killed_starver()
+            local pid = proc.spawn(function()
+                local l = assert(resty_lock:new(dict,
+                                                { timeout = 30, exptime = 60 }))
+                l:lock("k")
+            end)
+            while not (resty_lock.inspect(dict, "k") or {}).marked do
+                proc.sleep(0.001)
+            end
+            proc.kill(pid, 9)
+            while proc.state(pid) ~= "Z" do
+                proc.sleep(0.001)
+            end
+            return pid
+        end
+
+        it("a starver killed with -9 that a release hands the key to is "
+           .. "taken over by the next waiter, a zombie", function()
+            local holder = resty_lock:new(dict, { exptime = 60 })
+            assert.equal(0, holder:lock("k"))
+            local pid = killed_starver()
+            -- the release hands the key over; kill(pid, 0) does not tell
+            -- a zombie: the waiter's check of the holder takes it
+            assert.same({ 1 }, { holder:unlock() })
+            local fc = fake_clock.new()
+            local lock = fc:require("resty.shmlock"):new(dict)
+            assert.same({ 0 }, { lock:lock("k") })
+            assert.same({}, fc.sleeps)          -- at its first look
+            assert.is_true(lock:owned())
+            assert.equal(1, lock:unlock())
+            assert.equal(9, proc.wait(pid).sig)
+        end)
+
+        it("a starver killed with -9 and reaped gets no key: the release "
+           .. "frees it", function()
+            local holder = resty_lock:new(dict, { exptime = 60 })
+            assert.equal(0, holder:lock("k"))
+            local pid = killed_starver()
+            assert.equal(9, proc.wait(pid).sig)
+            assert.equal(pid, (slot.marked(dict, "k")))
+            assert.same({ 1 }, { holder:unlock() })
+            assert.is_nil(slot.info(dict, "k"))
+            assert.equal(0, resty_lock:new(dict):trylock("k"))
+        end)
+
         it("a starving waiter replaces a stale mark, even an older "
            .. "starver's", function()
             local holder = resty_lock:new(dict)
