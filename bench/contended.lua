@@ -4,8 +4,9 @@
 -- per second (all processes), CPU time per acquisition (user + system,
 -- getrusage of each process) and voluntary context switches per
 -- acquisition (ru_nvcsw: sleeps), each the median of REPS runs with its
--- range.  A release that wakes every sleeper shows as context switches
--- and CPU per acquisition; one that wakes one, as neither.
+-- range; the runs alternate between the variants.  A release that wakes
+-- every sleeper shows as context switches and CPU per acquisition; one
+-- that wakes one, as neither.
 --
 --   shmlock   resty.shmlock (a release wakes one sleeper)
 --   flock     flock(2)
@@ -82,21 +83,33 @@ local function once(make)
     return count / DURATION, cpu / 1e3 / count, cs / count
 end
 
-local function run(variant, make)
-    local rates, cpus, css = {}, {}, {}
+-- Alternates the variants rep by rep (shmlock 1, flock 1, shmlock 2, ...)
+-- so drift in the machine's speed over the section lands on both sides of
+-- the ratio instead of on one half.
+local function run(variants)
+    local got = {}
+    for _, v in ipairs(variants) do
+        got[v[1]] = { rates = {}, cpus = {}, css = {} }
+    end
     for r = 1, REPS do
-        rates[r], cpus[r], css[r] = once(make)
+        for _, v in ipairs(variants) do
+            local g = got[v[1]]
+            g.rates[r], g.cpus[r], g.css[r] = once(v[2])
+        end
     end
     local note = contend.note(NPROC, DURATION, HOLD_NS, THINK_NS)
-    local med, lo, hi = bench.summary(rates)
-    bench.result(SECTION, variant .. "_rate", "acq/s", med, lo, hi, REPS,
-                 note)
-    med, lo, hi = bench.summary(cpus)
-    bench.result(SECTION, variant .. "_cpu", "us/acq", med, lo, hi, REPS,
-                 note)
-    med, lo, hi = bench.summary(css)
-    bench.result(SECTION, variant .. "_csw", "csw/acq", med, lo, hi, REPS,
-                 note)
+    for _, v in ipairs(variants) do
+        local variant, g = v[1], got[v[1]]
+        local med, lo, hi = bench.summary(g.rates)
+        bench.result(SECTION, variant .. "_rate", "acq/s", med, lo, hi, REPS,
+                     note)
+        med, lo, hi = bench.summary(g.cpus)
+        bench.result(SECTION, variant .. "_cpu", "us/acq", med, lo, hi, REPS,
+                     note)
+        med, lo, hi = bench.summary(g.css)
+        bench.result(SECTION, variant .. "_csw", "csw/acq", med, lo, hi,
+                     REPS, note)
+    end
 end
 
 bench.log("(9) contended: %d processes on one key, %g s x %d; acquisitions"
@@ -105,8 +118,10 @@ bench.log("(9) contended: %d processes on one key, %g s x %d; acquisitions"
 
 assert(shdict.open("bench_contended", { size = "1m" }))
 
-run("shmlock", contend.shmlock("bench_contended", KEY,
-                               { timeout = 60, exptime = 60 }))
-run("flock", contend.flock(dir .. "/bench-contended.lock"))
+run({
+    { "shmlock", contend.shmlock("bench_contended", KEY,
+                                 { timeout = 60, exptime = 60 }) },
+    { "flock", contend.flock(dir .. "/bench-contended.lock") },
+})
 
 shdict.destroy("bench_contended")
