@@ -39,8 +39,7 @@
  * Dead holders.  A look with SHMLOCK_LOOK_CHECK asks whether the holder's
  * process lives (shmlock_slot_alive); a dead one's lock is taken at once
  * (a swap from its state), or handed to a live starver marked on it.  A
- * release does not leave the key to a starver whose process is gone: it
- * asks after the handoff and releases the key again (lock_handed).
+ * release does not hand the key to a starver whose process is gone.
  * Shared holds keep a head in the key's slot whose pid is no process's:
  * their dead readers are dropped instead (shmlock_group_reclaim).
  *
@@ -344,10 +343,10 @@ lock_gone(shmlock_lock_t *l, uint64_t owner, int flags)
 }
 
 /* Whether the lock may go to the starver of mark m: still waiting, not a
- * gone waiter of ours, and (alive) its process alive.  -1: ask. */
+ * gone waiter of ours, its process alive (check).  -1: ask. */
 static int
 lock_starver_ok(shmlock_lock_t *l, const shmlock_mark_t *m, int64_t now,
-    int flags, int alive)
+    int flags)
 {
     shmlock_ticket_t  probe;
     int               g;
@@ -358,9 +357,6 @@ lock_starver_ok(shmlock_lock_t *l, const shmlock_mark_t *m, int64_t now,
     g = lock_gone(l, m->owner, flags);
     if (g != 0) {
         return g < 0 ? -1 : 0;
-    }
-    if (!alive) {
-        return 1;
     }
     memset(&probe, 0, sizeof(probe));
     probe.owner = m->owner;
@@ -585,7 +581,7 @@ lock_take_over(shmlock_lock_t *l, const shmlock_ticket_t *seen,
     int               to_starver = 0, rc, g;
 
     if (has_mark && m->owner != lock_owner(l)) {
-        to_starver = lock_starver_ok(l, m, lock_now_ms(), how->flags, 1);
+        to_starver = lock_starver_ok(l, m, lock_now_ms(), how->flags);
         if (to_starver < 0) {
             return SHMLOCK_ASK;
         }
@@ -856,31 +852,6 @@ slow:
     return lock_release_slow(l, slow_flags);
 }
 
-/*
- * After a handoff (moved: the state handed over), whether the starver's
- * process exists: asked once the key is the starver's, by one kill(pid,
- * 0).  The full check (a /proc read, ~10 us on a VM) before the swap held
- * the key from everybody, the marked waiter spinning for it included,
- * while both CPUs were busy (bench 9: 32 processes on one key, 1.25x
- * flock's rate, 1.3-1.4x without it).  A gone starver's key is released
- * from that state, waking a sleeper of the key, before unlock() returns,
- * as it was freed when asked first.  A starver that is a zombie, or whose
- * pid a younger process took, keeps it as a holder that died holding it
- * does: the waiters' check of the holder (a zombie at a wait's first
- * look, the start time after each timed-out sleep step) takes it over.
- * So does a state that moved meanwhile (marked by the next starver).
- */
-static void
-lock_handed(shmlock_zone_t *zone, const shmlock_mark_t *m,
-    const shmlock_ticket_t *moved)
-{
-    uint32_t  pid = lock_pid_of(m->owner);
-
-    if (pid != (uint32_t) (int) sys_pid() && !sys_proc_exists(pid)) {
-        (void) shmlock_slot_release(zone, moved);
-    }
-}
-
 static int
 lock_release(shmlock_lock_t *l, int flags)
 {
@@ -897,9 +868,7 @@ lock_release(shmlock_lock_t *l, int flags)
         lock_copy(&seen, &l->tk, 1);
         rc = shmlock_slot_read_mark(l->zone, &seen, &m);
         if (rc == SHMLOCK_OK) {
-            /* the starver's process asked after the handoff: see
-             * lock_handed */
-            ok = lock_starver_ok(l, &m, lock_now_ms(), flags, 0);
+            ok = lock_starver_ok(l, &m, lock_now_ms(), flags);
             if (ok < 0) {
                 return SHMLOCK_ASK;
             }
@@ -908,7 +877,6 @@ lock_release(shmlock_lock_t *l, int flags)
                                m.exptime_ms, 0, &moved);
                 if (rc == SHMLOCK_OK) {
                     lock_wake(l->zone, seen.hash, 1);
-                    lock_handed(l->zone, &m, &moved);
                     return SHMLOCK_OK;
                 }
             } else {
