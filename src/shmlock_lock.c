@@ -107,18 +107,11 @@ static int64_t  lock_test_waits[3 * LOCK_TEST_WAITS];
 static int      lock_test_nwaits;
 static int      lock_test_fail[SHMLOCK_TEST_LOCK_CALLS];
 static int64_t  lock_test_spin_us = -1;
-static int64_t  lock_test_first_spin_us = -1;
 
 void
 shmlock_test_lock_spin(int64_t us)
 {
     lock_test_spin_us = us;
-}
-
-void
-shmlock_test_lock_first_spin(int64_t us)
-{
-    lock_test_first_spin_us = us;
 }
 
 void
@@ -1180,13 +1173,7 @@ shmlock_lock_wait(shmlock_lock_t *l, const char *key, size_t key_len,
      * 9 us of system time per acquisition; with the spin 0.2 and 2 us,
      * 1.56-1.58x flock's rate instead of 1.28-1.39x).  No barging past
      * a mark: a marked lock is never free. */
-#ifdef SHMLOCK_TESTING
-    lock_spin(l, key, key_len, lock_test_first_spin_us >= 0
-                               ? lock_test_first_spin_us
-                               : LOCK_FIRST_SPIN_US, deadline);
-#else
     lock_spin(l, key, key_len, LOCK_FIRST_SPIN_US, deadline);
-#endif
     for ( ;; ) {
         /* counted as a waiter before looking: see shmlock_wait_begin */
         seq = shmlock_wait_begin(l->zone, on);
