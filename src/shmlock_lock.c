@@ -85,7 +85,6 @@
 #define LOCK_RETRIES          32
 #define LOCK_MIN_SLEEP        0.001
 #define LOCK_SPIN_US          50      /* a marked waiter's spin, at most */
-#define LOCK_FIRST_SPIN_US    5       /* a wait's spin before its first look */
 #define LOCK_SPIN_PAUSES      32      /* pauses between two reads */
 #define LOCK_MARKED_SALT      0x5bd1e995u
 #define LOCK_NEVER            (((uint64_t) 1 << 40) - 1)
@@ -1081,13 +1080,18 @@ lock_wait_leave(shmlock_zone_t *zone, uint32_t on, uint32_t hash,
 }
 
 /*
- * Spins while key's state stays the one a first read finds, held, for up
- * to us (on the real clock, and not past the deadline), reading the slot
- * between pauses; no write.  Only with another CPU to run the holder.
- * 1: the state moved (look again); 0: it did not, or nothing to wait for.
+ * The marked waiter, next to have the key (the release hands it over),
+ * spins a moment before it sleeps: a handoff to a sleeper leaves the key
+ * to nobody for the time the kernel takes to run it (section 3 of the
+ * bench: 13-33 us), which under sustained contention is the lock's cycle
+ * time beside the hold (bench 9 on 2 CPUs: 24 k/s sleeping, 30-31 k/s
+ * spinning, fewer CPU us per acquisition).  One mark at a time: at most
+ * one such spinner per key; plain reads of the slot, no write; bounded
+ * by LOCK_SPIN_US on the real clock and the deadline, and only with
+ * another CPU to run the holder.  1: the key's state moved (look again).
  */
 static int
-lock_spin(shmlock_lock_t *l, const char *key, size_t key_len, int64_t us,
+lock_spin_marked(shmlock_lock_t *l, const char *key, size_t key_len,
     int64_t deadline)
 {
     shmlock_ticket_t  first, seen;
@@ -1100,12 +1104,16 @@ lock_spin(shmlock_lock_t *l, const char *key, size_t key_len, int64_t us,
     }
 #endif
     if (sys_ncpu() < 2
-        || shmlock_slot_look(l->zone, key, key_len, &first) != SHMLOCK_OK
-        || first.owner == 0)
+        || shmlock_slot_look(l->zone, key, key_len, &first) != SHMLOCK_OK)
     {
         return 0;
     }
-    until = shmlock_now_us() + us;
+    until = shmlock_now_us() + LOCK_SPIN_US;
+#ifdef SHMLOCK_TESTING
+    if (lock_test_spin_us >= 0) {
+        until = shmlock_now_us() + lock_test_spin_us;
+    }
+#endif
     if (until > deadline) {
         until = deadline;
     }
@@ -1120,27 +1128,6 @@ lock_spin(shmlock_lock_t *l, const char *key, size_t key_len, int64_t us,
         }
     } while (shmlock_now_us() < until);
     return 0;
-}
-
-/*
- * The marked waiter, next to have the key (the release hands it over),
- * spins a moment before it sleeps: a handoff to a sleeper leaves the key
- * to nobody for the time the kernel takes to run it (section 3 of the
- * bench: 13-33 us), which under sustained contention is the lock's cycle
- * time beside the hold (bench 9 on 2 CPUs: 24 k/s sleeping, 30-31 k/s
- * spinning, fewer CPU us per acquisition).  One mark at a time: at most
- * one such spinner per key.  1: the key's state moved (look again).
- */
-static int
-lock_spin_marked(shmlock_lock_t *l, const char *key, size_t key_len,
-    int64_t deadline)
-{
-#ifdef SHMLOCK_TESTING
-    if (lock_test_spin_us >= 0) {
-        return lock_spin(l, key, key_len, lock_test_spin_us, deadline);
-    }
-#endif
-    return lock_spin(l, key, key_len, LOCK_SPIN_US, deadline);
 }
 
 int
@@ -1163,17 +1150,6 @@ shmlock_lock_wait(shmlock_lock_t *l, const char *key, size_t key_len,
     memset(&how, 0, sizeof(how));
     how.exptime_ms = w->exptime_ms;
     *elapsed_us = 0;
-    /* A wait begins with a spin of LOCK_FIRST_SPIN_US for a release of the
-     * holder (the first look and its check of the holder come after: a
-     * dead holder's key is still taken before any sleep).  The lock()
-     * that called found the key held, most often in the middle of a
-     * short hold: a waiter that looked, checked the holder (a pidfd,
-     * ~6 us) and slept instead took a sleep, a wake-up and the check per
-     * acquisition (bench 9, 32 processes on 2 CPUs: 0.55 switches and
-     * 9 us of system time per acquisition; with the spin 0.2 and 2 us,
-     * 1.56-1.58x flock's rate instead of 1.28-1.39x).  No barging past
-     * a mark: a marked lock is never free. */
-    lock_spin(l, key, key_len, LOCK_FIRST_SPIN_US, deadline);
     for ( ;; ) {
         /* counted as a waiter before looking: see shmlock_wait_begin */
         seq = shmlock_wait_begin(l->zone, on);
