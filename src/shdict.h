@@ -27,13 +27,30 @@
  * across it.  The CLOCK hint as a rewrite in place sets it (rewrite.c).
  * 0 when anything else would change: the caller takes the general path.
  */
-static inline int
-shdict_store_scalar(shard_t *sh, uint32_t i, entry_t *e,
-    const shmlock_value_t *v, int64_t exptime_ms, int pinned)
+/* The value word of entry e (index i) set to v's number or boolean, and
+ * its CLOCK hint unless pinned: the one store of a scalar rewritten in
+ * place (shdict_store_scalar, shdict_set_in_place). */
+static inline void
+shdict_store_num(shard_t *sh, uint32_t i, entry_t *e,
+    const shmlock_value_t *v, int pinned)
 {
     double    num = v->num;
     uint64_t  bits;
 
+    if (v->type == SHMLOCK_TBOOLEAN) {
+        num = num != 0 ? 1 : 0;
+    }
+    memcpy(&bits, &num, sizeof(bits));
+    WORDSTORE64(e->num, bits);
+    if (!pinned) {
+        *chunk_ref(sh, i) = 1;
+    }
+}
+
+static inline int
+shdict_store_scalar(shard_t *sh, uint32_t i, entry_t *e,
+    const shmlock_value_t *v, int64_t exptime_ms, int pinned)
+{
     /* the same type, class and user flags, no expiry: meta and the
      * stream stay as they are */
     if (e->meta != entry_meta(entry_key_len(e), (uint32_t) v->type, pinned,
@@ -44,14 +61,7 @@ shdict_store_scalar(shard_t *sh, uint32_t i, entry_t *e,
     {
         return 0;
     }
-    if (v->type == SHMLOCK_TBOOLEAN) {
-        num = num != 0 ? 1 : 0;
-    }
-    memcpy(&bits, &num, sizeof(bits));
-    WORDSTORE64(e->num, bits);
-    if (!pinned) {
-        *chunk_ref(sh, i) = 1;
-    }
+    shdict_store_num(sh, i, e, v, pinned);
     return 1;
 }
 
@@ -71,8 +81,6 @@ shdict_set_in_place(shard_t *sh, const char *key, size_t klen,
 {
     uint32_t   t = chunk_index(sh, sh->hdr->dict.lru_tail), i;
     entry_t   *e;
-    uint64_t   bits;
-    double     num;
 
     /* every store first drops expired entries at the tail: leave that to
      * shdict_store */
@@ -94,13 +102,7 @@ shdict_set_in_place(shard_t *sh, const char *key, size_t klen,
     {
         return 0;
     }
-    num = v->num;
-    if (v->type == SHMLOCK_TBOOLEAN) {
-        num = num != 0 ? 1 : 0;
-    }
-    memcpy(&bits, &num, sizeof(bits));
-    WORDSTORE64(e->num, bits);
-    *chunk_ref(sh, i) = 1;
+    shdict_store_num(sh, i, e, v, 0);
     return 1;
 }
 
