@@ -287,18 +287,24 @@ describe("the fleet tier when Redis fails", function()
                 function() return 1 end)
         end
         fleet_hosts.reset(raw)
-        -- Redis asleep for 2.5 s: what the hosts send meanwhile runs when
-        -- it wakes, and INFO commandstats counts it
-        local sleeper = proc.spawn(function()
-            server:client(10):raw_cmd("DEBUG SLEEP 2.5")
-        end)
-        proc.sleep(0.1)
+        -- Redis stopped (SIGSTOP) until every worker is done, however long
+        -- spawning them takes: what the hosts send meanwhile waits in its
+        -- sockets, runs when it resumes, and INFO commandstats counts it
+        server:pause()
+        fx:defer(function() server:resume() end)
         local pids = {}
         for h = 1, 3 do
             for p = 1, 4 do
                 pids[#pids + 1] = hosts:spawn(h, function()
                     local c = fleet_hosts.cache("fleet", server.port, opts)
-                    local deadline = proc.now() + 2
+                    board:incr("ready", 1, 0)
+                    -- one 2 s window for all twelve, set when all are ready
+                    local limit = proc.now() + 60
+                    while not board:get("end") do
+                        assert(proc.now() < limit, "no start")
+                        proc.sleep(0.001)
+                    end
+                    local deadline = board:get("end")
                     local n = 0
                     while proc.now() < deadline do
                         n = n + 1
@@ -310,15 +316,25 @@ describe("the fleet tier when Redis fails", function()
                 end)
             end
         end
+        local limit = proc.now() + 60
+        while (board:get("ready") or 0) < #pids and proc.now() < limit do
+            proc.sleep(0.001)
+        end
+        assert.equal(#pids, board:get("ready"))
+        board:set("end", proc.now() + 2)
         for i, r in ipairs(proc.wait_all(pids, 60)) do
             assert.same({ how = "exit", code = 0, msg = "" },
                         { how = r.how, code = r.code, msg = r.msg },
                         "process " .. i)
         end
-        assert.same({ how = "exit", code = 0, msg = "" }, proc.wait(sleeper))
+        server:resume()
+        -- a round trip after the resume: the event-loop turn that answers
+        -- it has already run every command that waited in a socket
+        raw:ping()
+        raw:ping()
         local _, by = fleet_hosts.commands(raw)
         local sent = (by.evalsha or 0) + (by.eval or 0)
-        report("Redis asleep 2.5 s: %d misses on 3 hosts sent %d scripts",
+        report("Redis stopped: %d misses on 3 hosts in 2 s sent %d scripts",
                board:get("gets"), sent)
         assert.is_true(board:get("gets") > 100)
         -- per host: the first miss of each of its 4 processes (they start
