@@ -508,7 +508,12 @@ shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
         return SHMLOCK_CHANGED;
     }
     rc = sh->slots.cas16 ? slot_mark_read(&sh->slots, &at, &r) : SLOT_SLOW;
-    if (rc == SLOT_SLOW) {
+    if (rc != SLOT_OK) {
+        /* SLOT_GONE may be a record being written (seq odd) by a marker
+         * that holds the shard's mutex: one preempted, or killed there.
+         * Under the mutex the read waits for it, or its takeover drops
+         * the half-written mark; a caller that retried at once instead
+         * (the release of a marked lock, 32 times) ran out of tries. */
         shard_lock(sh);
         rc = shard_unlock(sh, slot_mark_read_locked(&sh->slots, &at, &r));
     }
