@@ -898,6 +898,48 @@ describe("resty.shmlock", function()
             assert.equal(0, dict:get("woken"))          -- no sleep cut short
         end)
 
+        it("a waiter takes a key released during its first spin without "
+           .. "a sleep", function()
+            local holder = assert(resty_lock:new(dict, { exptime = 60 }))
+            assert.same({ 0 }, { holder:lock("k") })
+            local pid = proc.spawn(function()
+                -- a first spin of 10 s: the release below comes during it
+                require("helpers.test_hooks").shmlock_test_lock_first_spin(
+                    10e6)
+                local fc = fake_clock.new { real = true }
+                local l = assert(fc:require("resty.shmlock"):new(dict,
+                    { timeout = 30, exptime = 60 }))
+                assert(dict:set("ready", true))
+                local elapsed = assert(l:lock("k"))
+                assert(dict:set("waits", #fc.waits))
+                assert(dict:set("elapsed", elapsed))
+                assert(l:unlock() == 1)
+            end)
+            -- CPU time (clock ticks) of pid, from /proc/<pid>/stat
+            local function cpu_ticks()
+                local f = assert(io.open("/proc/" .. pid .. "/stat", "rb"))
+                local st = f:read("*a")
+                f:close()
+                local utime, stime = st:match("%) %a" .. (" %S+"):rep(10)
+                                              .. " (%d+) (%d+)")
+                return tonumber(utime) + tonumber(stime)
+            end
+            while not dict:get("ready") do
+                proc.sleep(0.001)
+            end
+            -- once ready, the child burns CPU only in its wait's spin: 3
+            -- ticks more (30 ms at 100 Hz) and it is surely spinning
+            local ticks, give_up = cpu_ticks(), proc.now() + 5
+            while cpu_ticks() < ticks + 3 and proc.now() < give_up do
+                proc.sleep(0.005)
+            end
+            assert.equal("R", proc.state(pid))          -- not asleep
+            assert.same({ 1 }, { holder:unlock() })
+            children.expect_clean_exits({ pid })
+            assert.equal(0, dict:get("waits"))          -- no sleep
+            assert.is_true(dict:get("elapsed") > 0)     -- it waited
+        end)
+
         it("a waiter checks a live holder by its pid at its first look, "
            .. "and reads /proc only after sleeps it kept the key across",
            function()

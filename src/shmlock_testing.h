@@ -79,5 +79,8 @@ SHMLOCK_API void shmlock_test_lock_fail(int call, int rc);
  * a spec makes it long enough that the handoff it waits for surely comes
  * during it; < 0: the build's own (LOCK_SPIN_US). */
 SHMLOCK_API void shmlock_test_lock_spin(int64_t us);
+/* A wait's spin before its first look (shmlock_lock.c), in us, the same
+ * way; < 0: the build's own (LOCK_FIRST_SPIN_US). */
+SHMLOCK_API void shmlock_test_lock_first_spin(int64_t us);
 
 #endif /* SHMLOCK_TESTING_H */

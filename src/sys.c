@@ -270,6 +270,15 @@ sys_proc_running(uint32_t pid)
 }
 
 int
+sys_proc_exists(uint32_t pid)
+{
+    if (pid == 0 || pid > SYS_PID_MAX) {
+        return 0;
+    }
+    return kill((pid_t) pid, 0) == 0 || errno == EPERM;
+}
+
+int
 sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask)
 {
     char      state;

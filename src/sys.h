@@ -127,6 +127,10 @@ int sys_proc_alive(uint32_t pid, uint64_t start, uint64_t start_mask);
  * its start time (a younger process reusing the pid passes): a pidfd
  * polled, no /proc read where the kernel has pidfd_open (Linux 5.3) */
 int sys_proc_running(uint32_t pid);
+/* 0 if no process has pid (exited and reaped), for pid 0 or one beyond
+ * PID_MAX_LIMIT; 1 else (a zombie, a younger process reusing the pid, a
+ * process of another user pass): one kill(pid, 0), no /proc read */
+int sys_proc_exists(uint32_t pid);
 #ifdef SHMLOCK_TESTING
 /* /proc/<pid>/stat reads (shmlock_test_proc_reads) */
 extern uint64_t  sys_test_proc_reads;

@@ -24,6 +24,7 @@ for _, decl in ipairs {
     "int shmlock_test_lock_waits(int64_t *out, int max);",
     "void shmlock_test_lock_fail(int call, int rc);",
     "void shmlock_test_lock_spin(int64_t us);",
+    "void shmlock_test_lock_first_spin(int64_t us);",
     [[enum {
         SHMLOCK_TEST_LOCK_SWAP = 0,
         SHMLOCK_TEST_LOCK_RELEASE,
