@@ -266,10 +266,10 @@ describe("resty.shmlock when a zone call fails (injected)", function()
         -- such reads; 32 of them answered 'changed' and the holder kept
         -- the key.  It must wait for the mutex, or take it over.
         local half = 0
-        for n = 1, 64 do
+        for w = 1, 64 do
             local holder = held_and_marked()
             local pid = proc.spawn(function()
-                hooks.shmlock_test_crash_at(n)
+                hooks.shmlock_test_crash_at(w)
                 local ok = slot.mark(dict, "k", { pid = proc.getpid(),
                                                   id = 7, since = 0,
                                                   till = now_ms() + 60000 })
@@ -282,7 +282,7 @@ describe("resty.shmlock when a zone call fails (injected)", function()
             if marked and not slot.marked(dict, "k") then
                 half = half + 1
             end
-            assert.same({ 1 }, { holder:unlock() }, "killed at write " .. n)
+            assert.same({ 1 }, { holder:unlock() }, "killed at write " .. w)
             assert.is_false(holder:owned())
             -- to our live starver (the record was its), or freed (the
             -- dead starver's, complete or dropped): never kept
