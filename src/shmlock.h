@@ -581,8 +581,10 @@ SHMLOCK_API int shmlock_slot_mark(shmlock_zone_t *zone,
     const shmlock_ticket_t *seen, const shmlock_mark_t *m,
     shmlock_ticket_t *t);
 /* The mark of the marked state t (a look's): SHMLOCK_OK (m);
- * SHMLOCK_CHANGED: the slot is in another state now, or its mark is
- * being rewritten (look again).  Writes nothing. */
+ * SHMLOCK_CHANGED: the slot is in another state now (look again).  A
+ * mark being rewritten is waited for (the shard's mutex, which its
+ * writer holds); a writer that died there is taken over, its half-written
+ * mark dropped (SHMLOCK_CHANGED).  Writes nothing else. */
 SHMLOCK_API int shmlock_slot_read_mark(shmlock_zone_t *zone,
     const shmlock_ticket_t *t, shmlock_mark_t *m);
 /*
