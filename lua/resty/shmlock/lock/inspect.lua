@@ -65,7 +65,7 @@ local STEP = 64
 
 
 -- { pid, alive, deadline, waited } of the starving waiter marked on the
--- lock in state tk, or nil (no mark, or one being rewritten)
+-- lock in state tk, or nil (no mark, or the lock left state tk)
 local function marked(zone, tk, now)
     if zone_backend.read_mark(zone, tk) ~= OK then
         return nil
