@@ -518,7 +518,8 @@ shmlock_slot_read_mark(shmlock_zone_t *zone, const shmlock_ticket_t *t,
         rc = shard_unlock(sh, slot_mark_read_locked(&sh->slots, &at, &r));
     }
     if (rc != SLOT_OK) {
-        return rc == SLOT_GONE ? SHMLOCK_CHANGED : SHMLOCK_CORRUPT;
+        return shm_watch_after(zone, rc == SLOT_GONE ? SHMLOCK_CHANGED
+                                                     : SHMLOCK_CORRUPT);
     }
     m->owner = r.owner;
     m->process = r.process;
