@@ -43,26 +43,3 @@ optimistic_stream(const shard_t *sh, uint32_t c, size_t hroom, size_t off,
     *equal = 1;
     return 1;
 }
-
-int
-optimistic_live(shard_t *sh, const char *key, size_t klen, uint32_t hash,
-    int64_t now_ms)
-{
-    uint32_t  seq, i;
-    int64_t   expires;
-    int       ok, live = 0;
-
-    seq = seqlock_read_begin(&sh->hdr->seq);
-    if (seq & 1) {
-        return OPTIMISTIC_RETRY;
-    }
-    i = optimistic_lookup(sh, key, klen, hash, &ok);
-    if (!ok) {
-        return OPTIMISTIC_RETRY;
-    }
-    if (i != 0) {
-        expires = entry_expires(entry_at(sh, i));
-        live = expires == 0 || expires > now_ms;
-    }
-    return optimistic_valid(sh, seq) ? live : OPTIMISTIC_RETRY;
-}

@@ -161,14 +161,4 @@ optimistic_get(shard_t *sh, const char *key, size_t klen, uint32_t hash,
     return SHMLOCK_OK;
 }
 
-/*
- * Whether key holds a live (unexpired) value at now_ms: 1, 0 (absent or
- * expired), or OPTIMISTIC_RETRY.  Writes nothing at all, not even the
- * read mark: the lock's failed acquire asks it before it would take the
- * mutex, so that a contended key costs its waiters no write to the
- * shard's lines.
- */
-int optimistic_live(shard_t *sh, const char *key, size_t klen, uint32_t hash,
-    int64_t now_ms);
-
 #endif /* OPTIMISTIC_H */
