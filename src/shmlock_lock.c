@@ -171,6 +171,8 @@ lock_test_record(int64_t from, int64_t to, int woken)
      ? lock_test_fail[SHMLOCK_TEST_LOCK_##c] : (call))
 /* a fast path that makes the call itself: not while it is to fail */
 #define LOCK_FAST(c)  (lock_test_fail[SHMLOCK_TEST_LOCK_##c] == 0)
+/* a spin's length: us, or the spec's (shmlock_test_lock_*spin, >= 0) */
+#define LOCK_SPIN_LEN(test_us, us)  ((test_us) >= 0 ? (test_us) : (us))
 
 static int64_t
 lock_now_us(void)
@@ -202,6 +204,7 @@ lock_sleep(shmlock_zone_t *zone, uint32_t on, uint32_t seq, int64_t us)
 
 #define LOCK_CALL(c, call)  (call)
 #define LOCK_FAST(c)        1
+#define LOCK_SPIN_LEN(test_us, us)  (us)
 
 static inline int64_t
 lock_now_us(void)
@@ -1174,12 +1177,8 @@ static int
 lock_spin_marked(shmlock_lock_t *l, const char *key, size_t key_len,
     int64_t deadline)
 {
-#ifdef SHMLOCK_TESTING
-    if (lock_test_spin_us >= 0) {
-        return lock_spin(l, key, key_len, lock_test_spin_us, deadline);
-    }
-#endif
-    return lock_spin(l, key, key_len, LOCK_SPIN_US, deadline);
+    return lock_spin(l, key, key_len,
+                     LOCK_SPIN_LEN(lock_test_spin_us, LOCK_SPIN_US), deadline);
 }
 
 int
@@ -1212,13 +1211,9 @@ shmlock_lock_wait(shmlock_lock_t *l, const char *key, size_t key_len,
      * 9 us of system time per acquisition; with the spin 0.2 and 2 us,
      * 1.56-1.58x flock's rate instead of 1.28-1.39x).  No barging past
      * a mark: a marked lock is never free. */
-#ifdef SHMLOCK_TESTING
-    lock_spin(l, key, key_len, lock_test_first_spin_us >= 0
-                               ? lock_test_first_spin_us
-                               : LOCK_FIRST_SPIN_US, deadline);
-#else
-    lock_spin(l, key, key_len, LOCK_FIRST_SPIN_US, deadline);
-#endif
+    lock_spin(l, key, key_len,
+              LOCK_SPIN_LEN(lock_test_first_spin_us, LOCK_FIRST_SPIN_US),
+              deadline);
     for ( ;; ) {
         /* counted as a waiter before looking: see shmlock_wait_begin */
         seq = shmlock_wait_begin(l->zone, on);
