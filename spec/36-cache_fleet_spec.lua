@@ -348,11 +348,12 @@ describe("resty.shmlock.cache with opts.redis", function()
             .. fx.dir .. "' LUA_PATH='" .. root .. "/lua/?.lua;lib/?.lua;"
             .. root .. "/scripts/lua/?.lua;;' luajit instructions.lua "
             .. "cache_hit cache_hit_fleet 2>&1")
-        local plain = tonumber(out:match("instr%s+cache_hit%s+([%d.]+) Ir"))
-        local with = tonumber(out:match("instr%s+cache_hit_fleet%s+([%d.]+)"
-                                        .. " Ir"))
-        assert.is_number(plain, out)
-        assert.is_number(with, out)
+        local function count(op)
+            local n = tonumber(out:match("instr%s+" .. op .. "%s+([%d.]+) Ir"))
+            assert.is_number(n, out)
+            return n
+        end
+        local plain, with = count("cache_hit"), count("cache_hit_fleet")
         local _, by = fleet_hosts.commands(raw)
         local sent = (by.evalsha or 0) + (by.eval or 0)
         report("an L1 hit: %.0f instructions, %.0f with opts.redis (x%.2f);"
