@@ -4,7 +4,8 @@
 -- (5) GET /run?bench=...&n=...: each worker times n iterations of a loop
 --     (all workers at once); one repetition's figure is the mean ns per op
 --     over the workers.  The lock loops' repetitions take turns (ours on
---     a zone, resty.lock's algorithm, ours on its lua_shared_dict).
+--     a zone, resty.lock's algorithm, ours on its lua_shared_dict, and
+--     for the reused pair the last two's C calls alone: the floors).
 -- (6) wrk, 100 connections, on /stampede/ours, /stampede/stale (the
 --     cache with stale_ttl, when resty.shmlock.cache has it) and
 --     /stampede/peer.
@@ -100,8 +101,10 @@ if wants(5) then
     bench.log("(5) inside nginx, %d worker(s): ns per op", workers)
     -- ours on a zone, the peer, ours on the peer's lua_shared_dict
     loop_bench(section, { "lock_new_ours", "lock_new_peer", "lock_new_drop" })
+    -- with the floors of the last two: their C calls alone (bench_inside)
     loop_bench(section, { "lock_reused_ours", "lock_reused_peer",
-                          "lock_reused_drop" })
+                          "lock_reused_drop", "lock_reused_floor2",
+                          "lock_reused_floor3" })
     for _, name in ipairs{
         "get_ours", "get_ngx", "set_ours", "set_ngx",
         "add_delete_ours", "add_delete_ngx", "queue_ours", "queue_ngx",

@@ -138,6 +138,73 @@ lock_loop("lock_new_drop", resty_lock, "bench_ngx_locks", false)
 lock_loop("lock_reused_drop", resty_lock, "bench_ngx_locks", true,
           "ngx.shared")
 
+-- The floors of the two lock rows on a lua_shared_dict: nginx's C functions
+-- behind ngx.shared.DICT called directly, with nothing around them, on the
+-- keys the lock loops use.  floor2 is resty.lock's pair (add true, delete);
+-- floor3 is the drop-in's (add a number with flags, get it back to check
+-- the owner, delete).  Their ratio is what no lock with an owner check on
+-- ngx.shared.DICT can beat (see bench/README, "The drop-in").
+local C = ffi.C
+local has_direct = pcall(require, "resty.core.shdict") and pcall(function()
+    return C.ngx_http_lua_ffi_shdict_get, C.ngx_http_lua_ffi_shdict_store,
+           C.ngx_http_lua_ffi_shdict_udata_to_zone
+end)
+local f_type = ffi.new("int[1]")
+local f_flags = ffi.new("int[1]")
+local f_num = ffi.new("double[1]")
+local f_stale = ffi.new("int[1]")
+local f_forcible = ffi.new("int[1]")
+local f_err = ffi.new("char *[1]")
+local f_buf = ffi.new("unsigned char[64]")
+local f_ptr = ffi.new("unsigned char *[1]")
+local f_len = ffi.new("size_t[1]")
+local T_NIL, T_BOOLEAN, T_NUMBER = 0, 1, 3
+local OP_SET, OP_ADD = 0, 1
+local EXPTIME_MS = 30000               -- resty.lock's default exptime
+
+local function floor_loop(n, three)
+    assert(has_direct, "nginx's shdict functions are not callable here")
+    local z = C.ngx_http_lua_ffi_shdict_udata_to_zone(shared.bench_ngx_locks[1])
+    local owner = wid * 2 ^ 31 + 12345   -- a number, as the drop-in stores
+    local j = 0
+    local t0 = now()
+    for _ = 1, n do
+        j = j < LOCK_KEYS and j + 1 or 1
+        local key = lock_keys[j]
+        local klen = #key
+        local rc
+        if three then
+            rc = C.ngx_http_lua_ffi_shdict_store(z, OP_ADD, key, klen,
+                     T_NUMBER, nil, 0, owner, EXPTIME_MS, 6789, f_err,
+                     f_forcible)
+            if rc ~= 0 then error("add: " .. ffi.string(f_err[0])) end
+            f_ptr[0] = f_buf
+            f_len[0] = 64
+            rc = C.ngx_http_lua_ffi_shdict_get(z, key, klen, f_type, f_ptr,
+                     f_len, f_num, f_flags, 0, f_stale, f_err)
+            if rc ~= 0 or f_type[0] ~= T_NUMBER or f_num[0] ~= owner
+               or f_flags[0] ~= 6789 then
+                error("get: not the owner")
+            end
+        else
+            rc = C.ngx_http_lua_ffi_shdict_store(z, OP_ADD, key, klen,
+                     T_BOOLEAN, nil, 0, 1, EXPTIME_MS, 0, f_err, f_forcible)
+            if rc ~= 0 then error("add: " .. ffi.string(f_err[0])) end
+        end
+        rc = C.ngx_http_lua_ffi_shdict_store(z, OP_SET, key, klen, T_NIL,
+                 nil, 0, 0, 0, 0, f_err, f_forcible)
+        if rc ~= 0 then error("delete: " .. ffi.string(f_err[0])) end
+    end
+    return now() - t0
+end
+
+B.lock_reused_floor2 = function(n)
+    return { lock_reused_floor2 = floor_loop(n, false) }
+end
+B.lock_reused_floor3 = function(n)
+    return { lock_reused_floor3 = floor_loop(n, true) }
+end
+
 local function fill(dict)
     for i = 1, NKEYS do
         local ok, err = dict:set(keys[i], VALUE)
