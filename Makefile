@@ -70,7 +70,8 @@ ASAN_ENV    = ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
 
 PROVE    = prove
 VALGRIND = valgrind -q --error-exitcode=1 --leak-check=full \
-           --errors-for-leak-kinds=definite,indirect
+           --errors-for-leak-kinds=definite,indirect \
+           --show-leak-kinds=definite,indirect
 
 # Where `make install` puts things; luarocks passes its own INST_* dirs.
 PREFIX      ?= /usr/local
