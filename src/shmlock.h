@@ -1012,5 +1012,31 @@ SHMLOCK_API int shmlock_token_block(char *dst);
 enum { SHMLOCK_OWNER_IDS = 4096 };
 SHMLOCK_API uint32_t shmlock_owner_ids(void);
 
+/*
+ * ngx.shared.DICT (lua-nginx-module's lua_shared_dict zones), from inside
+ * nginx only: a compare-and-delete of a number, under the dict's own
+ * mutex (shmlock_ngx_dict.c: how it reads nginx's private structures, and
+ * why it never trusts them unchecked).  zone: the dict's ngx_shm_zone_t,
+ * as ngx_http_lua_ffi_shdict_udata_to_zone returns it.
+ *
+ * shmlock_ngx_dict_probe: whether this process may use delete_if on the
+ * zone.  The caller has just added key through lua-nginx-module (a number
+ * value, user flags flags, an expiry expires_in_ms from now, exactly 8
+ * bytes of value): 0 if the entry is found where and as expected; -1 and
+ * *why (a static string) otherwise.  The caller then deletes the entry
+ * with delete_if (it must answer 1) and looks it up through
+ * lua-nginx-module (it must be gone) before any other use.
+ *
+ * shmlock_ngx_dict_delete_if: deletes key if it holds the number value
+ * with user flags flags and has not expired (by nginx's cached clock, as
+ * lua-nginx-module's get): 1 deleted, 0 not (absent, expired, another
+ * value or type), -1 the zone did not pass the checks (nothing changed).
+ */
+SHMLOCK_API int shmlock_ngx_dict_probe(void *zone, const char *key,
+    size_t key_len, double value, int flags, int64_t expires_in_ms,
+    const char **why);
+SHMLOCK_API int shmlock_ngx_dict_delete_if(void *zone, const char *key,
+    size_t key_len, double value, int flags);
+
 
 #endif /* SHMLOCK_H */

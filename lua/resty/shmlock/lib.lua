@@ -368,6 +368,11 @@ int shmlock_token_block(char *dst);
 enum { SHMLOCK_OWNER_IDS = 4096 };
 uint32_t shmlock_owner_ids(void);
 
+int shmlock_ngx_dict_probe(void *zone, const char *key, size_t key_len,
+    double value, int flags, int64_t expires_in_ms, const char **why);
+int shmlock_ngx_dict_delete_if(void *zone, const char *key, size_t key_len,
+    double value, int flags);
+
 char *strerror(int errnum);
 ]]
 

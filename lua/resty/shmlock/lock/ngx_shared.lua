@@ -60,6 +60,8 @@ local ffi_str = ffi.string
 local ffi_cast = ffi.cast
 local type = type
 local tonumber = tonumber
+local tostring = tostring
+local pairs = pairs
 local pcall = pcall
 local setmetatable = setmetatable
 local ceil = math.ceil
@@ -69,6 +71,7 @@ local str_sub = string.sub
 local band = bit.band
 local rshift = bit.rshift
 local at_least_ms = options.at_least_ms
+local log_event = require("resty.shmlock.internal.log").event
 
 local _M = {}
 
@@ -218,12 +221,18 @@ _M.holder_pid = holder_pid
 local C = ffi.C
 local direct = false            -- whether the direct calls are used
 local zones = setmetatable({}, { __mode = "k" })    -- dict -> zone
+-- dict -> whether its release is one compare-and-delete (true), is not
+-- (false), or is not known yet (nil; retry_at: when to probe again)
+local deletes = setmetatable({}, { __mode = "k" })
+local retry_at = setmetatable({}, { __mode = "k" })
+local delete_if_off = os.getenv("SHMLOCK_NGX_DELETE_IF") == "off"
 
-local OP_SET, OP_ADD, OP_REPLACE = 0, 1, 2
+local OP_SET, OP_ADD, OP_REPLACE, OP_SAFE = 0, 1, 2, 4
 local T_NIL, T_NUMBER, T_STRING = 0, 3, 4
 local BUF_LEN = 64
 
-local value_type, user_flags, num_value, is_stale, forcible, errmsg
+local value_type, user_flags, num_value, is_stale, forcible, errmsg, why
+local ngx_api                   -- ngx, with the direct calls
 local str_buf, str_ptr, str_len
 
 do
@@ -242,6 +251,8 @@ do
         end
     end
     if direct then
+        ngx_api = ngx
+        why = ffi.new("const char *[1]")
         value_type = ffi.new("int[1]")
         user_flags = ffi.new("int[1]")
         num_value = ffi.new("double[1]")
@@ -326,6 +337,105 @@ end
 
 
 -- ---------------------------------------------------------------------
+-- The compare-and-delete (shmlock_ngx_dict_delete_if, src/shmlock_ngx_dict.c).
+-- Inside nginx, with the direct calls, a lock whose value is a number is
+-- released by one call of ours under the dict's mutex: the compare and the
+-- delete at once, exact between workers, where get then delete are two
+-- rounds of the mutex with a window between them.  It reads
+-- lua-nginx-module's private structures, so each worker checks them first,
+-- once per dict, on an entry of its own: added through lua-nginx-module
+-- (safe_add: it never evicts), found by our probe where and as expected,
+-- deleted by our call, then looked up through lua-nginx-module again (it
+-- must be gone).  A dict that fails is released by get and delete (a
+-- notice in error.log says why); one too full to take the probe entry is
+-- probed again a second later.  SHMLOCK_NGX_DELETE_IF=off (nginx.conf:
+-- env SHMLOCK_NGX_DELETE_IF;) turns it off.
+
+local PROBE_TTL_MS = 3600000
+local PROBE_FLAGS = 0x2b3c4d5e
+local probes = 0
+
+-- the dict's name in nginx.conf (looked for: only for a notice)
+local function dict_label(dict)
+    for name, d in pairs(ngx_api.shared) do
+        if d == dict then
+            return 'lua_shared_dict "' .. tostring(name) .. '"'
+        end
+    end
+    return "a lua_shared_dict"
+end
+
+-- true if z's release may be delete_if; false and why if never; nil if
+-- not now (the dict could not take the probe entry)
+local function probe(z)
+    probes = probes + 1
+    local pid = C_lib.shmlock_self_pid()
+    local key = "\0shmlock probe " .. pid .. " " .. probes
+    local klen = #key
+    -- (not an integer: never a lock's value)
+    local value = pid * PID_SCALE + probes + 0.5
+    local rc = C.ngx_http_lua_ffi_shdict_store(z, OP_ADD + OP_SAFE, key,
+                                               klen, T_NUMBER, nil, 0, value,
+                                               PROBE_TTL_MS, PROBE_FLAGS,
+                                               errmsg, forcible)
+    if rc ~= 0 then
+        return nil
+    end
+    local ok, err = true, nil
+    if C_lib.shmlock_ngx_dict_probe(z, key, klen, value, PROBE_FLAGS,
+                                    PROBE_TTL_MS, why) ~= 0 then
+        ok, err = false, ffi_str(why[0])
+    elseif C_lib.shmlock_ngx_dict_delete_if(z, key, klen, value,
+                                            PROBE_FLAGS) ~= 1 then
+        ok, err = false, "the probe entry was not deleted"
+    else
+        str_ptr[0] = str_buf
+        str_len[0] = BUF_LEN
+        rc = C.ngx_http_lua_ffi_shdict_get(z, key, klen, value_type, str_ptr,
+                                           str_len, num_value, user_flags, 0,
+                                           is_stale, errmsg)
+        if rc ~= 0 or value_type[0] ~= T_NIL then
+            ok, err = false, "the probe entry outlived its delete"
+        end
+    end
+    if not ok then
+        -- (through lua-nginx-module: gone already, or gone now)
+        C.ngx_http_lua_ffi_shdict_store(z, OP_SET, key, klen, T_NIL, nil, 0,
+                                        0, 0, 0, errmsg, forcible)
+    end
+    return ok, err
+end
+
+-- whether dict's (zone z) release may be delete_if
+local function deletes_at_once(dict, z)
+    local on = deletes[dict]
+    if on ~= nil then
+        return on
+    end
+    if delete_if_off then
+        deletes[dict] = false
+        return false
+    end
+    local now = ngx_api.now()
+    if (retry_at[dict] or 0) > now then
+        return false
+    end
+    local err
+    on, err = probe(z)
+    if on == nil then
+        retry_at[dict] = now + 1
+        return false
+    end
+    if not on then
+        log_event("notice", dict_label(dict) .. ": unlock compares with get, "
+                  .. "then deletes (" .. err .. ")")
+    end
+    deletes[dict] = on
+    return on
+end
+
+
+-- ---------------------------------------------------------------------
 -- The backend.
 
 -- whether key holds the lock of value v and flags f (the dict's methods)
@@ -386,6 +496,19 @@ end
 function _M.release(dict, key, klen, tok, tlen)
     local v, f = encode(tok, tlen, klen)
     local z = zone_of(dict)
+    if z and type(v) == "number" and deletes_at_once(dict, z) then
+        local r = C_lib.shmlock_ngx_dict_delete_if(z, key, klen, v, f)
+        if r == 1 then
+            return 1
+        elseif r == 0 then
+            return 1, "expired"     -- as below
+        end
+        -- (nothing changed: the key is read below, as without it)
+        deletes[dict] = false
+        log_event("notice", dict_label(dict) .. ": unlock compares with "
+                  .. "get, then deletes (a node of the dict lies outside "
+                  .. "its zone)")
+    end
     local mine, ok, err
     if z then
         mine, err = direct_holds(z, key, klen, v, f)
@@ -476,6 +599,15 @@ end
 -- Whether the lock calls nginx's functions directly (see "The calls").
 function _M.direct()
     return direct
+end
+
+
+-- syntax: on = ngx_shared.deletes_at_once(dict)
+-- Whether unlock on dict (an ngx.shared dict) is one compare-and-delete
+-- (see "The compare-and-delete"); probes the dict if not known yet.
+function _M.deletes_at_once(dict)
+    local z = zone_of(dict)
+    return z ~= nil and deletes_at_once(dict, z)
 end
 
 

@@ -1,0 +1,393 @@
+/*
+ * A compare-and-delete on an ngx.shared.DICT (shmlock_ngx_dict_*,
+ * shmlock.h): the drop-in lock's release on a lua_shared_dict, one call
+ * under the dict's own mutex where ngx.shared.DICT has only get, then
+ * delete (two calls, two rounds of the mutex, and a window between them
+ * in which another worker may take the key).
+ *
+ * Inside nginx only, and only where this file's picture of nginx's and
+ * lua-nginx-module's structures is the running one.  That picture is
+ * private to them (no header of theirs is installed), so it is never
+ * trusted on faith: shmlock_ngx_dict_probe checks it against an entry the
+ * caller has just added through lua-nginx-module's own function (its key,
+ * value, flags and expiry, each where the picture says), and the caller
+ * deletes that entry here, then looks it up through lua-nginx-module
+ * again; only a dict that passed both is ever given to
+ * shmlock_ngx_dict_delete_if (resty.shmlock.lock.ngx_shared).  Every
+ * pointer followed is checked to lie inside the dict's shared memory;
+ * a walk that leaves it answers -1 and changes nothing.
+ *
+ * The picture (nginx 1.x; lua-nginx-module 0.10.7 of 2016 and every later
+ * one: its node had another order before, which the probe refuses):
+ *   ngx_shm_zone_t      { void *data; ngx_shm_t shm { addr, size, ... } }
+ *   data: the dict's    { shctx *sh; ngx_slab_pool_t *shpool; ... }
+ *   shctx               { ngx_rbtree_t { root, sentinel, insert };
+ *                         ngx_rbtree_node_t sentinel; ngx_queue_t lru }
+ *   a node: an ngx_rbtree_node_t { key (crc32 of the key), left, right,
+ *   parent, color } whose color is the first byte of
+ *                       { color, value_type (u8), key_len (u16),
+ *                         value_len (u32), expires (ms, 0 never), queue
+ *                         { prev, next }, user_flags (u32), key bytes,
+ *                         value bytes }
+ *   The pool's mutex (ngx_shmtx_t) begins at the first of the two words
+ *   of the pool that point at the pool itself (its lock word is the
+ *   pool's first; the second is the pool's addr): found, not assumed,
+ *   since its offset depends on nginx's build.
+ * nginx's own functions do the locking, the tree's unlinking and the
+ * slab's freeing (ngx_shmtx_lock/unlock, ngx_rbtree_delete,
+ * ngx_slab_free_locked: nginx exports them for dynamic modules), as
+ * lua-nginx-module's delete does; the clock is nginx's cached one, as its
+ * get reads it.
+ */
+
+#include "shmlock.h"
+
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct nd_rbnode_s  nd_rbnode_t;
+
+struct nd_rbnode_s {
+    uintptr_t      key;
+    nd_rbnode_t   *left;
+    nd_rbnode_t   *right;
+    nd_rbnode_t   *parent;
+    unsigned char  color;
+};
+
+typedef struct nd_queue_s  nd_queue_t;
+
+struct nd_queue_s {
+    nd_queue_t  *prev;
+    nd_queue_t  *next;
+};
+
+typedef struct {
+    nd_rbnode_t  *root;
+    nd_rbnode_t  *sentinel;
+    void         *insert;
+} nd_rbtree_t;
+
+typedef struct {
+    unsigned char   color;
+    uint8_t         value_type;
+    unsigned short  key_len;
+    uint32_t        value_len;
+    uint64_t        expires;
+    nd_queue_t      queue;
+    uint32_t        user_flags;
+    unsigned char   data[1];
+} nd_node_t;
+
+typedef struct {
+    nd_rbtree_t  rbtree;
+    nd_rbnode_t  sentinel;
+    nd_queue_t   lru;
+} nd_shctx_t;
+
+typedef struct {
+    nd_shctx_t  *sh;
+    void        *shpool;
+} nd_ctx_t;
+
+typedef struct {
+    void           *data;
+    unsigned char  *addr;
+    size_t          size;
+} nd_zone_t;
+
+typedef struct {
+    time_t     sec;
+    uintptr_t  msec;
+} nd_time_t;
+
+/* nginx's functions and its cached clock, found once */
+static struct {
+    int                   state;    /* 0 not looked for, 1 found, -1 not */
+    void                (*lock)(void *mtx);
+    void                (*unlock)(void *mtx);
+    void                (*tree_delete)(nd_rbtree_t *tree, nd_rbnode_t *n);
+    void                (*slab_free)(void *pool, void *p);
+    nd_time_t *volatile  *now;
+} ngx;
+
+/* the value type lua-nginx-module gives a number (Lua's tag) */
+#define ND_NUMBER      3
+#define ND_MUTEX_SCAN  64       /* words of the pool searched for its mutex */
+#define ND_DEPTH       128      /* a red-black tree's height bound, and more */
+#define ND_SLACK_MS    5000     /* the probe's expiry: the clock's slack */
+
+static int
+nd_symbols(void)
+{
+    if (ngx.state == 0) {
+        ngx.lock = (void (*)(void *)) dlsym(RTLD_DEFAULT, "ngx_shmtx_lock");
+        ngx.unlock = (void (*)(void *)) dlsym(RTLD_DEFAULT,
+                                              "ngx_shmtx_unlock");
+        ngx.tree_delete = (void (*)(nd_rbtree_t *, nd_rbnode_t *))
+                          dlsym(RTLD_DEFAULT, "ngx_rbtree_delete");
+        ngx.slab_free = (void (*)(void *, void *))
+                        dlsym(RTLD_DEFAULT, "ngx_slab_free_locked");
+        ngx.now = (nd_time_t *volatile *) dlsym(RTLD_DEFAULT,
+                                                "ngx_cached_time");
+        ngx.state = ngx.lock && ngx.unlock && ngx.tree_delete
+                    && ngx.slab_free && ngx.now ? 1 : -1;
+    }
+    return ngx.state == 1;
+}
+
+/* CRC-32 (IEEE, reflected, as nginx's ngx_crc32_short): the tree's key;
+ * a byte at a time from a table made on first use */
+static uint32_t  nd_crc_table[256];
+
+static uint32_t
+nd_crc32(const unsigned char *p, size_t len)
+{
+    uint32_t  crc, c;
+    int       i, k;
+
+    if (nd_crc_table[1] == 0) {
+        for (i = 0; i < 256; i++) {
+            c = (uint32_t) i;
+            for (k = 0; k < 8; k++) {
+                c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+            }
+            nd_crc_table[i] = c;
+        }
+    }
+    crc = 0xffffffffu;
+    while (len--) {
+        crc = nd_crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    }
+    return crc ^ 0xffffffffu;
+}
+
+/* whether [p, p + len) lies inside the zone's memory */
+static int
+nd_inside(const nd_zone_t *z, const void *p, size_t len)
+{
+    uintptr_t  a = (uintptr_t) p, lo = (uintptr_t) z->addr;
+
+    return a >= lo && len <= z->size && a - lo <= z->size - len;
+}
+
+/* the last zone nd_open checked (each worker uses one or a few dicts) */
+static struct {
+    const nd_zone_t  *zone;
+    nd_ctx_t         *ctx;
+    void             *mutex;
+} nd_last;
+
+static int nd_check(const nd_zone_t *z, nd_ctx_t **ctx, void **mutex);
+
+/* the dict's context and its pool's mutex, checked: 0, or -1 */
+static int
+nd_open(const nd_zone_t *z, nd_ctx_t **ctx, void **mutex)
+{
+    if (z != NULL && z == nd_last.zone) {
+        *ctx = nd_last.ctx;
+        *mutex = nd_last.mutex;
+        return 0;
+    }
+    if (nd_check(z, ctx, mutex) != 0) {
+        return -1;
+    }
+    nd_last.zone = z;
+    nd_last.ctx = *ctx;
+    nd_last.mutex = *mutex;
+    return 0;
+}
+
+static int
+nd_check(const nd_zone_t *z, nd_ctx_t **ctx, void **mutex)
+{
+    void  **w;
+    int     i;
+
+    if (z == NULL || z->data == NULL || z->addr == NULL
+        || z->size < sizeof(nd_shctx_t))
+    {
+        return -1;
+    }
+    *ctx = z->data;
+    if ((*ctx)->shpool != (void *) z->addr
+        || !nd_inside(z, (*ctx)->sh, sizeof(nd_shctx_t))
+        || (*ctx)->sh->rbtree.sentinel != &(*ctx)->sh->sentinel
+        || z->size < ND_MUTEX_SCAN * sizeof(void *))
+    {
+        return -1;
+    }
+    /* two words point at the pool: the mutex's lock pointer, then the
+     * pool's own addr; a build whose mutex is a file lock has only the
+     * second, and is not used */
+    w = (void **) z->addr;
+    *mutex = NULL;
+    for (i = 1; i < ND_MUTEX_SCAN; i++) {
+        if (w[i] == (void *) z->addr) {
+            if (*mutex != NULL) {
+                return 0;
+            }
+            *mutex = &w[i];
+        }
+    }
+    return -1;
+}
+
+/* The node of key (mutex held): 1 and *out, 0 if none, -1 if a pointer
+ * left the zone. */
+static int
+nd_find(const nd_zone_t *z, nd_shctx_t *sh, const unsigned char *key,
+    size_t klen, nd_node_t **out)
+{
+    nd_rbnode_t  *n = sh->rbtree.root, *sentinel = &sh->sentinel;
+    uintptr_t     hash = nd_crc32(key, klen);
+    nd_node_t    *sd;
+    size_t        m;
+    int           depth, rc;
+
+    for (depth = 0; n != sentinel; depth++) {
+        if (depth > ND_DEPTH
+            || !nd_inside(z, n, offsetof(nd_rbnode_t, color)
+                                + offsetof(nd_node_t, data)))
+        {
+            return -1;
+        }
+        if (hash != n->key) {
+            n = hash < n->key ? n->left : n->right;
+            continue;
+        }
+        sd = (nd_node_t *) &n->color;
+        if (!nd_inside(z, sd->data, sd->key_len)) {
+            return -1;
+        }
+        m = klen < sd->key_len ? klen : sd->key_len;
+        rc = memcmp(key, sd->data, m);
+        if (rc == 0) {
+            if (klen == sd->key_len) {
+                *out = sd;
+                return 1;
+            }
+            rc = klen < sd->key_len ? -1 : 1;
+        }
+        n = rc < 0 ? n->left : n->right;
+    }
+    return 0;
+}
+
+/* whether node sd holds the number value with flags, unexpired */
+static int
+nd_holds(const nd_zone_t *z, const nd_node_t *sd, double value,
+    uint32_t flags)
+{
+    const nd_time_t  *t;
+    double            v;
+
+    if (sd->value_type != ND_NUMBER || sd->value_len != sizeof(double)
+        || sd->user_flags != flags
+        || !nd_inside(z, sd->data + sd->key_len, sizeof(double)))
+    {
+        return 0;
+    }
+    memcpy(&v, sd->data + sd->key_len, sizeof(double));
+    if (v != value) {
+        return 0;
+    }
+    if (sd->expires != 0) {
+        t = *ngx.now;
+        if ((int64_t) (sd->expires - ((uint64_t) t->sec * 1000 + t->msec))
+            <= 0)
+        {
+            return 0;           /* expired: lua-nginx-module's get sees none */
+        }
+    }
+    return 1;
+}
+
+int
+shmlock_ngx_dict_probe(void *zone, const char *key, size_t key_len,
+    double value, int flags, int64_t expires_in_ms, const char **why)
+{
+    nd_zone_t        *z = zone;
+    nd_ctx_t         *ctx;
+    nd_node_t        *sd = NULL;
+    void             *mutex;
+    const nd_time_t  *t;
+    int64_t           left = 0;
+    int               rc, ok;
+
+    *why = NULL;
+    if (!nd_symbols()) {
+        *why = "nginx's functions are not in this process";
+        return -1;
+    }
+    if (nd_open(z, &ctx, &mutex) != 0) {
+        *why = "the dict's zone is not laid out as expected";
+        return -1;
+    }
+    ngx.lock(mutex);
+    rc = nd_find(z, ctx->sh, (const unsigned char *) key, key_len, &sd);
+    ok = rc == 1 && nd_holds(z, sd, value, (uint32_t) flags);
+    if (ok) {
+        t = *ngx.now;
+        left = (int64_t) (sd->expires
+                          - ((uint64_t) t->sec * 1000 + t->msec));
+    }
+    ngx.unlock(mutex);
+    if (rc != 1) {
+        *why = rc == 0 ? "the probe entry was not found"
+                       : "a node of the dict lies outside its zone";
+        return -1;
+    }
+    if (!ok) {
+        *why = "the probe entry's value or flags are not where expected";
+        return -1;
+    }
+    if (left > expires_in_ms + ND_SLACK_MS
+        || left < expires_in_ms - ND_SLACK_MS)
+    {
+        *why = "the probe entry's expiry is not where expected";
+        return -1;
+    }
+    return 0;
+}
+
+int
+shmlock_ngx_dict_delete_if(void *zone, const char *key, size_t key_len,
+    double value, int flags)
+{
+    nd_zone_t    *z = zone;
+    nd_ctx_t     *ctx;
+    nd_node_t    *sd = NULL;
+    nd_rbnode_t  *node;
+    void         *mutex;
+    int           rc;
+
+    if (!nd_symbols() || nd_open(z, &ctx, &mutex) != 0) {
+        return -1;
+    }
+    ngx.lock(mutex);
+    rc = nd_find(z, ctx->sh, (const unsigned char *) key, key_len, &sd);
+    if (rc == 1) {
+        if (!nd_inside(z, sd->queue.prev, sizeof(nd_queue_t))
+            || !nd_inside(z, sd->queue.next, sizeof(nd_queue_t)))
+        {
+            rc = -1;
+        } else if (nd_holds(z, sd, value, (uint32_t) flags)) {
+            /* as lua-nginx-module's delete: out of the LRU queue, out of
+             * the tree, back to the slab */
+            sd->queue.next->prev = sd->queue.prev;
+            sd->queue.prev->next = sd->queue.next;
+            node = (nd_rbnode_t *) ((unsigned char *) sd
+                                    - offsetof(nd_rbnode_t, color));
+            ngx.tree_delete(&ctx->sh->rbtree, node);
+            ngx.slab_free(ctx->shpool, node);
+        } else {
+            rc = 0;
+        }
+    }
+    ngx.unlock(mutex);
+    return rc;
+}
