@@ -43,6 +43,7 @@
 #include "shmlock.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -104,9 +105,12 @@ typedef struct {
     uintptr_t  msec;
 } nd_time_t;
 
-/* nginx's functions and its cached clock, found once */
+/* nginx's functions and its cached clock, and the CRC table: made once
+ * per process (pthread_once: OpenResty may run Lua in worker threads) */
+static pthread_once_t  nd_once = PTHREAD_ONCE_INIT;
+
 static struct {
-    int                   state;    /* 0 not looked for, 1 found, -1 not */
+    int                   found;
     void                (*lock)(void *mtx);
     void                (*unlock)(void *mtx);
     void                (*tree_delete)(nd_rbtree_t *tree, nd_rbnode_t *n);
@@ -114,51 +118,55 @@ static struct {
     nd_time_t *volatile  *now;
 } ngx;
 
+static uint32_t  nd_crc_table[256];
+
+/* the pool's mutex: its word's index in the pool (0 not found yet); the
+ * same in every pool of one nginx binary, checked again at each use */
+static int  nd_mutex_word;
+
 /* the value type lua-nginx-module gives a number (Lua's tag) */
 #define ND_NUMBER      3
 #define ND_MUTEX_SCAN  64       /* words of the pool searched for its mutex */
 #define ND_DEPTH       128      /* a red-black tree's height bound, and more */
 #define ND_SLACK_MS    5000     /* the probe's expiry: the clock's slack */
 
+static void
+nd_init(void)
+{
+    uint32_t  c;
+    int       i, k;
+
+    for (i = 0; i < 256; i++) {
+        c = (uint32_t) i;
+        for (k = 0; k < 8; k++) {
+            c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+        }
+        nd_crc_table[i] = c;
+    }
+    ngx.lock = (void (*)(void *)) dlsym(RTLD_DEFAULT, "ngx_shmtx_lock");
+    ngx.unlock = (void (*)(void *)) dlsym(RTLD_DEFAULT, "ngx_shmtx_unlock");
+    ngx.tree_delete = (void (*)(nd_rbtree_t *, nd_rbnode_t *))
+                      dlsym(RTLD_DEFAULT, "ngx_rbtree_delete");
+    ngx.slab_free = (void (*)(void *, void *))
+                    dlsym(RTLD_DEFAULT, "ngx_slab_free_locked");
+    ngx.now = (nd_time_t *volatile *) dlsym(RTLD_DEFAULT, "ngx_cached_time");
+    ngx.found = ngx.lock && ngx.unlock && ngx.tree_delete && ngx.slab_free
+                && ngx.now;
+}
+
 static int
 nd_symbols(void)
 {
-    if (ngx.state == 0) {
-        ngx.lock = (void (*)(void *)) dlsym(RTLD_DEFAULT, "ngx_shmtx_lock");
-        ngx.unlock = (void (*)(void *)) dlsym(RTLD_DEFAULT,
-                                              "ngx_shmtx_unlock");
-        ngx.tree_delete = (void (*)(nd_rbtree_t *, nd_rbnode_t *))
-                          dlsym(RTLD_DEFAULT, "ngx_rbtree_delete");
-        ngx.slab_free = (void (*)(void *, void *))
-                        dlsym(RTLD_DEFAULT, "ngx_slab_free_locked");
-        ngx.now = (nd_time_t *volatile *) dlsym(RTLD_DEFAULT,
-                                                "ngx_cached_time");
-        ngx.state = ngx.lock && ngx.unlock && ngx.tree_delete
-                    && ngx.slab_free && ngx.now ? 1 : -1;
-    }
-    return ngx.state == 1;
+    pthread_once(&nd_once, nd_init);
+    return ngx.found;
 }
 
-/* CRC-32 (IEEE, reflected, as nginx's ngx_crc32_short): the tree's key;
- * a byte at a time from a table made on first use */
-static uint32_t  nd_crc_table[256];
-
+/* CRC-32 (IEEE, reflected, as nginx's ngx_crc32_short): the tree's key */
 static uint32_t
 nd_crc32(const unsigned char *p, size_t len)
 {
-    uint32_t  crc, c;
-    int       i, k;
+    uint32_t  crc = 0xffffffffu;
 
-    if (nd_crc_table[1] == 0) {
-        for (i = 0; i < 256; i++) {
-            c = (uint32_t) i;
-            for (k = 0; k < 8; k++) {
-                c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
-            }
-            nd_crc_table[i] = c;
-        }
-    }
-    crc = 0xffffffffu;
     while (len--) {
         crc = nd_crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
     }
@@ -174,66 +182,50 @@ nd_inside(const nd_zone_t *z, const void *p, size_t len)
     return a >= lo && len <= z->size && a - lo <= z->size - len;
 }
 
-/* the last zone nd_open checked (each worker uses one or a few dicts) */
-static struct {
-    const nd_zone_t  *zone;
-    nd_ctx_t         *ctx;
-    void             *mutex;
-} nd_last;
-
-static int nd_check(const nd_zone_t *z, nd_ctx_t **ctx, void **mutex);
-
 /* the dict's context and its pool's mutex, checked: 0, or -1 */
 static int
 nd_open(const nd_zone_t *z, nd_ctx_t **ctx, void **mutex)
 {
-    if (z != NULL && z == nd_last.zone) {
-        *ctx = nd_last.ctx;
-        *mutex = nd_last.mutex;
-        return 0;
-    }
-    if (nd_check(z, ctx, mutex) != 0) {
-        return -1;
-    }
-    nd_last.zone = z;
-    nd_last.ctx = *ctx;
-    nd_last.mutex = *mutex;
-    return 0;
-}
-
-static int
-nd_check(const nd_zone_t *z, nd_ctx_t **ctx, void **mutex)
-{
     void  **w;
-    int     i;
+    int     i, at, first;
 
     if (z == NULL || z->data == NULL || z->addr == NULL
-        || z->size < sizeof(nd_shctx_t))
+        || z->size < ND_MUTEX_SCAN * sizeof(void *))
     {
         return -1;
     }
     *ctx = z->data;
     if ((*ctx)->shpool != (void *) z->addr
         || !nd_inside(z, (*ctx)->sh, sizeof(nd_shctx_t))
-        || (*ctx)->sh->rbtree.sentinel != &(*ctx)->sh->sentinel
-        || z->size < ND_MUTEX_SCAN * sizeof(void *))
+        || (*ctx)->sh->rbtree.sentinel != &(*ctx)->sh->sentinel)
     {
         return -1;
     }
-    /* two words point at the pool: the mutex's lock pointer, then the
-     * pool's own addr; a build whose mutex is a file lock has only the
-     * second, and is not used */
     w = (void **) z->addr;
-    *mutex = NULL;
-    for (i = 1; i < ND_MUTEX_SCAN; i++) {
-        if (w[i] == (void *) z->addr) {
-            if (*mutex != NULL) {
-                return 0;
+    at = __atomic_load_n(&nd_mutex_word, __ATOMIC_RELAXED);
+    if (at == 0) {
+        /* two words point at the pool: the mutex's lock pointer, then the
+         * pool's own addr; a build whose mutex is a file lock has only
+         * the second, and is not used */
+        first = 0;
+        for (i = 1; i < ND_MUTEX_SCAN && at == 0; i++) {
+            if (w[i] == (void *) z->addr) {
+                if (first != 0) {
+                    at = first;
+                }
+                first = i;
             }
-            *mutex = &w[i];
         }
+        if (at == 0) {
+            return -1;
+        }
+        __atomic_store_n(&nd_mutex_word, at, __ATOMIC_RELAXED);
     }
-    return -1;
+    if (w[at] != (void *) z->addr) {
+        return -1;
+    }
+    *mutex = &w[at];
+    return 0;
 }
 
 /* The node of key (mutex held): 1 and *out, 0 if none, -1 if a pointer

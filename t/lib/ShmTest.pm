@@ -213,6 +213,7 @@ master_process on;
 pid $p/logs/nginx.pid;
 error_log $p/logs/error.log $self->{log_level};
 env SHMLOCK_DIR;
+env SHMLOCK_LIB;
 
 $self->{main_config}
 
