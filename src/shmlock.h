@@ -1014,8 +1014,8 @@ SHMLOCK_API uint32_t shmlock_owner_ids(void);
 
 /*
  * ngx.shared.DICT (lua-nginx-module's lua_shared_dict zones), from inside
- * nginx only: a compare-and-delete of a number, under the dict's own
- * mutex (shmlock_ngx_dict.c: how it reads nginx's private structures, and
+ * nginx only: a compare-and-delete and a compare-and-replace of a number,
+ * under the dict's own mutex (shmlock_ngx_dict.c: how it reads nginx's private structures, and
  * why it never trusts them unchecked).  zone: the dict's ngx_shm_zone_t,
  * as ngx_http_lua_ffi_shdict_udata_to_zone returns it.
  *
@@ -1037,6 +1037,16 @@ SHMLOCK_API int shmlock_ngx_dict_probe(void *zone, const char *key,
     const char **why);
 SHMLOCK_API int shmlock_ngx_dict_delete_if(void *zone, const char *key,
     size_t key_len, double value, int flags);
+/*
+ * shmlock_ngx_dict_replace_if: if key holds the number value with user
+ * flags flags, unexpired, gives it the number new_value, the flags
+ * new_flags and an expiry exptime_ms from now (0 or less: never), in
+ * place, as lua-nginx-module's replace: 1 replaced, 0 not, -1 the zone
+ * did not pass the checks (nothing changed).
+ */
+SHMLOCK_API int shmlock_ngx_dict_replace_if(void *zone, const char *key,
+    size_t key_len, double value, int flags, double new_value,
+    int new_flags, int64_t exptime_ms);
 
 
 #endif /* SHMLOCK_H */

@@ -1,9 +1,10 @@
 /*
- * A compare-and-delete on an ngx.shared.DICT (shmlock_ngx_dict_*,
- * shmlock.h): the drop-in lock's release on a lua_shared_dict, one call
- * under the dict's own mutex where ngx.shared.DICT has only get, then
- * delete (two calls, two rounds of the mutex, and a window between them
- * in which another worker may take the key).
+ * A compare-and-delete and a compare-and-replace on an ngx.shared.DICT
+ * (shmlock_ngx_dict_*, shmlock.h): the drop-in lock's release and
+ * extension on a lua_shared_dict, one call under the dict's own mutex
+ * where ngx.shared.DICT has only get, then delete or replace (two calls,
+ * two rounds of the mutex, and a window between them in which another
+ * worker may take the key).
  *
  * Inside nginx only, and only where this file's picture of nginx's and
  * lua-nginx-module's structures is the running one.  That picture is
@@ -13,7 +14,8 @@
  * value, flags and expiry, each where the picture says), and the caller
  * deletes that entry here, then looks it up through lua-nginx-module
  * again; only a dict that passed both is ever given to
- * shmlock_ngx_dict_delete_if (resty.shmlock.lock.ngx_shared).  Every
+ * shmlock_ngx_dict_delete_if or _replace_if
+ * (resty.shmlock.lock.ngx_shared).  Every
  * pointer followed is checked to lie inside the dict's shared memory;
  * a walk that leaves it answers -1 and changes nothing.
  *
@@ -376,6 +378,57 @@ shmlock_ngx_dict_delete_if(void *zone, const char *key, size_t key_len,
                                     - offsetof(nd_rbnode_t, color));
             ngx.tree_delete(&ctx->sh->rbtree, node);
             ngx.slab_free(ctx->shpool, node);
+        } else {
+            rc = 0;
+        }
+    }
+    ngx.unlock(mutex);
+    return rc;
+}
+
+int
+shmlock_ngx_dict_replace_if(void *zone, const char *key, size_t key_len,
+    double value, int flags, double new_value, int new_flags,
+    int64_t exptime_ms)
+{
+    nd_zone_t        *z = zone;
+    nd_ctx_t         *ctx;
+    nd_node_t        *sd = NULL;
+    nd_queue_t       *lru;
+    const nd_time_t  *t;
+    void             *mutex;
+    int               rc;
+
+    if (!nd_symbols() || nd_open(z, &ctx, &mutex) != 0) {
+        return -1;
+    }
+    ngx.lock(mutex);
+    rc = nd_find(z, ctx->sh, (const unsigned char *) key, key_len, &sd);
+    if (rc == 1) {
+        lru = &ctx->sh->lru;
+        if (!nd_inside(z, sd->queue.prev, sizeof(nd_queue_t))
+            || !nd_inside(z, sd->queue.next, sizeof(nd_queue_t))
+            || !nd_inside(z, lru->next, sizeof(nd_queue_t)))
+        {
+            rc = -1;
+        } else if (nd_holds(z, sd, value, (uint32_t) flags)) {
+            /* as lua-nginx-module's replace of a value of the same size:
+             * in place, and to the head of the LRU queue */
+            sd->queue.next->prev = sd->queue.prev;
+            sd->queue.prev->next = sd->queue.next;
+            sd->queue.next = lru->next;
+            sd->queue.next->prev = &sd->queue;
+            sd->queue.prev = lru;
+            lru->next = &sd->queue;
+            if (exptime_ms > 0) {
+                t = *ngx.now;
+                sd->expires = (uint64_t) t->sec * 1000 + t->msec
+                              + (uint64_t) exptime_ms;
+            } else {
+                sd->expires = 0;
+            }
+            sd->user_flags = (uint32_t) new_flags;
+            memcpy(sd->data + sd->key_len, &new_value, sizeof(double));
         } else {
             rc = 0;
         }

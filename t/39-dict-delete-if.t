@@ -1,10 +1,12 @@
 # The drop-in's release on a lua_shared_dict is one compare-and-delete
 # under the dict's own mutex (shmlock_ngx_dict_delete_if, src/
-# shmlock_ngx_dict.c), used only after a probe entry checked this file's
-# picture of lua-nginx-module's structures in the running nginx.  Here:
-# it is on in Debian's nginx; the probe refuses what is not where it
-# expects (so a changed layout is caught, not trusted); delete_if deletes
-# only the number and flags asked, unexpired, and leaves everything else;
+# shmlock_ngx_dict.c), and its expire() one compare-and-replace
+# (shmlock_ngx_dict_replace_if), used only after a probe entry checked
+# that file's picture of lua-nginx-module's structures in the running
+# nginx.  Here: it is on in Debian's nginx; the probe refuses what is not
+# where it expects (so a changed layout is caught, not trusted);
+# delete_if and replace_if change only the number and flags asked,
+# unexpired, and leave everything else;
 # the lock on it keeps 2 workers' counter exact; a dict too full for the
 # probe entry is released by get and delete and probed again later; and
 # SHMLOCK_NGX_DELETE_IF=off turns it off.
@@ -47,6 +49,35 @@ my $config = <<'EOF';
                 -- nothing left behind: no lock, no probe entry, no memory
                 ngx.say("keys left: ", #d:get_keys(0),
                         ", free space kept: ", d:free_space() == free)
+            }
+        }
+
+        # expire() on the drop-in: one compare-and-replace; a stale object's
+        # leaves the holder's entry alone
+        location = /expire {
+            content_by_lua_block {
+                local d = ngx.shared.x
+                d:flush_all()
+                local holder = assert(resty_lock:new("x", { exptime = 30 }))
+                assert(holder:lock("e") == 0)
+                local v, f = d:get("e")
+                ngx.say("expire: ", holder:expire(100), " ttl ",
+                        math.floor(d:ttl("e") + 0.5))
+                local v2, f2 = d:get("e")
+                ngx.say("a new owner stored: ", v2 ~= v or f2 ~= f,
+                        ", owned: ", holder:owned())
+                local stale = assert(resty_lock:new("x", { exptime = 30 }))
+                assert(stale:lock("s") == 0)
+                d:delete("s")                   -- as if stale's expired
+                assert(holder:unlock() == 1)
+                assert(holder:lock("s") == 0)
+                local v3, f3 = d:get("s")
+                local a, b = stale:expire(10)
+                ngx.say("stale: ", tostring(a), " ", tostring(b))
+                local v4, f4 = d:get("s")
+                ngx.say("untouched: ", v4 == v3 and f4 == f3, " ttl ",
+                        math.floor(d:ttl("s") + 0.5))
+                ngx.say("unlock: ", holder:unlock(), " ", tostring(d:get("s")))
             }
         }
 
@@ -97,10 +128,29 @@ my $config = <<'EOF';
                     end
                 end
                 ngx.say("walk: ", wrong, " wrong, left ", #d:get_keys(0))
-                -- an expired entry is not ours to delete (get sees none)
+                -- replace_if: the same checks; in place, with a new expiry
+                local function rep(key, v, f, v2, f2, ms)
+                    return lib.shmlock_ngx_dict_replace_if(z, key, #key, v, f,
+                                                           v2, f2, ms)
+                end
+                assert(d:set("r", 4.5, 0, 9))
+                ngx.say("replace, wrong flags: ", rep("r", 4.5, 8, 5.5, 10,
+                                                      60000),
+                        " ", (d:get("r")))
+                ngx.say("replace, a string: ", rep("s", 4.5, 7, 5.5, 10, 0),
+                        " ", (d:get("s")))
+                ngx.say("replace: ", rep("r", 4.5, 9, 5.5, 10, 60000), " ",
+                        table.concat({ d:get("r") }, " "), " ttl ",
+                        math.floor(d:ttl("r") + 0.5))
+                ngx.say("replace, never: ", rep("r", 5.5, 10, 6.5, 11, 0),
+                        " ", d:ttl("r"))
+                ngx.say("replace, the old value: ", rep("r", 5.5, 10, 1, 1, 0))
+                -- an expired entry is not ours to delete or replace (get
+                -- sees none)
                 assert(d:set("e", 3, 0.001, 0))
                 ngx.sleep(0.01)
-                ngx.say("expired: ", del("e", 3, 0))
+                ngx.say("expired: ", del("e", 3, 0), " ", rep("e", 3, 0, 4, 0,
+                                                              0))
                 -- a list is never deleted
                 assert(d:lpush("l", 1))
                 ngx.say("a list: ", del("l", 1, 0), " ", d:llen("l"))
@@ -190,7 +240,16 @@ $t->block("the probe refuses what is not where it expects; delete_if "
              . "wrong flags: 0 1.5\nwrong value: 0 1.5\na string: 0 12345678\n"
              . "absent: 0\nright: 1 nil\nagain: 0\n"
              . "walk: 0 wrong, left 301\n"
-             . "expired: 0\na list: 0 1\n");
+             . "replace, wrong flags: 0 4.5\nreplace, a string: 0 12345678\n"
+             . "replace: 1 5.5 10 ttl 60\nreplace, never: 1 0\n"
+             . "replace, the old value: 0\n"
+             . "expired: 0 0\na list: 0 1\n");
+
+$t->block("expire() on the drop-in: one compare-and-replace; a stale "
+          . "object's leaves the holder's entry alone",
+    request => "GET /expire",
+    body    => "expire: true ttl 100\na new owner stored: true, owned: true\n"
+             . "stale: nil expired\nuntouched: true ttl 30\nunlock: 1 nil\n");
 
 subtest "2 workers, $CLIENTS x $REQUESTS locked increments of a counter "
       . "in a lua_shared_dict: exact" => sub {

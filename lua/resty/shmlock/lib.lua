@@ -372,6 +372,9 @@ int shmlock_ngx_dict_probe(void *zone, const char *key, size_t key_len,
     double value, int flags, int64_t expires_in_ms, const char **why);
 int shmlock_ngx_dict_delete_if(void *zone, const char *key, size_t key_len,
     double value, int flags);
+int shmlock_ngx_dict_replace_if(void *zone, const char *key, size_t key_len,
+    double value, int flags, double new_value, int new_flags,
+    int64_t exptime_ms);
 
 char *strerror(int errnum);
 ]]

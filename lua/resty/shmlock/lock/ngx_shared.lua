@@ -542,6 +542,25 @@ end
 -- syntax: ok, err = ngx_shared.renew(dict, key, klen, tok, new_tok, seconds)
 -- tok and new_tok: strings
 function _M.renew(dict, key, klen, tok, new_tok, seconds)
+    local z = zone_of(dict)
+    if z then
+        local v, f = encode(tok, #tok, klen)
+        if type(v) == "number" and deletes_at_once(dict, z) then
+            local v2, f2 = encode(new_tok, #new_tok, klen)
+            local r = C_lib.shmlock_ngx_dict_replace_if(z, key, klen, v, f,
+                          v2, f2, at_least_ms(seconds) * 1000)
+            if r == 1 then
+                return true
+            elseif r == 0 then
+                return nil, "expired"
+            end
+            -- (nothing changed: compared, then replaced, below)
+            deletes[dict] = false
+            log_event("notice", dict_label(dict) .. ": expire compares with "
+                      .. "get, then replaces (a node of the dict lies "
+                      .. "outside its zone)")
+        end
+    end
     local mine, err = holds(dict, key, klen, tok, #tok)
     if mine == nil then
         return nil, err
@@ -551,7 +570,6 @@ function _M.renew(dict, key, klen, tok, new_tok, seconds)
     end
     -- (the same length as the value replaced: rewritten in place)
     local v, f = encode(new_tok, #new_tok, klen)
-    local z = zone_of(dict)
     local ok
     if z then
         ok, err = store(z, OP_REPLACE, key, klen, v, f, at_least_ms(seconds))
