@@ -292,7 +292,7 @@ check-layers:
 test-lua: $(LIB) $(TEST_LIB)
 	scripts/busted.sh
 
-test-nginx: $(LIB)
+test-nginx: $(LIB) $(TEST_LIB)
 	@if [ -n "$$(find t -name '*.t' 2>/dev/null | head -n 1)" ]; then \
 	    echo "$(PROVE) -r t/"; $(PROVE) -r t/; \
 	else \
@@ -318,7 +318,8 @@ test-asan: $(ASAN_LIB) $(ASAN_CTEST) $(ASAN_SLOT_TEST) $(ASAN_GROUP_TEST)
 # runtime preloaded loads the ASan build (SHMLOCK_LIB, passed to the
 # workers by t/lib/ShmTest.pm's env line); a report aborts the worker,
 # which the tests' error.log check fails on.
-NGINX_ASAN_TESTS = t/39-dict-delete-if.t t/04-fallback.t t/19-mlcache.t \
+NGINX_ASAN_TESTS = t/39-dict-delete-if.t t/40-dict-probe-fails.t \
+                   t/04-fallback.t t/19-mlcache.t \
                    t/12-shared-full.t
 
 test-nginx-asan: $(ASAN_LIB)

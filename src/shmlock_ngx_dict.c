@@ -14,10 +14,10 @@
  * value, flags and expiry, each where the picture says), and the caller
  * deletes that entry here, then looks it up through lua-nginx-module
  * again; only a dict that passed both is ever given to
- * shmlock_ngx_dict_delete_if or _replace_if
- * (resty.shmlock.lock.ngx_shared).  Every
- * pointer followed is checked to lie inside the dict's shared memory;
- * a walk that leaves it answers -1 and changes nothing.
+ * shmlock_ngx_dict_delete_if or _replace_if (resty.shmlock.lock.
+ * ngx_shared).  Every pointer followed is checked to lie inside the
+ * dict's shared memory; a walk that leaves it answers -1 and changes
+ * nothing.
  *
  * The picture (nginx 1.x; lua-nginx-module 0.10.7 of 2016 and every later
  * one: its node had another order before, which the probe refuses):
@@ -43,6 +43,9 @@
  */
 
 #include "shmlock.h"
+#ifdef SHMLOCK_TESTING
+#include "shmlock_testing.h"
+#endif
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -300,6 +303,16 @@ nd_holds(const nd_zone_t *z, const nd_node_t *sd, double value,
     return 1;
 }
 
+#ifdef SHMLOCK_TESTING
+static int  nd_test_probe_fails;
+
+void
+shmlock_test_ngx_dict_probe_fails(int on)
+{
+    nd_test_probe_fails = on;
+}
+#endif
+
 int
 shmlock_ngx_dict_probe(void *zone, const char *key, size_t key_len,
     double value, int flags, int64_t expires_in_ms, const char **why)
@@ -313,6 +326,12 @@ shmlock_ngx_dict_probe(void *zone, const char *key, size_t key_len,
     int               rc, ok;
 
     *why = NULL;
+#ifdef SHMLOCK_TESTING
+    if (nd_test_probe_fails) {
+        *why = "the test build's probe was told to fail";
+        return -1;
+    }
+#endif
     if (!nd_symbols()) {
         *why = "nginx's functions are not in this process";
         return -1;

@@ -83,4 +83,9 @@ SHMLOCK_API void shmlock_test_lock_spin(int64_t us);
  * way; < 0: the build's own (LOCK_FIRST_SPIN_US). */
 SHMLOCK_API void shmlock_test_lock_first_spin(int64_t us);
 
+/* shmlock_ngx_dict_probe fails while on is 1 (its why says so), as on
+ * an nginx whose lua-nginx-module is not laid out as it reads: the
+ * drop-in's fallback, tested in a real nginx (t/40). */
+SHMLOCK_API void shmlock_test_ngx_dict_probe_fails(int on);
+
 #endif /* SHMLOCK_TESTING_H */

@@ -25,6 +25,7 @@ for _, decl in ipairs {
     "void shmlock_test_lock_fail(int call, int rc);",
     "void shmlock_test_lock_spin(int64_t us);",
     "void shmlock_test_lock_first_spin(int64_t us);",
+    "void shmlock_test_ngx_dict_probe_fails(int on);",
     [[enum {
         SHMLOCK_TEST_LOCK_SWAP = 0,
         SHMLOCK_TEST_LOCK_RELEASE,

@@ -225,6 +225,7 @@ local zones = setmetatable({}, { __mode = "k" })    -- dict -> zone
 -- (false), or is not known yet (nil; retry_at: when to probe again)
 local deletes = setmetatable({}, { __mode = "k" })
 local retry_at = setmetatable({}, { __mode = "k" })
+local failed = setmetatable({}, { __mode = "k" })  -- dict -> probes failed
 local delete_if_off = os.getenv("SHMLOCK_NGX_DELETE_IF") == "off"
 
 local OP_SET, OP_ADD, OP_REPLACE, OP_SAFE = 0, 1, 2, 4
@@ -346,13 +347,15 @@ end
 -- once per dict, on an entry of its own: added through lua-nginx-module
 -- (safe_add: it never evicts), found by our probe where and as expected,
 -- deleted by our call, then looked up through lua-nginx-module again (it
--- must be gone).  A dict that fails is released by get and delete (a
--- notice in error.log says why); one too full to take the probe entry is
--- probed again a second later.  SHMLOCK_NGX_DELETE_IF=off (nginx.conf:
+-- must be gone).  A dict that fails three probes, a second apart, is
+-- released by get and delete (a notice in error.log says why; until the
+-- third, too); one too full to take the probe entry is probed again a
+-- second later.  SHMLOCK_NGX_DELETE_IF=off (nginx.conf:
 -- env SHMLOCK_NGX_DELETE_IF;) turns it off.
 
 local PROBE_TTL_MS = 3600000
 local PROBE_FLAGS = 0x2b3c4d5e
+local PROBE_TRIES = 3           -- probes that fail before the verdict
 local probes = 0
 
 -- the dict's name in nginx.conf (looked for: only for a notice)
@@ -427,6 +430,14 @@ local function deletes_at_once(dict, z)
         return false
     end
     if not on then
+        -- (a probe entry deleted or flushed by someone else in between
+        -- fails too: the verdict is the third failure's)
+        local n = (failed[dict] or 0) + 1
+        failed[dict] = n
+        if n < PROBE_TRIES then
+            retry_at[dict] = now + 1
+            return false
+        end
         log_event("notice", dict_label(dict) .. ": unlock compares with get, "
                   .. "then deletes (" .. err .. ")")
     end
@@ -506,8 +517,8 @@ function _M.release(dict, key, klen, tok, tlen)
         -- (nothing changed: the key is read below, as without it)
         deletes[dict] = false
         log_event("notice", dict_label(dict) .. ": unlock compares with "
-                  .. "get, then deletes (a node of the dict lies outside "
-                  .. "its zone)")
+                  .. "get, then deletes (the dict no longer reads as its "
+                  .. "probe did)")
     end
     local mine, ok, err
     if z then
@@ -557,8 +568,8 @@ function _M.renew(dict, key, klen, tok, new_tok, seconds)
             -- (nothing changed: compared, then replaced, below)
             deletes[dict] = false
             log_event("notice", dict_label(dict) .. ": expire compares with "
-                      .. "get, then replaces (a node of the dict lies "
-                      .. "outside its zone)")
+                      .. "get, then replaces (the dict no longer reads as "
+                      .. "its probe did)")
         end
     end
     local mine, err = holds(dict, key, klen, tok, #tok)
