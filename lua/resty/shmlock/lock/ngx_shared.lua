@@ -347,10 +347,10 @@ end
 -- once per dict, on an entry of its own: added through lua-nginx-module
 -- (safe_add: it never evicts), found by our probe where and as expected,
 -- deleted by our call, then looked up through lua-nginx-module again (it
--- must be gone).  A dict that fails three probes, a second apart, is
--- released by get and delete (a notice in error.log says why; until the
--- third, too); one too full to take the probe entry is probed again a
--- second later.  SHMLOCK_NGX_DELETE_IF=off (nginx.conf:
+-- must be gone).  Until a probe passes, the dict is released by get and
+-- delete; a probe that fails, or finds the dict too full for its entry,
+-- is tried again a second later, and after three failures the verdict
+-- stands (a notice in error.log says why).  SHMLOCK_NGX_DELETE_IF=off (nginx.conf:
 -- env SHMLOCK_NGX_DELETE_IF;) turns it off.
 
 local PROBE_TTL_MS = 3600000
@@ -375,8 +375,8 @@ local function probe(z)
     local pid = C_lib.shmlock_self_pid()
     local key = "\0shmlock probe " .. pid .. " " .. probes
     local klen = #key
-    -- (not an integer: never a lock's value)
-    local value = pid * PID_SCALE + probes + 0.5
+    -- (any number: the key is the probe's own; a fraction, as no lock's)
+    local value = probes + 0.25
     local rc = C.ngx_http_lua_ffi_shdict_store(z, OP_ADD + OP_SAFE, key,
                                                klen, T_NUMBER, nil, 0, value,
                                                PROBE_TTL_MS, PROBE_FLAGS,
