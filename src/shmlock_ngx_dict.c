@@ -274,13 +274,21 @@ nd_find(const nd_zone_t *z, nd_shctx_t *sh, const unsigned char *key,
     return 0;
 }
 
+/* nginx's cached clock in ms, as lua-nginx-module reads it */
+static uint64_t
+nd_now_ms(void)
+{
+    const nd_time_t  *t = *ngx.now;
+
+    return (uint64_t) t->sec * 1000 + t->msec;
+}
+
 /* whether node sd holds the number value with flags, unexpired */
 static int
 nd_holds(const nd_zone_t *z, const nd_node_t *sd, double value,
     uint32_t flags)
 {
-    const nd_time_t  *t;
-    double            v;
+    double  v;
 
     if (sd->value_type != ND_NUMBER || sd->value_len != sizeof(double)
         || sd->user_flags != flags
@@ -292,13 +300,8 @@ nd_holds(const nd_zone_t *z, const nd_node_t *sd, double value,
     if (v != value) {
         return 0;
     }
-    if (sd->expires != 0) {
-        t = *ngx.now;
-        if ((int64_t) (sd->expires - ((uint64_t) t->sec * 1000 + t->msec))
-            <= 0)
-        {
-            return 0;           /* expired: lua-nginx-module's get sees none */
-        }
+    if (sd->expires != 0 && (int64_t) (sd->expires - nd_now_ms()) <= 0) {
+        return 0;               /* expired: lua-nginx-module's get sees none */
     }
     return 1;
 }
@@ -321,7 +324,6 @@ shmlock_ngx_dict_probe(void *zone, const char *key, size_t key_len,
     nd_ctx_t         *ctx;
     nd_node_t        *sd = NULL;
     void             *mutex;
-    const nd_time_t  *t;
     int64_t           left = 0;
     int               rc, ok;
 
@@ -344,9 +346,7 @@ shmlock_ngx_dict_probe(void *zone, const char *key, size_t key_len,
     rc = nd_find(z, ctx->sh, (const unsigned char *) key, key_len, &sd);
     ok = rc == 1 && nd_holds(z, sd, value, (uint32_t) flags);
     if (ok) {
-        t = *ngx.now;
-        left = (int64_t) (sd->expires
-                          - ((uint64_t) t->sec * 1000 + t->msec));
+        left = (int64_t) (sd->expires - nd_now_ms());
     }
     ngx.unlock(mutex);
     if (rc != 1) {
@@ -367,13 +367,26 @@ shmlock_ngx_dict_probe(void *zone, const char *key, size_t key_len,
     return 0;
 }
 
-int
-shmlock_ngx_dict_delete_if(void *zone, const char *key, size_t key_len,
-    double value, int flags)
+/* The new owner of a replace (replace_if), or NULL for a delete. */
+typedef struct {
+    double   value;
+    int      flags;
+    int64_t  exptime_ms;
+} nd_new_t;
+
+/* delete_if and replace_if: under the dict's mutex, if key holds the
+ * number value with flags, unexpired, deletes it (repl NULL) or gives it
+ * repl's owner in place, as lua-nginx-module's delete and replace of a
+ * same-size value do: 1 changed, 0 not, -1 the zone did not pass the
+ * checks (nothing changed) */
+static int
+nd_change_if(void *zone, const char *key, size_t key_len, double value,
+    int flags, const nd_new_t *repl)
 {
     nd_zone_t    *z = zone;
     nd_ctx_t     *ctx;
     nd_node_t    *sd = NULL;
+    nd_queue_t   *lru;
     nd_rbnode_t  *node;
     void         *mutex;
     int           rc;
@@ -382,23 +395,37 @@ shmlock_ngx_dict_delete_if(void *zone, const char *key, size_t key_len,
         return -1;
     }
     ngx.lock(mutex);
+    lru = &ctx->sh->lru;
     rc = nd_find(z, ctx->sh, (const unsigned char *) key, key_len, &sd);
     if (rc == 1) {
         if (!nd_inside(z, sd->queue.prev, sizeof(nd_queue_t))
-            || !nd_inside(z, sd->queue.next, sizeof(nd_queue_t)))
+            || !nd_inside(z, sd->queue.next, sizeof(nd_queue_t))
+            || (repl != NULL && !nd_inside(z, lru->next, sizeof(nd_queue_t))))
         {
             rc = -1;
-        } else if (nd_holds(z, sd, value, (uint32_t) flags)) {
-            /* as lua-nginx-module's delete: out of the LRU queue, out of
-             * the tree, back to the slab */
+        } else if (!nd_holds(z, sd, value, (uint32_t) flags)) {
+            rc = 0;
+        } else {
+            /* out of the LRU queue */
             sd->queue.next->prev = sd->queue.prev;
             sd->queue.prev->next = sd->queue.next;
-            node = (nd_rbnode_t *) ((unsigned char *) sd
-                                    - offsetof(nd_rbnode_t, color));
-            ngx.tree_delete(&ctx->sh->rbtree, node);
-            ngx.slab_free(ctx->shpool, node);
-        } else {
-            rc = 0;
+            if (repl == NULL) {
+                /* out of the tree, back to the slab */
+                node = (nd_rbnode_t *) ((unsigned char *) sd
+                                        - offsetof(nd_rbnode_t, color));
+                ngx.tree_delete(&ctx->sh->rbtree, node);
+                ngx.slab_free(ctx->shpool, node);
+            } else {
+                /* to the head of the LRU queue, rewritten in place */
+                sd->queue.next = lru->next;
+                sd->queue.next->prev = &sd->queue;
+                sd->queue.prev = lru;
+                lru->next = &sd->queue;
+                sd->expires = repl->exptime_ms > 0
+                              ? nd_now_ms() + (uint64_t) repl->exptime_ms : 0;
+                sd->user_flags = (uint32_t) repl->flags;
+                memcpy(sd->data + sd->key_len, &repl->value, sizeof(double));
+            }
         }
     }
     ngx.unlock(mutex);
@@ -406,52 +433,18 @@ shmlock_ngx_dict_delete_if(void *zone, const char *key, size_t key_len,
 }
 
 int
+shmlock_ngx_dict_delete_if(void *zone, const char *key, size_t key_len,
+    double value, int flags)
+{
+    return nd_change_if(zone, key, key_len, value, flags, NULL);
+}
+
+int
 shmlock_ngx_dict_replace_if(void *zone, const char *key, size_t key_len,
     double value, int flags, double new_value, int new_flags,
     int64_t exptime_ms)
 {
-    nd_zone_t        *z = zone;
-    nd_ctx_t         *ctx;
-    nd_node_t        *sd = NULL;
-    nd_queue_t       *lru;
-    const nd_time_t  *t;
-    void             *mutex;
-    int               rc;
+    nd_new_t  repl = { new_value, new_flags, exptime_ms };
 
-    if (!nd_symbols() || nd_open(z, &ctx, &mutex) != 0) {
-        return -1;
-    }
-    ngx.lock(mutex);
-    rc = nd_find(z, ctx->sh, (const unsigned char *) key, key_len, &sd);
-    if (rc == 1) {
-        lru = &ctx->sh->lru;
-        if (!nd_inside(z, sd->queue.prev, sizeof(nd_queue_t))
-            || !nd_inside(z, sd->queue.next, sizeof(nd_queue_t))
-            || !nd_inside(z, lru->next, sizeof(nd_queue_t)))
-        {
-            rc = -1;
-        } else if (nd_holds(z, sd, value, (uint32_t) flags)) {
-            /* as lua-nginx-module's replace of a value of the same size:
-             * in place, and to the head of the LRU queue */
-            sd->queue.next->prev = sd->queue.prev;
-            sd->queue.prev->next = sd->queue.next;
-            sd->queue.next = lru->next;
-            sd->queue.next->prev = &sd->queue;
-            sd->queue.prev = lru;
-            lru->next = &sd->queue;
-            if (exptime_ms > 0) {
-                t = *ngx.now;
-                sd->expires = (uint64_t) t->sec * 1000 + t->msec
-                              + (uint64_t) exptime_ms;
-            } else {
-                sd->expires = 0;
-            }
-            sd->user_flags = (uint32_t) new_flags;
-            memcpy(sd->data + sd->key_len, &new_value, sizeof(double));
-        } else {
-            rc = 0;
-        }
-    }
-    ngx.unlock(mutex);
-    return rc;
+    return nd_change_if(zone, key, key_len, value, flags, &repl);
 }
