@@ -356,6 +356,9 @@ end
 local PROBE_TTL_MS = 3600000
 local PROBE_FLAGS = 0x2b3c4d5e
 local PROBE_TRIES = 3           -- probes that fail before the verdict
+-- why a dict that passed its probe falls back (delete_if or replace_if
+-- answered -1)
+local CHANGED = "the dict no longer reads as its probe did"
 local probes = 0
 
 -- the dict's name in nginx.conf (looked for: only for a notice)
@@ -366,6 +369,14 @@ local function dict_label(dict)
         end
     end
     return "a lua_shared_dict"
+end
+
+-- dict's unlock and expire compare with get, then delete or replace, for
+-- good in this VM; error.log's notice says why
+local function fall_back(dict, cause)
+    deletes[dict] = false
+    log_event("notice", dict_label(dict) .. ": unlock compares with get, "
+              .. "then deletes (" .. cause .. ")")
 end
 
 -- true if z's release may be delete_if; false and why if never; nil if
@@ -438,11 +449,11 @@ local function deletes_at_once(dict, z)
             retry_at[dict] = now + 1
             return false
         end
-        log_event("notice", dict_label(dict) .. ": unlock compares with get, "
-                  .. "then deletes (" .. err .. ")")
+        fall_back(dict, err)
+        return false
     end
-    deletes[dict] = on
-    return on
+    deletes[dict] = true
+    return true
 end
 
 
@@ -515,10 +526,7 @@ function _M.release(dict, key, klen, tok, tlen)
             return 1, "expired"     -- as below
         end
         -- (nothing changed: the key is read below, as without it)
-        deletes[dict] = false
-        log_event("notice", dict_label(dict) .. ": unlock compares with "
-                  .. "get, then deletes (the dict no longer reads as its "
-                  .. "probe did)")
+        fall_back(dict, CHANGED)
     end
     local mine, ok, err
     if z then
@@ -566,10 +574,7 @@ function _M.renew(dict, key, klen, tok, new_tok, seconds)
                 return nil, "expired"
             end
             -- (nothing changed: compared, then replaced, below)
-            deletes[dict] = false
-            log_event("notice", dict_label(dict) .. ": expire compares with "
-                      .. "get, then replaces (the dict no longer reads as "
-                      .. "its probe did)")
+            fall_back(dict, CHANGED)
         end
     end
     local mine, err = holds(dict, key, klen, tok, #tok)
