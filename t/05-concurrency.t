@@ -7,7 +7,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use ShmTest qw(parallel);
+use ShmTest;
 
 my $CLIENTS  = 8;     # client processes
 my $REQUESTS = 50;    # requests per client
@@ -67,33 +67,8 @@ EOF
 );
 $t->start;
 
-# $CLIENTS processes x $REQUESTS requests; returns (ok count, %pids,
-# waited count, failures)
-sub hammer {
-    my ($path) = @_;
-    my @res = parallel($CLIENTS, sub {
-        my @out;
-        for (1 .. $REQUESTS) {
-            my $r = $t->get($path);
-            push @out, "$r->{status} $r->{body}";
-        }
-        return \@out;
-    });
-    my ($ok, $waited, %pids, @bad) = (0, 0);
-    for my $r (@res) {
-        if (ref $r ne 'ARRAY') { push @bad, $r->{error}; next }
-        for my $line (@$r) {
-            if ($line =~ /^200 (\d+) (true|false)\n\z/) {
-                $ok++;
-                $pids{$1}++;
-                $waited++ if $2 eq 'true';
-            } else {
-                push @bad, $line;
-            }
-        }
-    }
-    return ($ok, \%pids, $waited, \@bad);
-}
+# $CLIENTS processes x $REQUESTS requests (ShmTest::hammer)
+sub hammer { ShmTest::hammer($t, $CLIENTS, $REQUESTS, $_[0]) }
 
 my $luajit_code = <<"EOF";
 local shdict = require "resty.shmlock.shdict"

@@ -15,7 +15,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use ShmTest qw(parallel);
+use ShmTest qw(hammer);
 
 my $CLIENTS  = 8;     # client processes
 my $REQUESTS = 40;    # requests per client
@@ -253,31 +253,12 @@ $t->block("expire() on the drop-in: one compare-and-replace; a stale "
 
 subtest "2 workers, $CLIENTS x $REQUESTS locked increments of a counter "
       . "in a lua_shared_dict: exact" => sub {
-    my @res = parallel($CLIENTS, sub {
-        my @out;
-        for (1 .. $REQUESTS) {
-            my $r = $t->get("/incr");
-            push @out, "$r->{status} $r->{body}";
-        }
-        return \@out;
-    });
-    my ($ok, $waited, %pids, @bad) = (0, 0);
-    for my $r (@res) {
-        if (ref $r ne 'ARRAY') { push @bad, $r->{error}; next }
-        for my $line (@$r) {
-            if ($line =~ /^200 (\d+) (true|false)\n\z/) {
-                $ok++;
-                $pids{$1}++;
-                $waited++ if $2 eq 'true';
-            } else {
-                push @bad, $line;
-            }
-        }
-    }
+    my ($ok, $pids, $waited, $bad) =
+        hammer($t, $CLIENTS, $REQUESTS, "/incr");
     is($ok, $CLIENTS * $REQUESTS, "every request succeeded")
-        or diag(join '', @bad[0 .. ($#bad < 5 ? $#bad : 4)]);
-    is(scalar keys %pids, 2, "both workers served requests")
-        or diag(explain \%pids);
+        or diag(join '', @$bad[0 .. ($#$bad < 5 ? $#$bad : 4)]);
+    is(scalar keys %$pids, 2, "both workers served requests")
+        or diag(explain $pids);
     cmp_ok($waited, '>', 0, "some requests had to wait ($waited)");
     # (the worker that answers /count has released through delete_if)
     is($t->get("/count")->{body}, ($CLIENTS * $REQUESTS) . " true\n",

@@ -71,7 +71,7 @@ use Time::HiRes qw(time sleep);
 use Storable qw(nstore retrieve);
 
 use Exporter 'import';
-our @EXPORT_OK = qw(parallel spawn give_up);
+our @EXPORT_OK = qw(parallel hammer spawn give_up);
 
 our $NGINX   = $ENV{TEST_NGINX_BINARY} || 'nginx';
 our $LUAJIT  = $ENV{TEST_LUAJIT} || 'luajit';
@@ -691,6 +691,37 @@ sub parallel {
     my ($n, $code, %o) = @_;
     my @procs = map { my $i = $_; spawn(sub { $code->($i) }) } 0 .. $n - 1;
     return map { $_->join($o{timeout} // 60) } @procs;
+}
+
+# hammer($t, $clients, $requests, $path): $clients processes each GET
+# $path $requests times, from a location that answers "PID WAITED\n"
+# (the worker's pid; whether its lock waited, true or false).  Returns
+# (the count of such answers with status 200, {pid => count}, how many
+# waited, [every other answer or error]).
+sub hammer {
+    my ($t, $clients, $requests, $path) = @_;
+    my @res = parallel($clients, sub {
+        my @out;
+        for (1 .. $requests) {
+            my $r = $t->get($path);
+            push @out, "$r->{status} $r->{body}";
+        }
+        return \@out;
+    });
+    my ($ok, $waited, %pids, @bad) = (0, 0);
+    for my $r (@res) {
+        if (ref $r ne 'ARRAY') { push @bad, $r->{error}; next }
+        for my $line (@$r) {
+            if ($line =~ /^200 (\d+) (true|false)\n\z/) {
+                $ok++;
+                $pids{$1}++;
+                $waited++ if $2 eq 'true';
+            } else {
+                push @bad, $line;
+            }
+        }
+    }
+    return ($ok, \%pids, $waited, \@bad);
 }
 
 sub cleanup {
